@@ -1,0 +1,249 @@
+"""The cluster configuration, read from slurm.conf syntax.
+
+Keys Corral uses are parsed into `ClusterConfig`; any other key is kept in
+`unknown` so the controller can report it once instead of failing.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from corral.model import hostlists
+from corral.model.node import Node, Partition
+from corral.model.timefmt import TimeFormatError, parse_time_limit
+
+
+class ConfigError(ValueError):
+    pass
+
+
+# Global keys Corral reads; the value is the default.
+GLOBAL_DEFAULTS: dict[str, str] = {
+    "ClusterName": "corral",
+    "KillWait": "30",
+    "SlurmdTimeout": "300",
+    "MinJobAge": "300",
+    "DefMemPerCPU": "0",
+    "MaxArraySize": "1001",
+    "ReturnToService": "1",
+    "SchedulerType": "sched/backfill",
+    "SelectType": "select/cons_tres",
+    "SelectTypeParameters": "CR_Core_Memory",
+    "PriorityType": "priority/multifactor",
+    "PriorityWeightAge": "1000",
+    "PriorityMaxAge": "7-0",
+    "PriorityWeightPartition": "1000",
+    "PriorityWeightJobSize": "0",
+    "SchedulerInterval": "5",
+    "SlurmUser": "root",
+    "AdminUsers": "",
+    "HealthCheckProgram": "",
+    "HealthCheckInterval": "0",
+    "Prolog": "",
+    "Epilog": "",
+    "GresTypes": "gpu",
+    "AccountingStorageType": "accounting_storage/corral",
+    "JobCompType": "jobcomp/none",
+    "ProctrackType": "proctrack/cgroup",
+    "TaskPlugin": "task/cgroup,task/affinity",
+    "MpiDefault": "none",
+}
+# Keys accepted from real slurm.conf files that Corral has no use for; quietly ignored.
+IGNORED_KEYS = {
+    "SlurmctldHost", "ControlMachine", "SlurmctldPort", "SlurmdPort", "AuthType",
+    "StateSaveLocation", "SlurmdSpoolDir", "SlurmctldPidFile", "SlurmdPidFile",
+    "SlurmctldLogFile", "SlurmdLogFile", "SwitchType", "CredType", "LaunchType",
+    "AccountingStorageHost", "AccountingStoragePort", "JobAcctGatherType",
+    "JobAcctGatherFrequency", "SlurmdUser", "SlurmctldDebug", "SlurmdDebug",
+    "SlurmdParameters", "Include",
+}
+
+
+@dataclass(slots=True)
+class ClusterConfig:
+    options: dict[str, str] = field(default_factory=lambda: dict(GLOBAL_DEFAULTS))
+    nodes: list[Node] = field(default_factory=list)
+    partitions: list[Partition] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+
+    @property
+    def cluster_name(self) -> str:
+        return self.options["ClusterName"]
+
+    def get_int(self, key: str) -> int:
+        return int(self.options.get(key, GLOBAL_DEFAULTS.get(key, "0")) or 0)
+
+    def get_seconds(self, key: str) -> int:
+        """A time option in Slurm's time-limit syntax (PriorityMaxAge=7-0)."""
+        v = self.options.get(key, GLOBAL_DEFAULTS.get(key, "0"))
+        if v.isdigit():
+            return int(v)
+        return parse_time_limit(v)
+
+    def default_partition(self) -> Partition | None:
+        for p in self.partitions:
+            if p.default:
+                return p
+        return self.partitions[0] if self.partitions else None
+
+
+def _kv_pairs(line: str, lineno: int) -> list[tuple[str, str]]:
+    try:
+        tokens = shlex.split(line, comments=False, posix=True)
+    except ValueError as e:
+        raise ConfigError(f"line {lineno}: {e}") from e
+    pairs = []
+    for tok in tokens:
+        if "=" not in tok:
+            raise ConfigError(f"line {lineno}: expected Key=Value, got {tok!r}")
+        k, _, v = tok.partition("=")
+        pairs.append((k.strip(), v.strip()))
+    return pairs
+
+
+def _parse_gres(spec: str) -> tuple[int, str | None]:
+    """Gres=gpu:8, gpu:a100:4, gpu:a100:4(S:0-1) → (count, type)."""
+    total, gtype = 0, None
+    for item in spec.split(","):
+        item = re.sub(r"\(.*\)$", "", item.strip())
+        if not item:
+            continue
+        parts = item.split(":")
+        if parts[0] != "gpu":
+            continue
+        if len(parts) == 2:
+            total += int(parts[1])
+        elif len(parts) >= 3:
+            gtype = parts[1]
+            total += int(parts[2])
+        else:
+            total += 1
+    return total, gtype
+
+
+def _to_int(key: str, value: str, lineno: int) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"line {lineno}: {key}={value} is not a number") from None
+
+
+def parse_config(text: str) -> ClusterConfig:
+    cfg = ClusterConfig()
+    node_defaults: dict[str, str] = {}
+    part_defaults: dict[str, str] = {}
+    # continuation lines end in a backslash
+    text = re.sub(r"\\\n", " ", text)
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        pairs = _kv_pairs(line, lineno)
+        head, value = pairs[0]
+        attrs = dict(pairs[1:])
+        if head.lower() == "nodename":
+            if value == "DEFAULT":
+                node_defaults.update(attrs)
+                continue
+            merged = {**node_defaults, **attrs}
+            _add_nodes(cfg, value, merged, lineno)
+        elif head.lower() == "partitionname":
+            if value == "DEFAULT":
+                part_defaults.update(attrs)
+                continue
+            _add_partition(cfg, value, {**part_defaults, **attrs}, lineno)
+        else:
+            for k, v in pairs:
+                if k in GLOBAL_DEFAULTS:
+                    cfg.options[k] = v
+                elif k not in IGNORED_KEYS:
+                    cfg.options[k] = v
+                    cfg.unknown.append(k)
+    names = {n.name for n in cfg.nodes}
+    for p in cfg.partitions:
+        for n in p.nodes:
+            if n not in names:
+                raise ConfigError(f"partition {p.name}: node {n} is not defined")
+    by_name = {n.name: n for n in cfg.nodes}
+    for p in cfg.partitions:
+        for n in p.nodes:
+            by_name[n].partitions.append(p.name)
+    if cfg.partitions and not any(p.default for p in cfg.partitions):
+        cfg.partitions[0].default = True
+    return cfg
+
+
+def _add_nodes(cfg: ClusterConfig, expr: str, a: dict[str, str], lineno: int) -> None:
+    try:
+        names = hostlists.expand(expr)
+    except hostlists.HostlistError as e:
+        raise ConfigError(f"line {lineno}: bad NodeName {expr}: {e}") from e
+    sockets = _to_int("Sockets", a.get("Sockets", a.get("SocketsPerBoard", "1")), lineno)
+    threads = _to_int("ThreadsPerCore", a.get("ThreadsPerCore", "1"), lineno)
+    if "CPUs" in a:
+        cpus = _to_int("CPUs", a["CPUs"], lineno)
+        cores = _to_int("CoresPerSocket", a.get("CoresPerSocket", str(max(1, cpus // (sockets * threads)))), lineno)
+    else:
+        cores = _to_int("CoresPerSocket", a.get("CoresPerSocket", "1"), lineno)
+        cpus = sockets * cores * threads
+    try:
+        gpus, gtype = _parse_gres(a.get("Gres", ""))
+    except ValueError:
+        raise ConfigError(f"line {lineno}: bad Gres={a.get('Gres')}") from None
+    addrs = hostlists.expand(a["NodeAddr"]) if "NodeAddr" in a else []
+    for i, name in enumerate(names):
+        cfg.nodes.append(Node(
+            name=name, cpus=cpus, real_memory=_to_int("RealMemory", a.get("RealMemory", "1"), lineno),
+            gpus=gpus, gpu_type=gtype, sockets=sockets, cores_per_socket=cores,
+            threads_per_core=threads, weight=_to_int("Weight", a.get("Weight", "1"), lineno),
+            features=[f for f in a.get("Feature", a.get("Features", "")).split(",") if f],
+            addr=addrs[i] if i < len(addrs) else "",
+        ))
+
+
+def _add_partition(cfg: ClusterConfig, name: str, a: dict[str, str], lineno: int) -> None:
+    def limit(key: str) -> int | None:
+        if key not in a:
+            return None
+        try:
+            return parse_time_limit(a[key])
+        except TimeFormatError:
+            raise ConfigError(f"line {lineno}: bad {key}={a[key]}") from None
+
+    nodes_expr = a.get("Nodes", "")
+    if nodes_expr.upper() == "ALL":
+        nodes = [n.name for n in cfg.nodes]
+    else:
+        nodes = hostlists.expand(nodes_expr)
+    max_nodes = a.get("MaxNodes")
+    p = Partition(
+        name=name, nodes=nodes, default=a.get("Default", "NO").upper() == "YES",
+        max_time=limit("MaxTime") if "MaxTime" in a else -1,
+        default_time=limit("DefaultTime"),
+        max_nodes=None if max_nodes in (None, "UNLIMITED", "INFINITE") else _to_int("MaxNodes", max_nodes, lineno),
+        min_nodes=_to_int("MinNodes", a.get("MinNodes", "1"), lineno),
+        state=a.get("State", "UP").upper(),
+        priority_tier=_to_int("PriorityTier", a.get("PriorityTier", a.get("Priority", "1")), lineno),
+        priority_job_factor=_to_int("PriorityJobFactor", a.get("PriorityJobFactor", "1"), lineno),
+        oversubscribe=a.get("OverSubscribe", a.get("Shared", "NO")).upper(),
+        def_mem_per_cpu=int(a["DefMemPerCPU"]) if "DefMemPerCPU" in a else None,
+        max_mem_per_node=int(a["MaxMemPerNode"]) if "MaxMemPerNode" in a else None,
+        allow_accounts=a.get("AllowAccounts", "ALL"),
+        allow_groups=a.get("AllowGroups", "ALL"),
+        hidden=a.get("Hidden", "NO").upper() == "YES",
+        exclusive_user=a.get("ExclusiveUser", "NO").upper() == "YES",
+    )
+    cfg.partitions.append(p)
+
+
+def render_config(cfg_options: dict[str, str], node_lines: list[str], partition_lines: list[str]) -> str:
+    """Write a slurm.conf-syntax file (used by `corral up` for a fresh cluster)."""
+    out = ["# Corral cluster configuration (slurm.conf syntax)."]
+    for k, v in cfg_options.items():
+        out.append(f"{k}={v}")
+    out.append("")
+    out.extend(node_lines)
+    out.extend(partition_lines)
+    return "\n".join(out) + "\n"

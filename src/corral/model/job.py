@@ -1,0 +1,298 @@
+"""Jobs: states, pending reasons, the resource request and the job record.
+
+The job record (`Job`) is what the controller keeps in memory and what the API
+returns as JSON (`Job.to_dict()`); the CLI formats those dicts.  Large, rarely
+read parts of a job (script, environment) are not held here: the store keeps them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
+from typing import Any
+
+
+class JobState(str, Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    CANCELLED = "CANCELLED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    REQUEUED = "REQUEUED"
+
+    @property
+    def code(self) -> str:
+        return STATE_CODES[self]
+
+    @property
+    def finished(self) -> bool:
+        return self in FINISHED_STATES
+
+    @property
+    def active(self) -> bool:
+        """Holds resources on nodes."""
+        return self in (JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING)
+
+
+STATE_CODES: dict[JobState, str] = {
+    JobState.PENDING: "PD",
+    JobState.RUNNING: "R",
+    JobState.SUSPENDED: "S",
+    JobState.COMPLETING: "CG",
+    JobState.COMPLETED: "CD",
+    JobState.CANCELLED: "CA",
+    JobState.FAILED: "F",
+    JobState.TIMEOUT: "TO",
+    JobState.NODE_FAIL: "NF",
+    JobState.PREEMPTED: "PR",
+    JobState.OUT_OF_MEMORY: "OOM",
+    JobState.BOOT_FAIL: "BF",
+    JobState.DEADLINE: "DL",
+    JobState.REQUEUED: "RQ",
+}
+CODE_TO_STATE = {v: k for k, v in STATE_CODES.items()}
+
+FINISHED_STATES = frozenset({
+    JobState.COMPLETED, JobState.CANCELLED, JobState.FAILED, JobState.TIMEOUT,
+    JobState.NODE_FAIL, JobState.PREEMPTED, JobState.OUT_OF_MEMORY, JobState.BOOT_FAIL,
+    JobState.DEADLINE,
+})
+
+
+def parse_state(text: str) -> JobState:
+    """Accept a state name or code, any case ("pd", "running", "CA")."""
+    t = text.strip().upper()
+    if t in CODE_TO_STATE:
+        return CODE_TO_STATE[t]
+    if t == "CANCELED":
+        t = "CANCELLED"
+    return JobState(t)
+
+
+class Reason:
+    """Pending reasons, spelled as squeue prints them."""
+
+    NONE = "None"
+    RESOURCES = "Resources"
+    PRIORITY = "Priority"
+    DEPENDENCY = "Dependency"
+    DEPENDENCY_NEVER = "DependencyNeverSatisfied"
+    BEGIN_TIME = "BeginTime"
+    HELD_USER = "JobHeldUser"
+    HELD_ADMIN = "JobHeldAdmin"
+    PARTITION_TIME_LIMIT = "PartitionTimeLimit"
+    PARTITION_NODE_LIMIT = "PartitionNodeLimit"
+    PARTITION_DOWN = "PartitionDown"
+    REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"
+    NODES_DOWN = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"
+    ARRAY_LIMIT = "JobArrayTaskLimit"
+    BAD_CONSTRAINTS = "BadConstraints"
+    NODE_FAIL_REQUEUED = "NodeFail"
+
+
+@dataclass(slots=True)
+class NodeAlloc:
+    """What one job holds on one node."""
+
+    node: str
+    cpus: int
+    mem_mb: int
+    gpus: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "cpus": self.cpus, "mem_mb": self.mem_mb, "gpus": list(self.gpus)}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> NodeAlloc:
+        return NodeAlloc(d["node"], int(d["cpus"]), int(d["mem_mb"]), list(d.get("gpus", [])))
+
+
+@dataclass(slots=True)
+class Step:
+    """A job step as sacct shows it: J.batch, J.extern, J.0 …"""
+
+    step_id: str  # "batch", "extern", "0", "1" …
+    name: str
+    state: str = JobState.RUNNING.value
+    exit_code: int = 0
+    signal: int = 0
+    start_time: float | None = None
+    end_time: float | None = None
+    cpus: int = 0
+    nodes: str = ""
+    ntasks: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Step:
+        return Step(**{k: d[k] for k in d if k in _STEP_FIELDS})
+
+
+_STEP_FIELDS = {f.name for f in fields(Step)}
+
+
+@dataclass(slots=True)
+class Job:
+    """A job record.  Times are epoch seconds; sizes MB; time limits seconds (-1 = infinite)."""
+
+    job_id: int
+    name: str
+    user: str
+    uid: int
+    gid: int
+    group: str = ""
+    account: str = ""
+    qos: str = "normal"
+    partition: str = ""
+    state: JobState = JobState.PENDING
+    reason: str = Reason.NONE
+    priority: int = 0
+    nice: int = 0
+    held: str | None = None  # None, "user" or "admin"
+
+    # request
+    num_nodes: int = 1
+    max_nodes: int | None = None
+    num_tasks: int = 1
+    ntasks_per_node: int | None = None
+    cpus_per_task: int = 1
+    mem_per_node: int | None = None  # MB; 0 = all of each node
+    mem_per_cpu: int | None = None  # MB
+    gpus: int = 0  # --gpus: total for the job
+    gpus_per_node: int = 0
+    gpus_per_task: int = 0
+    gpu_type: str | None = None
+    time_limit: int = -1
+    time_min: int | None = None
+    req_nodes: list[str] = field(default_factory=list)
+    exc_nodes: list[str] = field(default_factory=list)
+    exclusive: bool = False
+    requeue: bool = True
+    dependency: str | None = None
+    begin_time: float | None = None
+    signal: str | None = None  # "[B:]SIG[@secs]" as given
+    hint: str | None = None
+    mail_type: str | None = None
+    mail_user: str | None = None
+    comment: str | None = None
+    batch: bool = True
+
+    # where and how
+    work_dir: str = "/"
+    stdout: str | None = None
+    stderr: str | None = None
+    stdin: str = "/dev/null"
+    command: str | None = None  # script path, or None for stdin/--wrap
+    submit_line: str = ""
+    submit_host: str = ""
+
+    # arrays
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_tasks: list[int] | None = None  # on the pending meta record: tasks not yet split off
+    array_max_running: int | None = None  # the % throttle
+    array_spec: str | None = None  # as given, for display
+
+    # timeline
+    submit_time: float = 0.0
+    eligible_time: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    suspend_time: float | None = None
+    suspended_secs: float = 0.0
+    last_sched_eval: float | None = None
+    sched_start: float | None = None  # backfill's expected start for a pending job
+    sched_nodes: list[str] = field(default_factory=list)
+
+    # outcome
+    nodes: list[str] = field(default_factory=list)
+    alloc: list[NodeAlloc] = field(default_factory=list)
+    batch_host: str | None = None
+    exit_code: int = 0
+    term_signal: int = 0
+    restart_count: int = 0
+    cancelled_by: int | None = None
+    steps: list[Step] = field(default_factory=list)
+
+    # ---- derived values -------------------------------------------------
+    @property
+    def alloc_cpus(self) -> int:
+        return sum(a.cpus for a in self.alloc)
+
+    @property
+    def alloc_mem(self) -> int:
+        return sum(a.mem_mb for a in self.alloc)
+
+    @property
+    def alloc_gpus(self) -> int:
+        return sum(len(a.gpus) for a in self.alloc)
+
+    @property
+    def is_array_meta(self) -> bool:
+        return self.array_tasks is not None
+
+    def display_id(self) -> str:
+        """JOBID as squeue prints it: 12, 7_3, 7_[1-10%2]."""
+        if self.array_job_id is None:
+            return str(self.job_id)
+        if self.array_tasks is not None:
+            from corral.model.arrays import format_task_ids
+
+            spec = format_task_ids(self.array_tasks)
+            if self.array_max_running:
+                spec += f"%{self.array_max_running}"
+            return f"{self.array_job_id}_[{spec}]"
+        return f"{self.array_job_id}_{self.array_task_id}"
+
+    def run_seconds(self, now: float) -> float:
+        if self.start_time is None:
+            return 0.0
+        end = self.end_time if self.end_time is not None else now
+        if self.state == JobState.SUSPENDED and self.suspend_time:
+            end = self.suspend_time
+        return max(0.0, end - self.start_time - self.suspended_secs)
+
+    # ---- serialisation ---------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {}
+        for name in _JOB_FIELDS:
+            v = getattr(self, name)
+            if name == "state":
+                v = v.value
+            elif name == "alloc":
+                v = [a.to_dict() for a in v]
+            elif name == "steps":
+                v = [s.to_dict() for s in v]
+            elif isinstance(v, list):
+                v = list(v)
+            d[name] = v
+        d["display_id"] = self.display_id()
+        d["alloc_cpus"] = self.alloc_cpus
+        d["alloc_mem"] = self.alloc_mem
+        d["alloc_gpus"] = self.alloc_gpus
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Job:
+        kw: dict[str, Any] = {k: d[k] for k in _JOB_FIELDS if k in d}
+        kw["state"] = JobState(kw.get("state", "PENDING"))
+        kw["alloc"] = [NodeAlloc.from_dict(a) for a in kw.get("alloc", [])]
+        kw["steps"] = [Step.from_dict(s) for s in kw.get("steps", [])]
+        return Job(**kw)
+
+
+_JOB_FIELDS = tuple(f.name for f in fields(Job))
+
+
+def format_exit_code(exit_code: int, signal: int) -> str:
+    return f"{exit_code}:{signal}"

@@ -1,0 +1,160 @@
+"""Slurm time formats: time limits, elapsed times, timestamps and --begin values.
+
+Pure functions; callers pass `now` where the current time matters.
+"""
+
+from __future__ import annotations
+
+import re
+import time as _time
+
+INFINITE = -1  # a time limit of INFINITE/UNLIMITED, in minutes
+
+
+class TimeFormatError(ValueError):
+    pass
+
+
+_LIMIT_RE = re.compile(r"^(?:(\d+)-)?(\d+)?(?::(\d+))?(?::(\d+))?$")
+
+
+def parse_time_limit(text: str) -> int:
+    """Parse a Slurm time limit into seconds (INFINITE → -1).
+
+    Accepted: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
+    "days-hours:minutes", "days-hours:minutes:seconds", "INFINITE", "UNLIMITED".
+    Seconds are rounded up to whole minutes as Slurm does.
+    """
+    t = text.strip()
+    if t.upper() in ("INFINITE", "UNLIMITED", "-1"):
+        return INFINITE
+    if not t:
+        raise TimeFormatError(text)
+    m = _LIMIT_RE.match(t)
+    if not m or m.group(2) is None:
+        raise TimeFormatError(text)
+    days, a, b, c = m.groups()
+    if days is not None:
+        # days-hours[:minutes[:seconds]]
+        secs = int(days) * 86400 + int(a) * 3600
+        if b is not None:
+            secs += int(b) * 60
+        if c is not None:
+            secs += int(c)
+    elif c is not None:  # hours:minutes:seconds
+        secs = int(a) * 3600 + int(b) * 60 + int(c)
+    elif b is not None:  # minutes:seconds
+        secs = int(a) * 60 + int(b)
+    else:  # minutes
+        secs = int(a) * 60
+    # Slurm stores limits in minutes, rounding partial minutes up.
+    return ((secs + 59) // 60) * 60
+
+
+def format_duration(seconds: float | int | None, *, limit: bool = False) -> str:
+    """Format seconds the way squeue/sinfo print TIME and TIMELIMIT columns.
+
+    "0:03", "1:00", "1:00:00", "1-00:00:00"; a limit of -1 → "UNLIMITED"/"infinite" is
+    left to the caller via `limit`.
+    """
+    if seconds is None:
+        return "N/A"
+    if seconds < 0:
+        return "UNLIMITED" if limit else "INVALID"
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{s:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{s:02d}"
+    return f"{minutes}:{s:02d}"
+
+
+def format_hms(seconds: float | int | None) -> str:
+    """Format as [D-]HH:MM:SS (scontrol RunTime/TimeLimit, sacct Elapsed)."""
+    if seconds is None:
+        return "N/A"
+    if seconds < 0:
+        return "UNLIMITED"
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{s:02d}"
+    return f"{hours:02d}:{minutes:02d}:{s:02d}"
+
+
+def format_timestamp(ts: float | None, *, none: str = "Unknown") -> str:
+    """Format an epoch time as Slurm's ISO-like local time (2026-11-23T01:10:49)."""
+    if ts is None or ts <= 0:
+        return none
+    return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.localtime(ts))
+
+
+_UNITS = {
+    "second": 1, "seconds": 1, "sec": 1, "secs": 1, "s": 1,
+    "minute": 60, "minutes": 60, "min": 60, "mins": 60, "m": 60,
+    "hour": 3600, "hours": 3600, "h": 3600,
+    "day": 86400, "days": 86400, "d": 86400,
+    "week": 604800, "weeks": 604800, "w": 604800,
+}
+_NAMED_TIMES = {"midnight": (0, 0), "noon": (12, 0), "elevenses": (11, 0),
+                "fika": (15, 0), "teatime": (16, 0)}
+
+
+def parse_begin(text: str, now: float) -> float:
+    """Parse a --begin value (Slurm's formats) into an epoch time.
+
+    now, today, tomorrow, midnight/noon/teatime…, now+N[units], HH:MM[:SS],
+    YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY].
+    """
+    t = text.strip().lower()
+    if not t:
+        raise TimeFormatError(text)
+    m = re.fullmatch(r"now(?:\+(\d+)([a-z]*))?", t)
+    if m:
+        if m.group(1) is None:
+            return now
+        unit = m.group(2) or "seconds"
+        if unit not in _UNITS:
+            raise TimeFormatError(text)
+        return now + int(m.group(1)) * _UNITS[unit]
+    lt = _time.localtime(now)
+
+    def at(year: int, mon: int, day: int, hh: int = 0, mm: int = 0, ss: int = 0) -> float:
+        return _time.mktime((year, mon, day, hh, mm, ss, 0, 0, -1))
+
+    if t == "today":
+        return at(lt.tm_year, lt.tm_mon, lt.tm_mday)
+    if t == "tomorrow":
+        return at(lt.tm_year, lt.tm_mon, lt.tm_mday + 1)
+    if t in _NAMED_TIMES:
+        hh, mm = _NAMED_TIMES[t]
+        ts = at(lt.tm_year, lt.tm_mon, lt.tm_mday, hh, mm)
+        return ts if ts > now else at(lt.tm_year, lt.tm_mon, lt.tm_mday + 1, hh, mm)
+    m = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", t)
+    if m:
+        hh, mm, ss = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+        if hh > 23 or mm > 59 or ss > 59:
+            raise TimeFormatError(text)
+        ts = at(lt.tm_year, lt.tm_mon, lt.tm_mday, hh, mm, ss)
+        return ts if ts > now else at(lt.tm_year, lt.tm_mon, lt.tm_mday + 1, hh, mm, ss)
+    m = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})(?:t(\d{2}):(\d{2})(?::(\d{2}))?)?", t)
+    if m:
+        y, mo, d = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        if not (1 <= mo <= 12 and 1 <= d <= 31):
+            raise TimeFormatError(text)
+        return at(y, mo, d, int(m.group(4) or 0), int(m.group(5) or 0), int(m.group(6) or 0))
+    m = re.fullmatch(r"(\d{1,2})/(\d{1,2})(?:/(\d{2,4}))?", t)
+    if m:
+        mo, d = int(m.group(1)), int(m.group(2))
+        y = int(m.group(3)) if m.group(3) else lt.tm_year
+        if y < 100:
+            y += 2000
+        if not (1 <= mo <= 12 and 1 <= d <= 31):
+            raise TimeFormatError(text)
+        return at(y, mo, d)
+    raise TimeFormatError(text)
