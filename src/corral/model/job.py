@@ -8,11 +8,11 @@ read parts of a job (script, environment) are not held here: the store keeps the
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class JobState(str, Enum):
+class JobState(StrEnum):
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     SUSPENDED = "SUSPENDED"
@@ -222,6 +222,9 @@ class Job:
     term_signal: int = 0
     restart_count: int = 0
     cancelled_by: int | None = None
+    # set while a running job is being killed: the state it ends in once the agent
+    # confirms (CANCELLED, TIMEOUT, NODE_FAIL, REQUEUE, REQUEUE_HOLD, PREEMPTED)
+    kill_reason: str | None = None
     steps: list[Step] = field(default_factory=list)
 
     # ---- derived values -------------------------------------------------

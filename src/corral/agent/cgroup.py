@@ -1,0 +1,280 @@
+"""Per-step cgroups: confine a job step's processes, limit memory and CPUs, freeze, count OOM kills.
+
+One `StepCgroup` per step, at `<hierarchy>/corral/job_<id>/step_<step>`; the memory and CPU
+limits are set on the step group.  Two layouts are handled:
+
+- cgroup v2: `root` is a unified mount (it has `cgroup.controllers`); one directory holds
+  everything.  Freezing (`cgroup.freeze`) and killing (`cgroup.kill`) are core v2 features, so
+  they work even when no controller is enabled there.
+- cgroup v1: `root` holds one mount per controller (`memory/`, `freezer/`, `cpuset/`, ...); the
+  step gets a directory in each controller it uses.
+
+Every method that touches the kernel raises `CgroupError` (an OSError subclass) when the
+hierarchy is not writable; callers fall back to process-group handling.  Only the stdlib `os`
+is used: the job process calls `add_self()` between fork and exec.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+
+# v1 controllers the step uses, in the order their cgroup.procs is trusted for listing pids.
+V1_CONTROLLERS = ("freezer", "memory", "cpuset", "pids")
+V2_CONTROLLERS = ("memory", "cpuset", "pids")
+UNLIMITED_V1 = "-1"
+
+
+class CgroupError(OSError):
+    """The cgroup hierarchy could not be used (not mounted, not writable, bad value)."""
+
+
+def detect_version(root: str) -> int | None:
+    """2 for a unified hierarchy at `root`, 1 for per-controller v1 mounts under it, else None."""
+    if os.path.exists(os.path.join(root, "cgroup.controllers")):
+        return 2
+    for name in ("memory", "freezer", "cpuset", "pids"):
+        if os.path.exists(os.path.join(root, name, "cgroup.procs")):
+            return 1
+    return None
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _write(path: str, value: str) -> None:
+    # One write() per value: cgroup files take one value per write call.
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def format_cpus(cpus: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5" (the cpuset list format)."""
+    ranges: list[str] = []
+    ordered = sorted(set(cpus))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        ranges.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(ranges)
+
+
+class StepCgroup:
+    """The cgroup(s) of one job step."""
+
+    def __init__(self, root: str, job_id: int | str, step: str = "batch") -> None:
+        version = detect_version(root)
+        if version is None:
+            raise CgroupError(errno.ENOENT, f"no cgroup hierarchy at {root}")
+        self.root = root
+        self.version: int = version
+        self.job_rel = os.path.join("corral", f"job_{job_id}")
+        self.rel = os.path.join(self.job_rel, f"step_{step}")
+        # controller name ("" for v2) -> absolute step directory, filled by create()
+        self.dirs: dict[str, str] = {}
+        self.frozen = False
+
+    # -- set-up -------------------------------------------------------------------------
+    def create(self, cpus: list[int] | None = None, mem_mb: int | None = None) -> list[str]:
+        """Make the step group(s) and set limits.  Returns notes about limits that could not
+        be applied (the group itself is usable); raises CgroupError if no group could be made."""
+        if self.version == 2:
+            return self._create_v2(cpus, mem_mb)
+        return self._create_v1(cpus, mem_mb)
+
+    def _mkdirs(self, base: str, rel: str) -> str:
+        path = os.path.join(base, rel)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise CgroupError(e.errno, f"cannot create cgroup {path}: {e.strerror}") from None
+        return path
+
+    def _create_v2(self, cpus: list[int] | None, mem_mb: int | None) -> list[str]:
+        notes: list[str] = []
+        available = _read(os.path.join(self.root, "cgroup.controllers")).split()
+        wanted = [c for c in V2_CONTROLLERS if c in available]
+        corral = self._mkdirs(self.root, "corral")
+        job = self._mkdirs(self.root, self.job_rel)
+        # Controllers must be enabled on every level above the step (no processes live there).
+        for parent in (self.root, corral, job):
+            for ctrl in wanted:
+                try:
+                    _write(os.path.join(parent, "cgroup.subtree_control"), f"+{ctrl}")
+                except OSError as e:
+                    notes.append(f"cannot enable {ctrl} in {parent}: {e.strerror}")
+        step = self._mkdirs(self.root, self.rel)
+        self.dirs[""] = step
+        enabled = set(_read(os.path.join(step, "cgroup.controllers")).split())
+        if mem_mb is not None:
+            if "memory" in enabled:
+                self._try_write(notes, os.path.join(step, "memory.max"), str(mem_mb * 1024 * 1024))
+                swap = os.path.join(step, "memory.swap.max")
+                if os.path.exists(swap):
+                    self._try_write(notes, swap, "0")
+            else:
+                notes.append("memory controller not available: memory limit not enforced")
+        if cpus:
+            if "cpuset" in enabled:
+                self._try_write(notes, os.path.join(step, "cpuset.cpus"), format_cpus(cpus))
+            else:
+                notes.append("cpuset controller not available: CPU confinement by affinity only")
+        return notes
+
+    def _create_v1(self, cpus: list[int] | None, mem_mb: int | None) -> list[str]:
+        notes: list[str] = []
+        for ctrl in V1_CONTROLLERS:
+            base = os.path.join(self.root, ctrl)
+            if not os.path.exists(os.path.join(base, "cgroup.procs")):
+                continue
+            if ctrl == "cpuset" and not cpus:
+                continue
+            try:
+                if ctrl == "cpuset":
+                    self.dirs[ctrl] = self._create_v1_cpuset(base, cpus or [])
+                else:
+                    self.dirs[ctrl] = self._mkdirs(base, self.rel)
+            except OSError as e:
+                notes.append(f"cgroup {ctrl} not usable: {e.strerror}")
+        if not self.dirs:
+            raise CgroupError(errno.EACCES, "no writable cgroup v1 controller under " + self.root)
+        if mem_mb is not None:
+            mem = self.dirs.get("memory")
+            if mem is None:
+                notes.append("memory controller not available: memory limit not enforced")
+            else:
+                limit = str(mem_mb * 1024 * 1024)
+                self._try_write(notes, os.path.join(mem, "memory.limit_in_bytes"), limit)
+                memsw = os.path.join(mem, "memory.memsw.limit_in_bytes")
+                # memsw must be >= the RAM limit: set it second so swap cannot extend the limit.
+                if os.path.exists(memsw):
+                    self._try_write(notes, memsw, limit)
+        return notes
+
+    def _create_v1_cpuset(self, base: str, cpus: list[int]) -> str:
+        # A fresh v1 cpuset has empty cpus/mems and refuses tasks: copy them down each level.
+        parent = base
+        for part in self.rel.split(os.sep):
+            child = self._mkdirs(parent, part)
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                if not _read(os.path.join(child, name)).strip():
+                    _write(os.path.join(child, name), _read(os.path.join(parent, name)).strip())
+            parent = child
+        _write(os.path.join(parent, "cpuset.cpus"), format_cpus(cpus))
+        return parent
+
+    @staticmethod
+    def _try_write(notes: list[str], path: str, value: str) -> None:
+        try:
+            _write(path, value)
+        except OSError as e:
+            notes.append(f"cannot write {value} to {path}: {e.strerror}")
+
+    # -- membership ---------------------------------------------------------------------
+    def add_pid(self, pid: int) -> None:
+        for path in self.dirs.values():
+            try:
+                _write(os.path.join(path, "cgroup.procs"), str(pid))
+            except OSError as e:
+                raise CgroupError(e.errno, f"cannot add {pid} to {path}: {e.strerror}") from None
+
+    def add_self(self) -> None:
+        self.add_pid(os.getpid())
+
+    def pids(self) -> list[int]:
+        """Every process in the step group, including ones that called setsid()."""
+        for path in self.dirs.values():
+            try:
+                text = _read(os.path.join(path, "cgroup.procs"))
+            except OSError:
+                continue
+            return [int(x) for x in text.split()]
+        return []
+
+    # -- control ------------------------------------------------------------------------
+    @property
+    def can_freeze(self) -> bool:
+        return "" in self.dirs or "freezer" in self.dirs
+
+    def freeze(self, timeout: float = 2.0) -> bool:
+        """Freeze every process; True once the kernel reports the group frozen."""
+        if self.version == 2:
+            path = self.dirs[""]
+            _write(os.path.join(path, "cgroup.freeze"), "1")
+            done = lambda: "frozen 1" in _read(os.path.join(path, "cgroup.events"))  # noqa: E731
+        else:
+            state = os.path.join(self.dirs["freezer"], "freezer.state")
+            _write(state, "FROZEN")
+            done = lambda: _read(state).strip() == "FROZEN"  # noqa: E731
+        self.frozen = True
+        deadline = time.monotonic() + timeout
+        while not done():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.002)
+        return True
+
+    def thaw(self) -> None:
+        if self.version == 2:
+            _write(os.path.join(self.dirs[""], "cgroup.freeze"), "0")
+        else:
+            _write(os.path.join(self.dirs["freezer"], "freezer.state"), "THAWED")
+        self.frozen = False
+
+    def kill_all(self) -> bool:
+        """SIGKILL every process at once where the kernel offers it (v2 cgroup.kill)."""
+        path = os.path.join(self.dirs.get("", ""), "cgroup.kill")
+        if self.version == 2 and os.path.exists(path):
+            _write(path, "1")
+            return True
+        return False
+
+    def oom_kills(self) -> int:
+        """How many processes of the step the kernel's OOM killer took (0 if unknown)."""
+        try:
+            if self.version == 2:
+                text = _read(os.path.join(self.dirs[""], "memory.events"))
+            elif "memory" in self.dirs:
+                text = _read(os.path.join(self.dirs["memory"], "memory.oom_control"))
+            else:
+                return 0
+        except OSError:
+            return 0
+        counts = dict(line.split() for line in text.splitlines() if len(line.split()) == 2)
+        kills = int(counts.get("oom_kill", "0"))
+        # Kernels before 4.13 have no v1 oom_kill counter: a group stuck at its limit counts.
+        if kills == 0 and counts.get("under_oom") == "1":
+            kills = 1
+        return kills
+
+    def remove(self, timeout: float = 2.0) -> bool:
+        """Delete the step group (and the job group when no other step uses it).
+        Retries while exiting processes still hold it; False if it could not be removed."""
+        ok = True
+        for path in self.dirs.values():
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as e:
+                    if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                        ok = False
+                        break
+                    time.sleep(0.01)
+            try:
+                os.rmdir(os.path.dirname(path))  # the job group; busy while other steps run
+            except OSError:
+                pass
+        return ok

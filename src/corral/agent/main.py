@@ -1,0 +1,280 @@
+"""`python -m corral.agent`: the node agent (slurmd's role).
+
+It keeps one WebSocket to the controller, launches batch steps through the step
+supervisor (`agent.stepd`), forwards control requests, and reports how jobs ended.
+A job's supervisor is its own process: jobs keep running while the agent or the
+controller restarts, and the agent re-reports what happened when it reconnects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+import aiohttp
+
+from corral import paths
+from corral.agent import hw, stepd
+
+log = logging.getLogger("corral.agent")
+
+
+class Agent:
+    def __init__(self, home: str, nodes: list[str], controller_socket: str) -> None:
+        self.home = home
+        self.nodes = nodes
+        self.controller_socket = controller_socket
+        self.spool = paths.spool_dir(home)
+        os.makedirs(self.spool, exist_ok=True)
+        self.notify_path = os.path.join(self.spool, "notify.sock")
+        self.hw = hw.detect()
+        self.start_time = time.time()
+        self.ws: aiohttp.ClientWebSocketResponse | None = None
+        self.reported: set[int] = set()  # ended jobs sent since the last (re)connect
+        self.cgroup_root = _cgroup_root()
+        self.stop = asyncio.Event()
+        self._dgram: socket.socket | None = None
+
+    # ---- job directories --------------------------------------------------
+    def job_dir(self, job_id: int) -> str:
+        return os.path.join(self.spool, f"job{job_id}")
+
+    def job_ids(self) -> list[int]:
+        out = []
+        for name in os.listdir(self.spool):
+            if name.startswith("job") and name[3:].isdigit():
+                out.append(int(name[3:]))
+        return sorted(out)
+
+    def ended_event(self, job_id: int) -> dict[str, Any] | None:
+        d = self.job_dir(job_id)
+        st = stepd.read_status(d)
+        if st is None:
+            if os.path.exists(os.path.join(d, "launch.json")) and not stepd.is_alive(d):
+                # the supervisor vanished without a word (machine reboot, kill -9)
+                return {"type": "ended", "job_id": job_id, "state": "NODE_FAIL", "exit_code": 0,
+                        "signal": 0, "end_time": time.time()}
+            return None
+        return {"type": "ended", "job_id": job_id, "state": st["state"],
+                "exit_code": st.get("exit_code", 0), "signal": st.get("signal", 0),
+                "end_time": st.get("end_time") or time.time()}
+
+    # ---- controller link ---------------------------------------------------
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._dgram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        if os.path.exists(self.notify_path):
+            os.unlink(self.notify_path)
+        self._dgram.bind(self.notify_path)
+        os.chmod(self.notify_path, 0o600)
+        self._dgram.setblocking(False)
+        loop.add_reader(self._dgram.fileno(), self._on_notify)
+        scan = loop.create_task(self._scan_loop())
+        delay = 0.05
+        while not self.stop.is_set():
+            try:
+                await self._session()
+                delay = 0.05
+            except (aiohttp.ClientError, OSError) as e:
+                log.debug("controller not reachable: %s", e)
+            except asyncio.CancelledError:
+                break
+            except Exception:
+                log.exception("agent session failed")
+            self.ws = None
+            if self.stop.is_set():
+                break
+            try:
+                await asyncio.wait_for(self.stop.wait(), timeout=delay)
+            except TimeoutError:
+                pass
+            delay = min(delay * 2, 2.0)
+        scan.cancel()
+        loop.remove_reader(self._dgram.fileno())
+        self._dgram.close()
+
+    async def _session(self) -> None:
+        conn = aiohttp.UnixConnector(path=self.controller_socket)
+        async with aiohttp.ClientSession(connector=conn) as session:
+            async with session.ws_connect("http://corral/v1/agent/ws", heartbeat=30,
+                                          max_msg_size=64 * 1024 * 1024) as ws:
+                self.ws = ws
+                self.reported = set()
+                running, ended = [], []
+                for jid in self.job_ids():
+                    ev = self.ended_event(jid)
+                    if ev is not None:
+                        ended.append(ev)
+                        self.reported.add(jid)
+                    elif stepd.is_alive(self.job_dir(jid)):
+                        running.append(jid)
+                h = self.hw
+                await ws.send_str(json.dumps({
+                    "type": "register", "nodes": self.nodes, "running": running, "ended": ended,
+                    "hw": {"hostname": h.hostname, "arch": h.arch, "os": h.os,
+                           "boot_time": h.boot_time, "start_time": self.start_time,
+                           "cpus": h.cpus, "memory_mb": h.memory_mb,
+                           "gpus": [g.index for g in h.gpus], "addr": "127.0.0.1"},
+                }))
+                log.info("connected to controller; %d running, %d ended jobs", len(running), len(ended))
+                hb = asyncio.get_running_loop().create_task(self._heartbeat(ws))
+                try:
+                    async for msg in ws:
+                        if msg.type != aiohttp.WSMsgType.TEXT:
+                            if msg.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSED):
+                                break
+                            continue
+                        data = json.loads(msg.data)
+                        for m in data.get("messages", [data]):
+                            self._handle(m)
+                finally:
+                    hb.cancel()
+        log.warning("lost the controller; reconnecting")
+
+    async def _heartbeat(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        while True:
+            await asyncio.sleep(10)
+            await ws.send_str(json.dumps({"type": "heartbeat", "load": os.getloadavg()[0],
+                                          "free_mem": hw.free_memory_mb()}))
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        ws = self.ws
+        if ws is None or ws.closed:
+            return
+        asyncio.get_running_loop().create_task(ws.send_str(json.dumps(msg)))
+
+    def _handle(self, m: dict[str, Any]) -> None:
+        mtype = m.get("type")
+        if mtype == "launch":
+            self.launch(m["launch"])
+        elif mtype == "control":
+            d = self.job_dir(int(m["job_id"]))
+            if not stepd.send_control(d, m["control"]):
+                log.info("job %s: supervisor gone; control %s dropped", m["job_id"], m["control"])
+        elif mtype == "ack":
+            self._forget(int(m["job_id"]))
+        elif mtype == "registered":
+            for jid in m.get("ack", []):
+                self._forget(int(jid))
+
+    def _forget(self, job_id: int) -> None:
+        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+        self.reported.discard(job_id)
+
+    # ---- launching -------------------------------------------------------
+    def launch(self, spec: dict[str, Any]) -> None:
+        job_id = int(spec["job_id"])
+        d = self.job_dir(job_id)
+        try:
+            if os.path.exists(d):
+                if stepd.is_alive(d):
+                    log.warning("job %d is already running here; launch ignored", job_id)
+                    return
+                shutil.rmtree(d)
+            os.makedirs(d, mode=0o755)
+            script = os.path.join(d, "script")
+            fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+            with os.fdopen(fd, "w") as f:
+                f.write(spec["script_text"])
+            uid, gid = int(spec["uid"]), int(spec["gid"])
+            if os.geteuid() == 0:
+                os.chown(script, uid, gid)
+                os.chown(d, uid, gid)
+            launch = {k: v for k, v in spec.items() if k != "script_text"}
+            launch.update(script=script, notify_socket=self.notify_path,
+                          cgroup_root=self.cgroup_root, cpus=None)
+            tmp = os.path.join(d, "launch.json.tmp")
+            with open(tmp, "w") as f:
+                json.dump(launch, f)
+            os.rename(tmp, os.path.join(d, "launch.json"))
+            stepd.spawn_step(d)
+        except Exception as e:
+            log.exception("launch of job %d failed", job_id)
+            self._send({"type": "launch_failed", "job_id": job_id, "error": str(e)})
+
+    # ---- endings -----------------------------------------------------------
+    def _on_notify(self) -> None:
+        assert self._dgram is not None
+        while True:
+            try:
+                data = self._dgram.recv(65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                return
+            try:
+                msg = json.loads(data)
+            except ValueError:
+                continue
+            if msg.get("event") == "exited":
+                self._report(int(msg["job_id"]))
+
+    def _report(self, job_id: int) -> None:
+        if job_id in self.reported or self.ws is None:
+            return
+        ev = self.ended_event(job_id)
+        if ev is not None:
+            self.reported.add(job_id)
+            self._send(ev)
+
+    async def _scan_loop(self) -> None:
+        """Catch endings whose notification was missed (agent restarting, full socket)."""
+        while True:
+            await asyncio.sleep(1.0)
+            if self.ws is None:
+                continue
+            for jid in self.job_ids():
+                if jid not in self.reported:
+                    self._report(jid)
+
+
+def _cgroup_root() -> str | None:
+    """Confine jobs with cgroups only where this agent may write them."""
+    root = "/sys/fs/cgroup"
+    if os.geteuid() != 0 or not os.access(root, os.W_OK):
+        log.info("cgroups not writable here: jobs are confined by process group and affinity only")
+        return None
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="corral-agent")
+    ap.add_argument("--home", default=None)
+    ap.add_argument("--nodes", required=True, help="hostlist of the node names this agent serves")
+    ap.add_argument("--controller-socket", default=None)
+    ap.add_argument("--log-level", default="INFO")
+    args = ap.parse_args(argv)
+    from corral.model.hostlists import expand
+
+    home = os.path.abspath(args.home) if args.home else paths.corral_home()
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    agent = Agent(home, expand(args.nodes), args.controller_socket or paths.socket_path(home))
+
+    async def runner() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, agent.stop.set)
+        task = loop.create_task(agent.run())
+        await agent.stop.wait()
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+
+    asyncio.run(runner())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,955 @@
+"""The step supervisor (slurmstepd's role): runs one job step as its owner and reports its end.
+
+The agent calls `spawn_step(job_dir)`; everything the supervisor needs is in
+`job_dir/launch.json`, and everything it produces lands in `job_dir`:
+
+- `stepd.pid`   "PID STARTTIME": the supervisor (STARTTIME from /proc tells a reused pid apart)
+- `ctl.sock`    datagram socket for `send_control()` (cancel, signal, suspend, ...)
+- `status.json` the final state, written atomically; `read_status()` returns it
+- `stepd.log`   the supervisor's own notes (cgroup fall-backs, errors); never the job's output
+
+The supervisor is a double-forked copy of the caller, in its own session and reparented to
+init, so it outlives the agent; it depends on nothing from the agent after the fork.  Within
+it, one loop waits on the control socket, the job's exec-status pipe and SIGCHLD, and runs the
+time-limit timers.  The job process is forked from it and confined by cgroups (corral.agent.
+cgroup) where writable; otherwise the supervisor becomes a child subreaper and treats all its
+descendants as the job's processes.
+
+Run `python -m corral.agent.stepd JOB_DIR` to supervise in the foreground (debugging).
+"""
+
+from __future__ import annotations
+
+import errno
+import gc
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from typing import Any, NoReturn
+
+from corral.agent.cgroup import CgroupError, StepCgroup
+
+LAUNCH_FILE = "launch.json"
+STATUS_FILE = "status.json"
+PID_FILE = "stepd.pid"
+CTL_SOCKET = "ctl.sock"
+LOG_FILE = "stepd.log"
+PROC_NAME = "corral-stepd"  # /proc/PID/comm of a supervisor: tells it apart from a reused pid
+
+# Slurm records a batch step whose output file cannot be created as killed by "signal" 53
+# (job_rc 4021 & 127): sacct shows FAILED 0:53.
+OUTPUT_FAILED_SIGNAL = 53
+MAX_DATAGRAM = 65536
+SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes with the terminating NUL
+PR_SET_CHILD_SUBREAPER = 36
+REAP_TIMEOUT = 5.0  # seconds to wait for the last processes of a finished step to vanish
+
+_SIGNALS_IGNORED_BY_SUPERVISOR = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE,
+                                  signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+# ---------------------------------------------------------------------------------------
+# Public API (called by the agent)
+# ---------------------------------------------------------------------------------------
+
+# Middle processes of spawn_step() not yet reaped: waiting for their exit (the kernel tearing
+# down a copy of the caller's address space) would cost the caller several milliseconds.
+_pending_middles: list[int] = []
+
+
+def _reap_middles() -> None:
+    for pid in list(_pending_middles):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid  # reaped by someone else (a SIGCHLD handler of the caller)
+        if done:
+            _pending_middles.remove(pid)
+
+
+def spawn_step(job_dir: str) -> int:
+    """Start a detached supervisor for `job_dir/launch.json`; return its pid.
+
+    When this returns, the supervisor has bound `ctl.sock` and written `stepd.pid`, so
+    `send_control()` and `is_alive()` work at once.  Raises RuntimeError if it did not start.
+    """
+    job_dir = os.path.abspath(job_dir)
+    report_r, report_w = os.pipe()  # non-inheritable (O_CLOEXEC) by Python's default
+    # Signals stay blocked across fork so none can run the caller's handlers in the child.
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        pid = os.fork()
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        os.close(report_r)
+        os.close(report_w)
+        raise
+    if pid == 0:
+        _fork_child(job_dir, report_r, report_w)  # never returns
+    signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    os.close(report_w)
+    _pending_middles.append(pid)
+    chunks = []
+    try:
+        while chunk := os.read(report_r, 64):
+            chunks.append(chunk)
+    finally:
+        os.close(report_r)
+    _reap_middles()
+    text = b"".join(chunks).decode(errors="replace").strip()
+    if not text.isdigit():
+        raise RuntimeError(f"step supervisor for {job_dir} did not start"
+                           f" (see {os.path.join(job_dir, LOG_FILE)})")
+    return int(text)
+
+
+def send_control(job_dir: str, message: dict[str, Any]) -> bool:
+    """Send one control message; False when no supervisor listens on `job_dir/ctl.sock`."""
+    data = json.dumps(message).encode()
+    with _socket_address(os.path.join(job_dir, CTL_SOCKET)) as address:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.setblocking(False)
+            sock.sendto(data, address)
+        except BlockingIOError:
+            return True  # the supervisor is alive but busy: the message is queued or dropped
+        except OSError:
+            return False
+        finally:
+            sock.close()
+    return True
+
+
+def read_status(job_dir: str) -> dict[str, Any] | None:
+    """The final status of the step, or None while it has not ended."""
+    _reap_middles()
+    try:
+        with open(os.path.join(job_dir, STATUS_FILE)) as f:
+            status: dict[str, Any] = json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return status
+
+
+def is_alive(job_dir: str) -> bool:
+    """True while the supervisor recorded in `job_dir/stepd.pid` runs (not a reused pid)."""
+    _reap_middles()
+    try:
+        with open(os.path.join(job_dir, PID_FILE)) as f:
+            pid_text, start_text = f.read().split()
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return False
+    stat = _proc_stat(pid)
+    if stat is None or stat[0] == "Z" or stat[2] != start_text:
+        return False
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip() == PROC_NAME
+    except OSError:
+        return False
+
+
+def run_foreground(job_dir: str) -> int:
+    """Supervise the step in this process (no fork); returns when the step has ended."""
+    job_dir = os.path.abspath(job_dir)
+    return _supervise(job_dir, report_fd=None, detached=False)
+
+
+# ---------------------------------------------------------------------------------------
+# Small helpers
+# ---------------------------------------------------------------------------------------
+
+class _socket_address:
+    """A socket path short enough for sockaddr_un: long job directories are reached through
+    /proc/self/fd/N (N an O_PATH descriptor of the directory) instead."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.dir_fd: int | None = None
+
+    def __enter__(self) -> str:
+        if len(os.fsencode(self.path)) <= SUN_PATH_MAX:
+            return self.path
+        self.dir_fd = os.open(os.path.dirname(self.path), os.O_PATH | os.O_DIRECTORY)
+        return f"/proc/self/fd/{self.dir_fd}/{os.path.basename(self.path)}"
+
+    def __exit__(self, *exc: object) -> None:
+        if self.dir_fd is not None:
+            os.close(self.dir_fd)
+            self.dir_fd = None
+
+
+def _proc_stat(pid: int) -> tuple[str, int, str] | None:
+    """(state, ppid, starttime) of a process from /proc/PID/stat, None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()  # the command name may contain spaces
+    return fields[0].decode(), int(fields[1]), fields[19].decode()
+
+
+def _descendants(root_pid: int) -> list[int]:
+    """Every live descendant of root_pid, found through the ppid links in /proc."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        stat = _proc_stat(int(name))
+        if stat is not None and stat[0] != "Z":
+            children.setdefault(stat[1], []).append(int(name))
+    found: list[int] = []
+    todo = [root_pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _write_atomic(path: str, text: str, mode: int = 0o644) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+
+
+def _set_child_subreaper() -> bool:
+    """Orphaned job processes are reparented to us (not init): no process can leave the
+    step by double-forking, and we reap them."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError, ImportError):
+        return False
+
+
+def _strerror(err: int) -> str:
+    return os.strerror(err) if err else "Unknown error"
+
+
+# ---------------------------------------------------------------------------------------
+# Process set-up: from the caller to a detached supervisor
+# ---------------------------------------------------------------------------------------
+
+def _fork_child(job_dir: str, report_r: int, report_w: int) -> NoReturn:
+    """The middle process: new session, fork the supervisor, exit.  Never returns."""
+    code = 1
+    try:
+        gc.disable()  # collecting the caller's garbage could close fd numbers we reuse
+        os.close(report_r)
+        os.setsid()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = _supervise(job_dir, report_fd=report_w, detached=True)
+            finally:
+                os._exit(code)
+        os.close(report_w)  # the caller's read ends when the supervisor closes its copy
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _reset_signals(ignored: tuple[int, ...] = ()) -> None:
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:
+        pass
+    for sig in (signal.SIGCHLD, signal.SIGALRM, signal.SIGXFSZ, signal.SIGTSTP, signal.SIGTTIN,
+                signal.SIGTTOU, *_SIGNALS_IGNORED_BY_SUPERVISOR):
+        signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+
+
+def _supervise(job_dir: str, report_fd: int | None, detached: bool) -> int:
+    """Become the supervisor of job_dir; returns the process exit code."""
+    if detached:
+        # Nothing of the caller's is ours: its loop, sockets, files.  Keep only report_fd.
+        _reset_signals(ignored=_SIGNALS_IGNORED_BY_SUPERVISOR)
+        assert report_fd is not None
+        os.closerange(3, report_fd)
+        os.closerange(report_fd + 1, 1 << 20)
+    else:
+        _reset_signals(ignored=(signal.SIGPIPE, signal.SIGHUP))
+    log_fd = os.open(os.path.join(job_dir, LOG_FILE),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    if detached:
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.dup2(log_fd, 2)  # a traceback from the supervisor ends up in stepd.log
+        if null > 2:
+            os.close(null)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    try:
+        with open("/proc/self/comm", "w") as f:
+            f.write(PROC_NAME)
+    except OSError:
+        pass
+    supervisor = Supervisor(job_dir, log_fd)
+    try:
+        supervisor.bind()
+        stat = _proc_stat(os.getpid())
+        _write_atomic(os.path.join(job_dir, PID_FILE), f"{os.getpid()} {stat[2] if stat else 0}\n")
+    except BaseException as e:
+        supervisor.note(f"cannot start: {e}")
+        raise
+    if report_fd is not None:
+        os.write(report_fd, str(os.getpid()).encode())
+        os.close(report_fd)
+    try:
+        supervisor.run()
+    except BaseException as e:
+        import traceback
+
+        supervisor.note(f"supervisor error: {e!r}")
+        traceback.print_exc()  # stderr is stepd.log when detached
+        supervisor.emergency_stop()
+        return 1
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# The supervisor
+# ---------------------------------------------------------------------------------------
+
+class LaunchError(Exception):
+    """The job could not be started; the message is for the job's stderr file."""
+
+    def __init__(self, message: str, exit_code: int = 1, signal_num: int = 0) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.signal_num = signal_num
+
+
+class Supervisor:
+    """Supervises one step: starts it, answers control messages, enforces limits."""
+
+    def __init__(self, job_dir: str, log_fd: int) -> None:
+        self.job_dir = job_dir
+        self.log_fd = log_fd
+        self.launch: dict[str, Any] = {}
+        self.ctl: socket.socket | None = None
+        self.cgroup: StepCgroup | None = None
+        self.job_pid = 0
+        self.job_status: int | None = None  # waitpid status of the batch shell once reaped
+        self.exec_r: int | None = None  # read end of the job's CLOEXEC pipe until exec happens
+        self.exec_report = b""
+        self.exec_error: dict[str, Any] | None = None
+        self.launch_error: LaunchError | None = None
+        self.started_sent = False
+        self.start_time = time.time()
+        self.end_time = 0.0
+        self.start_mono = time.monotonic()
+        self.reason: str | None = None  # CANCELLED, TIMEOUT or REQUEUED once we kill the step
+        self.time_limit = -1.0
+        self.kill_wait = 30.0
+        self.warn_signal: tuple[int, float, bool] | None = None
+        self.warn_sent = False
+        self.kill_at: float | None = None  # monotonic time of the SIGKILL after a SIGTERM
+        self.suspended_since: float | None = None
+        self.suspended_total = 0.0
+        self.stopped_by_signal = False  # suspended through SIGSTOP (no freezer)
+        self.wake_r = -1
+        self.wake_w = -1
+
+    # -- logging ------------------------------------------------------------------------
+    def note(self, message: str) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        try:
+            os.write(self.log_fd, f"[{stamp}] {message}\n".encode())
+        except OSError:
+            pass
+
+    def _job_stderr_message(self, text: str, create: bool = False) -> None:
+        """Append a `slurmstepd: error:` line to the job's stderr file (if it exists, or
+        `create`: when the job never ran, the file holds only this line)."""
+        path = self.launch.get("stderr") or self.launch.get("stdout")
+        if not path:
+            self.note(text)
+            return
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+        if create:
+            flags |= os.O_CREAT | (os.O_TRUNC if self.launch.get("open_mode") != "append" else 0)
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError:
+            self.note(text)
+            return
+        try:
+            os.write(fd, f"slurmstepd: error: {text}\n".encode())
+        finally:
+            os.close(fd)
+
+    # -- set-up -------------------------------------------------------------------------
+    def bind(self) -> None:
+        path = os.path.join(self.job_dir, CTL_SOCKET)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        with _socket_address(path) as address:
+            try:
+                os.unlink(path)  # left by an earlier attempt of the same step
+            except FileNotFoundError:
+                pass
+            old_umask = os.umask(0o177)  # only the agent's uid may control the step
+            try:
+                sock.bind(address)
+            finally:
+                os.umask(old_umask)
+        sock.setblocking(False)
+        self.ctl = sock
+
+    def _load_launch(self) -> None:
+        with open(os.path.join(self.job_dir, LAUNCH_FILE)) as f:
+            self.launch = json.load(f)
+        launch = self.launch
+        limit = launch.get("time_limit")
+        self.time_limit = -1.0 if limit is None else float(limit)
+        kill_wait = launch.get("kill_wait")
+        self.kill_wait = 30.0 if kill_wait is None else float(kill_wait)
+        spec = launch.get("signal")
+        if spec:
+            self.warn_signal = (int(spec["num"]), float(spec.get("secs", 60)),
+                                bool(spec.get("batch_only", False)))
+
+    def _setup_cgroup(self) -> None:
+        root = self.launch.get("cgroup_root")
+        if not root:
+            return
+        try:
+            cgroup = StepCgroup(root, self.launch["job_id"], str(self.launch.get("step", "batch")))
+            for note in cgroup.create(self.launch.get("cpus"), self.launch.get("mem_mb")):
+                self.note(f"cgroup: {note}")
+        except OSError as e:
+            self.note(f"cgroups not used ({e}); falling back to process tracking")
+            return
+        self.cgroup = cgroup
+
+    # -- the job process ----------------------------------------------------------------
+    def _start_job(self) -> None:
+        launch = self.launch
+        uid = int(launch.get("uid", os.getuid()))
+        if os.geteuid() != 0 and uid != os.geteuid():
+            raise LaunchError(
+                f"cannot run job {launch.get('job_id')} as uid {uid}: this agent runs as uid "
+                f"{os.geteuid()}, not root, and can only run jobs of uid {os.geteuid()}")
+        exec_r, exec_w = os.pipe()  # both ends close on exec: EOF on exec_r means exec worked
+        self.start_time = time.time()
+        self.start_mono = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(exec_r)
+                self._exec_job(exec_w)
+            finally:
+                os._exit(1)
+        os.close(exec_w)
+        self.job_pid = pid
+        self.exec_r = exec_r
+        os.set_blocking(exec_r, False)
+
+    def _exec_job(self, exec_w: int) -> NoReturn:
+        """In the forked job process: confine, become the owner, set up I/O, exec."""
+        launch = self.launch
+
+        def fail(stage: str, err: int, message: str, code: int) -> NoReturn:
+            report = {"stage": stage, "errno": err, "message": message}
+            try:
+                os.write(exec_w, json.dumps(report).encode())
+            finally:
+                os._exit(code)
+
+        _reset_signals()
+        os.setsid()
+        if self.cgroup is not None:
+            try:
+                self.cgroup.add_self()
+            except CgroupError as e:
+                self.note(f"job not confined: {e}")
+        cpus = launch.get("cpus")
+        if cpus:
+            try:
+                os.sched_setaffinity(0, cpus)
+            except OSError as e:
+                self.note(f"cannot bind to CPUs {cpus}: {e.strerror}")
+        uid = int(launch.get("uid", os.getuid()))
+        gid = int(launch.get("gid", os.getgid()))
+        if os.geteuid() == 0 and uid != os.geteuid():
+            try:
+                groups = launch.get("groups")
+                if groups is None:
+                    try:
+                        groups = os.getgrouplist(launch.get("user") or str(uid), gid)
+                    except OSError:
+                        groups = [gid]
+                os.setgroups([int(g) for g in groups])
+                os.setgid(gid)
+                os.setuid(uid)
+            except OSError as e:
+                fail("identity", e.errno or 0, f"cannot become uid {uid}: {e.strerror}", 1)
+        umask = launch.get("umask")
+        if umask is None:
+            env_umask = (launch.get("env") or {}).get("SLURM_UMASK", "")
+            umask = int(env_umask, 8) if env_umask.isdigit() else 0o022
+        os.umask(int(umask))
+        self._open_job_io(fail)
+        work_dir = launch.get("work_dir") or "/tmp"
+        try:
+            os.chdir(work_dir)
+        except OSError as e:
+            os.write(2, (f"slurmstepd: error: couldn't chdir to `{work_dir}': "
+                         f"{_strerror(e.errno or 0)}: going to /tmp instead\n").encode())
+            try:
+                os.chdir("/tmp")
+            except OSError:
+                os.write(2, b"slurmstepd: error: couldn't chdir to /tmp either. dying.\n")
+                fail("chdir", e.errno or 0, f"couldn't chdir to {work_dir}", 1)
+        script = launch["script"]
+        argv = [script, *[str(a) for a in launch.get("argv") or []]]
+        env = {str(k): str(v) for k, v in (launch.get("env") or {}).items()}
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        try:
+            os.execve(script, argv, env)
+        except OSError as e:
+            err = e.errno or errno.ENOEXEC
+        message = f"execve(): {script}: {_strerror(err)}"
+        if err == errno.ENOENT:
+            # The script exists but its #! interpreter does not: say which (as Slurm does).
+            try:
+                with open(script, "rb") as f:
+                    head = f.read(256)
+                if head.startswith(b"#!"):
+                    interp = head[2:].split(b"\n", 1)[0].decode(errors="replace")
+                    message = f"execve(): bad interpreter({interp}): {_strerror(err)}"
+            except OSError:
+                pass
+        os.write(2, f"slurmstepd: error: {message}\n".encode())
+        fail("exec", err, message, err & 0xFF)
+
+    def _open_job_io(self, fail: Any) -> None:
+        """Open stdin/stdout/stderr as the owner (already switched to) and install them."""
+        launch = self.launch
+        append = launch.get("open_mode") == "append"
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+        stdout = launch.get("stdout") or os.devnull
+        stderr = launch.get("stderr") or stdout
+        stdin = launch.get("stdin") or os.devnull
+        fds: list[int] = []
+        for name, path, mode in (("stdin", stdin, os.O_RDONLY), ("stdout", stdout, flags),
+                                 ("stderr", stderr, flags)):
+            if name == "stderr" and stderr == stdout:
+                fds.append(os.dup(fds[1]))
+                continue
+            try:
+                fds.append(os.open(path, mode, 0o666))
+            except OSError as e:
+                self.note(f"Could not open {name} file {path}: {e.strerror}")
+                fail("output", e.errno or 0, f"Could not open {name} file {path}: {e.strerror}",
+                     1)
+        # dup2 leaves the target inheritable; the originals stay close-on-exec.
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for fd in fds:
+            if fd > 2:
+                os.close(fd)
+
+    # -- main loop ----------------------------------------------------------------------
+    def run(self) -> None:
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so SIGCHLD wakes select()
+        _set_child_subreaper()
+        try:
+            self._load_launch()
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            self.note(f"bad {LAUNCH_FILE}: {e}")
+            self.launch_error = LaunchError(f"bad launch description: {e}")
+        if self.launch_error is None:
+            self._setup_cgroup()
+            try:
+                self._start_job()
+            except LaunchError as e:
+                self.launch_error = e
+            except OSError as e:
+                self.launch_error = LaunchError(f"cannot start job: {e}")
+        if self.launch_error is not None:
+            self._job_stderr_message(str(self.launch_error), create=True)
+            self.note(str(self.launch_error))
+        else:
+            while self.job_status is None:
+                self._wait_once()
+            self._end_of_step_cleanup()
+        self._finish()
+
+    def _wait_once(self) -> None:
+        readers: list[Any] = [self.wake_r]
+        if self.ctl is not None:
+            readers.append(self.ctl)
+        if self.exec_r is not None:
+            readers.append(self.exec_r)
+        ready, _, _ = select.select(readers, [], [], self._next_timeout())
+        if self.wake_r in ready:
+            try:
+                while os.read(self.wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        if self.exec_r is not None and self.exec_r in ready:
+            self._read_exec_pipe()
+        if self.ctl is not None and self.ctl in ready:
+            self._read_control()
+        self._reap()
+        self._run_timers()
+
+    def _read_exec_pipe(self) -> None:
+        """Collect the job's exec report; EOF without a report means the exec succeeded."""
+        assert self.exec_r is not None
+        while True:
+            try:
+                chunk = os.read(self.exec_r, 4096)
+            except BlockingIOError:
+                if self.job_status is None:
+                    return  # more may come: wait for EOF
+                chunk = b""  # the job has exited, so nothing holds the write end any more
+            if not chunk:
+                break
+            self.exec_report += chunk
+        os.close(self.exec_r)
+        self.exec_r = None
+        if self.exec_report:
+            try:
+                self.exec_error = json.loads(self.exec_report)
+            except ValueError:
+                self.exec_error = {"stage": "exec", "errno": 0, "message": "unknown failure"}
+            self.note(f"job did not start: {self.exec_error.get('message')}")
+        elif not self.started_sent:
+            self.started_sent = True
+            self._notify({"event": "started", "pid": self.job_pid})
+
+    def _read_control(self) -> None:
+        assert self.ctl is not None
+        while True:
+            try:
+                data = self.ctl.recv(MAX_DATAGRAM)
+            except (BlockingIOError, InterruptedError):
+                return
+            try:
+                message = json.loads(data)
+                self._handle(message)
+            except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
+                self.note(f"bad control message {data[:200]!r}: {e}")
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        op = message["op"]
+        if op == "cancel":
+            self._terminate("CANCELLED")
+        elif op == "requeue":
+            self._terminate("REQUEUED")
+        elif op == "signal":
+            sig = int(message["signal"])
+            if message.get("batch_only"):
+                self._signal_batch(sig)
+            else:
+                self._signal_all(sig)
+        elif op == "suspend":
+            self._suspend()
+        elif op == "resume":
+            self._resume()
+        elif op == "time_limit":
+            self.time_limit = float(message["seconds"])
+            if self.warn_signal and self.warn_sent:
+                # A longer limit re-arms the warning signal (as Slurm does on extension).
+                self.warn_sent = self._elapsed() >= self.time_limit - self.warn_signal[1]
+        else:
+            self.note(f"unknown control op {op!r}")
+
+    # -- time ---------------------------------------------------------------------------
+    def _elapsed(self) -> float:
+        """Seconds the step has run, not counting time suspended (as Slurm's time limit)."""
+        now = time.monotonic()
+        suspended = self.suspended_total
+        if self.suspended_since is not None:
+            suspended += now - self.suspended_since
+        return now - self.start_mono - suspended
+
+    def _next_timeout(self) -> float | None:
+        waits: list[float] = []
+        if self.kill_at is not None:
+            waits.append(self.kill_at - time.monotonic())
+        if self.time_limit >= 0 and self.suspended_since is None and self.reason is None:
+            left = self.time_limit - self._elapsed()
+            waits.append(left)
+            if self.warn_signal and not self.warn_sent:
+                waits.append(left - self.warn_signal[1])
+        if not waits:
+            return None
+        return max(0.0, min(waits))
+
+    def _run_timers(self) -> None:
+        if self.job_status is not None:
+            return
+        if self.kill_at is not None and time.monotonic() >= self.kill_at:
+            self.kill_at = time.monotonic() + 1.0  # keep at it for processes that resist
+            self._signal_all(signal.SIGKILL)
+        if self.time_limit < 0 or self.suspended_since is not None or self.reason is not None:
+            return
+        elapsed = self._elapsed()
+        if self.warn_signal and not self.warn_sent and \
+                elapsed >= self.time_limit - self.warn_signal[1]:
+            self.warn_sent = True
+            num, _, batch_only = self.warn_signal
+            if batch_only:
+                self._signal_batch(num)
+            else:
+                self._signal_all(num)
+        if elapsed >= self.time_limit:
+            self._terminate("TIMEOUT")
+
+    # -- signals ------------------------------------------------------------------------
+    def _job_pids(self) -> set[int]:
+        """Every process of the step: the cgroup's members plus our descendants (which
+        include orphans reparented to us as subreaper)."""
+        pids = set(_descendants(os.getpid()))
+        if self.cgroup is not None:
+            pids.update(self.cgroup.pids())
+        pids.discard(os.getpid())
+        return pids
+
+    def _signal_batch(self, sig: int) -> None:
+        if self.job_status is None and self.job_pid:
+            try:
+                os.kill(self.job_pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _signal_all(self, sig: int) -> None:
+        if sig == signal.SIGKILL and self.cgroup is not None:
+            try:
+                self.cgroup.kill_all()  # atomic where the kernel has it; the loop below as well
+            except OSError:
+                pass
+        if self.job_status is None and self.job_pid:
+            try:
+                os.killpg(self.job_pid, sig)  # the job's session leader is its group leader
+            except (ProcessLookupError, PermissionError):
+                pass
+        signalled: set[int] = set()
+        # Repeat while new processes appear (forked while we were signalling).
+        for _ in range(4):
+            pids = self._job_pids() - signalled
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            signalled |= pids
+
+    def _suspend(self) -> None:
+        if self.suspended_since is not None or self.job_status is not None:
+            return
+        frozen = False
+        if self.cgroup is not None and self.cgroup.can_freeze:
+            try:
+                frozen = self.cgroup.freeze()
+                if not frozen:
+                    self.note("freezer did not report FROZEN in time")
+                    frozen = True  # the freeze is in effect as far as it goes; thaw on resume
+            except OSError as e:
+                self.note(f"freezer not usable ({e}); suspending with SIGSTOP")
+        if not frozen:
+            self._signal_all(signal.SIGSTOP)
+            self.stopped_by_signal = True
+        self.suspended_since = time.monotonic()
+
+    def _resume(self) -> None:
+        if self.suspended_since is None:
+            return
+        self._thaw()
+        self.suspended_total += time.monotonic() - self.suspended_since
+        self.suspended_since = None
+
+    def _thaw(self) -> None:
+        if self.cgroup is not None and self.cgroup.frozen:
+            try:
+                self.cgroup.thaw()
+            except OSError as e:
+                self.note(f"cannot thaw: {e}")
+        if self.stopped_by_signal:
+            self._signal_all(signal.SIGCONT)
+            self.stopped_by_signal = False
+
+    def _terminate(self, reason: str) -> None:
+        """SIGTERM to every process, SIGKILL kill_wait seconds later; the step ends as
+        `reason` (the first reason wins: a cancel during a time-out stays a TIMEOUT)."""
+        if self.job_status is not None:
+            return
+        if self.reason is None:
+            self.reason = reason
+            entity = f"JOB {self.launch.get('job_id')}"
+            node = self.launch.get("node_name") or os.uname().nodename.split(".")[0]
+            when = time.strftime("%Y-%m-%dT%H:%M:%S")
+            suffix = {"TIMEOUT": " DUE TO TIME LIMIT", "REQUEUED": " DUE TO JOB REQUEUE"}
+            self._job_stderr_message(
+                f"*** {entity} ON {node} CANCELLED AT {when}{suffix.get(reason, '')} ***")
+        if self.suspended_since is not None:
+            self._resume()
+        self._signal_all(signal.SIGCONT)
+        self._signal_all(signal.SIGTERM)
+        if self.kill_at is None:
+            self.kill_at = time.monotonic() + max(0.0, self.kill_wait)
+
+    # -- the end ------------------------------------------------------------------------
+    def _reap(self) -> None:
+        """Collect every exited child: the batch shell and reparented orphans."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.job_pid and self.job_status is None:
+                self.job_status = status
+                self.end_time = time.time()
+                if self.exec_r is not None:
+                    self._read_exec_pipe()
+
+    def _end_of_step_cleanup(self) -> None:
+        """The batch shell has exited: kill what it left behind, as Slurm does, and wait
+        until it is gone so the cgroup can be removed."""
+        if self.cgroup is not None and self.cgroup.frozen:
+            self._signal_all(signal.SIGKILL)
+            self._thaw()  # frozen processes die only once thawed
+        if self.stopped_by_signal:
+            self._thaw()
+        deadline = time.monotonic() + REAP_TIMEOUT
+        while True:
+            self._reap()
+            left = self._job_pids()
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                self.note(f"processes still alive after the step ended: {sorted(left)}")
+                return
+            self._signal_all(signal.SIGKILL)
+            time.sleep(0.01)
+
+    def _final_status(self) -> dict[str, Any]:
+        exit_code = 0
+        sig = 0
+        if self.launch_error is not None:
+            state, exit_code, sig = "FAILED", self.launch_error.exit_code, \
+                self.launch_error.signal_num
+        else:
+            status = self.job_status or 0
+            if os.WIFSIGNALED(status):
+                sig = os.WTERMSIG(status)
+            elif os.WIFEXITED(status):
+                exit_code = os.WEXITSTATUS(status)
+            oom_kills = self.cgroup.oom_kills() if self.cgroup is not None else 0
+            if oom_kills:
+                step = f"StepId={self.launch.get('job_id')}.{self.launch.get('step', 'batch')}"
+                self._job_stderr_message(
+                    f"Detected {oom_kills} oom-kill event(s) in {step}. Some of your processes"
+                    " may have been killed by the cgroup out-of-memory handler.")
+            if self.exec_error is not None and self.exec_error.get("stage") == "output":
+                exit_code, sig = 0, OUTPUT_FAILED_SIGNAL
+            if self.reason is not None:
+                state = self.reason
+            elif self.exec_error is not None:
+                state = "FAILED"
+            elif oom_kills:
+                state = "OUT_OF_MEMORY"
+            elif exit_code == 0 and sig == 0:
+                state = "COMPLETED"
+            else:
+                state = "FAILED"
+        return {
+            "job_id": self.launch.get("job_id"),
+            "step": self.launch.get("step", "batch"),
+            "state": state,
+            "exit_code": exit_code,
+            "signal": sig,
+            "start_time": self.start_time,
+            "end_time": self.end_time or time.time(),
+            "pid": self.job_pid,
+        }
+
+    def _finish(self) -> None:
+        status = self._final_status()
+        self._close_control()
+        _write_atomic(os.path.join(self.job_dir, STATUS_FILE), json.dumps(status) + "\n")
+        self._notify({"event": "exited", **{k: status[k] for k in
+                                            ("state", "exit_code", "signal")}})
+        if self.cgroup is not None and not self.cgroup.remove():
+            self.note("could not remove the step's cgroup")
+
+    def _close_control(self) -> None:
+        if self.ctl is not None:
+            self.ctl.close()
+            self.ctl = None
+            try:
+                os.unlink(os.path.join(self.job_dir, CTL_SOCKET))
+            except OSError:
+                pass
+
+    def _notify(self, event: dict[str, Any]) -> None:
+        path = self.launch.get("notify_socket")
+        if not path:
+            return
+        message = {"job_id": self.launch.get("job_id"), "step": self.launch.get("step", "batch"),
+                   **event}
+        try:
+            with _socket_address(path) as address:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                try:
+                    sock.setblocking(False)
+                    sock.sendto(json.dumps(message).encode(), address)
+                finally:
+                    sock.close()
+        except OSError as e:
+            self.note(f"cannot notify {path}: {e}")
+
+    def emergency_stop(self) -> None:
+        """After an internal error: do not leave the job unsupervised; kill it and report."""
+        try:
+            if self.job_pid and self.job_status is None:
+                self.reason = self.reason or "CANCELLED"
+                self._signal_all(signal.SIGKILL)
+                self._end_of_step_cleanup()
+            self._finish()
+        except BaseException as e:  # noqa: BLE001 - last resort, already failing
+            self.note(f"emergency stop failed: {e!r}")
+
+
+# ---------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0].startswith("-"):
+        print("usage: python -m corral.agent.stepd JOB_DIR", file=sys.stderr)
+        return 2
+    if not os.path.isfile(os.path.join(args[0], LAUNCH_FILE)):
+        print(f"stepd: error: {os.path.join(args[0], LAUNCH_FILE)}: No such file",
+              file=sys.stderr)
+        return 1
+    return run_foreground(args[0])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""`corral up | down | status`: start, stop and look at the cluster of $CORRAL_HOME."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from corral import paths
+from corral.cli import client
+
+PROG = "corral"
+
+
+def _ping() -> dict[str, Any] | None:
+    try:
+        return client.get("/v1/ping")  # type: ignore[no-any-return]
+    except (client.NotRunning, client.ApiError, OSError):
+        return None
+
+
+def _read_pid(name: str, home: str) -> int | None:
+    try:
+        with open(paths.pid_file(name, home)) as f:
+            pid = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return pid
+
+
+def default_config_text() -> str:
+    """slurm.conf for this machine: one node with its detected hardware, one partition."""
+    from corral.agent.hw import detect
+
+    h = detect()
+    node = os.uname().nodename.split(".")[0] or "localhost"
+    mem = max(1, int(h.memory_mb * 0.95))  # leave the OS some room, as admins do
+    gres = ""
+    if h.gpus:
+        gtype = h.gpu_type
+        gres = f" Gres=gpu:{gtype}:{len(h.gpus)}" if gtype else f" Gres=gpu:{len(h.gpus)}"
+    lines = [
+        "# Corral cluster configuration (slurm.conf syntax), written by `corral up`.",
+        "# Edit and run `corral down && corral up` to apply. Nodes may override hardware,",
+        "# e.g. NodeName=node[1-4] CPUs=16 RealMemory=64000 Gres=gpu:4",
+        "ClusterName=corral",
+        "KillWait=30",
+        "MinJobAge=300",
+        f"NodeName={node} CPUs={h.cpus} Sockets={h.sockets} CoresPerSocket={h.cores_per_socket} "
+        f"ThreadsPerCore={h.threads_per_core} RealMemory={mem}{gres}",
+        f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP",
+    ]
+    if h.gpu_note and not h.gpus:
+        lines.insert(3, f"# GPUs: none found ({h.gpu_note})")
+    return "\n".join(lines) + "\n"
+
+
+def _spawn(args: list[str], log_path: str, foreground: bool) -> subprocess.Popen[bytes]:
+    log = open(log_path, "ab")  # noqa: SIM115 - handed to the child
+    return subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=log,
+                            stdin=subprocess.DEVNULL, start_new_session=not foreground,
+                            close_fds=True)
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise TimeoutError(what)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    home = paths.corral_home()
+    if _ping() is not None:
+        print(f"corral: the cluster of {home} is already running")
+        return 0
+    os.makedirs(home, mode=0o755, exist_ok=True)
+    os.makedirs(paths.log_dir(home), exist_ok=True)
+    cfg_path = paths.config_path(home)
+    if args.config:
+        with open(args.config) as src:
+            text = src.read()
+        with open(cfg_path, "w") as dst:
+            dst.write(text)
+    elif not os.path.exists(cfg_path):
+        print("corral: detecting this machine's CPUs, memory and GPUs …", flush=True)
+        with open(cfg_path, "w") as f:
+            f.write(default_config_text())
+    from corral.model.config import ConfigError, parse_config
+
+    try:
+        with open(cfg_path) as f:
+            cfg = parse_config(f.read())
+    except ConfigError as e:
+        print(f"corral: error: {cfg_path}: {e}", file=sys.stderr)
+        return 1
+    if not cfg.nodes:
+        print(f"corral: error: {cfg_path} defines no nodes", file=sys.stderr)
+        return 1
+    from corral.model.hostlists import compress
+
+    nodes = compress([n.name for n in cfg.nodes])
+    ctl_log = os.path.join(paths.log_dir(home), "controller.log")
+    agent_log = os.path.join(paths.log_dir(home), "agent.log")
+    print("corral: starting the controller …", flush=True)
+    ctl = _spawn(["corral.controller", "--home", home], ctl_log, args.foreground)
+    with open(paths.pid_file("controller", home), "w") as f:
+        f.write(str(ctl.pid))
+    try:
+        _wait_for(lambda: ctl.poll() is not None or _ping() is not None, 30, "controller start")
+    except TimeoutError:
+        print(f"corral: error: the controller did not answer; see {ctl_log}", file=sys.stderr)
+        return 1
+    if ctl.poll() is not None:
+        print(f"corral: error: the controller exited; see {ctl_log}", file=sys.stderr)
+        return 1
+    agent_pid = _read_pid("agent", home)
+    if agent_pid is not None and not args.foreground:
+        # the agent outlived the controller: it reconnects by itself and re-syncs its jobs
+        print(f"corral: the agent (pid {agent_pid}) is still running; it will reconnect", flush=True)
+        agent: subprocess.Popen[bytes] | None = None
+    else:
+        print(f"corral: starting the agent for {nodes} …", flush=True)
+        agent = _spawn(["corral.agent", "--home", home, "--nodes", nodes], agent_log, args.foreground)
+        with open(paths.pid_file("agent", home), "w") as f:
+            f.write(str(agent.pid))
+
+    def agent_exited() -> bool:
+        return agent is not None and agent.poll() is not None
+
+    def all_up() -> bool:
+        try:
+            data = client.get("/v1/nodes")
+        except (client.NotRunning, client.ApiError, OSError):
+            return False
+        return all(n["responding"] for n in data["nodes"])
+
+    try:
+        _wait_for(lambda: agent_exited() or all_up(), 30, "agent registration")
+    except TimeoutError:
+        print(f"corral: error: the agent did not register; see {agent_log}", file=sys.stderr)
+        return 1
+    if agent_exited():
+        print(f"corral: error: the agent exited; see {agent_log}", file=sys.stderr)
+        return 1
+    print(f"corral: cluster {cfg.cluster_name} is up: {len(cfg.nodes)} node(s) {nodes}, "
+          f"partitions {', '.join(p.name for p in cfg.partitions)}")
+    print(f"  state:  {home}")
+    print(f"  config: {cfg_path}")
+    print(f"  socket: {paths.socket_path(home)}")
+    print(f"  logs:   {paths.log_dir(home)}")
+    print("  try:    sbatch --wrap 'hostname' && squeue")
+    if args.foreground and agent is not None:
+        return _foreground(ctl, agent, home)
+    return 0
+
+
+def _foreground(ctl: subprocess.Popen[bytes], agent: subprocess.Popen[bytes], home: str) -> int:
+    def stop(*_: Any) -> None:
+        for p in (agent, ctl):
+            if p.poll() is None:
+                p.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while ctl.poll() is None and agent.poll() is None:
+        time.sleep(0.2)
+    stop()
+    ctl.wait(10)
+    agent.wait(10)
+    for name in ("controller", "agent"):
+        try:
+            os.unlink(paths.pid_file(name, home))
+        except FileNotFoundError:
+            pass
+    return 0
+
+
+def _stop_pid(pid: int, timeout: float = 10.0) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _kill_jobs(home: str) -> int:
+    """Cancel every job supervisor left in the spool; returns how many there were."""
+    from corral.agent import stepd
+
+    spool = paths.spool_dir(home)
+    if not os.path.isdir(spool):
+        return 0
+    dirs = [os.path.join(spool, d) for d in os.listdir(spool) if d.startswith("job")]
+    alive = [d for d in dirs if stepd.is_alive(d)]
+    for d in alive:
+        stepd.send_control(d, {"op": "cancel"})
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(stepd.is_alive(d) for d in alive):
+        time.sleep(0.1)
+    return len(alive)
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    home = paths.corral_home()
+    agent = _read_pid("agent", home)
+    ctl = _read_pid("controller", home)
+    if agent is None and ctl is None and _ping() is None:
+        print(f"corral: no cluster is running for {home}")
+        return 0
+    if agent is not None:
+        _stop_pid(agent)
+    if not args.keep_jobs:
+        n = _kill_jobs(home)
+        if n:
+            print(f"corral: cancelled {n} running job(s)")
+    if ctl is not None:
+        _stop_pid(ctl)
+    for name in ("controller", "agent"):
+        try:
+            os.unlink(paths.pid_file(name, home))
+        except FileNotFoundError:
+            pass
+    print(f"corral: stopped the cluster of {home}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    home = paths.corral_home()
+    ping = _ping()
+    if ping is None:
+        print(f"corral: no cluster is running for {home} (start one with `corral up`)")
+        return 1
+    nodes = client.get("/v1/nodes")
+    diag = client.get("/v1/diag")
+    up = sum(1 for n in nodes["nodes"] if n["responding"])
+    print(f"cluster {ping['cluster']}: controller up since "
+          f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(diag['started']))}")
+    print(f"  state:  {home}")
+    print(f"  nodes:  {up}/{len(nodes['nodes'])} responding")
+    print(f"  jobs:   {diag['running']} running, {diag['pending']} pending")
+    print(f"  scheduler: {diag['sched_passes']} passes, last {diag['last_sched_seconds'] * 1000:.1f} ms")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=PROG, description="Run a Corral cluster on this machine.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="start the controller and the local agent")
+    up.add_argument("--config", help="slurm.conf-syntax file to use (copied into $CORRAL_HOME)")
+    up.add_argument("--foreground", action="store_true", help="stay attached; Ctrl-C stops")
+    up.set_defaults(fn=cmd_up)
+    down = sub.add_parser("down", help="stop what `corral up` started")
+    down.add_argument("--keep-jobs", action="store_true", help="leave running jobs running")
+    down.set_defaults(fn=cmd_down)
+    st = sub.add_parser("status", help="is the cluster up, and how busy")
+    st.set_defaults(fn=cmd_status)
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return int(args.fn(args))
+    except (client.NotRunning, client.ApiError) as e:
+        print(f"corral: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

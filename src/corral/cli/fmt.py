@@ -1,0 +1,168 @@
+"""The %-format engine shared by squeue and sinfo.
+
+Slurm prints each field through one routine (`_print_str` in squeue/sinfo):
+right-justified fields are printed with "%Ns" and then cut to N characters,
+left-justified ones with "%.Ns" (cut by the precision) and padded, fields
+without a width are printed whole.  A few node-list fields are printed with
+cutting switched off, which only changes right-justified output.  Null strings
+go through glibc's printf, which prints "(null)" unless the precision is under
+six, where it prints nothing; a `None` value reproduces that.
+
+This module is pure: it turns specs into `Field`s and values into text.
+"""
+
+from __future__ import annotations
+
+import getopt
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+NULL = None  # a value that Slurm prints from a NULL char*
+
+
+@dataclass(slots=True)
+class Field:
+    """One column: `key` is a %-letter or a -O field name (lower case)."""
+
+    key: str
+    width: int = 0
+    right: bool = False
+    suffix: str = ""
+    literal: str | None = None  # an invalid token, printed verbatim on every line
+
+
+@dataclass(slots=True)
+class Format:
+    prefix: str
+    fields: list[Field]
+    invalid: list[str]  # the keys Slurm reports as an invalid format specification
+
+
+def parse_percent(spec: str, valid: Iterable[str]) -> Format:
+    """Parse "-o" specs like '%.18i %9P "%j"'.
+
+    Text before the first % is a prefix; each %-token is [.]width letter suffix.
+    Runs of % collapse (Slurm splits with strtok); an unknown letter is printed
+    back as its own token text.
+    """
+    known = set(valid)
+    prefix, sep, rest = spec.partition("%")
+    fields: list[Field] = []
+    invalid: list[str] = []
+    if not sep:
+        return Format(prefix, fields, invalid)
+    for token in rest.split("%"):
+        if not token:
+            continue
+        i = 0
+        right = token.startswith(".")
+        if right:
+            i = 1
+        j = i
+        while j < len(token) and token[j].isdigit():
+            j += 1
+        width = int(token[i:j]) if j > i else 0
+        letter = token[j:j + 1]
+        suffix = token[j + 1:]
+        if letter and letter in known:
+            fields.append(Field(letter, width, right, suffix))
+        else:
+            invalid.append(letter)
+            fields.append(Field(letter, literal="%" + token))
+    return Format(prefix, fields, invalid)
+
+
+def parse_long(spec: str, valid: Iterable[str], default_width: int = 20) -> Format:
+    """Parse "-O" specs like 'jobid:10,name:.30|,state'.
+
+    Each comma-separated item is name[:[.]width[suffix]]; names are
+    case-insensitive; the default width is 20, left-justified.  Unknown names
+    are reported and print nothing.
+    """
+    known = set(valid)
+    fields: list[Field] = []
+    invalid: list[str] = []
+    for item in spec.split(","):
+        if not item:
+            continue
+        name, sep, tail = item.partition(":")
+        key = name.strip().lower()
+        width, right, suffix = default_width, False, ""
+        if sep:
+            i = 0
+            if tail.startswith("."):
+                right, i = True, 1
+            j = i
+            while j < len(tail) and tail[j].isdigit():
+                j += 1
+            if j > i:
+                width = int(tail[i:j])
+            suffix = tail[j:]
+        if key in known:
+            fields.append(Field(key, width, right, suffix))
+        else:
+            invalid.append(name)
+    return Format("", fields, invalid)
+
+
+def fit(value: str | None, width: int, right: bool, cut: bool = True) -> str:
+    """One field exactly as Slurm's _print_str prints it."""
+    if value is None:
+        # glibc: "%.Ns" with a NULL string prints nothing when N < 6.
+        value = "" if (width and not right and width < 6) else "(null)"
+    if width == 0:
+        return value
+    if right:
+        text = value.rjust(width)
+        if cut:
+            text = text[:width]
+    else:
+        text = value[:width].ljust(width)
+    return text
+
+
+def render(fmt: Format, value_of: Callable[[Field], str | None],
+           no_cut: frozenset[str] = frozenset()) -> str:
+    """One line (header or record) for `fmt`; `value_of` gives each field's value."""
+    parts = [fmt.prefix]
+    for f in fmt.fields:
+        if f.literal is not None:
+            parts.append(f.literal)
+            continue
+        parts.append(fit(value_of(f), f.width, f.right, cut=f.key not in no_cut))
+        parts.append(f.suffix)
+    return "".join(parts)
+
+
+# ---- command-line option parsing with glibc getopt_long's wording --------
+
+class UsageError(Exception):
+    """A bad option: `message` is what glibc's getopt prints after "prog: "."""
+
+
+def getopt_long(argv: Sequence[str], shortopts: str,
+                longopts: Sequence[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """getopt.gnu_getopt with glibc's error messages (for Slurm-identical errors)."""
+    try:
+        return getopt.gnu_getopt(list(argv), shortopts, list(longopts))
+    except getopt.GetoptError as e:
+        raise UsageError(_glibc_message(e, argv, longopts)) from None
+
+
+def _glibc_message(e: getopt.GetoptError, argv: Sequence[str], longopts: Sequence[str]) -> str:
+    opt = e.opt
+    msg = e.msg
+    is_long = len(opt) > 1 or any(a.startswith("--" + opt) for a in argv if a.startswith("--"))
+    if "not a unique prefix" in msg:
+        names = [n.rstrip("=") for n in longopts if n.startswith(opt)]
+        return (f"option '--{opt}' is ambiguous; possibilities:"
+                + "".join(f" '--{n}'" for n in names))
+    if "requires argument" in msg:
+        if is_long and len(opt) > 1:
+            return f"option '--{opt}' requires an argument"
+        return f"option requires an argument -- '{opt}'"
+    if "must not have an argument" in msg:
+        return f"option '--{opt}' doesn't allow an argument"
+    if len(opt) > 1 or any(a == "--" + opt or a.startswith("--" + opt + "=") for a in argv):
+        return f"unrecognized option '--{opt}'"
+    return f"invalid option -- '{opt}'"

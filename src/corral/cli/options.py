@@ -1,0 +1,747 @@
+"""Slurm's command-line grammar, shared by sbatch, srun and salloc.
+
+Three parts:
+
+* the option table of Slurm 22.05 (`src/common/slurm_opt.c`): every long name, its
+  short letter, whether it takes an argument, and which commands know it;
+* `OptionTable.parse`, an emulation of glibc's `getopt_long` in Slurm's "+" mode
+  (stop at the first operand), with glibc's exact error lines and its rules for
+  abbreviated long options;
+* value parsers with Slurm's own wording for bad values (`--time`, `--mem`, `-N`,
+  `--gres`, `--signal`, `--mail-type`, `--hint`, plain integers, #SBATCH lines).
+
+The module only imports `os`, `re` and corral.model so that commands start fast.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import NoReturn
+
+from corral.model import timefmt
+
+NO_ARG, REQUIRED_ARG, OPTIONAL_ARG = 0, 1, 2
+
+# Exit status of Slurm's option setters (`exit(-1)`), and of its other checks.
+EXIT_OPTION = 255
+EXIT_ERROR = 1
+
+
+class CliExit(Exception):
+    """Stop the command: write `stdout` and `stderr` as they are, then exit with `code`."""
+
+    def __init__(self, code: int, stderr: str = "", stdout: str = ""):
+        super().__init__(stderr or stdout)
+        self.code = code
+        self.stderr = stderr
+        self.stdout = stdout
+
+
+def fail(prog: str, message: str, code: int = EXIT_ERROR) -> NoReturn:
+    """Slurm's `error(...)` followed by `exit(code)`."""
+    raise CliExit(code, f"{prog}: error: {message}\n")
+
+
+def fatal(prog: str, message: str) -> NoReturn:
+    """Slurm's `fatal(...)`: one line, exit status 1."""
+    raise CliExit(EXIT_ERROR, f"{prog}: fatal: {message}\n")
+
+
+class OptionValueError(ValueError):
+    """A bad option value; `message` is Slurm's text, `code` its exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_OPTION):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class GetoptError(Exception):
+    """getopt_long rejected the command line; `message` is glibc's line without newline.
+
+    `found` holds the options parsed before the bad one: Slurm acts on those first
+    (an earlier --help wins over a later typo).
+    """
+
+    def __init__(self, message: str, found: list[tuple[Option, str | None]] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.found = found or []
+
+
+# --------------------------------------------------------------------------
+# The option table
+# --------------------------------------------------------------------------
+
+class Option:
+    """One long option: `key` is what handlers switch on (aliases share a key)."""
+
+    __slots__ = ("name", "has_arg", "short", "key", "commands")
+
+    def __init__(self, name: str, has_arg: int, short: str | None, commands: str,
+                 key: str | None = None):
+        self.name = name
+        self.has_arg = has_arg
+        self.short = short
+        self.key = key or name
+        self.commands = commands
+
+    def __repr__(self) -> str:
+        return f"Option({self.name!r})"
+
+
+# Slurm 22.05's common_options[], in its order (the order of getopt's "possibilities"
+# list).  commands: a = salloc, b = sbatch, s = srun.
+_R, _N, _O = REQUIRED_ARG, NO_ARG, OPTIONAL_ARG
+_TABLE: tuple[tuple[str, int, str | None, str, str | None], ...] = (
+    ("accel-bind", _R, None, "s", None),
+    ("account", _R, "A", "abs", None),
+    ("acctg-freq", _R, None, "abs", None),
+    ("array", _R, "a", "b", None),
+    ("autocomplete", _R, None, "abs", None),
+    ("batch", _R, None, "b", None),
+    ("bcast", _O, None, "s", None),
+    ("bcast-exclude", _R, None, "s", None),
+    ("begin", _R, "b", "abs", None),
+    ("bell", _N, None, "a", None),
+    ("bb", _R, None, "abs", None),
+    ("bbf", _R, None, "abs", None),
+    ("cluster-constraint", _R, None, "abs", None),
+    ("chdir", _R, "D", "abs", None),
+    ("cluster", _R, None, "abs", None),
+    ("clusters", _R, "M", "abs", None),
+    ("comment", _R, None, "abs", None),
+    ("compress", _O, None, "s", None),
+    ("container", _R, None, "abs", None),
+    ("contiguous", _N, None, "abs", None),
+    ("constraint", _R, "C", "abs", None),
+    ("core-spec", _R, "S", "abs", None),
+    ("cores-per-socket", _R, None, "abs", None),
+    ("cpu-bind", _R, None, "s", None),
+    ("cpu_bind", _R, None, "s", "cpu-bind"),
+    ("cpu-freq", _R, None, "abs", None),
+    ("cpus-per-gpu", _R, None, "abs", None),
+    ("cpus-per-task", _R, "c", "abs", None),
+    ("deadline", _R, None, "abs", None),
+    ("debugger-test", _N, None, "s", None),
+    ("delay-boot", _R, None, "abs", None),
+    ("dependency", _R, "d", "abs", None),
+    ("disable-status", _N, "X", "s", None),
+    ("distribution", _R, "m", "abs", None),
+    ("epilog", _R, None, "s", None),
+    ("error", _R, "e", "bs", None),
+    ("exact", _N, None, "s", None),
+    ("exclude", _R, "x", "abs", None),
+    ("exclusive", _O, None, "abs", None),
+    ("export", _R, None, "bs", None),
+    ("export-file", _R, None, "b", None),
+    ("extra-node-info", _R, "B", "abs", None),
+    ("get-user-env", _O, None, "ab", None),
+    ("gid", _R, None, "b", None),
+    ("gpu-bind", _R, None, "abs", None),
+    ("gpu-freq", _R, None, "abs", None),
+    ("gpus", _R, "G", "abs", None),
+    ("gpus-per-node", _R, None, "abs", None),
+    ("gpus-per-socket", _R, None, "abs", None),
+    ("gpus-per-task", _R, None, "abs", None),
+    ("gres", _R, None, "abs", None),
+    ("gres-flags", _R, None, "abs", None),
+    ("help", _N, "h", "abs", None),
+    ("het-group", _R, None, "s", None),
+    ("hint", _R, None, "abs", None),
+    ("hold", _N, "H", "abs", None),
+    ("ignore-pbs", _N, None, "b", None),
+    ("immediate", _O, "I", "as", None),
+    ("input", _R, "i", "bs", None),
+    ("interactive", _N, None, "s", None),
+    ("jobid", _R, None, "s", None),
+    ("job-name", _R, "J", "abs", None),
+    ("kill-command", _O, "K", "a", None),
+    ("kill-on-bad-exit", _O, "K", "s", None),
+    ("kill-on-invalid-dep", _R, None, "b", None),
+    ("label", _N, "l", "s", None),
+    ("licenses", _R, "L", "abs", None),
+    ("mail-type", _R, None, "abs", None),
+    ("mail-user", _R, None, "abs", None),
+    ("threads", _R, "T", "s", None),
+    ("mcs-label", _R, None, "abs", None),
+    ("mem", _R, None, "abs", None),
+    ("mem-bind", _R, None, "abs", None),
+    ("mem-per-cpu", _R, None, "abs", None),
+    ("mem-per-gpu", _R, None, "abs", None),
+    ("mincpus", _R, None, "abs", None),
+    ("mpi", _R, None, "s", None),
+    ("msg-timeout", _R, None, "s", None),
+    ("multi-prog", _N, None, "s", None),
+    ("network", _R, None, "abs", None),
+    ("nice", _O, None, "abs", None),
+    ("no-allocate", _N, "Z", "s", None),
+    ("no-bell", _N, None, "a", None),
+    ("no-kill", _O, "k", "abs", None),
+    ("no-shell", _N, None, "a", None),
+    ("no-requeue", _N, None, "b", None),
+    ("nodefile", _R, "F", "abs", None),
+    ("nodelist", _R, "w", "abs", None),
+    ("nodes", _R, "N", "abs", None),
+    ("ntasks", _R, "n", "abs", None),
+    ("ntasks-per-core", _R, None, "abs", None),
+    ("ntasks-per-gpu", _R, None, "abs", None),
+    ("ntasks-per-node", _R, None, "abs", None),
+    ("ntasks-per-socket", _R, None, "abs", None),
+    ("ntasks-per-tres", _R, None, "abs", None),
+    ("open-mode", _R, None, "bs", None),
+    ("output", _R, "o", "bs", None),
+    ("overcommit", _N, "O", "abs", None),
+    ("overlap", _N, None, "s", None),
+    ("oversubscribe", _N, "s", "abs", None),
+    ("pack-group", _R, None, "s", "het-group"),
+    ("parsable", _N, None, "b", None),
+    ("partition", _R, "p", "abs", None),
+    ("power", _R, None, "abs", None),
+    ("prefer", _R, None, "abs", None),
+    ("preserve-env", _N, "E", "s", None),
+    ("priority", _R, None, "abs", None),
+    ("profile", _R, None, "abs", None),
+    ("prolog", _R, None, "s", None),
+    ("propagate", _O, None, "bs", None),
+    ("pty", _N, None, "s", None),
+    ("qos", _R, "q", "abs", None),
+    ("quiet", _N, "Q", "abs", None),
+    ("quit-on-interrupt", _N, None, "s", None),
+    ("reboot", _N, None, "abs", None),
+    ("relative", _R, "r", "s", None),
+    ("requeue", _N, None, "b", None),
+    ("reservation", _R, None, "abs", None),
+    ("resv-ports", _O, None, "s", None),
+    ("send-libs", _O, None, "s", None),
+    ("signal", _R, None, "abs", None),
+    ("slurmd-debug", _R, None, "s", None),
+    ("sockets-per-node", _R, None, "abs", None),
+    ("spread-job", _N, None, "abs", None),
+    ("switches", _R, None, "abs", None),
+    ("task-epilog", _R, None, "s", None),
+    ("task-prolog", _R, None, "s", None),
+    ("tasks-per-node", _R, None, "abs", "ntasks-per-node"),
+    ("test-only", _N, None, "bs", None),
+    ("thread-spec", _R, None, "abs", None),
+    ("threads-per-core", _R, None, "abs", None),
+    ("time", _R, "t", "abs", None),
+    ("time-min", _R, None, "abs", None),
+    ("tmp", _R, None, "abs", None),
+    ("treewidth", _R, None, "s", None),
+    ("uid", _R, None, "b", None),
+    ("unbuffered", _N, "u", "s", None),
+    ("use-min-nodes", _N, None, "abs", None),
+    ("verbose", _N, "v", "abs", None),
+    ("version", _N, "V", "abs", None),
+    ("usage", _N, None, "abs", None),
+    ("wait", _N, "W", "b", None),
+    ("wait-all-nodes", _R, None, "ab", None),
+    ("wait", _R, "W", "s", "wait-srun"),
+    ("wckey", _R, None, "abs", None),
+    ("whole", _N, None, "s", None),
+    ("wrap", _R, None, "b", None),
+    ("x11", _O, None, "as", None),
+)
+
+_COMMAND_LETTER = {"salloc": "a", "sbatch": "b", "srun": "s"}
+_TABLES: dict[str, OptionTable] = {}
+
+
+def option_table(command: str) -> OptionTable:
+    """The options `command` ("sbatch", "srun" or "salloc") accepts, in Slurm's order."""
+    table = _TABLES.get(command)
+    if table is None:
+        letter = _COMMAND_LETTER[command]
+        opts = [Option(name, has_arg, short, cmds, key)
+                for name, has_arg, short, cmds, key in _TABLE if letter in cmds]
+        table = _TABLES[command] = OptionTable(command, opts)
+    return table
+
+
+class OptionTable:
+    """getopt_long(3) over a list of options, as glibc does it with a "+" optstring."""
+
+    def __init__(self, prog: str, options: list[Option]):
+        self.prog = prog
+        self.options = options
+        self.shorts = {o.short: o for o in options if o.short}
+        self.by_key = {o.key: o for o in options}
+
+    def parse(self, argv: list[str]) -> tuple[list[tuple[Option, str | None]], int]:
+        """Parse options up to the first operand.
+
+        Returns the (option, argument) pairs in order and the index of the first
+        operand in `argv` (len(argv) when there is none).  Raises GetoptError with
+        glibc's message for the first bad option.
+        """
+        found: list[tuple[Option, str | None]] = []
+        i = 0
+        n = len(argv)
+        try:
+            while i < n:
+                arg = argv[i]
+                if arg == "--":
+                    return found, i + 1
+                if not arg.startswith("-") or arg == "-":
+                    return found, i
+                if arg.startswith("--"):
+                    i = self._long(argv, i, found)
+                else:
+                    i = self._shorts(argv, i, found)
+        except GetoptError as e:
+            e.found = found
+            raise
+        return found, n
+
+    def _long(self, argv: list[str], i: int, found: list[tuple[Option, str | None]]) -> int:
+        text = argv[i][2:]
+        name, eq, value = text.partition("=")
+        option = None
+        for o in self.options:
+            if o.name == name:
+                option = o
+                break
+        if option is None:
+            matches = [o for o in self.options if o.name.startswith(name)]
+            if not matches:
+                raise GetoptError(f"{self.prog}: unrecognized option '--{text}'")
+            first = matches[0]
+            if any(o.has_arg != first.has_arg or o.key != first.key for o in matches[1:]):
+                names = "".join(f" '--{o.name}'" for o in matches)
+                raise GetoptError(
+                    f"{self.prog}: option '--{text}' is ambiguous; possibilities:{names}")
+            option = first
+        if eq:
+            if option.has_arg == NO_ARG:
+                raise GetoptError(
+                    f"{self.prog}: option '--{option.name}' doesn't allow an argument")
+            found.append((option, value))
+            return i + 1
+        if option.has_arg == REQUIRED_ARG:
+            if i + 1 >= len(argv):
+                raise GetoptError(
+                    f"{self.prog}: option '--{option.name}' requires an argument")
+            found.append((option, argv[i + 1]))
+            return i + 2
+        found.append((option, None))
+        return i + 1
+
+    def _shorts(self, argv: list[str], i: int, found: list[tuple[Option, str | None]]) -> int:
+        token = argv[i]
+        pos = 1
+        while pos < len(token):
+            ch = token[pos]
+            option = self.shorts.get(ch)
+            if option is None:
+                raise GetoptError(f"{self.prog}: invalid option -- '{ch}'")
+            rest = token[pos + 1:]
+            if option.has_arg == NO_ARG:
+                found.append((option, None))
+                pos += 1
+                continue
+            if rest:
+                found.append((option, rest))
+                return i + 1
+            if option.has_arg == OPTIONAL_ARG:
+                found.append((option, None))
+                return i + 1
+            if i + 1 >= len(argv):
+                raise GetoptError(f"{self.prog}: option requires an argument -- '{ch}'")
+            found.append((option, argv[i + 1]))
+            return i + 2
+        return i + 1
+
+
+# --------------------------------------------------------------------------
+# Value parsers (Slurm's wording)
+# --------------------------------------------------------------------------
+
+_STRTOL_RE = re.compile(r"\s*[+-]?\d+")
+_INT_MAX = 2**31 - 1
+
+
+def _strtol(text: str) -> tuple[int, str] | None:
+    """C strtol(text, &end, 10): the value and what follows it, or None if no digits."""
+    m = _STRTOL_RE.match(text)
+    if not m:
+        return None
+    return int(m.group()), text[m.end():]
+
+
+def parse_int(name: str, value: str, positive: bool) -> int:
+    """Slurm's parse_int(): a whole number, > 0 when `positive`; errors exit 1."""
+    parsed = _strtol(value)
+    if parsed is None or parsed[1] or parsed[0] < 0 or (positive and parsed[0] <= 0):
+        raise OptionValueError(f'Invalid numeric value "{value}" for {name}.', EXIT_ERROR)
+    if parsed[0] > _INT_MAX:
+        raise OptionValueError(f"Numeric argument ({parsed[0]}) to big for {name}.", EXIT_ERROR)
+    return parsed[0]
+
+
+def parse_mbytes(text: str) -> int | None:
+    """Slurm's str_to_mbytes(): "4G" → 4096, "500" → 500 (MB), None when invalid.
+
+    Only the first character after the number counts as the unit, so "4GB" is 4G;
+    fractions ("1.5G") are invalid, as in Slurm.
+    """
+    parsed = _strtol(text)
+    if parsed is None:
+        return 0 if not text.strip() else None
+    value, rest = parsed
+    unit = rest[:1].upper()
+    if unit in ("", "M"):
+        pass
+    elif unit == "K":
+        value = (value + 1023) // 1024
+    elif unit == "G":
+        value *= 1024
+    elif unit == "T":
+        value *= 1024 * 1024
+    else:
+        return None
+    return value if value >= 0 else None
+
+
+def parse_time_limit(text: str, option: str = "--time") -> int:
+    """A --time/--time-min value in seconds; -1 for UNLIMITED (and for 0, as Slurm does)."""
+    try:
+        secs = timefmt.parse_time_limit(text)
+    except timefmt.TimeFormatError:
+        raise OptionValueError(f"Invalid {option} specification") from None
+    return timefmt.INFINITE if secs == 0 else secs
+
+
+def parse_begin(text: str, now: float) -> float:
+    try:
+        return timefmt.parse_begin(text, now)
+    except timefmt.TimeFormatError:
+        raise OptionValueError("Invalid --begin specification") from None
+
+
+def _str_to_nodes(text: str) -> tuple[int, str]:
+    parsed = _strtol(text)
+    if parsed is None:
+        return 0, text  # strtol converted nothing: 0, and all of it is left over
+    value, rest = parsed
+    if rest[:1] in ("k", "K"):
+        value, rest = value * 1024, rest[1:]
+    elif rest[:1] in ("m", "M"):
+        value, rest = value * 1024 * 1024, rest[1:]
+    return value, rest
+
+
+def parse_node_count(text: str) -> tuple[int, int]:
+    """-N/--nodes: "N" or "min-max" → (min, max); max is 0 when only a count was given.
+
+    Slurm's verify_node_count(); Slurm prints the reason and then exits 255.
+    """
+    def count(part: str) -> int:
+        parsed = _str_to_nodes(part)
+        if parsed[1].strip():
+            raise OptionValueError(f'"{part}" is not a valid node count')
+        return parsed[0]
+
+    if "-" in text:
+        lo_text, _, hi_text = text.partition("-")
+        lo, hi = count(lo_text), count(hi_text)
+    else:
+        lo = hi = count(text)
+        if lo < 0:
+            raise OptionValueError(f'"{text}" is not a valid node count')
+    if hi != 0 and hi < lo:
+        raise OptionValueError(
+            f"Maximum node count {hi} is less than minimum node count {lo}")
+    return lo, hi
+
+
+# Linux signal numbers, the names Slurm's sig_name2num() knows.
+SIGNALS: dict[str, int] = {
+    "HUP": 1, "INT": 2, "QUIT": 3, "ILL": 4, "TRAP": 5, "ABRT": 6, "BUS": 7, "FPE": 8,
+    "KILL": 9, "USR1": 10, "SEGV": 11, "USR2": 12, "PIPE": 13, "ALRM": 14, "TERM": 15,
+    "STKFLT": 16, "CHLD": 17, "CONT": 18, "STOP": 19, "TSTP": 20, "TTIN": 21, "TTOU": 22,
+    "URG": 23, "XCPU": 24, "XFSZ": 25, "VTALRM": 26, "PROF": 27, "WINCH": 28, "IO": 29,
+    "PWR": 30, "SYS": 31,
+}
+
+
+def signal_number(text: str) -> int:
+    """A signal given as a number, a name or SIGname (any case); 0 when unknown."""
+    t = text.strip()
+    if t.isdigit():
+        return int(t)
+    name = t.upper()
+    if name.startswith("SIG"):
+        name = name[3:]
+    return SIGNALS.get(name, 0)
+
+
+def parse_signal(text: str) -> tuple[str, int, int]:
+    """--signal=[{R|B}:]SIG[@secs] → (flags "", "B", "R" or "RB", signal number, secs).
+
+    Slurm's get_signal_opts(); the warning time defaults to 60 seconds.
+    """
+    flags = ""
+    rest = text
+    upper = text.upper()
+    for prefix, fl in (("RB:", "RB"), ("BR:", "RB"), ("B:", "B"), ("R:", "R")):
+        if upper.startswith(prefix):
+            flags, rest = fl, text[len(prefix):]
+            break
+    sig_text, at, secs_text = rest.partition("@")
+    num = signal_number(sig_text)
+    if num < 1 or num > 0xFFFF:
+        raise OptionValueError("Invalid --signal specification")
+    if not at:
+        return flags, num, 60
+    parsed = _strtol(secs_text)
+    if parsed is None or parsed[1] or not 0 <= parsed[0] <= 0xFFFF:
+        raise OptionValueError("Invalid --signal specification")
+    return flags, num, parsed[0]
+
+
+MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "STAGE_OUT", "TIME_LIMIT",
+              "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS",
+              "INVALID_DEPEND")
+
+
+def parse_mail_type(text: str) -> str:
+    """--mail-type: comma list of Slurm's event names → upper-case list."""
+    kinds = [k.strip().upper() for k in text.split(",")]
+    if not kinds or any(k not in MAIL_TYPES for k in kinds):
+        raise OptionValueError("Invalid --mail-type specification")
+    return ",".join(kinds)
+
+
+HINTS = ("compute_bound", "memory_bound", "multithread", "nomultithread")
+
+
+def verify_hint(text: str) -> str | None:
+    """--hint: Slurm's verify_hint(); returns the error text, or None when valid."""
+    for token in text.split(","):
+        if token.lower() not in HINTS:
+            return f'unrecognized --hint argument "{token}", see --hint=help'
+    return None
+
+
+_GPU_COUNT_RE = re.compile(r"\d+[kKmMgG]?")
+
+
+def _gres_count(text: str) -> int | None:
+    if not _GPU_COUNT_RE.fullmatch(text):
+        return None
+    mult = {"k": 1024, "m": 1024**2, "g": 1024**3}.get(text[-1].lower(), 1)
+    digits = text[:-1] if mult != 1 else text
+    return int(digits) * mult
+
+
+class GresError(ValueError):
+    """A --gres/--gpus value the controller would refuse."""
+
+
+def parse_gres(text: str) -> tuple[int, str | None]:
+    """--gres=gpu[:type][:count][,gpu…] → (GPUs per node, type); "none" → (0, None).
+
+    Corral schedules GPUs only: another GRES name raises GresError.
+    """
+    if text.strip().lower() == "none":
+        return 0, None
+    total = 0
+    gpu_type: str | None = None
+    for item in text.split(","):
+        parts = item.strip().split(":")
+        name = parts[0]
+        if name.startswith("gres/"):
+            name = name[5:]
+        if name != "gpu":
+            raise GresError(item)
+        count = 1
+        kind: str | None = None
+        if len(parts) == 2:
+            c = _gres_count(parts[1])
+            if c is None:
+                kind = parts[1]
+            else:
+                count = c
+        elif len(parts) == 3:
+            kind = parts[1]
+            c = _gres_count(parts[2])
+            if c is None:
+                raise GresError(item)
+            count = c
+        elif len(parts) > 3:
+            raise GresError(item)
+        if kind == "":
+            raise GresError(item)
+        if kind is not None:
+            if gpu_type is not None and gpu_type != kind:
+                raise GresError(item)
+            gpu_type = kind
+        total += count
+    return total, gpu_type
+
+
+def parse_gpu_request(text: str) -> tuple[int, str | None]:
+    """--gpus/--gpus-per-node/--gpus-per-task: "[type:]count" (also "gpu:type:count")."""
+    parts = text.strip().split(":")
+    if parts and parts[0] == "gpu" and len(parts) > 1:
+        parts = parts[1:]
+    if len(parts) == 1:
+        kind, count_text = None, parts[0]
+    elif len(parts) == 2:
+        kind, count_text = parts[0], parts[1]
+    else:
+        raise GresError(text)
+    count = _gres_count(count_text)
+    if count is None or kind == "":
+        raise GresError(text)
+    return count, kind
+
+
+def split_quoted(text: str, sep: str = ",") -> list[str]:
+    """Split on `sep` outside single or double quotes; the quotes themselves are dropped."""
+    items: list[str] = []
+    cur: list[str] = []
+    quote = ""
+    for ch in text:
+        if quote:
+            if ch == quote:
+                quote = ""
+            else:
+                cur.append(ch)
+        elif ch in "\"'":
+            quote = ch
+        elif ch == sep:
+            items.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    items.append("".join(cur))
+    return items
+
+
+def env_flag_is_set(value: str) -> bool:
+    """How Slurm reads an environment variable standing for a flag option.
+
+    Set when empty, "yes" (any case) or a non-zero number; anything else unsets it.
+    """
+    if value == "" or value.lower() == "yes":
+        return True
+    parsed = _strtol(value)
+    return parsed is not None and parsed[0] != 0 and parsed[1] == ""
+
+
+# --------------------------------------------------------------------------
+# Files, paths and #SBATCH lines
+# --------------------------------------------------------------------------
+
+def full_path(path: str, base: str) -> str:
+    """Slurm's _fullpath(): a relative path is taken relative to `base`."""
+    if path.startswith("/"):
+        return path
+    return f"{base.rstrip('/')}/{path}" if base != "/" else f"/{path}"
+
+
+def search_path(cmd: str, cwd: str, path_env: str | None) -> str | None:
+    """Slurm's search_path() for a script: the current directory, then $PATH.
+
+    Returns an absolute path to a readable file, or None.
+    """
+    if cmd.startswith("/"):
+        return cmd if os.access(cmd, os.R_OK) and not os.path.isdir(cmd) else None
+    if cmd.startswith("."):
+        dirs = [cwd]
+    else:
+        dirs = [cwd] + [d for d in (path_env or "").split(":") if d]
+    for d in dirs:
+        candidate = os.path.normpath(os.path.join(cwd, d, cmd))
+        if os.access(candidate, os.R_OK) and not os.path.isdir(candidate):
+            return candidate
+    return None
+
+
+def directive_arguments(line: str, file: str, lineno: int, prog: str) -> list[str]:
+    """The arguments on one #SBATCH line (text after the magic word), as Slurm splits them.
+
+    Slurm's get_argument(): whitespace separates; single or double quotes group;
+    a backslash escapes the next character; an unquoted # starts a comment.
+    """
+    args: list[str] = []
+    pos = 0
+    n = len(line)
+    while True:
+        while pos < n and line[pos].isspace():
+            pos += 1
+        if pos < n and line[pos] == ":":
+            fatal(prog, f"{file}: line {lineno}: Unexpected `:` in [{line}]")
+        if pos >= n:
+            return args
+        cur: list[str] = []
+        quote = ""
+        escaped = False
+        while pos < n and (quote or not line[pos].isspace()) and line[pos] != "\n":
+            ch = line[pos]
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+                pos += 1
+                continue
+            elif quote:
+                if ch == quote:
+                    quote = ""
+                    pos += 1
+                    continue
+            elif ch in "\"'":
+                quote = ch
+                pos += 1
+                continue
+            elif ch == "#":
+                break
+            cur.append(ch)
+            pos += 1
+        if quote:
+            fatal(prog, f"{file}: line {lineno}: Unmatched `{quote}` in [{line}]")
+        if not cur:
+            # Slurm stops at an argument that comes out empty ("" or a comment).
+            return args
+        args.append("".join(cur))
+
+
+def script_directives(script: str, magic: str = "#SBATCH") -> list[tuple[int, str]]:
+    """The (line number, text after `magic`) of each directive at the top of a script.
+
+    Reading stops at the first line that is neither blank nor a comment.
+    """
+    found: list[tuple[int, str]] = []
+    for lineno, line in enumerate(script.split("\n"), 1):
+        if line.startswith(magic):
+            found.append((lineno, line[len(magic):]))
+            continue
+        stripped = line.lstrip()
+        if stripped and not stripped.startswith("#"):
+            break
+    return found
+
+
+def read_hostfile(path: str) -> list[str]:
+    """Node names from a file: separated by whitespace or commas, # starts a comment."""
+    names: list[str] = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.split("#", 1)[0]
+            for item in re.split(r"[\s,]+", line.strip()):
+                if item:
+                    names.append(item)
+    return names
+
+
+def expand_hostlist(expr: str) -> list[str]:
+    """Expand "node-[1-3],gpu01"; raises ValueError for a malformed expression."""
+    from corral.model.hostlists import HostlistError, expand  # lazy: only for -w/-x
+
+    try:
+        return expand(expr)
+    except HostlistError as e:
+        raise ValueError(str(e)) from None

@@ -1,0 +1,814 @@
+"""sacct: accounting records of jobs and their steps, formatted as Slurm 22.05 does.
+
+`format_sacct` and the helpers around it are pure (job dicts + `now` in, text out);
+`_main` parses the command line, asks the controller and prints.
+"""
+
+from __future__ import annotations
+
+import getopt
+import os
+import pwd
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from corral.cli import client
+from corral.cli.scontrol import job_resources, limit_str, mem_str, tres_string
+from corral.model import hostlists
+from corral.model.job import JobState, parse_state
+from corral.model.timefmt import format_hms, format_timestamp
+
+PROG = "sacct"
+SLURM_VERSION = "22.05.8"
+
+DEFAULT_FIELDS = "jobid,jobname,partition,account,alloccpus,state,exitcode"
+BRIEF_FIELDS = "jobid,state,exitcode"
+LONG_FIELDS = (
+    "jobid,jobidraw,jobname,partition,maxvmsize,maxvmsizenode,maxvmsizetask,avevmsize,maxrss,"
+    "maxrssnode,maxrsstask,averss,maxpages,maxpagesnode,maxpagestask,avepages,mincpu,mincpunode,"
+    "mincputask,avecpu,ntasks,alloccpus,elapsed,state,exitcode,avecpufreq,reqcpufreqmin,"
+    "reqcpufreqmax,reqcpufreqgov,reqmem,consumedenergy,maxdiskread,maxdiskreadnode,"
+    "maxdiskreadtask,avediskread,maxdiskwrite,maxdiskwritenode,maxdiskwritetask,avediskwrite,"
+    "reqtres,alloctres,tresusageinave,tresusageinmax,tresusageinmaxn,tresusageinmaxt,"
+    "tresusageinmin,tresusageinminn,tresusageinmint,tresusageintot,tresusageoutmax,"
+    "tresusageoutmaxn,tresusageoutmaxt,tresusageoutave,tresusageouttot")
+
+
+class UsageError(Exception):
+    """Bad command line; the message is complete (Slurm's wording), exit code 1."""
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str
+    width: int  # negative: left-justified
+    numeric: bool  # numbers are never truncated with '+'
+
+
+# Slurm 22.05's field table: name, default width, numeric.  The order matters: a field
+# given on the command line matches the first name it is a prefix of.
+_FIELD_TABLE: list[tuple[str, int, bool]] = [
+    ("Account", 10, False), ("AdminComment", 15, False), ("AllocCPUS", 10, True),
+    ("AllocNodes", 10, False), ("AllocTRES", 10, False), ("AssocID", 7, True),
+    ("AveCPU", 10, False), ("AveCPUFreq", 10, False), ("AveDiskRead", 14, False),
+    ("AveDiskWrite", 14, False), ("AvePages", 10, False), ("AveRSS", 10, False),
+    ("AveVMSize", 10, False), ("BlockID", 16, False), ("Cluster", 10, False),
+    ("Comment", 14, False), ("Constraints", 19, False), ("ConsumedEnergy", 14, False),
+    ("ConsumedEnergyRaw", 17, True), ("Container", 19, False), ("CPUTime", 10, True),
+    ("CPUTimeRAW", 10, True), ("DBIndex", -21, True), ("DerivedExitCode", 15, False),
+    ("Elapsed", 10, True), ("ElapsedRaw", 10, True), ("Eligible", 19, False),
+    ("End", 19, False), ("ExitCode", 8, False), ("Flags", 19, False), ("GID", 6, True),
+    ("Group", 9, False), ("JobID", -12, False), ("JobIDRaw", -12, False),
+    ("JobName", 10, False), ("Layout", 9, False), ("MaxDiskRead", 12, False),
+    ("MaxDiskReadNode", 15, False), ("MaxDiskReadTask", 15, True),
+    ("MaxDiskWrite", 12, False), ("MaxDiskWriteNode", 16, False),
+    ("MaxDiskWriteTask", 16, True), ("MaxPages", 8, False), ("MaxPagesNode", 12, False),
+    ("MaxPagesTask", 14, True), ("MaxRSS", 10, False), ("MaxRSSNode", 10, False),
+    ("MaxRSSTask", 10, True), ("MaxVMSize", 10, False), ("MaxVMSizeNode", 14, False),
+    ("MaxVMSizeTask", 14, True), ("McsLabel", 12, False), ("MinCPU", 10, False),
+    ("MinCPUNode", 10, False), ("MinCPUTask", 10, True), ("NCPUS", 10, True),
+    ("NNodes", 8, True), ("NodeList", 15, False), ("NTasks", 8, True),
+    ("Partition", 10, False), ("Priority", 10, True), ("QOS", 10, False),
+    ("QOSRAW", 6, True), ("Reason", 22, False), ("ReqCPUFreq", 10, False),
+    ("ReqCPUFreqGov", 13, False), ("ReqCPUFreqMax", 13, False), ("ReqCPUFreqMin", 13, False),
+    ("ReqCPUS", 8, True), ("ReqMem", 10, False), ("ReqNodes", 8, False),
+    ("ReqTRES", 10, False), ("Reservation", 20, False), ("ReservationId", 8, True),
+    ("Reserved", 10, True), ("Restarts", 8, True), ("Start", 19, False),
+    ("State", 10, False), ("Submit", 19, False), ("SubmitLine", 20, False),
+    ("Suspended", 10, True), ("SystemComment", 15, False), ("SystemCPU", 10, False),
+    ("Timelimit", 10, False), ("TimelimitRaw", 10, False), ("TotalCPU", 10, False),
+    ("TRESUsageInAve", 14, False), ("TRESUsageInMax", 14, False),
+    ("TRESUsageInMaxNode", 18, False), ("TRESUsageInMaxTask", 18, False),
+    ("TRESUsageInMin", 14, False), ("TRESUsageInMinNode", 18, False),
+    ("TRESUsageInMinTask", 18, False), ("TRESUsageInTot", 14, False),
+    ("TRESUsageOutAve", 15, False), ("TRESUsageOutMax", 15, False),
+    ("TRESUsageOutMaxNode", 19, False), ("TRESUsageOutMaxTask", 19, False),
+    ("TRESUsageOutMin", 15, False), ("TRESUsageOutMinNode", 19, False),
+    ("TRESUsageOutMinTask", 19, False), ("TRESUsageOutTot", 15, False),
+    ("UID", 6, True), ("User", 9, False), ("UserCPU", 10, False), ("WCKey", 10, False),
+    ("WCKeyID", 10, True), ("WorkDir", 20, False),
+]
+FIELDS = [Field(n, w, num) for n, w, num in _FIELD_TABLE]
+
+
+def parse_fields(spec: str) -> list[Field]:
+    """"jobid,jobname%15,ALL" → fields (Slurm matches names by case-insensitive prefix)."""
+    out: list[Field] = []
+    for raw in spec.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        width: int | None = None
+        if "%" in item:
+            item, _, w = item.partition("%")
+            m = re.match(r"-?\d+", w)
+            width = int(m.group(0)) if m else 0
+        low = item.lower()
+        if low and "all".startswith(low):
+            out += [Field(f.name, f.width if width is None else width, f.numeric)
+                    for f in FIELDS]
+            continue
+        match = next((f for f in FIELDS if low and f.name.lower().startswith(low)), None)
+        if match is None:
+            raise UsageError(f'sacct: error: Invalid field requested: "{item}"')
+        out.append(match if width is None else Field(match.name, width, match.numeric))
+    return out
+
+
+def help_fields() -> str:
+    """--helpformat: the field names, four to a line."""
+    out: list[str] = []
+    for i, f in enumerate(FIELDS):
+        if i & 3:
+            out.append(" ")
+        elif i:
+            out.append("\n")
+        out.append(f"{f.name:<19}")
+    return "".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# time options (-S/-E)
+# ---------------------------------------------------------------------------
+
+class TimeSpecError(ValueError):
+    pass
+
+
+_UNITS = {"": 1, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
+          "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
+          "h": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400, "days": 86400,
+          "w": 604800, "week": 604800, "weeks": 604800}
+_NAMED = {"midnight": 0, "noon": 12 * 3600, "elevenses": 11 * 3600, "fika": 15 * 3600,
+          "teatime": 16 * 3600}
+_CLOCK = r"(\d{1,2}):(\d{2})(?::(\d{2}))?"
+
+
+def parse_time(text: str, now: float) -> float:
+    """A -S/-E value in Slurm's formats (times of day refer to today, never tomorrow).
+
+    now[{+|-}N[seconds|minutes|hours|days|weeks]], today, tomorrow, midnight, noon…,
+    HH:MM[:SS] [AM|PM], MMDD[YY], MM/DD[/YY], MM.DD[.YY], MM/DD[/YY]-HH:MM[:SS],
+    YYYY-MM-DD[THH:MM[:SS]].
+    """
+    t = text.strip().lower()
+    m = re.fullmatch(r"now(?:([+-])(\d+)([a-z]*))?", t)
+    if m:
+        if m.group(1) is None:
+            return now
+        if m.group(3) not in _UNITS:
+            raise TimeSpecError(text)
+        delta = int(m.group(2)) * _UNITS[m.group(3)]
+        return now + delta if m.group(1) == "+" else now - delta
+    lt = time.localtime(now)
+
+    def at(year: int, mon: int, day: int, hh: int = 0, mi: int = 0, ss: int = 0) -> float:
+        if not (1 <= mon <= 12 and 1 <= day <= 31 and hh <= 23 and mi <= 59 and ss <= 59):
+            raise TimeSpecError(text)
+        return time.mktime((year, mon, day, hh, mi, ss, 0, 0, -1))
+
+    if t == "today":
+        return at(lt.tm_year, lt.tm_mon, lt.tm_mday)
+    if t == "tomorrow":
+        return at(lt.tm_year, lt.tm_mon, lt.tm_mday) + 86400
+    if t in _NAMED:
+        return at(lt.tm_year, lt.tm_mon, lt.tm_mday) + _NAMED[t]
+    m = re.fullmatch(_CLOCK + r"\s*(am|pm)?", t)
+    if m:
+        hh = int(m.group(1))
+        if m.group(4):
+            if not 1 <= hh <= 12:
+                raise TimeSpecError(text)
+            hh = hh % 12 + (12 if m.group(4) == "pm" else 0)
+        return at(lt.tm_year, lt.tm_mon, lt.tm_mday, hh, int(m.group(2)), int(m.group(3) or 0))
+    m = re.fullmatch(r"(\d{4})-(\d{1,2})-(\d{1,2})(?:t" + _CLOCK + ")?", t)
+    if m:
+        return at(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4) or 0),
+                  int(m.group(5) or 0), int(m.group(6) or 0))
+    m = re.fullmatch(r"(\d{2})(\d{2})(\d{2})?", t) or \
+        re.fullmatch(r"(\d{1,2})[/.](\d{1,2})(?:[/.](\d{2}|\d{4}))?(?:-" + _CLOCK + ")?", t)
+    if m:
+        year = int(m.group(3)) if m.group(3) else lt.tm_year
+        if year < 100:
+            year += 2000
+        groups = m.groups() + (None, None, None)
+        return at(year, int(m.group(1)), int(m.group(2)), int(groups[3] or 0),
+                  int(groups[4] or 0), int(groups[5] or 0))
+    raise TimeSpecError(text)
+
+
+def midnight(now: float) -> float:
+    lt = time.localtime(now)
+    return time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, 0, 0, 0, 0, 0, -1))
+
+
+# ---------------------------------------------------------------------------
+# selecting records
+# ---------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Selection:
+    """Which records to print, after the controller has answered."""
+
+    start: float | None = None  # the time window; None = no window (-j without -S)
+    end: float | None = None
+    states: frozenset[str] | None = None
+    names: frozenset[str] | None = None
+    partitions: frozenset[str] | None = None
+    job_ids: list[tuple[str, str | None]] | None = None  # (job part, step) from -j
+
+
+_ACTIVE = {"RUNNING", "SUSPENDED", "COMPLETING"}
+
+
+def _time(job: dict[str, Any], key: str) -> float | None:
+    value = job.get(key)
+    return float(value) if value else None
+
+
+def _in_window(job: dict[str, Any], sel: Selection, now: float) -> bool:
+    start = sel.start
+    end = sel.end if sel.end is not None else now
+    eligible = _time(job, "eligible_time")
+    job_start = _time(job, "start_time")
+    job_end = _time(job, "end_time")
+    state = str(job.get("state"))
+    if sel.states:
+        # Slurm's rules with -s: pending jobs eligible in the window, running jobs that ran
+        # in it, finished jobs that ended in it.
+        if state not in sel.states:
+            return False
+        if start is None:
+            return True
+        if state == "PENDING":
+            return eligible is not None and eligible <= end and \
+                (job_start is None or job_start >= start)
+        if state in _ACTIVE:
+            return job_start is not None and job_start <= end and \
+                (job_end is None or job_end >= start)
+        return job_end is not None and start <= job_end <= end
+    if start is None:
+        return sel.end is None or (eligible is not None and eligible < end)
+    if job.get("array_tasks") is not None and JobState(state).finished:
+        # slurmdbd leaves a finished array remainder (tasks that never started) out of
+        # time-window queries; it shows only when asked for by id (captures E04, E08c).
+        return False
+    return eligible is not None and eligible < end and (job_end is None or job_end >= start)
+
+
+def _selector_index(job: dict[str, Any], wanted: list[tuple[str, str | None]]) -> list[int]:
+    """Indexes of the -j selectors that name this job."""
+    keys = {str(job["job_id"]), job.get("display_id") or str(job["job_id"])}
+    if job.get("array_job_id") is not None:
+        keys.add(str(job["array_job_id"]))
+        if job.get("array_task_id") is not None:
+            keys.add(f"{job['array_job_id']}_{job['array_task_id']}")
+    return [i for i, (jid, _) in enumerate(wanted) if jid in keys]
+
+
+def select_jobs(jobs: list[dict[str, Any]], sel: Selection, now: float) -> list[dict[str, Any]]:
+    out = []
+    for job in jobs:
+        if not _in_window(job, sel, now):
+            continue
+        if sel.names and job.get("name") not in sel.names:
+            continue
+        if sel.partitions and job.get("partition") not in sel.partitions:
+            continue
+        if sel.job_ids is not None and not _selector_index(job, sel.job_ids):
+            continue
+        out.append(job)
+    if sel.job_ids:
+        wanted = sel.job_ids
+
+        def order(job: dict[str, Any]) -> tuple[int, int, int]:
+            # Records in the order asked for; an array's tasks by task id, remainder last.
+            meta = job.get("array_tasks") is not None
+            return (min(_selector_index(job, wanted)), int(meta),
+                    int(job.get("array_task_id") or 0))
+
+        out.sort(key=order)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# values
+# ---------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Context:
+    now: float
+    cluster: str = ""
+    tres_gpu: bool = True
+
+
+Getter = Callable[[dict[str, Any], "dict[str, Any] | None", Context], str]
+
+
+def _job_elapsed(job: dict[str, Any], now: float) -> int:
+    start = job.get("start_time")
+    if start is None:
+        return 0
+    end = job.get("end_time") or now
+    return max(0, int(end - start - float(job.get("suspended_secs") or 0)))
+
+
+def _step_end(job: dict[str, Any], step: dict[str, Any]) -> float | None:
+    return step.get("end_time") or job.get("end_time")
+
+
+def _elapsed(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> int:
+    if step is None:
+        return _job_elapsed(job, ctx.now)
+    start = step.get("start_time")
+    if start is None:
+        return 0
+    return max(0, int((_step_end(job, step) or ctx.now) - start))
+
+
+def _cpus(job: dict[str, Any], step: dict[str, Any] | None) -> int:
+    return int(step.get("cpus") or 0) if step is not None else job_resources(job)["cpus"]
+
+
+def _state(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
+    if step is not None:
+        return str(step.get("state", ""))
+    state = str(job.get("state", ""))
+    if state == "CANCELLED" and job.get("cancelled_by") is not None:
+        return f"CANCELLED by {job['cancelled_by']}"
+    return state
+
+
+def _step_nodes(job: dict[str, Any], step: dict[str, Any]) -> list[str]:
+    return hostlists.expand(step.get("nodes") or "")
+
+
+def _alloc_tres(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
+    if step is None:
+        res = job_resources(job)
+        if not res["allocated"]:
+            return ""
+        return tres_string(res["cpus"], res["mem"], res["nodes"], res["gpus"],
+                           gpu=ctx.tres_gpu, by_name=True)
+    names = set(_step_nodes(job, step))
+    allocs = [a for a in job.get("alloc") or [] if a["node"] in names]
+    mem = sum(int(a["mem_mb"]) for a in allocs) if allocs else None
+    gpus = sum(len(a.get("gpus") or []) for a in allocs)
+    return tres_string(int(step.get("cpus") or 0), mem, len(names), gpus, billing=False,
+                       gpu=ctx.tres_gpu, by_name=True)
+
+
+def _req_tres(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
+    if step is not None:
+        return ""
+    req = job_resources({**job, "alloc": []})
+    return tres_string(req["cpus"], req["mem"], req["nodes"], req["gpus"], gpu=ctx.tres_gpu,
+                       by_name=True)
+
+
+def _req_mem(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
+    if step is not None:
+        return ""
+    mem = job_resources({**job, "alloc": []})["mem"]
+    return mem_str(mem) if mem else "0"
+
+
+def _node_list(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
+    if step is not None:
+        return hostlists.compress(_step_nodes(job, step)) or "None assigned"
+    return hostlists.compress(job.get("nodes") or []) or "None assigned"
+
+
+def _derived_exit(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
+    if step is not None:
+        return ""
+    worst = max(((int(s.get("exit_code") or 0), int(s.get("signal") or 0))
+                 for s in job.get("steps") or []), default=(0, 0))
+    return f"{worst[0]}:{worst[1]}"
+
+
+def _job_only(key: str, fmt: Callable[[Any], str] = str) -> Getter:
+    def get(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
+        if step is not None:
+            return ""
+        value = job.get(key)
+        return "" if value is None else fmt(value)
+    return get
+
+
+def _date(job_key: str, step_key: str | None) -> Getter:
+    def get(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
+        if step is None:
+            return format_timestamp(job.get(job_key))
+        if step_key == "end":
+            return format_timestamp(_step_end(job, step))
+        return format_timestamp(step.get(step_key or "start_time"))
+    return get
+
+
+def _step_zero_job(job_value: str) -> Getter:
+    """Statistics Slurm fills for steps (0 with no gatherer) and leaves to job rows."""
+    def get(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
+        return job_value if step is None else "0"
+    return get
+
+
+def _exit_code(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
+    if step is not None:
+        return f"{step.get('exit_code', 0)}:{step.get('signal', 0)}"
+    return f"{job.get('exit_code', 0)}:{job.get('term_signal', 0)}"
+
+
+def _timelimit_raw(limit: int) -> str:
+    return "UNLIMITED" if limit is None or limit < 0 else str(int(limit) // 60)
+
+
+GETTERS: dict[str, Getter] = {
+    "JobID": lambda j, s, c: j.get("display_id") or str(j["job_id"]) if s is None
+    else f"{j.get('display_id') or j['job_id']}.{s['step_id']}",
+    "JobIDRaw": lambda j, s, c: str(j["job_id"]) if s is None else f"{j['job_id']}.{s['step_id']}",
+    "JobName": lambda j, s, c: str(j.get("name", "")) if s is None else str(s.get("name", "")),
+    "Partition": _job_only("partition"),
+    "Account": lambda j, s, c: str(j.get("account") or ""),
+    "AllocCPUS": lambda j, s, c: str(_cpus(j, s)),
+    "NCPUS": lambda j, s, c: str(_cpus(j, s)),
+    "AllocNodes": lambda j, s, c: str(len(_step_nodes(j, s)) if s is not None
+                                      else len(j.get("nodes") or [])),
+    "NNodes": lambda j, s, c: str(len(_step_nodes(j, s)) if s is not None
+                                  else job_resources(j)["nodes"]),
+    "AllocTRES": _alloc_tres,
+    "ReqTRES": _req_tres,
+    "ReqMem": _req_mem,
+    "ReqCPUS": lambda j, s, c: "" if s is not None
+    else str(job_resources({**j, "alloc": []})["cpus"]),
+    "ReqNodes": _job_only("num_nodes"),
+    "State": _state,
+    "ExitCode": _exit_code,
+    "DerivedExitCode": _derived_exit,
+    "Elapsed": lambda j, s, c: format_hms(_elapsed(j, s, c)),
+    "ElapsedRaw": lambda j, s, c: str(_elapsed(j, s, c)),
+    "CPUTime": lambda j, s, c: format_hms(_elapsed(j, s, c) * _cpus(j, s)),
+    "CPUTimeRAW": lambda j, s, c: str(_elapsed(j, s, c) * _cpus(j, s)),
+    "Start": _date("start_time", "start_time"),
+    "End": _date("end_time", "end"),
+    "Submit": _date("submit_time", "start_time"),
+    "Eligible": _date("eligible_time", "start_time"),
+    "Timelimit": _job_only("time_limit", limit_str),
+    "TimelimitRaw": _job_only("time_limit", _timelimit_raw),
+    "NodeList": _node_list,
+    "User": _job_only("user"),
+    "UID": _job_only("uid"),
+    "Group": _job_only("group"),
+    "GID": _job_only("gid"),
+    "WorkDir": _job_only("work_dir"),
+    "SubmitLine": _job_only("submit_line"),
+    "Comment": _job_only("comment"),
+    "Priority": _job_only("priority"),
+    "QOS": _job_only("qos"),
+    "Reason": _job_only("reason"),
+    "Restarts": _job_only("restart_count"),
+    "Cluster": lambda j, s, c: c.cluster,
+    "Suspended": lambda j, s, c: format_hms(0 if s is not None
+                                            else float(j.get("suspended_secs") or 0)),
+    "NTasks": lambda j, s, c: "" if s is None else str(s.get("ntasks", 1)),
+    "AveCPUFreq": _step_zero_job(""),
+    "ConsumedEnergy": _step_zero_job(""),
+    "ConsumedEnergyRaw": _step_zero_job(""),
+    "ReqCPUFreq": _step_zero_job("Unknown"),
+    "ReqCPUFreqMin": _step_zero_job("Unknown"),
+    "ReqCPUFreqMax": _step_zero_job("Unknown"),
+    "ReqCPUFreqGov": _step_zero_job("Unknown"),
+}
+# Everything else (memory, disk and CPU-usage statistics, WCKeys, reservations …) is
+# not measured by Corral and prints empty, as Slurm does without a gatherer.
+
+
+def _value(field: Field, job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
+    get = GETTERS.get(field.name)
+    return get(job, step, ctx) if get is not None else ""
+
+
+def _cell(field: Field, value: str) -> str:
+    width = abs(field.width)
+    if len(value) > width and not field.numeric:
+        value = value[:width - 1] + "+"
+    return value.ljust(width) if field.width < 0 else value.rjust(width)
+
+
+def render(rows: list[list[str]], fields: list[Field], *, parsable: str | None = None,
+           header: bool = True, delimiter: str = "|") -> str:
+    """Lay rows out as sacct does: fixed width (parsable=None), "p" (trailing
+    delimiter) or "P" (no trailing delimiter)."""
+    lines: list[str] = []
+
+    def emit(values: list[str]) -> None:
+        if parsable == "P":
+            lines.append(delimiter.join(values) + "\n")
+        elif parsable == "p":
+            lines.append("".join(v + delimiter for v in values) + "\n")
+        else:
+            lines.append("".join(_cell(f, v) + " " for f, v in zip(fields, values, strict=True))
+                         + "\n")
+
+    if header:
+        if parsable:
+            emit([f.name for f in fields])
+        else:
+            # Headers are cut to the width, without the '+' mark.
+            emit([f.name[:abs(f.width)] for f in fields])
+            lines.append("".join("-" * abs(f.width) + " " for f in fields) + "\n")
+    for row in rows:
+        emit(row)
+    return "".join(lines)
+
+
+def job_rows(job: dict[str, Any], fields: list[Field], ctx: Context, *, steps: bool = True,
+             only_step: str | None = None) -> list[list[str]]:
+    """The job's row and its steps' rows (or just the step asked for with -j J.S)."""
+    rows: list[list[str]] = []
+    if only_step is None:
+        rows.append([_value(f, job, None, ctx) for f in fields])
+    if steps or only_step is not None:
+        for step in job.get("steps") or []:
+            if only_step is None or str(step.get("step_id")) == only_step:
+                rows.append([_value(f, job, step, ctx) for f in fields])
+    return rows
+
+
+def format_sacct(jobs: list[dict[str, Any]], fields: list[Field], ctx: Context, *,
+                 steps: bool = True, parsable: str | None = None, header: bool = True,
+                 delimiter: str = "|",
+                 job_ids: list[tuple[str, str | None]] | None = None) -> str:
+    """Everything sacct prints for already selected job records."""
+    rows: list[list[str]] = []
+    for job in jobs:
+        only_step: str | None = None
+        if job_ids:
+            picks = [job_ids[i][1] for i in _selector_index(job, job_ids)]
+            if picks and None not in picks:
+                for step_id in dict.fromkeys(p for p in picks if p is not None):
+                    rows += job_rows(job, fields, ctx, only_step=step_id)
+                continue
+        rows += job_rows(job, fields, ctx, steps=steps, only_step=only_step)
+    return render(rows, fields, parsable=parsable, header=header, delimiter=delimiter)
+
+
+# ---------------------------------------------------------------------------
+# command line
+# ---------------------------------------------------------------------------
+
+_JOB_ID_RE = re.compile(r"^(\d+(?:_(?:\d+|\[[\d,\-%]+\]))?)(?:\.(batch|extern|\d+))?$")
+
+
+def parse_job_ids(text: str) -> list[tuple[str, str | None]]:
+    out: list[tuple[str, str | None]] = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        m = _JOB_ID_RE.match(item)
+        if not m:
+            raise UsageError(f"sacct: fatal: Bad job/step specified: {item}")
+        out.append((m.group(1), m.group(2)))
+    return out
+
+
+def parse_states(text: str) -> frozenset[str]:
+    names: set[str] = set()
+    items = [s for s in text.split(",") if s.strip()]
+    for i, item in enumerate(items):
+        try:
+            names.add(parse_state(item).value)
+        except ValueError:
+            shown = item if i < len(items) - 1 else f"'{item}'"
+            raise UsageError(f"sacct: fatal: unrecognized job state value {shown}") from None
+    return frozenset(names)
+
+
+def _user_names(text: str) -> list[str]:
+    names: list[str] = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            names.append(pwd.getpwuid(int(item)).pw_name if item.isdigit()
+                         else pwd.getpwnam(item).pw_name)
+        except (KeyError, ValueError):
+            if item.isdigit():
+                names.append(item)
+            else:
+                raise UsageError(f"Invalid user id: {item}") from None
+    return names
+
+
+_SHORT = "aA:bcC:DeE:f:F:g:hi:I:j:k:K:lLM:nN:o:pPq:r:R:s:S:Ttu:UvVW:x:X"
+_LONG = ["allusers", "accounts=", "allocations", "brief", "completion", "constraints=",
+         "delimiter=", "duplicates", "federation", "helpformat", "help-fields", "endtime=",
+         "file=", "flags=", "gid=", "group=", "help", "local", "name=", "nnodes=", "ncpus=",
+         "jobs=", "timelimit-min=", "timelimit-max=", "long", "allclusters", "cluster=",
+         "clusters=", "nodelist=", "noconvert", "units=", "noheader", "fields=", "format=",
+         "parsable", "parsable2", "qos=", "partition=", "reason=", "state=", "starttime=",
+         "truncate", "uid=", "usage", "user=", "verbose", "version", "wckeys=",
+         "whole-hetjob=", "associations=", "array", "json", "yaml"]
+
+_HELP = """\
+sacct [<OPTION>]
+    Valid <OPTION> values are:
+     -a, --allusers:   Display jobs for all users. By default, only the current
+                       user's jobs are displayed.  If ran by user root this is
+                       the default.
+     -b, --brief:      Equivalent to '--format=jobstep,state,error'.
+         --delimiter:  ASCII characters used to separate the fields when
+                       specifying the -p or -P options. The default is '|'.
+     -e, --helpformat: Print a list of fields that can be specified with the
+                       '--format' option
+     -E, --endtime:    Select jobs eligible before this time.
+     -h, --help:       Print this description of use.
+     -j, --jobs:       Format is <job(.step)>. Display information about this
+                       job or comma-separated list of jobs.
+     -l, --long:       Equivalent to a long '--format' list.
+         --name:       Display jobs that have any of these name(s).
+     -n, --noheader:   No header will be added to the beginning of output.
+     -o, --format:     Comma separated list of fields. (use "--helpformat"
+                       for a list of available fields).
+     -p, --parsable:   output will be '|' delimited with a '|' at the end
+     -P, --parsable2:  output will be '|' delimited without a '|' at the end
+     -r, --partition:  Comma separated list of partitions to select jobs from.
+     -s, --state:      Select jobs based on their state during the time period
+                       given: pending (pd), running (r), completed (cd),
+                       cancelled (ca), failed (f), timeout (to), node_fail (nf),
+                       out_of_memory (oom).
+     -S, --starttime:  Select jobs eligible after this time.  Default is
+                       00:00:00 of the current day, unless '-s' is set then
+                       the default is 'now'.
+     -u, --uid, --user: Use this comma separated list of uids or user names
+                       to select jobs to display.
+     -V, --version:    Print version.
+     -X, --allocations: Only show statistics relevant to the job allocation
+                       itself, not taking steps into consideration.
+
+     Note, valid start/end time formats are...
+                   HH:MM[:SS] [AM|PM]
+                   MMDD[YY] or MM/DD[/YY] or MM.DD[.YY]
+                   MM/DD[/YY]-HH:MM[:SS]
+                   YYYY-MM-DD[THH:MM[:SS]]
+                   now[{+|-}count[seconds(default)|minutes|hours|days|weeks]]
+"""
+
+# Options Corral accepts but whose selection it does not implement: refuse rather than
+# silently print too much.
+_UNSUPPORTED = {"-A": "--accounts", "-C": "--constraints", "-c": "--completion",
+                "-f": "--file", "-F": "--flags", "-g": "--gid", "-i": "--nnodes",
+                "-I": "--ncpus", "-k": "--timelimit-min", "-K": "--timelimit-max",
+                "-q": "--qos", "-R": "--reason", "-W": "--wckeys", "-x": "--associations",
+                "--json": "--json", "--yaml": "--yaml"}
+
+
+def _main(argv: list[str]) -> int:
+    try:
+        opts, args = getopt.gnu_getopt(argv, _SHORT, _LONG)
+    except getopt.GetoptError as e:
+        from corral.cli.scontrol import _getopt_error
+
+        sys.stderr.write(_getopt_error(PROG, e) + "\n")
+        return 1
+    if args:
+        sys.stderr.write("sacct: error: Unknown arguments:\n" +
+                         "".join(f"sacct: error:  {a}\n" for a in args))
+        return 1
+    now = time.time()
+    field_spec = ""
+    brief = long_ = all_users = no_steps = False
+    parsable: str | None = None
+    header = True
+    delimiter = "|"
+    users: list[str] | None = None
+    sel = Selection()
+    start: float | None = None
+    end: float | None = None
+    try:
+        for opt, val in opts:
+            if opt in ("-h", "--help"):
+                sys.stdout.write(_HELP)
+                return 0
+            if opt == "--usage" or opt == "-U":
+                sys.stdout.write("Usage: sacct [options]\n\tUse --help for help\n")
+                return 0
+            if opt in ("-e", "--helpformat", "--help-fields"):
+                sys.stdout.write(help_fields())
+                return 0
+            if opt in ("-V", "--version"):
+                sys.stdout.write(f"slurm {SLURM_VERSION}\n")
+                return 0
+            if opt in _UNSUPPORTED or opt in _UNSUPPORTED.values():
+                sys.stderr.write(f"sacct: error: {_UNSUPPORTED.get(opt, opt)} is not "
+                                 "supported by Corral yet\n")
+                return 1
+            if opt in ("-a", "--allusers"):
+                all_users = True
+            elif opt in ("-b", "--brief"):
+                brief = True
+            elif opt in ("-l", "--long"):
+                long_ = True
+            elif opt in ("-X", "-t", "--allocations"):
+                no_steps = True
+            elif opt in ("-n", "--noheader"):
+                header = False
+            elif opt in ("-p", "--parsable"):
+                parsable = "p"
+            elif opt in ("-P", "--parsable2"):
+                parsable = "P"
+            elif opt == "--delimiter":
+                delimiter = val
+            elif opt in ("-o", "--format", "--fields"):
+                field_spec += val + ","
+            elif opt in ("-j", "--jobs"):
+                sel.job_ids = (sel.job_ids or []) + parse_job_ids(val)
+            elif opt in ("-u", "--user", "--uid"):
+                if val == "-1":
+                    all_users = True
+                else:
+                    users = (users or []) + _user_names(val)
+            elif opt in ("-s", "--state"):
+                sel.states = (sel.states or frozenset()) | parse_states(val)
+            elif opt in ("-S", "--starttime", "-E", "--endtime"):
+                try:
+                    stamp = parse_time(val, now)
+                except TimeSpecError:
+                    sys.stderr.write(f"sacct: error: Invalid time specification (pos=0): "
+                                     f"{val}\n")
+                    return 1
+                if opt in ("-S", "--starttime"):
+                    start = stamp
+                else:
+                    end = stamp
+            elif opt == "--name":
+                sel.names = frozenset(n for n in val.split(",") if n)
+            elif opt in ("-r", "--partition"):
+                sel.partitions = frozenset(p for p in val.split(",") if p)
+        if brief:
+            field_spec += BRIEF_FIELDS + ","
+        if long_:
+            field_spec += LONG_FIELDS + ","
+        if not field_spec:
+            field_spec = os.environ.get("SACCT_FORMAT") or DEFAULT_FIELDS
+        fields = parse_fields(field_spec)
+    except UsageError as e:
+        sys.stderr.write(f"{e}\n")
+        return 1
+
+    # Slurm's default window: since midnight today, or since now with -s; none with -j.
+    if start is None and not sel.job_ids:
+        start = now if sel.states else midnight(now)
+    sel.start, sel.end = start, end
+    if sel.job_ids or os.getuid() == 0:
+        all_users = all_users or users is None
+    if users is None and not all_users:
+        users = [pwd.getpwuid(os.getuid()).pw_name]
+
+    params: dict[str, Any] = {}
+    if sel.job_ids:
+        params["ids"] = ",".join(dict.fromkeys(j for j, _ in sel.job_ids))
+    if all_users:
+        params["all_users"] = 1
+    elif users:
+        params["users"] = ",".join(users)
+    if sel.states:
+        params["states"] = ",".join(sorted(sel.states))
+    if start is not None:
+        params["start"] = int(start)
+    if end is not None:
+        params["end"] = int(end)
+    try:
+        ans = client.get("/v1/accounting", **params)
+    except client.ApiError as e:
+        if e.status != 404:
+            raise
+        ans = {"jobs": []}  # an unknown job id: sacct prints just the header
+    jobs = ans.get("jobs") or []
+    now = float(ans.get("now") or now)
+    ctx = Context(now=now)
+    names = {f.name for f in fields}
+    if jobs and names & {"Cluster", "AllocTRES", "ReqTRES"}:
+        from corral.cli.scontrol import _tres_gpu
+
+        cfg = client.get("/v1/config")
+        ctx.cluster = str(cfg.get("cluster_name") or "")
+        ctx.tres_gpu = _tres_gpu(cfg)
+    selected = select_jobs(jobs, sel, now)
+    sys.stdout.write(format_sacct(selected, fields, ctx, steps=not no_steps, parsable=parsable,
+                                  header=header, delimiter=delimiter, job_ids=sel.job_ids))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return client.run_cli(PROG, _main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

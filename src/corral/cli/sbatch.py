@@ -1,0 +1,965 @@
+"""sbatch: submit a batch script, with Slurm 22.05's options, precedence and messages.
+
+Slurm's order of work, kept here because users can observe it:
+
+1. a first pass over the command line finds bad options, --help/--usage/--version,
+   -v/-Q, --wrap and the script operand;
+2. the script is read (file, --wrap or stdin) and checked;
+3. #SBATCH directives, then SBATCH_* environment variables, then the command line
+   set the options, each overriding the one before;
+4. the options are checked and combined (node/task counts, paths, environment).
+
+`parse_sbatch` does all of that without touching the network; `build_payload` makes
+the POST /v1/jobs body; `main` submits it and prints Slurm's answer.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from corral.cli import client
+from corral.cli.options import (
+    EXIT_ERROR,
+    EXIT_OPTION,
+    NO_ARG,
+    OPTIONAL_ARG,
+    CliExit,
+    GetoptError,
+    GresError,
+    Option,
+    OptionValueError,
+    directive_arguments,
+    env_flag_is_set,
+    expand_hostlist,
+    fail,
+    fatal,
+    full_path,
+    option_table,
+    parse_begin,
+    parse_gpu_request,
+    parse_gres,
+    parse_int,
+    parse_mail_type,
+    parse_mbytes,
+    parse_node_count,
+    parse_signal,
+    parse_time_limit,
+    read_hostfile,
+    script_directives,
+    search_path,
+    split_quoted,
+    verify_hint,
+)
+
+PROG = "sbatch"
+VERSION_TEXT = "slurm-wlm 22.05.8\n"  # what real sbatch --version prints (A12)
+TRY_HELP = f'Try "{PROG} --help" for more information\n'
+
+WRAP_HEADER = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n"
+
+# Options acted on in the first pass only; in #SBATCH lines they are ignored.
+_EARLY = frozenset({"help", "usage", "version", "verbose", "quiet", "wrap"})
+
+# Options Corral accepts but that change nothing it schedules or runs: hints about
+# binding, frequencies, accounting and placement details it does not model.
+_NO_EFFECT = frozenset({
+    "acctg-freq", "contiguous", "cpu-freq", "delay-boot", "distribution", "get-user-env",
+    "gpu-bind", "gpu-freq", "gres-flags", "ignore-pbs", "kill-on-invalid-dep", "mcs-label",
+    "mem-bind", "network", "no-kill", "overcommit", "power", "prefer", "profile", "propagate",
+    "reboot", "spread-job", "use-min-nodes", "wait-all-nodes", "wckey",
+})
+
+# Options that ask for something Corral cannot give: refusing beats ignoring them.
+_UNSUPPORTED = frozenset({
+    "autocomplete", "batch", "bb", "bbf", "cluster", "cluster-constraint", "clusters",
+    "container", "core-spec", "cores-per-socket", "cpus-per-gpu", "deadline",
+    "extra-node-info", "gid", "gpus-per-socket", "licenses", "mem-per-gpu", "mincpus",
+    "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket", "ntasks-per-tres", "priority",
+    "reservation", "sockets-per-node", "switches", "test-only", "thread-spec",
+    "threads-per-core", "tmp", "uid", "switch-req", "switch-wait",
+})
+
+# SBATCH_* input variables → option key, in Slurm 22.05's order (later ones win).
+SBATCH_ENV_VARS: tuple[tuple[str, str], ...] = (
+    ("SBATCH_ACCOUNT", "account"),
+    ("SBATCH_ACCTG_FREQ", "acctg-freq"),
+    ("SBATCH_ARRAY_INX", "array"),
+    ("SBATCH_BATCH", "batch"),
+    ("SBATCH_CLUSTER_CONSTRAINT", "cluster-constraint"),
+    ("SBATCH_CLUSTERS", "clusters"),
+    ("SLURM_CLUSTERS", "clusters"),
+    ("SBATCH_CONSTRAINT", "constraint"),
+    ("SBATCH_CONTAINER", "container"),
+    ("SBATCH_CORE_SPEC", "core-spec"),
+    ("SBATCH_CPU_FREQ_REQ", "cpu-freq"),
+    ("SBATCH_CPUS_PER_GPU", "cpus-per-gpu"),
+    ("SBATCH_DEBUG", "verbose"),
+    ("SBATCH_DELAY_BOOT", "delay-boot"),
+    ("SBATCH_DISTRIBUTION", "distribution"),
+    ("SBATCH_EXCLUSIVE", "exclusive"),
+    ("SBATCH_EXPORT", "export"),
+    ("SBATCH_GET_USER_ENV", "get-user-env"),
+    ("SBATCH_GPU_BIND", "gpu-bind"),
+    ("SBATCH_GPU_FREQ", "gpu-freq"),
+    ("SBATCH_GPUS", "gpus"),
+    ("SBATCH_GPUS_PER_NODE", "gpus-per-node"),
+    ("SBATCH_GPUS_PER_SOCKET", "gpus-per-socket"),
+    ("SBATCH_GPUS_PER_TASK", "gpus-per-task"),
+    ("SBATCH_GRES", "gres"),
+    ("SBATCH_GRES_FLAGS", "gres-flags"),
+    ("SBATCH_HINT", "hint"),
+    ("SLURM_HINT", "hint"),
+    ("SBATCH_IGNORE_PBS", "ignore-pbs"),
+    ("SBATCH_JOB_NAME", "job-name"),
+    ("SBATCH_MEM_BIND", "mem-bind"),
+    ("SBATCH_MEM_PER_CPU", "mem-per-cpu"),
+    ("SBATCH_MEM_PER_GPU", "mem-per-gpu"),
+    ("SBATCH_MEM_PER_NODE", "mem"),
+    ("SBATCH_NETWORK", "network"),
+    ("SBATCH_NO_KILL", "no-kill"),
+    ("SBATCH_NO_REQUEUE", "no-requeue"),
+    ("SBATCH_OPEN_MODE", "open-mode"),
+    ("SBATCH_OVERCOMMIT", "overcommit"),
+    ("SBATCH_PARTITION", "partition"),
+    ("SBATCH_POWER", "power"),
+    ("SBATCH_PROFILE", "profile"),
+    ("SBATCH_QOS", "qos"),
+    ("SBATCH_REQ_SWITCH", "switch-req"),
+    ("SBATCH_REQUEUE", "requeue"),
+    ("SBATCH_RESERVATION", "reservation"),
+    ("SBATCH_SIGNAL", "signal"),
+    ("SBATCH_SPREAD_JOB", "spread-job"),
+    ("SBATCH_THREAD_SPEC", "thread-spec"),
+    ("SBATCH_THREADS_PER_CORE", "threads-per-core"),
+    ("SBATCH_TIMELIMIT", "time"),
+    ("SBATCH_USE_MIN_NODES", "use-min-nodes"),
+    ("SBATCH_WAIT", "wait"),
+    ("SBATCH_WAIT_ALL_NODES", "wait-all-nodes"),
+    ("SBATCH_WAIT4SWITCH", "switch-wait"),
+    ("SBATCH_WCKEY", "wckey"),
+)
+
+_MEMORY_KEYS = ("mem", "mem-per-cpu", "mem-per-gpu")
+_NICE_LIMIT = 2**31 - 3  # Slurm: NICE_OFFSET - 3
+
+
+class Submission:
+    """What sbatch worked out from the command line, the script and the environment."""
+
+    def __init__(self) -> None:
+        self.spec: dict[str, Any] = {}
+        self.script = ""
+        self.argv: list[str] = []
+        self.env: dict[str, str] = {}
+        self.export = "ALL"
+        self.array: str | None = None
+        self.open_mode = "truncate"
+        self.parsable = False
+        self.quiet = False
+        self.wait = False
+        self.verbose = 0
+        self.messages: list[str] = []  # stderr lines to show before submitting
+
+    def __repr__(self) -> str:
+        return f"Submission(name={self.spec.get('name')!r})"
+
+
+class _Request:
+    """Option values as they are set, and where each came from ("script", "env", "cli")."""
+
+    def __init__(self, now: float, cwd: str):
+        self.now = now
+        self.cwd = cwd
+        self.v: dict[str, Any] = {}
+        self.src: dict[str, str] = {}
+        self.shown: dict[str, str] = {}  # option name → value, for -v
+        self.ignored: list[str] = []
+
+    def set(self, key: str, value: Any, source: str) -> None:
+        self.v[key] = value
+        self.src[key] = source
+
+    def reset(self, key: str) -> None:
+        self.v.pop(key, None)
+        self.src.pop(key, None)
+
+
+# --------------------------------------------------------------------------
+# Option handlers
+# --------------------------------------------------------------------------
+
+def _apply(req: _Request, option: Option, arg: str | None, source: str) -> None:
+    """Set one option from `source`; raises CliExit with Slurm's message when bad."""
+    key = option.key
+    try:
+        _set_option(req, key, option, arg, source)
+    except OptionValueError as e:
+        fail(PROG, e.message, e.code)
+    req.shown[option.name] = "set" if arg is None else arg
+
+
+def _set_option(req: _Request, key: str, option: Option, arg: str | None, source: str) -> None:
+    if key in _UNSUPPORTED:
+        fail(PROG, f"--{option.name} is not supported by Corral")
+    if key in _NO_EFFECT:
+        req.ignored.append(option.name)
+        return
+    value: Any
+    if key == "begin":
+        value = parse_begin(_req_arg(arg), req.now)
+    elif key == "chdir":
+        value = full_path(_req_arg(arg), req.cwd)
+    elif key in ("cpus-per-task", "ntasks", "ntasks-per-node"):
+        value = parse_int(f"--{key}", _req_arg(arg), True)
+    elif key in ("output", "error", "input"):
+        a = _req_arg(arg)
+        value = "/dev/null" if a.lower() == "none" else a
+    elif key == "nodelist":
+        req.reset("nodefile")
+        value = arg
+    elif key == "nodefile":
+        req.reset("nodelist")
+        value = arg
+    elif key == "exclusive":
+        a = (arg or "exclusive").lower()
+        if a == "exclusive":
+            value = True
+        elif a == "oversubscribe":
+            value = False
+        elif a in ("user", "mcs"):
+            fail(PROG, f"--exclusive={arg} is not supported by Corral")
+        else:
+            raise OptionValueError("Invalid --exclusive specification")
+    elif key == "oversubscribe":
+        key, value = "exclusive", False
+    elif key == "gres":
+        a = _req_arg(arg)
+        if a.lower() in ("help", "list"):
+            raise CliExit(0, stdout="Valid gres options are:\ngpu[[:type]:count]\n")
+        value = a
+    elif key == "hint":
+        a = _req_arg(arg)
+        if a.lower() == "help":
+            raise CliExit(0, stdout=_HINT_HELP)
+        value = a
+    elif key in ("hold", "parsable", "wait"):
+        value = True
+    elif key == "mail-type":
+        kinds = [k for k in req.v.get("mail-type", "").split(",") if k]
+        for k in parse_mail_type(_req_arg(arg)).split(","):
+            if k != "NONE" and k not in kinds:
+                kinds.append(k)
+        value = ",".join(kinds)
+    elif key == "mem" or key == "mem-per-cpu":
+        value = parse_mbytes(_req_arg(arg))
+        if value is None:
+            raise OptionValueError(f"Invalid --{key} specification")
+    elif key == "nice":
+        value = _nice(arg)
+    elif key == "requeue" or key == "no-requeue":
+        key, value = "requeue", key == "requeue"
+    elif key == "nodes":
+        value = parse_node_count(_req_arg(arg))
+    elif key == "open-mode":
+        a = _req_arg(arg)
+        if a[:1] in ("a", "A"):
+            value = "append"
+        elif a[:1] in ("t", "T"):
+            value = "truncate"
+        else:
+            raise OptionValueError("Invalid --open-mode specification")
+    elif key == "signal":
+        parse_signal(_req_arg(arg))
+        value = arg
+    elif key == "time" or key == "time-min":
+        value = parse_time_limit(_req_arg(arg), f"--{key}")
+    elif key == "verbose":
+        # Only SBATCH_DEBUG reaches here: a number, not a repeat count.
+        value = parse_int("--verbose", _req_arg(arg), False)
+    else:
+        # Plain strings: account, array, comment, constraint, dependency, export,
+        # export-file, exclude, gpus*, job-name, mail-user, partition, qos.
+        value = _req_arg(arg)
+    req.set(key, value, source)
+
+
+def _req_arg(arg: str | None) -> str:
+    return "" if arg is None else arg
+
+
+def _nice(arg: str | None) -> int:
+    if arg is None:
+        return 100
+    parsed = arg.strip()
+    sign = -1 if parsed.startswith("-") else 1
+    digits = parsed.lstrip("+-")
+    n = 0
+    for ch in digits:  # strtoll: the leading digits, 0 when there are none
+        if not ch.isdigit():
+            break
+        n = n * 10 + int(ch)
+    n *= sign
+    if abs(n) > _NICE_LIMIT:
+        raise OptionValueError(f"Invalid --nice value, out of range (+/- {_NICE_LIMIT})")
+    return n
+
+
+def _apply_env(req: _Request, env: dict[str, str]) -> None:
+    table = option_table(PROG)
+    for var, key in SBATCH_ENV_VARS:
+        value = env.get(var)
+        if value is None:
+            continue
+        option = table.by_key.get(key)
+        if option is None:  # variables with no command-line twin (--switches' parts)
+            fail(PROG, f"{var} is not supported by Corral")
+        if key == "verbose":
+            _apply(req, option, value, "env")
+            continue
+        if option.has_arg == NO_ARG:
+            if env_flag_is_set(value):
+                _apply(req, option, None, "env")
+            else:
+                req.reset("requeue" if key in ("requeue", "no-requeue") else key)
+            continue
+        arg: str | None = value
+        if option.has_arg == OPTIONAL_ARG and value == "":
+            arg = None
+        _apply(req, option, arg, "env")
+
+
+def _getopt_fail(e: GetoptError) -> CliExit:
+    return CliExit(EXIT_OPTION, f"{e.message}\n{TRY_HELP}")
+
+
+def _apply_args(req: _Request, args: list[str], source: str) -> int:
+    """Parse `args` and set every non-early option; returns the first operand's index."""
+    table = option_table(PROG)
+    try:
+        found, index = table.parse(args)
+    except GetoptError as e:
+        for option, arg in e.found:
+            if option.key not in _EARLY:
+                _apply(req, option, arg, source)
+        raise _getopt_fail(e) from None
+    for option, arg in found:
+        if option.key not in _EARLY:
+            _apply(req, option, arg, source)
+    return index
+
+
+# --------------------------------------------------------------------------
+# The script
+# --------------------------------------------------------------------------
+
+def _check_script(text: str) -> None:
+    """Slurm's checks on a script read from a file or stdin."""
+    if text == "":
+        fail(PROG, "Batch script is empty!")
+    if not text.strip():
+        fail(PROG, "Batch script contains only whitespace!")
+    if not text.startswith("#!"):
+        raise CliExit(EXIT_ERROR, (
+            f"{PROG}: error: This does not look like a batch script.  The first\n"
+            f"{PROG}: error: line must start with #! followed by the path to an interpreter.\n"
+            f"{PROG}: error: For instance: #!/bin/sh\n"))
+    if "\0" in text:
+        raise CliExit(EXIT_ERROR, (
+            f"{PROG}: error: The Slurm controller does not allow scripts that\n"
+            f"{PROG}: error: contain a NULL character '\\0'.\n"))
+    if "\r\n" in text:
+        raise CliExit(EXIT_ERROR, (
+            f"{PROG}: error: Batch script contains DOS line breaks (\\r\\n)\n"
+            f"{PROG}: error: instead of expected UNIX line breaks (\\n).\n"))
+
+
+def _read_script_file(path: str) -> str:
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8", "surrogateescape")
+
+
+# --------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------
+
+def parse_sbatch(argv: list[str], env: dict[str, str],
+                 stdin_text: str | Callable[[], str] | None, cwd: str, now: float, *,
+                 submit_host: str = "localhost", umask: int = 0o022,
+                 prio: int = 0) -> Submission:
+    """Work out a submission from sbatch's arguments (without the program name).
+
+    `stdin_text` is the script when neither a file nor --wrap is given: the text, a
+    function that reads it (called only then), or None for an empty stdin.  Raises
+    CliExit for --help/--version and for every error, with Slurm's text and status.
+    """
+    table = option_table(PROG)
+    sub = Submission()
+    req = _Request(now, cwd)
+
+    # ---- first pass: early options and the script operand -------------------
+    getopt_error: GetoptError | None = None
+    try:
+        first, index = table.parse(argv)
+    except GetoptError as e:
+        first, index, getopt_error = e.found, len(argv), e
+    wrap: str | None = None
+    verbose = quiet = 0
+    for option, arg in first:
+        if option.key == "help":
+            raise CliExit(0, stdout=HELP_TEXT)
+        if option.key == "usage":
+            raise CliExit(0, stdout=USAGE_TEXT)
+        if option.key == "version":
+            raise CliExit(0, stdout=VERSION_TEXT)
+        if option.key == "verbose":
+            verbose += 1
+        elif option.key == "quiet":
+            quiet += 1
+        elif option.key == "wrap":
+            wrap = arg
+    if getopt_error is not None:
+        raise _getopt_fail(getopt_error)
+    operands = argv[index:]
+    if operands and operands[0] == ":":
+        fail(PROG, "heterogeneous jobs (\":\" between components) are not supported by Corral")
+    if operands and wrap is not None:
+        fail(PROG, "Script arguments not permitted with --wrap option")
+
+    # ---- the script ------------------------------------------------------------
+    script_path: str | None = None
+    if wrap is not None:
+        script = f"{WRAP_HEADER}{wrap}\n"
+        label = "stdin"
+    elif operands:
+        name = operands[0]
+        found = search_path(name, cwd, env.get("PATH"))
+        script_path = found or full_path(name, cwd)
+        try:
+            script = _read_script_file(script_path)
+        except OSError:
+            fail(PROG, f"Unable to open file {found or name}")
+        _check_script(script)
+        label = os.path.basename(script_path)
+        sub.argv = operands[1:]
+    else:
+        text = stdin_text() if callable(stdin_text) else stdin_text
+        script = text or ""
+        _check_script(script)
+        label = "stdin"
+    sub.script = script
+
+    # ---- second pass: #SBATCH < SBATCH_* < command line ------------------------
+    directive_args: list[str] = []
+    for lineno, text in script_directives(script):
+        words = directive_arguments(text, label, lineno, PROG)
+        if any(w.lower() in ("hetjob", "packjob") for w in words):
+            fail(PROG, "heterogeneous jobs (#SBATCH hetjob) are not supported by Corral")
+        directive_args.extend(words)
+    if directive_args:
+        stop = _apply_args(req, directive_args, "script")
+        if stop < len(directive_args):
+            fail(PROG, f"Invalid directive found in batch script: {directive_args[stop]}",
+                 EXIT_OPTION)
+    _apply_env(req, env)
+    _apply_args(req, argv[:index], "cli")
+
+    sub.verbose = verbose or req.v.get("verbose", 0)  # -v on the command line beats SBATCH_DEBUG
+    sub.quiet = quiet > 0
+    _finish(sub, req, env, script_path, wrap is not None, cwd, submit_host, umask, prio, argv)
+    return sub
+
+
+def _finish(sub: Submission, req: _Request, env: dict[str, str], script_path: str | None,
+            wrapped: bool, cwd: str, submit_host: str, umask: int, prio: int,
+            argv: list[str]) -> None:
+    """Slurm's _opt_verify(): check and combine the options into the job's spec."""
+    v = req.v
+    if sub.quiet and sub.verbose:
+        fail(PROG, "don't specify both --verbose (-v) and --quiet (-Q)")
+    if "hint" in v:
+        problem = verify_hint(v["hint"])
+        if problem:
+            fail(PROG, problem)
+    _check_memory_options(req)
+
+    work_dir = v.get("chdir", cwd)
+    stdout = v.get("output")
+    array = v.get("array")
+    if stdout is None:
+        stdout = "slurm-%A_%a.out" if array else "slurm-%j.out"
+    stdout = full_path(stdout, work_dir)
+    stderr = full_path(v["error"], work_dir) if "error" in v else None
+    stdin = full_path(v.get("input", "/dev/null"), work_dir)
+
+    # Node and task counts, as Slurm combines -N, -n, --ntasks-per-node and -w.
+    nodes_set = "nodes" in v
+    min_nodes, max_nodes = v.get("nodes", (1, 0))
+    req_nodes = _node_names(v, "nodelist", cwd) if "nodelist" in v else []
+    if "nodefile" in v:
+        try:
+            req_nodes = _dedupe(read_hostfile(full_path(v["nodefile"], cwd)))
+        except OSError:
+            fail(PROG, "Invalid --nodefile node file", EXIT_OPTION)
+    exc_nodes = _node_names(v, "exclude", cwd) if "exclude" in v else []
+    if req_nodes:
+        min_nodes = max(len(req_nodes), min_nodes) if nodes_set else len(req_nodes)
+        nodes_set = True
+    ntasks_set = "ntasks" in v
+    ntasks = v.get("ntasks", 1)
+    per_node = v.get("ntasks-per-node")
+    if per_node and not ntasks_set and (max_nodes == 0 or min_nodes == max_nodes):
+        ntasks, ntasks_set = min_nodes * per_node, True
+    if nodes_set and (min_nodes == max_nodes or max_nodes == 0) and not ntasks_set:
+        ntasks = max(min_nodes, 1)
+    elif nodes_set and ntasks_set:
+        if max_nodes and ntasks < max_nodes:
+            max_nodes = ntasks
+        if ntasks < min_nodes:
+            sub.messages.append(f"{PROG}: Warning: can't run {ntasks} processes on "
+                                f"{min_nodes} nodes, setting nnodes to {ntasks}")
+            min_nodes = max_nodes = ntasks
+
+    gpus, gpus_per_node, gpus_per_task, gpu_type = _gpu_request(v)
+
+    if array is not None:
+        _check_array(array)
+
+    if "job-name" in v:
+        name = v["job-name"]
+    elif script_path is not None:
+        name = os.path.basename(script_path)
+    else:
+        name = "wrap" if wrapped else "sbatch"
+
+    if v.get("mail-type") and not sub.quiet:
+        sub.messages.append(f"{PROG}: warning: Corral does not send mail; "
+                            "--mail-type is recorded only")
+    if sub.verbose:
+        sub.messages.extend(_defined_options(req))
+
+    sub.spec = {
+        "name": name,
+        "partition": v.get("partition"),
+        "num_nodes": min_nodes,
+        "max_nodes": max_nodes if max_nodes and max_nodes != min_nodes else None,
+        "num_tasks": ntasks,
+        "ntasks_per_node": per_node,
+        "cpus_per_task": v.get("cpus-per-task", 1),
+        "mem_per_node": v.get("mem"),
+        "mem_per_cpu": v.get("mem-per-cpu"),
+        "gpus": gpus,
+        "gpus_per_node": gpus_per_node,
+        "gpus_per_task": gpus_per_task,
+        "gpu_type": gpu_type,
+        "time_limit": v.get("time"),
+        "time_min": v.get("time-min"),
+        "req_nodes": req_nodes,
+        "exc_nodes": exc_nodes,
+        "exclusive": v.get("exclusive", False),
+        "requeue": v.get("requeue"),
+        "dependency": v.get("dependency"),
+        "begin_time": v.get("begin"),
+        "signal": v.get("signal"),
+        "hint": v.get("hint"),
+        "mail_type": v.get("mail-type") or None,
+        "mail_user": v.get("mail-user"),
+        "comment": v.get("comment"),
+        "work_dir": work_dir,
+        "stdout": stdout,
+        "stderr": stderr,
+        "stdin": stdin,
+        "command": script_path,
+        "submit_line": " ".join([PROG, *argv]),
+        "account": v.get("account"),
+        "qos": v.get("qos"),
+        "nice": v.get("nice", 0),
+        "held": "user" if v.get("hold") else None,
+    }
+    if "constraint" in v:
+        sub.spec["constraint"] = v["constraint"]
+    sub.array = array
+    sub.open_mode = v.get("open-mode", "truncate")
+    sub.parsable = bool(v.get("parsable"))
+    sub.wait = bool(v.get("wait"))
+    sub.export = v.get("export", "ALL")
+    sub.env = _job_environment(v, env, cwd, submit_host, umask, prio)
+
+
+def _check_memory_options(req: _Request) -> None:
+    """--mem, --mem-per-cpu and --mem-per-gpu exclude one another (Slurm's rules)."""
+    given = [k for k in _MEMORY_KEYS if k in req.v and req.src[k] != "env"]
+    if len(given) > 1:
+        fatal(PROG, "--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive.")
+    if given:
+        for k in _MEMORY_KEYS:
+            if k != given[0]:
+                req.reset(k)
+    elif sum(k in req.v for k in _MEMORY_KEYS) > 1:
+        fatal(PROG, "SLURM_MEM_PER_CPU, SLURM_MEM_PER_GPU, and SLURM_MEM_PER_NODE are "
+                    "mutually exclusive.")
+
+
+def _dedupe(names: list[str]) -> list[str]:
+    return list(dict.fromkeys(names))
+
+
+def _node_names(v: dict[str, Any], key: str, cwd: str) -> list[str]:
+    expr: str = v[key]
+    if "/" in expr:
+        try:
+            return _dedupe(read_hostfile(full_path(expr, cwd)))
+        except OSError:
+            fail(PROG, "Failure getting NodeNames from hostfile")
+    try:
+        return _dedupe(expand_hostlist(expr))
+    except ValueError:
+        fail(PROG, "Batch job submission failed: Invalid node name specified")
+
+
+def _gpu_request(v: dict[str, Any]) -> tuple[int, int, int, str | None]:
+    """(gpus for the job, per node, per task, type) from --gres and --gpus*."""
+    gpus = per_node = per_task = 0
+    gpu_type: str | None = None
+    try:
+        if "gres" in v:
+            per_node, gpu_type = parse_gres(v["gres"])
+        for key in ("gpus", "gpus-per-node", "gpus-per-task"):
+            if key not in v:
+                continue
+            count, kind = parse_gpu_request(v[key])
+            if key == "gpus":
+                gpus = count
+            elif key == "gpus-per-node":
+                per_node = count
+            else:
+                per_task = count
+            gpu_type = kind or gpu_type
+    except GresError:
+        fail(PROG, "Batch job submission failed: Invalid generic resource (gres) "
+                   "specification")
+    return gpus, per_node, per_task, gpu_type
+
+
+_ARRAY_MAX_INDEX = 4_000_000  # Slurm's ceiling for MaxArraySize - 1; the controller
+                              # enforces the cluster's own MaxArraySize.
+
+
+def _check_array(spec: str) -> None:
+    """The syntax of --array, without expanding it (the controller does that)."""
+    text, pct, throttle = spec.partition("%")
+    ok = bool(text) and (not pct or throttle.isdigit())
+    if ok:
+        for part in text.split(","):
+            lo, dash, rest = part.partition("-")
+            hi, colon, step = rest.partition(":")
+            if not lo.isdigit() or (dash and not hi.isdigit()) or (colon and not step.isdigit()):
+                ok = False
+                break
+            if dash and (int(hi) < int(lo) or (colon and int(step) < 1)):
+                ok = False
+                break
+            if colon and not dash:
+                ok = False
+                break
+            if int(hi if dash else lo) > _ARRAY_MAX_INDEX:
+                ok = False
+                break
+    if not ok:
+        fail(PROG, "Batch job submission failed: Invalid job array specification")
+
+
+def _job_environment(v: dict[str, Any], env: dict[str, str], cwd: str, submit_host: str,
+                     umask: int, prio: int) -> dict[str, str]:
+    """The environment the job starts with, per --export (and --export-file).
+
+    ALL: everything; NONE: only SLURM_*; a list: the listed names (current value) or
+    NAME=value assignments plus SLURM_*, and everything else too when ALL is in the
+    list.  Explicit assignments win over inherited values.
+    """
+    source = env
+    job_env: dict[str, str] = {}
+    if "export-file" in v:
+        job_env = _read_env_file(v["export-file"], cwd)
+        source = {}  # Slurm clears its own environment when --export-file is used
+    export = v.get("export", "ALL")
+    tokens = split_quoted(export)
+    upper = [t.upper() for t in tokens]
+    if upper == ["ALL"]:
+        job_env.update(source)
+    else:
+        if "ALL" in upper:
+            job_env.update(source)
+        else:
+            job_env.update({k: val for k, val in source.items() if k.startswith("SLURM_")})
+        for tok, up in zip(tokens, upper, strict=True):
+            if up in ("ALL", "NONE") or not tok:
+                continue
+            name, eq, value = tok.partition("=")
+            if eq:
+                job_env[name] = value
+            elif name in source:
+                job_env[name] = source[name]
+    job_env["SLURM_PRIO_PROCESS"] = str(prio)
+    job_env["SLURM_SUBMIT_DIR"] = cwd
+    job_env["SLURM_SUBMIT_HOST"] = submit_host
+    job_env["SLURM_UMASK"] = f"0{umask >> 6 & 7}{umask >> 3 & 7}{umask & 7}"
+    return job_env
+
+
+def _read_env_file(spec: str, cwd: str) -> dict[str, str]:
+    """--export-file: NAME=value entries separated by NUL bytes or newlines; or an fd."""
+    try:
+        if spec.isdigit():
+            with os.fdopen(int(spec), "rb", closefd=False) as f:
+                data = f.read()
+        else:
+            with open(full_path(spec, cwd), "rb") as f:
+                data = f.read()
+    except OSError:
+        fail(PROG, f"Could not open environment file {spec}")
+    text = data.decode("utf-8", "surrogateescape")
+    entries = text.split("\0") if "\0" in text else text.split("\n")
+    result: dict[str, str] = {}
+    for entry in entries:
+        name, eq, value = entry.partition("=")
+        if eq and name:
+            result[name] = value
+    return result
+
+
+def _defined_options(req: _Request) -> list[str]:
+    lines = [f"{PROG}: defined options", f"{PROG}: -------------------- --------------------"]
+    for name, value in req.shown.items():
+        lines.append(f"{PROG}: {name:<20}: {value}")
+    lines.append(f"{PROG}: -------------------- --------------------")
+    lines.append(f"{PROG}: end of defined options")
+    for name in dict.fromkeys(req.ignored):
+        lines.append(f"{PROG}: --{name} has no effect under Corral")
+    return lines
+
+
+# --------------------------------------------------------------------------
+# Payload, submission, --wait
+# --------------------------------------------------------------------------
+
+def build_payload(sub: Submission) -> dict[str, Any]:
+    """The POST /v1/jobs body."""
+    return {
+        "spec": dict(sub.spec),
+        "script": sub.script,
+        "argv": list(sub.argv),
+        "env": dict(sub.env),
+        "export": sub.export,
+        "array": sub.array,
+        "open_mode": sub.open_mode,
+    }
+
+
+def _read_stdin() -> str:
+    try:
+        data = sys.stdin.buffer.read()
+    except (AttributeError, OSError, ValueError):
+        return ""
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _short_hostname() -> str:
+    import socket  # already loaded by the client module
+
+    return socket.gethostname().split(".")[0]
+
+
+def wait_for_job(job_id: int, *, sleep: Callable[[float], None] = time.sleep,
+                 get: Callable[..., Any] | None = None) -> int:
+    """--wait: poll until every task of the job has finished; Slurm's exit status.
+
+    The largest exit code over the job's tasks; 1 for a task ended by a signal.
+    """
+    from corral.model.job import FINISHED_STATES  # only --wait pays for this import
+
+    finished = {s.value for s in FINISHED_STATES}
+    fetch = get or client.get
+    delay = 0.05
+    while True:
+        sleep(delay)
+        delay = min(delay * 2, 2.0)
+        try:
+            reply = fetch("/v1/jobs", ids=job_id, fields="state,exit_code,term_signal",
+                          finished=1)
+        except client.ApiError as e:
+            if e.status == 404:
+                sys.stderr.write(f"{PROG}: error: Job {job_id} no longer found and exit "
+                                 "code not found\n")
+                return 0
+            sys.stderr.write(f"{PROG}: error: Currently unable to load job state "
+                             f"information, retrying: {e.message}\n")
+            continue
+        except (client.NotRunning, OSError) as e:
+            sys.stderr.write(f"{PROG}: error: Currently unable to load job state "
+                             f"information, retrying: {e}\n")
+            continue
+        jobs = reply.get("jobs", []) if isinstance(reply, dict) else []
+        if not jobs:
+            sys.stderr.write(f"{PROG}: error: Job {job_id} no longer found and exit code "
+                             "not found\n")
+            return 0
+        if all(j.get("state") in finished for j in jobs):
+            return max((1 if j.get("term_signal") else int(j.get("exit_code") or 0))
+                       for j in jobs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        sub = parse_sbatch(args, dict(os.environ), _read_stdin, os.getcwd(), time.time(),
+                           submit_host=_short_hostname(), umask=_current_umask(),
+                           prio=os.getpriority(os.PRIO_PROCESS, 0))
+    except CliExit as e:
+        sys.stdout.write(e.stdout)
+        sys.stderr.write(e.stderr)
+        return e.code
+    for line in sub.messages:
+        sys.stderr.write(line + "\n")
+    try:
+        reply = client.post("/v1/jobs", build_payload(sub))
+    except client.NotRunning as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
+        return 1
+    except client.ApiError as e:
+        sys.stderr.write(f"{PROG}: error: Batch job submission failed: {e.message}\n")
+        return 1
+    except OSError as e:
+        sys.stderr.write(f"{PROG}: error: Batch job submission failed: "
+                         f"{e.strerror or e}\n")
+        return 1
+    job_id = int(reply["job_id"])
+    if not sub.quiet:
+        sys.stdout.write(f"{job_id}\n" if sub.parsable else f"Submitted batch job {job_id}\n")
+        sys.stdout.flush()
+    if sub.wait:
+        try:
+            return wait_for_job(job_id)
+        except KeyboardInterrupt:
+            return 130
+    return 0
+
+
+# --------------------------------------------------------------------------
+# --help, --usage
+# --------------------------------------------------------------------------
+
+USAGE_TEXT = """\
+Usage: sbatch [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [--hold]
+              [--parsable] [-t minutes] [-D path] [-J jobname] [-o file] [-e file]
+              [-i file] [--export[=names]] [--export-file=file] [--begin=time]
+              [-d type:jobid[:time]] [-a array] [-w hosts] [-x hosts]
+              [--exclusive] [--requeue] [--no-requeue] [--signal=[[R][B]:]num[@time]]
+              [--mem=MB] [--mem-per-cpu=MB] [--gres=list] [--gpus=n]
+              [--gpus-per-node=n] [--gpus-per-task=n] [--hint=type]
+              [--mail-type=type] [--mail-user=user] [-A account] [-q qos]
+              [--nice[=value]] [--open-mode=a|t] [-C list] [--comment=name]
+              [--time-min=minutes] [-W] [-Q] [-v] [--wrap="command"]
+              executable [args...]
+"""
+
+HELP_TEXT = """\
+Usage: sbatch [OPTIONS...] executable [args...]
+
+Parallel run options:
+  -a, --array=indexes         job array index values
+  -A, --account=name          charge job to specified account
+      --begin=time            defer job until HH:MM MM/DD/YY
+      --comment=name          arbitrary comment
+  -c, --cpus-per-task=ncpus   number of cpus required per task
+  -d, --dependency=type:jobid[:time] defer job until condition on jobid is satisfied
+  -D, --chdir=directory       set working directory for batch script
+  -e, --error=err             file for batch script's standard error
+      --export[=names]        specify environment variables to export
+      --export-file=file|fd   specify environment variables file or file
+                              descriptor to export
+  -H, --hold                  submit job in held state
+  -i, --input=in              file for batch script's standard input
+  -J, --job-name=jobname      name of job
+      --mail-type=type        notify on state change: BEGIN, END, FAIL or ALL
+                              (recorded; Corral does not send mail)
+      --mail-user=user        who to send email notification for job state
+                              changes
+  -n, --ntasks=ntasks         number of tasks to run
+      --nice[=value]          decrease scheduling priority by value
+      --no-requeue            if set, do not permit the job to be requeued
+      --ntasks-per-node=n     number of tasks to invoke on each node
+  -N, --nodes=N               number of nodes on which to run (N = min[-max])
+      --open-mode={append|truncate} output and error file open mode
+  -o, --output=out            file for batch script's standard output
+  -p, --partition=partition   partition requested
+      --parsable              outputs only the jobid and cluster name (if present),
+                              separated by semicolon, only on successful submission.
+  -q, --qos=qos               quality of service
+  -Q, --quiet                 quiet mode (suppress informational messages)
+      --requeue               if set, permit the job to be requeued
+  -s, --oversubscribe         over subscribe resources with other jobs
+      --signal=[[R][B]:]num[@time] send signal when time limit within time seconds
+  -t, --time=minutes          time limit
+      --time-min=minutes      minimum time limit (if distinct)
+  -v, --verbose               verbose mode (multiple -v's increase verbosity)
+  -W, --wait                  wait for completion of submitted job
+      --wrap[=command string] wrap command string in a sh script and submit
+
+Constraint options:
+  -C, --constraint=list       specify a list of constraints
+  -F, --nodefile=filename     request a specific list of hosts
+      --mem=MB                minimum amount of real memory (0 = all of it)
+      --hint=                 Bind tasks according to application hints
+                              (see "--hint=help" for options)
+  -w, --nodelist=hosts...     request a specific list of hosts
+  -x, --exclude=hosts...      exclude a specific list of hosts
+
+Consumable resources related options:
+      --exclusive[=oversubscribe] allocate nodes in exclusive mode
+      --mem-per-cpu=MB        maximum amount of real memory per allocated
+                              cpu required by the job.
+                              --mem >= --mem-per-cpu if --mem is specified.
+
+GPU scheduling options:
+  -G, --gpus=n                count of GPUs required for the job
+      --gpus-per-node=n       number of GPUs required per allocated node
+      --gpus-per-task=n       number of GPUs required per spawned task
+      --gres=list             required generic resources (gpu[:type][:count])
+
+Help options:
+  -h, --help                  show this help message
+      --usage                 display brief usage message
+
+Other options:
+  -V, --version               output version information and exit
+
+Accepted without effect under Corral: --acctg-freq, --contiguous, --cpu-freq,
+--delay-boot, -m/--distribution, --get-user-env, --gpu-bind, --gpu-freq,
+--gres-flags, --ignore-pbs, --kill-on-invalid-dep, --mcs-label, --mem-bind,
+--network, -k/--no-kill, -O/--overcommit, --power, --prefer, --profile,
+--propagate, --reboot, --spread-job, --use-min-nodes, --wait-all-nodes, --wckey.
+Other Slurm options are refused with an error.
+"""
+
+_HINT_HELP = """\
+Application hint options:
+    --hint=             Bind tasks according to application hints
+        compute_bound   use all cores in each socket
+        memory_bound    use only one core in each socket
+        [no]multithread [don't] use extra threads with in-core multi-threading
+        help            show this help message
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

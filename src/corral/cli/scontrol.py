@@ -1,0 +1,808 @@
+"""scontrol: show jobs, nodes, partitions and the configuration; hold, release,
+requeue, suspend and update jobs and nodes.  Output follows Slurm 22.05 byte for byte.
+
+The `format_*` functions are pure (dicts + `now` in, text out) so they can be
+checked against captures of real Slurm without a controller.
+"""
+
+from __future__ import annotations
+
+import getopt
+import os
+import re
+import socket
+import sys
+import time
+from typing import Any
+from urllib.parse import quote
+
+from corral.cli import client
+from corral.model import hostlists
+from corral.model.arrays import format_task_ids
+from corral.model.timefmt import format_hms, format_timestamp
+
+PROG = "scontrol"
+SLURM_VERSION = "22.05.8"
+# Slurm's NO_VAL: the array task id printed in file names of a pending array's meta record.
+NO_VAL = 4294967294
+
+
+class UsageError(Exception):
+    """Bad command line: message already in Slurm's wording, exit code 1."""
+
+
+# ---------------------------------------------------------------------------
+# shared value formatting (also used by sacct)
+# ---------------------------------------------------------------------------
+
+def mem_str(mb: int | float) -> str:
+    """Megabytes the way Slurm prints TRES and MinMemory: 1G, 500M, 200000M (exact units only)."""
+    value = int(mb)
+    if value == 0:
+        return "0"
+    units = "MGTP"
+    i = 0
+    while i < len(units) - 1 and value % 1024 == 0:
+        value //= 1024
+        i += 1
+    return f"{value}{units[i]}"
+
+
+def limit_str(seconds: int | None) -> str:
+    """A time limit as scontrol and sacct print it: UNLIMITED, 01:00:00, 1-00:00:00."""
+    if seconds is None or seconds < 0:
+        return "UNLIMITED"
+    return format_hms(seconds)
+
+
+def job_resources(job: dict[str, Any]) -> dict[str, Any]:
+    """What a job holds (if allocated) or asks for: nodes, cpus, mem (MB or None), gpus, ntasks."""
+    num_nodes = int(job.get("num_nodes") or 1)
+    per_node = job.get("ntasks_per_node")
+    ntasks = per_node * num_nodes if per_node else max(int(job.get("num_tasks") or 1), num_nodes)
+    cpus = ntasks * int(job.get("cpus_per_task") or 1)
+    mem: int | None = None
+    if job.get("mem_per_node"):
+        mem = int(job["mem_per_node"]) * num_nodes
+    elif job.get("mem_per_cpu"):
+        mem = int(job["mem_per_cpu"]) * cpus
+    gpus = int(job.get("gpus") or 0)
+    if not gpus and job.get("gpus_per_node"):
+        gpus = int(job["gpus_per_node"]) * num_nodes
+    if not gpus and job.get("gpus_per_task"):
+        gpus = int(job["gpus_per_task"]) * ntasks
+    res = {"nodes": num_nodes, "cpus": cpus, "mem": mem, "gpus": gpus, "ntasks": ntasks,
+           "allocated": False}
+    alloc = job.get("alloc") or []
+    if alloc:
+        res.update(nodes=len(alloc), cpus=sum(int(a["cpus"]) for a in alloc),
+                   mem=sum(int(a["mem_mb"]) for a in alloc),
+                   gpus=sum(len(a.get("gpus") or []) for a in alloc), allocated=True)
+    return res
+
+
+def tres_string(cpus: int, mem: int | None, nodes: int | None, gpus: int, *,
+                billing: bool = True, gpu: bool = True, by_name: bool = False) -> str:
+    """A TRES list. scontrol orders by TRES id (cpu,mem,node,billing,gres/gpu); sacct by name."""
+    items: list[tuple[str, str]] = [("cpu", str(cpus))]
+    if mem is not None:
+        items.append(("mem", mem_str(mem)))
+    if nodes:
+        items.append(("node", str(nodes)))
+    if billing:
+        items.append(("billing", str(cpus)))
+    if gpu and gpus:
+        items.append(("gres/gpu", str(gpus)))
+    if by_name:
+        items.sort()
+    return ",".join(f"{k}={v}" for k, v in items)
+
+
+_PATTERN_RE = re.compile(r"%(\d*)([AajJuxNnts%])")
+
+
+def expand_io_pattern(pattern: str, job: dict[str, Any]) -> str:
+    """Expand %j, %A, %a, %u, %x … in an output file name as scontrol shows it."""
+    array_job = job.get("array_job_id")
+    task = job.get("array_task_id")
+    is_meta = job.get("array_tasks") is not None
+
+    def sub(m: re.Match[str]) -> str:
+        width, code = m.group(1), m.group(2)
+        if code == "%":
+            return "%"
+        value: str
+        if code in "jJ":
+            value = str(job["job_id"])
+        elif code == "A":
+            value = str(array_job if array_job is not None else job["job_id"])
+        elif code == "a":
+            value = str(NO_VAL if (is_meta or task is None) else task)
+        elif code == "u":
+            value = str(job.get("user", ""))
+        elif code == "x":
+            value = str(job.get("name", ""))
+        elif code == "N":
+            value = str(job.get("batch_host") or "")
+        elif code == "s":
+            value = str(NO_VAL)
+        else:  # %n node id, %t task id: the batch step runs as task 0 on node 0
+            value = "0"
+        return value.zfill(int(width)) if width else value
+
+    path = _PATTERN_RE.sub(sub, pattern)
+    if not path.startswith("/"):
+        path = os.path.join(job.get("work_dir") or "/", path)
+    return path
+
+
+def _io_paths(job: dict[str, Any]) -> tuple[str, str, str]:
+    default = "slurm-%A_%a.out" if job.get("array_job_id") is not None else "slurm-%j.out"
+    out = job.get("stdout") or default
+    err = job.get("stderr") or out
+    return (expand_io_pattern(err, job), job.get("stdin") or "/dev/null",
+            expand_io_pattern(out, job))
+
+
+# ---------------------------------------------------------------------------
+# show job
+# ---------------------------------------------------------------------------
+
+def _dependency_str(job: dict[str, Any]) -> str:
+    dep = job.get("dependency")
+    if not dep or job.get("state") != "PENDING":
+        return "(null)"
+    reason = job.get("reason")
+    if reason == "Dependency":
+        status = "(unfulfilled)"
+    elif reason == "DependencyNeverSatisfied":
+        status = "(failed)"
+    else:
+        return "(null)"  # satisfied: Slurm drops fulfilled dependencies from the list
+    out: list[str] = []
+    for sep, item in re.findall(r"(^|[,?])([^,?]+)", dep):
+        kind, _, ids = item.partition(":")
+        parts = [f"{kind}:{i}{status}" for i in ids.split(":")] if ids else [f"{kind}{status}"]
+        out.append((sep if out else "") + ",".join(parts))
+    return "".join(out)
+
+
+def _reason(job: dict[str, Any]) -> str:
+    reason = job.get("reason") or "None"
+    held = job.get("held")
+    if held and reason == "None":
+        reason = "JobHeldAdmin" if held == "admin" else "JobHeldUser"
+    return reason.replace(" ", "_")
+
+
+def format_job(job: dict[str, Any], now: float, *, one_liner: bool = False,
+               tres_gpu: bool = True) -> str:
+    """One job as `scontrol show job` prints it (a block ending in a blank line)."""
+    res = job_resources(job)
+    state = job.get("state", "PENDING")
+    pending = state == "PENDING"
+    start = job.get("start_time")
+    end = job.get("end_time")
+    limit = job.get("time_limit", -1)
+    if pending and start is None and job.get("sched_start"):
+        start = job["sched_start"]  # backfill's expected start, as Slurm shows it
+    if end is None and start is not None and limit is not None and limit >= 0:
+        end = start + limit + float(job.get("suspended_secs") or 0)
+
+    head = f"JobId={job['job_id']} "
+    if job.get("array_job_id") is not None:
+        if job.get("array_tasks") is not None:
+            spec = format_task_ids(job["array_tasks"])
+            if job.get("array_max_running"):
+                spec += f"%{job['array_max_running']}"
+            head += f"ArrayJobId={job['array_job_id']} ArrayTaskId={spec} "
+            if job.get("array_max_running"):
+                head += f"ArrayTaskThrottle={job['array_max_running']} "
+        else:
+            head += f"ArrayJobId={job['array_job_id']} ArrayTaskId={job.get('array_task_id')} "
+    head += f"JobName={job.get('name', '')}"
+
+    priority = 0 if job.get("held") else job.get("priority", 0)
+    run = _run_seconds(job, now)
+    suspend_time = job.get("suspend_time")
+    pre_suspend = int(suspend_time - start - float(job.get("suspended_secs") or 0)) \
+        if suspend_time and start else 0
+    nodes = job.get("nodes") or []
+    node_line = f"NodeList={hostlists.compress(nodes)}"
+    if pending and job.get("sched_nodes"):
+        node_line += f" SchedNodeList={hostlists.compress(job['sched_nodes'])}"
+    if pending and job.get("max_nodes"):
+        num_nodes = f"{res['nodes']}-{job['max_nodes']}"
+    else:
+        num_nodes = str(res["nodes"])
+    per_node = job.get("ntasks_per_node") or 0
+    min_cpus_node = int(job.get("cpus_per_task") or 1) * (per_node or 1)
+    if job.get("mem_per_node") is not None:
+        min_mem = f"MinMemoryNode={mem_str(job['mem_per_node'])}"
+    elif job.get("mem_per_cpu") is not None:
+        min_mem = f"MinMemoryCPU={mem_str(job['mem_per_cpu'])}"
+    else:
+        min_mem = "MinMemoryNode=0"
+    lines = [
+        head,
+        f"UserId={job.get('user', '')}({job.get('uid', 0)}) "
+        f"GroupId={job.get('group') or job.get('gid', '')}({job.get('gid', 0)}) MCS_label=N/A",
+        f"Priority={priority} Nice={job.get('nice', 0)} Account={job.get('account') or '(null)'} "
+        f"QOS={job.get('qos') or 'normal'}",
+        f"JobState={state} Reason={_reason(job)} Dependency={_dependency_str(job)}",
+        f"Requeue={1 if job.get('requeue', True) else 0} Restarts={job.get('restart_count', 0)} "
+        f"BatchFlag={1 if job.get('batch', True) else 0} Reboot=0 "
+        f"ExitCode={job.get('exit_code', 0)}:{job.get('term_signal', 0)}",
+        f"RunTime={format_hms(run)} TimeLimit={limit_str(limit)} "
+        f"TimeMin={'N/A' if job.get('time_min') is None else limit_str(job['time_min'])}",
+        f"SubmitTime={format_timestamp(job.get('submit_time'))} "
+        f"EligibleTime={format_timestamp(job.get('eligible_time'))}",
+        # Corral has no separate accrue clock: priority age accrues from eligibility.
+        f"AccrueTime={format_timestamp(job.get('eligible_time'))}",
+        f"StartTime={format_timestamp(start)} EndTime={format_timestamp(end)} Deadline=N/A",
+        f"SuspendTime={format_timestamp(suspend_time, none='None')} SecsPreSuspend={pre_suspend} "
+        f"LastSchedEval={format_timestamp(job.get('last_sched_eval'))} "
+        f"Scheduler={job.get('scheduler') or 'Main'}",
+        f"Partition={job.get('partition', '')} "
+        f"AllocNode:Sid={job.get('submit_host') or '(null)'}:{job.get('alloc_sid') or 0}",
+        f"ReqNodeList={hostlists.compress(job.get('req_nodes') or []) or '(null)'} "
+        f"ExcNodeList={hostlists.compress(job.get('exc_nodes') or []) or '(null)'}",
+        node_line,
+    ]
+    if job.get("batch_host"):
+        lines.append(f"BatchHost={job['batch_host']}")
+    lines += [
+        f"NumNodes={num_nodes} NumCPUs={res['cpus']} NumTasks={res['ntasks']} "
+        f"CPUs/Task={job.get('cpus_per_task', 1)} ReqB:S:C:T=0:0:*:*",
+        "TRES=" + tres_string(res["cpus"], res["mem"], res["nodes"], res["gpus"], gpu=tres_gpu),
+        f"Socks/Node=* NtasksPerN:B:S:C={per_node}:0:*:* CoreSpec=*",
+        f"MinCPUsNode={min_cpus_node} {min_mem} MinTmpDiskNode=0",
+        "Features=(null) DelayBoot=00:00:00",
+        f"OverSubscribe={'NO' if job.get('exclusive') else 'OK'} Contiguous=0 "
+        "Licenses=(null) Network=(null)",
+        f"Command={job.get('command') or '(null)'}",
+        f"WorkDir={job.get('work_dir', '')}",
+    ]
+    if job.get("comment"):
+        lines.append(f"Comment={job['comment']} ")
+    if job.get("batch", True):
+        err, inp, out = _io_paths(job)
+        lines += [f"StdErr={err}", f"StdIn={inp}", f"StdOut={out}"]
+    lines.append("Power=")
+    gres = f"gres:gpu:{job['gpu_type']}:" if job.get("gpu_type") else "gres:gpu:"
+    if job.get("gpus"):
+        lines.append(f"TresPerJob={gres}{job['gpus']}")
+    if job.get("gpus_per_node"):
+        lines.append(f"TresPerNode={gres}{job['gpus_per_node']}")
+    if job.get("gpus_per_task"):
+        lines.append(f"TresPerTask={gres}{job['gpus_per_task']}")
+    if job.get("mail_type") and job.get("mail_user"):
+        lines.append(f"MailUser={job['mail_user']} MailType={job['mail_type']}")
+    sep = " " if one_liner else "\n   "
+    # Slurm ends every job record with one more (empty) line start.
+    return sep.join(lines) + sep + ("\n" if one_liner else "\n\n")
+
+
+def _run_seconds(job: dict[str, Any], now: float) -> float:
+    start = job.get("start_time")
+    if start is None:
+        return 0.0
+    end = job.get("end_time")
+    if end is None:
+        end = job.get("suspend_time") if job.get("state") == "SUSPENDED" and \
+            job.get("suspend_time") else now
+    return max(0.0, end - start - float(job.get("suspended_secs") or 0))
+
+
+# ---------------------------------------------------------------------------
+# show node / partition / config
+# ---------------------------------------------------------------------------
+
+def _gres(gpus: int, gpu_type: str | None) -> str:
+    if not gpus:
+        return "(null)"
+    return f"gpu:{gpu_type}:{gpus}" if gpu_type else f"gpu:{gpus}"
+
+
+def format_node(node: dict[str, Any], *, one_liner: bool = False, tres_gpu: bool = True) -> str:
+    """One node as `scontrol show node` prints it."""
+    first = f"NodeName={node['name']} "
+    if node.get("arch"):
+        first += f"Arch={node['arch']} "
+    first += f"CoresPerSocket={node.get('cores_per_socket', 1)} "
+    cpu_load = node.get("cpu_load")
+    load = "N/A" if cpu_load is None else f"{float(cpu_load):.2f}"
+    free_mem = node.get("free_mem")
+    features = ",".join(node.get("features") or []) or "(null)"
+    lines = [
+        first,
+        f"CPUAlloc={node.get('alloc_cpus', 0)} CPUEfctv={node['cpus']} CPUTot={node['cpus']} "
+        f"CPULoad={load}",
+        f"AvailableFeatures={features}",
+        f"ActiveFeatures={features}",
+        f"Gres={_gres(int(node.get('gpus') or 0), node.get('gpu_type'))}",
+        f"NodeAddr={node.get('addr') or node['name']} "
+        f"NodeHostName={node.get('hostname') or node['name']} "
+        f"Version={SLURM_VERSION if node.get('registered') else '(null)'}",
+    ]
+    if node.get("os"):
+        lines.append(f"OS={node['os']} ")
+    alloc_gpus = len(node.get("alloc_gpus") or [])
+    lines += [
+        f"RealMemory={node['real_memory']} AllocMem={node.get('alloc_mem', 0)} "
+        f"FreeMem={'N/A' if free_mem is None else free_mem} "
+        f"Sockets={node.get('sockets', 1)} Boards=1",
+        f"State={node.get('state', 'UNKNOWN')} ThreadsPerCore={node.get('threads_per_core', 1)} "
+        f"TmpDisk=0 Weight={node.get('weight', 1)} Owner=N/A MCS_label=N/A",
+    ]
+    if node.get("partitions"):
+        lines.append(f"Partitions={','.join(node['partitions'])} ")
+    lines += [
+        f"BootTime={format_timestamp(node.get('boot_time'), none='None')} "
+        f"SlurmdStartTime={format_timestamp(node.get('agent_start_time'), none='None')}",
+        f"LastBusyTime={format_timestamp(node.get('last_busy'))}",
+        "CfgTRES=" + _node_tres(node["cpus"], node["real_memory"], None,
+                                int(node.get("gpus") or 0), cfg=True, gpu=tres_gpu),
+        "AllocTRES=" + (_node_tres(node.get("alloc_cpus", 0), node.get("alloc_mem", 0), None,
+                                   alloc_gpus, cfg=False, gpu=tres_gpu)
+                        if node.get("alloc_cpus") else ""),
+        "CapWatts=n/a",
+        "CurrentWatts=0 AveWatts=0",
+        "ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s",
+    ]
+    if node.get("reason"):
+        reason = f"Reason={node['reason']}"
+        if node.get("reason_user"):
+            reason += f" [{node['reason_user']}@{format_timestamp(node.get('reason_time'))}]"
+        lines.append(reason)
+    sep = " " if one_liner else "\n   "
+    return sep.join(lines) + ("\n" if one_liner else "\n\n")
+
+
+def _node_tres(cpus: int, mem: int, nodes: int | None, gpus: int, *, cfg: bool, gpu: bool) -> str:
+    # A node's configured TRES carries billing; its allocated TRES does not.
+    return tres_string(cpus, mem, nodes, gpus, billing=cfg, gpu=gpu)
+
+
+def format_partition(part: dict[str, Any], nodes: list[dict[str, Any]], *,
+                     one_liner: bool = False, tres_gpu: bool = True) -> str:
+    """One partition as `scontrol show partition` prints it; `nodes` gives its totals."""
+    members = set(part.get("nodes") or [])
+    mine = [n for n in nodes if n["name"] in members]
+    total_cpus = sum(int(n["cpus"]) for n in mine)
+    total_mem = sum(int(n["real_memory"]) for n in mine)
+    total_gpus = sum(int(n.get("gpus") or 0) for n in mine)
+
+    def yn(v: Any) -> str:
+        return "YES" if v else "NO"
+
+    default_time = part.get("default_time")
+    max_nodes = part.get("max_nodes")
+    def_mem = (f"DefMemPerCPU={part['def_mem_per_cpu']}" if part.get("def_mem_per_cpu")
+               else "DefMemPerNode=UNLIMITED")
+    max_mem = (f"MaxMemPerNode={part['max_mem_per_node']}" if part.get("max_mem_per_node")
+               else "MaxMemPerNode=UNLIMITED")
+    lines = [
+        f"PartitionName={part['name']}",
+        f"AllowGroups={part.get('allow_groups') or 'ALL'} "
+        f"AllowAccounts={part.get('allow_accounts') or 'ALL'} AllowQos=ALL",
+        f"AllocNodes=ALL Default={yn(part.get('default'))} QoS=N/A",
+        f"DefaultTime={'NONE' if default_time is None else limit_str(default_time)} "
+        f"DisableRootJobs=NO ExclusiveUser={yn(part.get('exclusive_user'))} GraceTime=0 "
+        f"Hidden={yn(part.get('hidden'))}",
+        f"MaxNodes={'UNLIMITED' if max_nodes is None else max_nodes} "
+        f"MaxTime={limit_str(part.get('max_time', -1))} MinNodes={part.get('min_nodes', 0)} "
+        "LLN=NO MaxCPUsPerNode=UNLIMITED",
+        f"Nodes={hostlists.compress(part.get('nodes') or []) or '(null)'}",
+        f"PriorityJobFactor={part.get('priority_job_factor', 1)} "
+        f"PriorityTier={part.get('priority_tier', 1)} RootOnly=NO ReqResv=NO "
+        f"OverSubscribe={part.get('oversubscribe') or 'NO'}",
+        "OverTimeLimit=NONE PreemptMode=OFF",
+        f"State={part.get('state') or 'UP'} TotalCPUs={total_cpus} TotalNodes={len(mine)} "
+        "SelectTypeParameters=NONE",
+        "JobDefaults=(null)",
+        f"{def_mem} {max_mem}",
+        "TRES=" + tres_string(total_cpus, total_mem, len(mine), total_gpus, gpu=tres_gpu),
+    ]
+    sep = " " if one_liner else "\n   "
+    return sep.join(lines) + ("\n" if one_liner else "\n\n")
+
+
+# Options whose value is a count of seconds: scontrol prints them with a unit.
+_SECONDS_KEYS = {"KillWait", "SlurmdTimeout", "MinJobAge", "HealthCheckInterval",
+                 "SchedulerInterval", "MessageTimeout", "SlurmctldTimeout", "InactiveLimit",
+                 "BatchStartTimeout", "CompleteWait", "ResumeTimeout", "SuspendTimeout",
+                 "WaitTime", "UnkillableStepTimeout", "SchedulerTimeSlice"}
+# Options in Slurm's time-limit syntax ("7-0") that scontrol prints as D-HH:MM:SS.
+_DURATION_KEYS = {"PriorityMaxAge", "PriorityDecayHalfLife"}
+
+
+def _config_value(key: str, value: str) -> str:
+    if value == "":
+        return "(null)"
+    if key in _SECONDS_KEYS and value.lstrip("-").isdigit():
+        return f"{value} sec"
+    if key in _DURATION_KEYS:
+        from corral.model.timefmt import TimeFormatError, parse_time_limit
+
+        try:
+            return limit_str(int(value) if value.isdigit() else parse_time_limit(value))
+        except TimeFormatError:
+            return value
+    if key in ("SlurmUser", "SlurmdUser"):
+        try:
+            import pwd
+
+            return f"{value}({pwd.getpwnam(value).pw_uid})"
+        except KeyError:
+            return value
+    if key == "SelectTypeParameters":
+        return value.upper()
+    return value
+
+
+def format_config(config: dict[str, Any], now: float, host: str) -> str:
+    """`scontrol show config` with what Corral knows, in Slurm's layout."""
+    options: dict[str, str] = {str(k): str(v) for k, v in (config.get("options") or {}).items()}
+    options["ClusterName"] = str(config.get("cluster_name") or options.get("ClusterName", ""))
+    if config.get("started"):
+        options["BOOT_TIME"] = format_timestamp(config["started"])
+    if config.get("config_path"):
+        options["SLURM_CONF"] = str(config["config_path"])
+    options["SLURM_VERSION"] = SLURM_VERSION
+    out = [f"Configuration data as of {format_timestamp(now)}\n"]
+    for key in sorted(options, key=str.lower):
+        out.append(f"{key:<23} = {_config_value(key, options[key])}\n")
+    out.append("\n")
+    out.append(f"Slurmctld(primary) at {host} is UP\n")
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------
+# update
+# ---------------------------------------------------------------------------
+
+_JOB_UPDATE_KEYS = {"timelimit": "TimeLimit", "partition": "Partition", "numnodes": "NumNodes",
+                    "dependency": "Dependency", "name": "Name", "jobname": "Name",
+                    "nice": "Nice", "comment": "Comment"}
+_NODE_STATES = ("drain", "resume", "down", "idle", "undrain")
+
+
+def _split_kv(args: list[str]) -> list[tuple[str, str | None, str]]:
+    """[("key", value or None, original)] from key=value words."""
+    out: list[tuple[str, str | None, str]] = []
+    for a in args:
+        k, eq, v = a.partition("=")
+        out.append((k.lower(), v if eq else None, a))
+    return out
+
+
+def parse_update_job(args: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """`update JobId=N key=value …` → (job ids, PATCH body). Raises UsageError."""
+    ids: list[str] = []
+    body: dict[str, Any] = {}
+    for key, value, orig in _split_kv(args):
+        if value is None:
+            raise UsageError(f"Invalid input: {orig}\nRequest aborted")
+        if key in ("jobid", "job"):
+            ids += [i for i in value.split(",") if i]
+        elif key in _JOB_UPDATE_KEYS:
+            api_key = _JOB_UPDATE_KEYS[key]
+            if api_key == "Nice":
+                try:
+                    body[api_key] = int(value)
+                except ValueError:
+                    raise UsageError(f"Invalid nice value: {value}\nRequest aborted") from None
+            elif api_key == "NumNodes" and value.isdigit():
+                body[api_key] = int(value)
+            else:
+                body[api_key] = value
+        else:
+            raise UsageError(f"Update of this parameter is not supported: {orig}\nRequest aborted")
+    if not ids:
+        raise UsageError("No job id specified\nRequest aborted")
+    if not body:
+        raise UsageError("No changes specified\nRequest aborted")
+    return ids, body
+
+
+def parse_update_node(args: list[str]) -> tuple[str, dict[str, Any]]:
+    """`update NodeName=EXPR State=… Reason=…` → (hostlist, PATCH body). Raises UsageError."""
+    names = ""
+    body: dict[str, Any] = {}
+    for key, value, orig in _split_kv(args):
+        if value is None:
+            raise UsageError(f"Invalid input: {orig}\nRequest aborted")
+        if key in ("nodename", "node"):
+            names = value
+        elif key == "state":
+            state = value.lower()
+            if state not in _NODE_STATES:
+                raise UsageError(f"Invalid input: {orig}\nRequest aborted\n Valid states are: "
+                                 + " ".join(s.upper() for s in _NODE_STATES))
+            body["state"] = state
+        elif key == "reason":
+            body["reason"] = value
+        else:
+            raise UsageError(f"Update of this parameter is not supported: {orig}\nRequest aborted")
+    if not names:
+        raise UsageError("No node name specified\nRequest aborted")
+    if body.get("state") in ("drain", "down") and not body.get("reason"):
+        raise UsageError("You must specify a reason when DOWNING or DRAINING a node. "
+                         "Request denied")
+    return names, body
+
+
+# ---------------------------------------------------------------------------
+# command line
+# ---------------------------------------------------------------------------
+
+_HELP = """\
+scontrol [<OPTION>] [<COMMAND>]
+    Valid <OPTION> values are:
+     -a or --all: equivalent to "all" command
+     -d or --details: equivalent to "details" command
+     -h or --help: equivalent to "help" command
+     -o or --oneliner: equivalent to "oneliner" command
+     -q or --quiet: equivalent to "quiet" command
+     -v or --verbose: equivalent to "verbose" command
+     -V or --version: equivalent to "version" command
+
+  <keyword> may be omitted from the execute line and scontrol will execute
+  in interactive mode (not supported by Corral).
+
+    Valid <COMMAND> values are:
+     hold <job_list>          prevent specified job from starting.
+     release <job_list>       permit specified job to start (see hold)
+     requeue <job_list>       re-queue a batch job
+     requeuehold <job_list>   re-queue and hold a batch job
+     resume <job_list>        resume previously suspended job (see suspend)
+     show <ENTITY> [<ID>]     display state of identified entity, default
+                              is all records.
+     suspend <job_list>       susend specified job (see resume)
+     uhold <job_list>         place user hold on specified job (see hold)
+     update <SPECIFICATIONS>  update job or node configuration.
+     version                  display tool version number.
+
+  <ENTITY> may be "config", "hostnames", "hostlist", "job", "node" or "partition".
+
+  <SPECIFICATIONS> are specified in the same format as the configuration
+  file. You may wish to use the "show" keyword then use its output as
+  input for the update keyword, editing as needed.
+
+  Corral updates jobs (TimeLimit, Partition, NumNodes, Dependency, Name, Nice,
+  Comment) and nodes (State=DRAIN|RESUME|DOWN|IDLE|UNDRAIN, Reason).
+"""
+
+_ACTIONS = ("hold", "uhold", "release", "requeue", "requeuehold", "suspend", "resume")
+_ENTITIES = ("jobs", "nodes", "partitions", "config", "hostnames", "hostlist", "hostlistsorted")
+
+
+def _getopt_error(prog: str, err: getopt.GetoptError) -> str:
+    """GNU getopt's own wording for a bad option."""
+    opt = err.opt
+    msg = err.msg
+    is_long = msg.startswith("option --")
+    if "requires argument" in msg:
+        return (f"{prog}: option '--{opt}' requires an argument" if is_long
+                else f"{prog}: option requires an argument -- '{opt}'")
+    if "must not have an argument" in msg:
+        return f"{prog}: option '--{opt}' doesn't allow an argument"
+    if "not a unique prefix" in msg:
+        return f"{prog}: option '--{opt}' is ambiguous"
+    return (f"{prog}: unrecognized option '--{opt}'" if is_long
+            else f"{prog}: invalid option -- '{opt}'")
+
+
+def _match_entity(word: str) -> str | None:
+    w = word.lower()
+    if w in ("job", "node", "partition", "hostname"):
+        w += "s"
+    hits = [e for e in _ENTITIES if e.startswith(w)]
+    if len(hits) > 1 and w in hits:
+        return w
+    return hits[0] if len(hits) == 1 else None
+
+
+def _tres_gpu(config: dict[str, Any] | None) -> bool:
+    """Whether GPUs appear in TRES strings: Corral accounts them unless
+    AccountingStorageTRES is set without gres/gpu (Slurm's default behaviour)."""
+    if not config:
+        return True
+    value = (config.get("options") or {}).get("AccountingStorageTRES")
+    return value is None or "gres/gpu" in str(value).lower()
+
+
+def _show(entity: str, ident: str | None, one_liner: bool) -> int:
+    out = sys.stdout
+    if entity == "hostnames":
+        expr = ident or os.environ.get("SLURM_JOB_NODELIST", "")
+        if not expr:
+            sys.stderr.write("scontrol: error: no hostlist given and SLURM_JOB_NODELIST is not set\n")
+            return 1
+        try:
+            names = hostlists.expand(expr)
+        except hostlists.HostlistError:
+            sys.stderr.write(f"scontrol: error: Invalid hostlist: {expr}\n")
+            return 1
+        out.write("".join(f"{n}\n" for n in names))
+        return 0
+    if entity in ("hostlist", "hostlistsorted"):
+        if not ident:
+            sys.stderr.write("scontrol: error: no list of host names given\n")
+            return 1
+        try:
+            names = hostlists.expand(ident)
+        except hostlists.HostlistError:
+            sys.stderr.write(f"scontrol: error: Invalid hostlist: {ident}\n")
+            return 1
+        if entity == "hostlistsorted":
+            names = sorted(names)
+        out.write(hostlists.compress(names) + "\n")
+        return 0
+    if entity == "config":
+        cfg = client.get("/v1/config")
+        out.write(format_config(cfg, time.time(), socket.gethostname().split(".")[0]))
+        return 0
+    tres_gpu = _tres_gpu(client.get("/v1/config"))
+    if entity == "jobs":
+        try:
+            ans = client.get("/v1/jobs", ids=ident, finished=1)
+        except client.ApiError as e:
+            sys.stderr.write(f"slurm_load_jobs error: {e.message}\n")
+            return 1
+        jobs = ans.get("jobs") or []
+        if not jobs:
+            if ident:
+                sys.stderr.write("slurm_load_jobs error: Invalid job id specified\n")
+                return 1
+            out.write("No jobs in the system\n")
+            return 0
+        now = float(ans.get("now") or time.time())
+        out.write("".join(format_job(j, now, one_liner=one_liner, tres_gpu=tres_gpu)
+                          for j in jobs))
+        return 0
+    ans = client.get("/v1/nodes")
+    nodes = ans.get("nodes") or []
+    if entity == "nodes":
+        if ident:
+            wanted = set(hostlists.expand(ident))
+            nodes = [n for n in nodes if n["name"] in wanted]
+            if not nodes:
+                out.write(f"Node {ident} not found\n")
+                return 1
+        if not nodes:
+            out.write("No nodes in the system\n")
+            return 0
+        out.write("".join(format_node(n, one_liner=one_liner, tres_gpu=tres_gpu) for n in nodes))
+        return 0
+    parts = ans.get("partitions") or []
+    if ident:
+        parts = [p for p in parts if p["name"] == ident]
+        if not parts:
+            out.write(f"Partition {ident} not found\n")
+            return 1
+    if not parts:
+        out.write("No partitions in the system\n")
+        return 0
+    out.write("".join(format_partition(p, nodes, one_liner=one_liner, tres_gpu=tres_gpu)
+                      for p in parts))
+    return 0
+
+
+def _job_action(action: str, id_args: list[str]) -> int:
+    ids = [i for a in id_args for i in a.split(",") if i]
+    if not ids:
+        sys.stderr.write(f"scontrol: error: too few arguments for keyword:{action}\n")
+        return 1
+    rc = 0
+    perror = "slurm_requeue error" if action.startswith("requeue") else "slurm_suspend error"
+    for job_id in ids:
+        try:
+            client.post(f"/v1/jobs/{quote(job_id, safe='')}/{action}")
+        except client.ApiError as e:
+            sys.stderr.write(f"{e.message} for job {job_id}\n{perror}: {e.message}\n")
+            rc = 1
+    return rc
+
+
+def _update(args: list[str]) -> int:
+    if not args:
+        sys.stderr.write("scontrol: error: too few arguments for keyword:update\n")
+        return 1
+    keys = {a.partition("=")[0].lower() for a in args}
+    try:
+        if keys & {"jobid", "job"}:
+            ids, body = parse_update_job(args)
+            rc = 0
+            for job_id in ids:
+                try:
+                    client.patch(f"/v1/jobs/{quote(job_id, safe='')}", body)
+                except client.ApiError as e:
+                    sys.stderr.write(f"slurm_update error: {e.message}\n")
+                    rc = 1
+            return rc
+        if keys & {"nodename", "node"}:
+            names, body = parse_update_node(args)
+            try:
+                client.patch(f"/v1/nodes/{quote(names, safe='')}", body)
+            except client.ApiError as e:
+                sys.stderr.write(f"slurm_update error: {e.message}\n")
+                return 1
+            return 0
+    except UsageError as e:
+        sys.stderr.write(f"{e}\n")
+        return 1
+    if keys & {"partitionname", "reservationname", "frontendname", "stepid"}:
+        sys.stderr.write("scontrol: error: Corral can update jobs and nodes only\n")
+        return 1
+    sys.stderr.write("No valid entity in update command\n"
+                     "Input line must include \"NodeName\", \"PartitionName\", "
+                     "\"Reservation\", \"JobId\" or \"StepId\"\n")
+    return 1
+
+
+def _main(argv: list[str]) -> int:
+    try:
+        opts, words = getopt.gnu_getopt(
+            argv, "adhoqvVM:u:",
+            ["all", "details", "help", "oneliner", "quiet", "verbose", "version", "hide",
+             "usage", "cluster=", "clusters=", "local", "sibling", "federation", "future",
+             "json", "yaml"])
+    except getopt.GetoptError as e:
+        sys.stderr.write(_getopt_error(PROG, e) + "\n")
+        sys.stderr.write('Try "scontrol --help" for more information\n')
+        return 1
+    one_liner = False
+    for opt, _ in opts:
+        if opt in ("-h", "--help", "--usage"):
+            sys.stdout.write(_HELP)
+            return 0
+        if opt in ("-V", "--version"):
+            sys.stdout.write(f"slurm {SLURM_VERSION}\n")
+            return 0
+        if opt in ("-o", "--oneliner"):
+            one_liner = True
+        elif opt in ("--json", "--yaml"):
+            sys.stderr.write(f"scontrol: error: {opt} output is not supported by Corral yet\n")
+            return 1
+    if not words:
+        sys.stderr.write("scontrol: error: interactive mode is not supported by Corral; "
+                         "give a command (see scontrol --help)\n")
+        return 1
+    command = words[0].lower()
+    rest = words[1:]
+    if command == "oneliner":
+        one_liner = True
+        if not rest:
+            return 0
+        command, rest = rest[0].lower(), rest[1:]
+    if command in ("version", "-v"):
+        sys.stdout.write(f"slurm {SLURM_VERSION}\n")
+        return 0
+    if command == "help":
+        sys.stdout.write(_HELP)
+        return 0
+    if command == "show":
+        if not rest:
+            sys.stderr.write("too few arguments for keyword:show\n")
+            return 1
+        entity = _match_entity(rest[0])
+        if entity is None:
+            sys.stderr.write(f"invalid entity:{rest[0]} for keyword:show \n")
+            return 1
+        return _show(entity, rest[1] if len(rest) > 1 else None, one_liner)
+    if command in _ACTIONS:
+        return _job_action(command, rest)
+    if command == "update":
+        return _update(rest)
+    sys.stderr.write(f"invalid keyword: {words[0]}\n")
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return client.run_cli(PROG, _main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,731 @@
+"""squeue: the job queue, printed as Slurm 22.05 prints it.
+
+`format_jobs()` is the pure part (job dicts + `now` → text); `main()` parses
+options, asks the controller for just the fields the format needs, and prints.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral.cli import client
+from corral.cli.fmt import Field, Format, UsageError, getopt_long, parse_long, parse_percent, render
+from corral.model.arrays import format_task_ids
+from corral.model.hostlists import compress
+from corral.model.job import CODE_TO_STATE, STATE_CODES, JobState
+from corral.model.timefmt import format_duration, format_timestamp
+from corral.model.units import format_mem_mb
+
+DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
+LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
+START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"
+DEFAULT_SORT = "P,t,-p"
+
+Job = dict[str, Any]
+Value = str | None  # None prints as C's NULL string: "(null)"
+
+# States squeue shows when no -t is given (Slurm: pending, running, suspended,
+# completing, configuring…; finished jobs are left out).
+_ACTIVE = {"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "REQUEUED"}
+_ON_NODES = {"RUNNING", "SUSPENDED", "COMPLETING"}
+
+
+# ---- field values -------------------------------------------------------
+
+def _code(j: Job) -> str:
+    try:
+        return STATE_CODES[JobState(j.get("state", "PENDING"))]
+    except ValueError:
+        return str(j.get("state", ""))
+
+
+def _pending(j: Job) -> bool:
+    return j.get("state") == "PENDING"
+
+
+def _run_seconds(j: Job, now: float) -> float:
+    start = j.get("start_time")
+    if start is None or _pending(j):
+        return 0.0
+    end = j.get("end_time")
+    if end is None:
+        end = now
+    if j.get("state") == "SUSPENDED" and j.get("suspend_time"):
+        end = j["suspend_time"]
+    return max(0.0, end - start - (j.get("suspended_secs") or 0.0))
+
+
+def _limit(j: Job) -> str:
+    return format_duration(j.get("time_limit", -1), limit=True)
+
+
+def _time_left(j: Job, now: float) -> str:
+    limit = j.get("time_limit", -1)
+    if limit is None or limit < 0:
+        return "UNLIMITED"
+    return format_duration(max(0, limit - int(_run_seconds(j, now))), limit=True)
+
+
+def _nodes_text(names: list[str] | None) -> str:
+    return compress(names or [])
+
+
+def _num_nodes(j: Job) -> str:
+    if j.get("nodes") and not _pending(j):
+        return str(len(j["nodes"]))
+    return str(j.get("num_nodes") or 1)
+
+
+def _num_cpus(j: Job) -> str:
+    if not _pending(j) and j.get("alloc_cpus"):
+        return str(j["alloc_cpus"])
+    cpus = (j.get("num_tasks") or 1) * (j.get("cpus_per_task") or 1)
+    # Slurm asks at least one CPU per requested node.
+    return str(max(cpus, j.get("num_nodes") or 1))
+
+
+def _min_memory(j: Job) -> str:
+    mem = j.get("mem_per_node")
+    if mem is None:
+        mem = j.get("mem_per_cpu")
+    if not mem:
+        return "0"
+    return format_mem_mb(mem)
+
+
+def _tres_per_node(j: Job) -> str:
+    n = j.get("gpus_per_node") or 0
+    if not n:
+        return "N/A"
+    kind = f"gpu:{j['gpu_type']}" if j.get("gpu_type") else "gpu"
+    return f"gres:{kind}:{n}"
+
+
+def _reason_list(j: Job) -> str:
+    if j.get("state") in _ON_NODES or (j.get("nodes") and not _pending(j)):
+        return _nodes_text(j.get("nodes"))
+    return f"({j.get('reason') or 'None'})"
+
+
+def _start(j: Job, now: float) -> str:
+    if _pending(j):
+        return format_timestamp(j.get("sched_start"), none="N/A")
+    return format_timestamp(j.get("start_time"), none="N/A")
+
+
+def _end(j: Job, now: float) -> str:
+    if _pending(j):
+        sched, limit = j.get("sched_start"), j.get("time_limit", -1)
+        if sched is None or limit is None or limit < 0:
+            return "N/A"
+        return format_timestamp(sched + limit, none="N/A")
+    if j.get("end_time") is not None:
+        return format_timestamp(j["end_time"], none="N/A")
+    limit, start = j.get("time_limit", -1), j.get("start_time")
+    if limit is None or limit < 0 or start is None:
+        return "NONE"
+    return format_timestamp(start + limit + (j.get("suspended_secs") or 0), none="NONE")
+
+
+def _array_task(j: Job) -> str:
+    if j.get("array_tasks") is not None:
+        spec = format_task_ids(j["array_tasks"])
+        if j.get("array_max_running"):
+            spec += f"%{j['array_max_running']}"
+        return spec
+    if j.get("array_task_id") is not None:
+        return str(j["array_task_id"])
+    return "N/A"
+
+
+def _or_null(v: Any) -> Value:
+    return None if v in (None, "") else str(v)
+
+
+def _hosts_or_empty(v: list[str] | None) -> str:
+    return compress(v) if v else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    header: str
+    needs: tuple[str, ...]
+    value: Callable[[Job, float], Value]
+    no_cut: bool = False  # node lists are printed without cutting right-justified text
+
+
+_C = Column
+COLUMNS: dict[str, Column] = {
+    "i": _C("JOBID", ("display_id", "array_job_id", "array_task_id", "array_tasks",
+                      "array_max_running"), lambda j, n: j["display_id"]),
+    "A": _C("JOBID", ("job_id",), lambda j, n: str(j["job_id"])),
+    "F": _C("ARRAY_JOB_ID", ("job_id", "array_job_id"),
+            lambda j, n: str(j.get("array_job_id") or j["job_id"])),
+    "K": _C("ARRAY_TASK_ID", ("array_task_id", "array_tasks", "array_max_running"),
+            lambda j, n: _array_task(j)),
+    "j": _C("NAME", ("name",), lambda j, n: j.get("name", "")),
+    "u": _C("USER", ("user",), lambda j, n: j.get("user", "")),
+    "U": _C("UID", ("uid",), lambda j, n: str(j.get("uid", ""))),
+    "g": _C("GROUP", ("group", "gid"), lambda j, n: j.get("group") or str(j.get("gid", ""))),
+    "G": _C("GROUP", ("gid",), lambda j, n: str(j.get("gid", ""))),
+    "a": _C("ACCOUNT", ("account",), lambda j, n: _or_null(j.get("account"))),
+    "P": _C("PARTITION", ("partition",), lambda j, n: j.get("partition", "")),
+    "t": _C("ST", ("state",), lambda j, n: _code(j)),
+    "T": _C("STATE", ("state",), lambda j, n: str(j.get("state", ""))),
+    "M": _C("TIME", ("state", "start_time", "end_time", "suspend_time", "suspended_secs"),
+            lambda j, n: format_duration(_run_seconds(j, n))),
+    "l": _C("TIME_LIMIT", ("time_limit",), lambda j, n: _limit(j)),
+    "L": _C("TIME_LEFT", ("time_limit", "state", "start_time", "end_time", "suspend_time",
+                          "suspended_secs"), _time_left),
+    "D": _C("NODES", ("state", "nodes", "num_nodes"), lambda j, n: _num_nodes(j)),
+    "C": _C("CPUS", ("state", "alloc_cpus", "num_tasks", "cpus_per_task", "num_nodes"),
+            lambda j, n: _num_cpus(j)),
+    "m": _C("MIN_MEMORY", ("mem_per_node", "mem_per_cpu"), lambda j, n: _min_memory(j)),
+    "b": _C("TRES_PER_NODE", ("gpus_per_node", "gpu_type"), lambda j, n: _tres_per_node(j)),
+    "R": _C("NODELIST(REASON)", ("state", "nodes", "reason"), lambda j, n: _reason_list(j)),
+    "r": _C("REASON", ("state", "reason"),
+            lambda j, n: (j.get("reason") or "None") if _pending(j) else "None"),
+    "N": _C("NODELIST", ("nodes",), lambda j, n: _hosts_or_empty(j.get("nodes")), True),
+    "S": _C("START_TIME", ("state", "start_time", "sched_start"), _start),
+    "e": _C("END_TIME", ("state", "start_time", "end_time", "time_limit", "sched_start",
+                         "suspended_secs"), _end),
+    "V": _C("SUBMIT_TIME", ("submit_time",),
+            lambda j, n: format_timestamp(j.get("submit_time"), none="N/A")),
+    "Q": _C("PRIORITY", ("priority",), lambda j, n: str(j.get("priority", 0))),
+    "p": _C("PRIORITY", ("priority",), lambda j, n: f"{(j.get('priority') or 0) / 2**32:.14f}"),
+    "Z": _C("WORK_DIR", ("work_dir",), lambda j, n: _or_null(j.get("work_dir"))),
+    "o": _C("COMMAND", ("command",), lambda j, n: _or_null(j.get("command"))),
+    "c": _C("MIN_CPUS", ("cpus_per_task",), lambda j, n: str(j.get("cpus_per_task") or 1)),
+    "d": _C("MIN_TMP_DISK", (), lambda j, n: "0"),
+    "h": _C("OVER_SUBSCRIBE", ("exclusive",), lambda j, n: "NO" if j.get("exclusive") else "OK"),
+    "f": _C("FEATURES", (), lambda j, n: None),
+    "E": _C("DEPENDENCY", ("dependency",), lambda j, n: _or_null(j.get("dependency"))),
+    "k": _C("COMMENT", ("comment",), lambda j, n: _or_null(j.get("comment"))),
+    "y": _C("NICE", ("nice",), lambda j, n: str(j.get("nice", 0))),
+    "x": _C("EXC_NODES", ("exc_nodes",), lambda j, n: _hosts_or_empty(j.get("exc_nodes")), True),
+    "n": _C("REQ_NODES", ("req_nodes",), lambda j, n: _hosts_or_empty(j.get("req_nodes")), True),
+    "q": _C("QOS", ("qos",), lambda j, n: _or_null(j.get("qos"))),
+    "v": _C("RESERVATION", (), lambda j, n: None),
+    "w": _C("WCKEY", (), lambda j, n: None),
+    "W": _C("LICENSES", (), lambda j, n: None),
+    "B": _C("EXEC_HOST", ("batch_host",), lambda j, n: j.get("batch_host") or "n/a"),
+    "z": _C("S:C:T", (), lambda j, n: "*:*:*"),
+    "H": _C("SOCKETS_PER_NODE", (), lambda j, n: "*"),
+    "I": _C("CORES_PER_SOCKET", (), lambda j, n: "*"),
+    "J": _C("THREADS_PER_CORE", (), lambda j, n: "*"),
+    "O": _C("CONTIGUOUS", (), lambda j, n: "0"),
+    "X": _C("CORE_SPEC", (), lambda j, n: "N/A"),
+    "s": _C("", (), lambda j, n: ""),
+    "Y": _C("SCHEDNODES", ("sched_nodes",),
+            lambda j, n: compress(j["sched_nodes"]) if j.get("sched_nodes") else None, True),
+}
+
+# -O names: (letter whose value it prints, header when it differs from the letter's).
+LONG_FIELDS: dict[str, tuple[str, str | None]] = {
+    "account": ("a", None), "arrayjobid": ("F", None), "arraytaskid": ("K", None),
+    "batchhost": ("B", None), "command": ("o", None), "comment": ("k", None),
+    "contiguous": ("O", None), "cpus-per-task": ("c", "CPUS_PER_TASK"),
+    "dependency": ("E", None), "endtime": ("e", None), "exit_code": ("X", None),
+    "excnodes": ("x", None), "feature": ("f", None), "groupid": ("G", None),
+    "groupname": ("g", None), "jobarrayid": ("i", None), "jobid": ("A", None),
+    "licenses": ("W", None), "mincpus": ("c", None), "minmemory": ("m", None),
+    "mintmpdisk": ("d", None), "name": ("j", None), "nice": ("y", None),
+    "nodelist": ("N", None), "numcpus": ("C", None), "numnodes": ("D", None),
+    "oversubscribe": ("h", None), "partition": ("P", None), "priority": ("p", None),
+    "prioritylong": ("Q", None), "qos": ("q", None), "reason": ("r", None),
+    "reasonlist": ("R", None), "reqnodes": ("n", None), "reservation": ("v", None),
+    "schednodes": ("Y", None), "starttime": ("S", None), "state": ("T", None),
+    "statecompact": ("t", None), "submittime": ("V", None), "timeleft": ("L", None),
+    "timelimit": ("l", None), "timeused": ("M", None), "tres-per-node": ("b", None),
+    "userid": ("U", None), "username": ("u", None), "wckey": ("w", None),
+    "workdir": ("Z", None),
+}
+
+SORT_KEYS = set("BbcCdDefgGhHiIjJlLmMnNOpPQStTuUvVz")
+
+
+# ---- ordering -------------------------------------------------------------
+
+def _list_positions(jobs: Sequence[Job]) -> dict[int, float]:
+    """Where each record would sit in slurmctld's job list (creation order).
+
+    Slurm splits a pending array task off by turning the array's record into the
+    task and appending a fresh record for the rest, so the first task sits at
+    the array's place and each later one where the previous remainder was.
+    """
+    pos: dict[int, float] = {}
+    arrays: dict[int, list[tuple[int, Job]]] = {}
+    for i, j in enumerate(jobs):
+        if j.get("array_job_id") is None:
+            pos[i] = float(j.get("job_id", 0))
+        else:
+            arrays.setdefault(j["array_job_id"], []).append((i, j))
+    for array_id, members in arrays.items():
+        tasks = sorted(((i, j) for i, j in members if j.get("array_tasks") is None),
+                       key=lambda ij: ij[1].get("job_id", 0))
+        place = float(array_id)
+        for i, j in tasks:
+            pos[i] = place
+            place = j.get("job_id", 0) + 0.5
+        for i, j in members:
+            if j.get("array_tasks") is not None:
+                pos[i] = place
+    return pos
+
+
+def _sort_value(key: str, j: Job, now: float, pos: float) -> Any:
+    if key == "i":
+        return (j.get("array_job_id") or j.get("job_id", 0), j.get("array_task_id") or 0)
+    if key == "P":
+        return j.get("partition", "")
+    if key == "t":
+        return _code(j)
+    if key == "T":
+        return str(j.get("state", ""))
+    if key in ("p", "Q"):
+        return j.get("priority", 0)
+    if key == "S":
+        if _pending(j):
+            return (max(now, j.get("sched_start") or now), pos)
+        return (j.get("start_time") or now, pos)
+    if key == "j":
+        return j.get("name", "")
+    if key == "u":
+        return j.get("user", "")
+    if key == "U":
+        return j.get("uid", 0)
+    if key == "g":
+        return j.get("group", "")
+    if key == "G":
+        return j.get("gid", 0)
+    if key == "M":
+        return _run_seconds(j, now)
+    if key == "l":
+        limit = j.get("time_limit", -1)
+        return float("inf") if limit is None or limit < 0 else limit
+    if key == "L":
+        limit = j.get("time_limit", -1)
+        return float("inf") if limit is None or limit < 0 else limit - _run_seconds(j, now)
+    if key == "D":
+        return int(_num_nodes(j))
+    if key == "C":
+        return int(_num_cpus(j))
+    if key == "m":
+        return j.get("mem_per_node") or j.get("mem_per_cpu") or 0
+    if key == "N":
+        return (j.get("nodes") or [""])[0]
+    if key == "V":
+        return j.get("submit_time") or 0
+    if key == "e":
+        return j.get("end_time") or 0
+    if key == "B":
+        return j.get("batch_host") or ""
+    return 0  # keys Slurm accepts but does not sort on
+
+
+def sort_jobs(jobs: list[Job], sort: str, now: float) -> list[Job]:
+    """Order records as squeue does.
+
+    The starting order (what ties fall back to) was measured on Slurm 22.05:
+    jobs holding nodes by start time, latest first, then in job-list order;
+    after them pending jobs in reverse job-list order.  The -S keys are then
+    applied as stable sorts from the last to the first, as Slurm does.
+    """
+    positions = _list_positions(jobs)
+    indexed = list(enumerate(jobs))
+    active = [(i, j) for i, j in indexed if not _pending(j)]
+    pending = [(i, j) for i, j in indexed if _pending(j)]
+    active.sort(key=lambda ij: (-(ij[1].get("start_time") or 0), positions[ij[0]]))
+    pending.sort(key=lambda ij: -positions[ij[0]])
+    order = active + pending
+    keys = [k for k in sort.split(",") if k]
+    for spec in reversed(keys):
+        reverse = spec.startswith("-")
+        key = spec.lstrip("+-")
+        def sort_key(ij: tuple[int, Job], k: str = key) -> Any:
+            return _sort_value(k, ij[1], now, positions[ij[0]])
+        order.sort(key=sort_key, reverse=reverse)
+    return [j for _, j in order]
+
+
+def expand_arrays(jobs: list[Job], only_tasks: dict[int, set[int]] | None = None) -> list[Job]:
+    """One record per pending array task (squeue -r, or -j 7_5 naming one task)."""
+    out: list[Job] = []
+    for j in jobs:
+        tasks = j.get("array_tasks")
+        if tasks is None:
+            out.append(j)
+            continue
+        wanted = only_tasks.get(j.get("array_job_id") or -1) if only_tasks is not None else None
+        if only_tasks is not None and wanted is None:
+            out.append(j)
+            continue
+        for t in tasks:
+            if wanted is not None and t not in wanted:
+                continue
+            rec = dict(j)
+            rec["array_tasks"] = None
+            rec["array_task_id"] = t
+            rec["display_id"] = f"{j['array_job_id']}_{t}"
+            out.append(rec)
+    return out
+
+
+# ---- formatting -----------------------------------------------------------
+
+@dataclass
+class Options:
+    fmt: Format
+    long_spec: bool = False  # -O: headers from LONG_FIELDS
+    header: bool = True
+    long_listing: bool = False  # -l: date line first
+    sort: str = DEFAULT_SORT
+    array: bool = False
+    only_tasks: dict[int, set[int]] | None = None
+    letters: dict[str, str] = field(default_factory=dict)  # -O name → letter
+
+
+def needed_fields(opts: Options) -> list[str]:
+    """The job fields the chosen format and sort need from the controller."""
+    need = {"job_id", "state", "array_job_id", "array_task_id", "array_tasks", "start_time",
+            "priority", "partition"}
+    for f in opts.fmt.fields:
+        if f.literal is None:
+            need.update(COLUMNS[opts.letters.get(f.key, f.key)].needs)
+    for spec in opts.sort.split(","):
+        key = spec.lstrip("+-")
+        if key in COLUMNS:
+            need.update(COLUMNS[key].needs)
+    if opts.array or opts.only_tasks:
+        need.update(COLUMNS["i"].needs)
+    return sorted(need)
+
+
+def format_jobs(jobs: list[Job], now: float, opts: Options) -> str:
+    """The whole squeue output for these job records."""
+    lines: list[str] = []
+    if opts.long_listing:
+        lines.append(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)))
+    letters = opts.letters
+
+    def column(f: Field) -> Column:
+        return COLUMNS[letters.get(f.key, f.key)]
+
+    no_cut = frozenset(f.key for f in opts.fmt.fields
+                       if f.literal is None and column(f).no_cut)
+    if opts.header:
+        def header_of(f: Field) -> str:
+            if opts.long_spec:
+                letter, alt = LONG_FIELDS[f.key]
+                return alt or COLUMNS[letter].header
+            return column(f).header
+        lines.append(render(opts.fmt, header_of, no_cut=frozenset()))
+    records = expand_arrays(jobs, None if opts.array else opts.only_tasks) \
+        if (opts.array or opts.only_tasks) else jobs
+    for job in sort_jobs(records, opts.sort, now):
+        def cell(f: Field, j: Job = job) -> Value:
+            return column(f).value(j, now)
+        lines.append(render(opts.fmt, cell, no_cut))
+    return "".join(line + "\n" for line in lines)
+
+
+# ---- options --------------------------------------------------------------
+
+SHORT = "A:ahi:j:lL:M:n:o:O:p:q:R:rs:S:t:u:vVw:"
+LONG = ["account=", "all", "array", "array-unique", "federation", "format=", "Format=",
+        "help", "hide", "iterate=", "jobs=", "job=", "local", "long", "licenses=",
+        "clusters=", "cluster=", "me", "name=", "noconvert", "noheader", "nodelist=",
+        "nodes=", "partition=", "partitions=", "priority", "qos=", "reservation=",
+        "sib", "sibling", "sort=", "start", "steps=", "states=", "state=", "usage",
+        "user=", "users=", "verbose", "version", "json", "yaml"]
+
+USAGE = """\
+Usage: squeue [-A account] [--clusters names] [-i seconds] [--job jobid]
+              [-n name] [-o format] [-p partitions] [--qos qos]
+              [--reservation reservation] [--sort fields] [--start]
+              [--step step_id] [-t states] [-u user_name] [--usage]
+              [-L licenses] [-w nodes] [--federation] [--local] [--sibling]
+\t      [-ahjlrsv]
+"""
+
+HELP = """\
+Usage: squeue [OPTIONS]
+  -A, --account=account(s)        comma separated list of accounts
+\t\t\t\t  to view, default is all accounts
+  -a, --all                       display jobs in hidden partitions
+      --array-unique              display one unique pending job array
+                                  element per line
+      --federation                Report federated information if a member
+                                  of one
+  -h, --noheader                  no headers on output
+      --hide                      do not display jobs in hidden partitions
+  -i, --iterate=seconds           specify an interation period
+  -j, --job=job(s)                comma separated list of jobs IDs
+                                  to view, default is all
+      --json                      Produce JSON output
+      --local                     Report information only about jobs on the
+                                  local cluster. Overrides --federation.
+  -l, --long                      long report
+  -L, --licenses=(license names)  comma separated list of license names to view
+  -M, --clusters=cluster_name     cluster to issue commands to.  Default is
+                                  current cluster.  cluster with no name will
+                                  reset to default. Implies --local.
+      --me                        equivalent to --user=<uid>
+  -n, --name=job_name(s)          comma separated list of job names to view
+      --noconvert                 don't convert units from their original type
+                                  (e.g. 2048M won't be converted to 2G).
+  -o, --format=format             format specification
+  -O, --Format=format             format specification
+  -p, --partition=partition(s)    comma separated list of partitions
+\t\t\t\t  to view, default is all partitions
+  -q, --qos=qos(s)                comma separated list of qos's
+\t\t\t\t  to view, default is all qos's
+  -R, --reservation=name          reservation to view, default is all
+  -r, --array                     display one job array element per line
+      --sibling                   Report information about all sibling jobs
+                                  on a federated cluster. Implies --federation.
+  -s, --steps=step(s)             comma separated list of job steps
+\t\t\t\t  to view, default is all
+  -S, --sort=fields               comma separated list of fields to sort on
+      --start                     print expected start times of pending jobs
+  -t, --states=states             comma separated list of states to view,
+\t\t\t\t  default is pending and running,
+\t\t\t\t  '--states=all' reports all states
+  -u, --user=user_name(s)         comma separated list of users to view
+      --name=job_name(s)          comma separated list of job names to view
+  -v, --verbose                   verbosity level
+  -V, --version                   output version information and exit
+  -w, --nodelist=hostlist         list of nodes to view, default is
+\t\t\t\t  all nodes
+      --yaml                      Produce YAML output
+
+Help options:
+  --help                          show this help message
+  --usage                         display a brief summary of squeue options
+"""
+
+_VALID_STATES = ("PENDING,RUNNING,SUSPENDED,COMPLETED,CANCELLED,FAILED,TIMEOUT,NODE_FAIL,"
+                 "PREEMPTED,BOOT_FAIL,DEADLINE,OUT_OF_MEMORY,COMPLETING,CONFIGURING,RESIZING,"
+                 "RESV_DEL_HOLD,REQUEUED,REQUEUE_FED,REQUEUE_HOLD,REVOKED,SIGNALING,"
+                 "SPECIAL_EXIT,STAGE_OUT,STOPPED")
+
+
+class _Exit(Exception):
+    def __init__(self, code: int):
+        self.code = code
+
+
+def _err(msg: str) -> None:
+    sys.stderr.write(f"squeue: error: {msg}\n")
+
+
+def _parse_states(text: str) -> list[str] | None:
+    """-t values → state names; None means all states."""
+    names: list[str] = []
+    for item in text.split(","):
+        t = item.strip().upper()
+        if not t:
+            continue
+        if t == "ALL":
+            return None
+        if t in CODE_TO_STATE:
+            names.append(CODE_TO_STATE[t].value)
+        elif t in JobState.__members__ or t == "CANCELED":
+            names.append("CANCELLED" if t == "CANCELED" else t)
+        else:
+            _err(f"Invalid job state specified: {item}")
+            sys.stderr.write(f"squeue: error: Valid job states include: {_VALID_STATES}\n\n")
+            raise _Exit(1)
+    return names
+
+
+def _parse_job_ids(text: str) -> tuple[list[str], dict[int, set[int]]]:
+    ids: list[str] = []
+    tasks: dict[int, set[int]] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        base, sep, task = item.partition("_")
+        if not base.isdigit() or (sep and not task.isdigit()):
+            _err(f"Invalid job id: {item}")
+            raise _Exit(1)
+        ids.append(item)
+        if sep:
+            tasks.setdefault(int(base), set()).add(int(task))
+    return ids, tasks
+
+
+def _valid_users(text: str) -> list[str]:
+    users: list[str] = []
+    for name in text.split(","):
+        name = name.strip()
+        if not name:
+            continue
+        try:
+            users.append(pwd.getpwuid(int(name)).pw_name if name.isdigit()
+                         else pwd.getpwnam(name).pw_name)
+        except (KeyError, ValueError):
+            # Slurm reports it, keeps the valid names, and still prints the header.
+            sys.stderr.write(f"squeue: error: Invalid user: {name}\n\n")
+    return users
+
+
+@dataclass
+class Query:
+    params: dict[str, str] = field(default_factory=dict)
+    states: list[str] | None = field(default_factory=lambda: sorted(_ACTIVE))
+    no_users: bool = False  # every -u name was invalid: nothing can match
+
+
+def parse_args(argv: Sequence[str]) -> tuple[Options, Query] | int:
+    """Options → (Options, Query), or an exit code after printing help/usage/errors."""
+    try:
+        opts_list, rest = getopt_long(argv, SHORT, LONG)
+    except UsageError as e:
+        sys.stderr.write(f"squeue: {e}\nTry \"squeue --help\" for more information\n")
+        return 1
+    if rest:
+        _err(f"Unrecognized option: {rest[0]}")
+        sys.stdout.write(USAGE)
+        return 1
+    fmt_text: str | None = None
+    long_text: str | None = None
+    q = Query()
+    header = True
+    long_listing = start = array = False
+    sort: str | None = None
+    only_tasks: dict[int, set[int]] = {}
+    states_given = False
+    try:
+        for opt, val in opts_list:
+            if opt == "--help":
+                sys.stdout.write(HELP)
+                return 0
+            if opt == "--usage":
+                sys.stdout.write(USAGE)
+                return 0
+            if opt in ("-V", "--version"):
+                sys.stdout.write("slurm 22.05.8\n")
+                return 0
+            if opt in ("-h", "--noheader"):
+                header = False
+            elif opt in ("-l", "--long"):
+                long_listing = True
+            elif opt in ("-o", "--format"):
+                fmt_text = val
+            elif opt in ("-O", "--Format"):
+                long_text = val
+            elif opt in ("-S", "--sort"):
+                sort = val
+            elif opt in ("-r", "--array"):
+                array = True
+            elif opt == "--start":
+                start = True
+            elif opt in ("-u", "--user", "--users"):
+                users = _valid_users(val)
+                if users:
+                    q.params["users"] = ",".join(users)
+                else:
+                    q.no_users = True
+            elif opt == "--me":
+                q.params["users"] = pwd.getpwuid(os.getuid()).pw_name
+            elif opt in ("-j", "--jobs", "--job"):
+                if val:
+                    ids, tasks = _parse_job_ids(val)
+                    q.params["ids"] = ",".join(ids)
+                    only_tasks.update(tasks)
+            elif opt in ("-p", "--partition", "--partitions"):
+                q.params["partitions"] = val
+            elif opt in ("-t", "--states", "--state"):
+                q.states = _parse_states(val)
+                states_given = True
+            elif opt in ("-n", "--name"):
+                q.params["names"] = val
+            elif opt in ("-w", "--nodelist", "--nodes"):
+                q.params["nodes"] = val
+            elif opt in ("-i", "--iterate"):
+                if not val.isdigit() or int(val) <= 0:
+                    sys.stderr.write(f"squeue: error: --iterate={val}\n\n")
+                    return 1
+            elif opt in ("-s", "--steps"):
+                sys.stderr.write("squeue: error: job steps (-s/--steps) are not supported "
+                                 "by Corral\n")
+                return 1
+            elif opt in ("--json", "--yaml"):
+                sys.stderr.write(f"squeue: error: {opt} is not supported by Corral\n")
+                return 1
+            # -v, -a, --hide, --local, -M, -A, -q, -R, -L… are accepted and change nothing here.
+    except _Exit as e:
+        return e.code
+    if start and not states_given:
+        q.states = ["PENDING"]
+    if long_text is not None:
+        fmt = parse_long(long_text, LONG_FIELDS)
+        letters = {name: LONG_FIELDS[name][0] for name in LONG_FIELDS}
+        long_spec = True
+        for name in fmt.invalid:
+            _err(f"Invalid job format specification: {name}")
+    else:
+        text = fmt_text or os.environ.get("SQUEUE_FORMAT") or (
+            START_FORMAT if start else LONG_FORMAT if long_listing else DEFAULT_FORMAT)
+        fmt = parse_percent(text, COLUMNS)
+        letters = {}
+        long_spec = False
+        for letter in fmt.invalid:
+            _err(f"Invalid job format specification: {letter}")
+    sort_text = sort or os.environ.get("SQUEUE_SORT") or ("S" if start else DEFAULT_SORT)
+    for spec in sort_text.split(","):
+        key = spec.lstrip("+-")
+        if key and (len(key) != 1 or key not in SORT_KEYS):
+            _err(f"Invalid sort specification: {key[:1]}")
+            return 1
+    opts = Options(fmt=fmt, long_spec=long_spec, header=header, long_listing=long_listing,
+                   sort=sort_text, array=array, only_tasks=only_tasks or None, letters=letters)
+    return opts, q
+
+
+def select_states(jobs: list[Job], states: list[str] | None) -> list[Job]:
+    """Keep the jobs in `states` (None: all); the default leaves finished jobs out."""
+    if states is None:
+        return jobs
+    wanted = set(states)
+    return [j for j in jobs if j.get("state") in wanted]
+
+
+def _main(argv: list[str]) -> int:
+    parsed = parse_args(argv)
+    if isinstance(parsed, int):
+        return parsed
+    opts, q = parsed
+    params = dict(q.params)
+    params["fields"] = ",".join(needed_fields(opts))
+    if q.states is not None:
+        params["states"] = ",".join(q.states)
+    try:
+        answer = client.get("/v1/jobs", **params)
+    except client.ApiError as e:
+        if e.status == 404 or "Invalid job id" in e.message:
+            sys.stderr.write(f"slurm_load_jobs error: {e.message}\n")
+            return 1
+        raise
+    now = float(answer.get("now") or time.time())
+    # Every -u name was invalid: Slurm matches nothing but still prints the header.
+    jobs = [] if q.no_users else select_states(answer.get("jobs", []), q.states)
+    sys.stdout.write(format_jobs(jobs, now, opts))
+    sys.stdout.flush()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return client.run_cli("squeue", _main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,512 @@
+"""One scheduling pass: priority order, then (conservative) backfill.
+
+Pending jobs are taken in order of (partition PriorityTier desc, priority desc, submit time,
+job id).  A job starts when it fits now without delaying any reservation.  The first job of
+a partition that cannot start gets a reservation: the earliest time it fits, computed from
+the end times of running jobs (and of jobs started earlier in this pass) and from the
+reservations already made; its resources are held from then on.  Lower-priority jobs may
+start now only if they leave every reservation intact: they end before it begins, or they
+use resources it does not need.  A job without a time limit never ends, so it can only take
+resources no reservation needs.  Later blocked jobs get reservations too, up to a budget
+(`max_planned`); past it they are not planned and show reason Priority.
+
+Cost: a failed request is remembered by its shape (same partition and request), so
+thousands of identical jobs cost one node scan; single-node searches use per-partition
+indexes ordered by the best-fit key; planning walks only the nodes' own event lists.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+from corral.model.hostlists import compress
+from corral.model.job import NodeAlloc, Reason
+from corral.model.node import Partition
+
+from .select import (
+    NodeLike,
+    Request,
+    allocate,
+    idle_copy,
+    make_request,
+    natural_key,
+    select_nodes,
+)
+from .snapshot import INFINITE_TIME, Decision, NodeView, PendingView, Snapshot
+
+PARTITION_INACTIVE = "PartitionInactive"
+PARTITION_CONFIG = "PartitionConfig"
+DEFAULT_MAX_PLANNED = 64
+
+# Event deltas on a node: (time, cpus, mem, gpus, jobs, exclusive holds)
+_Event = tuple[float, int, int, int, int, int]
+
+
+class _Node:
+    """A node's state during one pass: free resources now, and what changes later."""
+
+    __slots__ = (
+        "name", "cpus", "mem", "gpus", "free_cpus", "free_mem", "free_gpus", "usable",
+        "weight", "job_count", "exclusive", "rank", "indexes", "key", "releases",
+        "reservations", "events", "static_key", "part_names", "plan_cache",
+    )
+
+    name: str
+    cpus: int
+    mem: int
+    gpus: int
+    free_cpus: int
+    free_mem: int
+    free_gpus: list[int]
+    usable: bool
+    weight: int
+    job_count: int
+    exclusive: bool
+
+    def __init__(self, v: NodeView, rank: int) -> None:
+        self.name = v.name
+        self.cpus = v.cpus
+        self.mem = v.mem
+        self.gpus = v.gpus
+        self.exclusive = v.exclusive
+        self.free_cpus = 0 if v.exclusive else v.free_cpus
+        self.free_mem = 0 if v.exclusive else v.free_mem
+        self.free_gpus = [] if v.exclusive else sorted(v.free_gpus)
+        self.usable = v.usable
+        self.weight = v.weight
+        self.job_count = v.job_count
+        self.rank = rank
+        self.indexes: list[_PartIndex] = []
+        self.part_names: set[str] = set()
+        self.key: tuple[int, tuple[int, int, int]] | None = None
+        self.releases: list[_Event] = []  # resources coming back when jobs end
+        self.reservations: list[tuple[float, float, int, int, int, bool]] = []
+        self.events: list[_Event] | None = None  # releases and reservations, sorted
+        # feasible start intervals by (cpus, mem, gpus, whole, duration); valid until the
+        # node changes
+        self.plan_cache: dict[tuple[int, int, int, bool, float], list[tuple[float, float]]] = {}
+        self.static_key = (v.gpus, v.cpus, v.weight, rank)
+
+    def index_key(self) -> tuple[int, tuple[int, int, int]] | None:
+        if not self.usable or self.exclusive or self.free_cpus <= 0:
+            return None
+        return len(self.free_gpus), (self.free_cpus, self.weight, self.rank)
+
+    def event_list(self) -> list[_Event]:
+        if self.events is None:
+            ev = list(self.releases)
+            for start, end, c, m, g, whole in self.reservations:
+                if whole:
+                    c, m, g = self.cpus, self.mem, self.gpus
+                ev.append((start, -c, -m, -g, 1, 0))
+                if end != INFINITE_TIME:
+                    ev.append((end, c, m, g, -1, 0))
+            ev.sort(key=lambda e: e[0])
+            self.events = ev
+        return self.events
+
+
+class _PartIndex:
+    """Usable nodes of a partition with free CPUs, bucketed by free GPU count and sorted by
+    (free CPUs, weight, name rank) inside a bucket: best-fit order without a full sort."""
+
+    __slots__ = ("buckets", "levels")
+
+    def __init__(self) -> None:
+        self.buckets: dict[int, list[tuple[int, int, int]]] = {}
+        self.levels: list[int] = []
+
+    def add(self, key: tuple[int, tuple[int, int, int]]) -> None:
+        level, entry = key
+        bucket = self.buckets.get(level)
+        if bucket is None:
+            bucket = self.buckets[level] = []
+            insort(self.levels, level)
+        insort(bucket, entry)
+
+    def remove(self, key: tuple[int, tuple[int, int, int]]) -> None:
+        level, entry = key
+        bucket = self.buckets[level]
+        del bucket[bisect_left(bucket, entry)]
+
+    def ordered(self, by_rank: list[_Node], min_gpus: int, min_cpus: int,
+                skip: frozenset[str]) -> Iterator[NodeLike]:
+        probe = (min_cpus,)
+        for level in self.levels:
+            if level < min_gpus:
+                continue
+            bucket = self.buckets[level]
+            for i in range(bisect_left(bucket, probe), len(bucket)):
+                node = by_rank[bucket[i][2]]
+                if node.name not in skip:
+                    yield node
+
+
+def _fits_profile(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
+                  now: float, end: float) -> bool:
+    """Would taking (cpus, mem, gpus) on `node` from now until `end` leave every
+    reservation on it whole?  Only reservation starts lower what is free, so the check
+    runs at now and at each event before `end`."""
+    c, m, g, j, x = node.free_cpus, node.free_mem, len(node.free_gpus), node.job_count, int(node.exclusive)
+    for t, dc, dm, dg, dj, dx in node.event_list():
+        if t > now:
+            if t >= end:
+                break
+            if not _good(node, c, m, g, j, x, cpus, mem, gpus, whole):
+                return False
+        c += dc
+        m += dm
+        g += dg
+        j += dj
+        x += dx
+    return _good(node, c, m, g, j, x, cpus, mem, gpus, whole)
+
+
+def _good(node: _Node, c: int, m: int, g: int, j: int, x: int,
+          cpus: int, mem: int, gpus: int, whole: bool) -> bool:
+    if x > 0:
+        return False
+    if whole:
+        return j <= 0 and c >= node.cpus and m >= node.mem and g >= node.gpus
+    return c >= cpus and m >= mem and g >= gpus
+
+
+def _feasible_starts(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
+                     now: float, duration: float) -> list[tuple[float, float]]:
+    """Closed intervals [a, b] of start times at which the job fits on `node` for its whole
+    duration.  Fit turns true only when resources come back (a release or a reservation's
+    end), so interval starts are event times."""
+    c, m, g, j, x = node.free_cpus, node.free_mem, len(node.free_gpus), node.job_count, int(node.exclusive)
+    events = node.event_list()
+    monotone = not node.reservations  # without reservations resources only come back
+    i, n = 0, len(events)
+    while i < n and events[i][0] <= now:
+        _, dc, dm, dg, dj, dx = events[i]
+        c += dc
+        m += dm
+        g += dg
+        j += dj
+        x += dx
+        i += 1
+    good = _good(node, c, m, g, j, x, cpus, mem, gpus, whole)
+    if good and monotone:
+        return [(now, INFINITE_TIME)]
+    out: list[tuple[float, float]] = []
+    run_start = now
+    while i < n:
+        t = events[i][0]
+        while i < n and events[i][0] == t:
+            _, dc, dm, dg, dj, dx = events[i]
+            c += dc
+            m += dm
+            g += dg
+            j += dj
+            x += dx
+            i += 1
+        now_good = _good(node, c, m, g, j, x, cpus, mem, gpus, whole)
+        if good and not now_good:
+            if run_start + duration <= t:
+                out.append((run_start, t - duration))
+        elif now_good and not good:
+            run_start = t
+            if monotone:
+                return [(t, INFINITE_TIME)]
+        good = now_good
+    if good:
+        out.append((run_start, INFINITE_TIME))
+    return out
+
+
+class _Pass:
+    def __init__(self, snap: Snapshot, max_planned: int) -> None:
+        self.snap = snap
+        self.now = snap.now
+        self.max_planned = max_planned
+        self.decision = Decision()
+        names = sorted(snap.nodes, key=natural_key)
+        self.by_rank = [_Node(snap.nodes[name], i) for i, name in enumerate(names)]
+        self.nodes = {n.name: n for n in self.by_rank}
+        for r in snap.running:
+            if r.end_time == INFINITE_TIME:
+                continue
+            for a in r.alloc:
+                node = self.nodes.get(a.node)
+                if node is not None:
+                    node.releases.append(
+                        (r.end_time, a.cpus, a.mem_mb, len(a.gpus), -1, -1 if r.exclusive else 0))
+        # A node belongs to a partition listed on the node or naming the node.
+        members: dict[str, dict[str, _Node]] = {p: {} for p in snap.partitions}
+        for p in snap.partitions.values():
+            for name in p.nodes:
+                if name in self.nodes:
+                    members[p.name][name] = self.nodes[name]
+        for v in snap.nodes.values():
+            for p_name in v.partitions:
+                if p_name in members:
+                    members[p_name][v.name] = self.nodes[v.name]
+        self.part_nodes = {p: sorted(m.values(), key=lambda n: n.rank) for p, m in members.items()}
+        self.index: dict[str, _PartIndex] = {}
+        for p_name, plist in self.part_nodes.items():
+            idx = _PartIndex()
+            self.index[p_name] = idx
+            for node in plist:
+                node.indexes.append(idx)
+                node.part_names.add(p_name)
+        for node in self.by_rank:
+            node.key = node.index_key()
+            if node.key is not None:
+                for idx in node.indexes:
+                    idx.add(node.key)
+        self.requests: dict[tuple[Any, ...], Request] = {}
+        self.failed_now: dict[tuple[Any, ...], float] = {}  # shape -> shortest duration that failed
+        self.plan_failed: dict[tuple[Any, ...], float] = {}
+        self.static: dict[tuple[Any, ...], str | None] = {}
+        self.planned_count = 0
+        self._groups: dict[tuple[str, str], list[list[NodeView]]] = {}
+
+    # ---- starting jobs now ----------------------------------------------------------
+    def try_start(self, req: Request, part: str, end: float) -> list[NodeAlloc] | None:
+        plist_names = self.part_nodes.get(part)
+        if plist_names is None:
+            return None
+        required: list[NodeLike] = []
+        for name in req.req_nodes:
+            node = self.nodes.get(name)
+            if node is None or not node.usable or part not in node.part_names \
+                    or name in req.exc_nodes:
+                return None
+            required.append(node)
+        now = self.now
+
+        def extra(node: Any, c: int, m: int, g: int, whole: bool) -> bool:
+            return not node.reservations or _fits_profile(node, c, m, g, whole, now, end)
+
+        min_cpus = req.cpus_per_task if req.exclusive else req.min_cpus_per_node()
+        min_gpus = 0 if req.exclusive else req.min_gpus_per_node()
+        ordered = self.index[part].ordered(self.by_rank, min_gpus, min_cpus, req.exc_nodes)
+        return allocate(req, required, ordered, extra)
+
+    def commit(self, allocs: list[NodeAlloc], end: float, exclusive: bool) -> None:
+        for a in allocs:
+            node = self.nodes[a.node]
+            node.free_cpus -= a.cpus
+            node.free_mem -= a.mem_mb
+            if a.gpus:
+                taken = set(a.gpus)
+                node.free_gpus = [i for i in node.free_gpus if i not in taken]
+            node.job_count += 1
+            if exclusive:
+                node.exclusive = True
+            if end != INFINITE_TIME:
+                node.releases.append((end, a.cpus, a.mem_mb, len(a.gpus), -1, -int(exclusive)))
+                node.events = None
+            node.plan_cache.clear()
+            self._reindex(node)
+
+    def _reindex(self, node: _Node) -> None:
+        new = node.index_key()
+        if new == node.key:
+            return
+        for idx in node.indexes:
+            if node.key is not None:
+                idx.remove(node.key)
+            if new is not None:
+                idx.add(new)
+        node.key = new
+
+    # ---- planning (reservations) ----------------------------------------------------
+    def plan(self, req: Request, part: str, duration: float) -> tuple[float, list[_Node]] | None:
+        now = self.now
+        k = req.num_nodes
+        per_node = req.tasks_per_node or -(-req.tasks // k)
+        req_set = set(req.req_nodes)
+        starts: dict[str, list[tuple[float, float]]] = {}
+        candidates: list[_Node] = []
+        for node in self.part_nodes.get(part, ()):
+            if not node.usable or node.name in req.exc_nodes:
+                continue
+            c, m, g = req.demand(node, per_node)
+            if c > node.cpus or m > node.mem or g > node.gpus:
+                continue
+            demand = (c, m, g, req.exclusive, duration)
+            spans = node.plan_cache.get(demand)
+            if spans is None:
+                spans = node.plan_cache[demand] = _feasible_starts(
+                    node, c, m, g, req.exclusive, now, duration)
+            if spans:
+                starts[node.name] = spans
+                candidates.append(node)
+        if any(name not in starts for name in req_set):
+            return None
+        if req_set and k == len(req_set):
+            candidates = [self.nodes[name] for name in req_set]
+        if k == 1:
+            best: tuple[float, tuple[int, int, int, int]] | None = None
+            chosen: _Node | None = None
+            for node in candidates:
+                key = (starts[node.name][0][0], node.static_key)
+                if best is None or key < best:
+                    best, chosen = key, node
+            if chosen is None or best is None:
+                return None
+            return best[0], [chosen]
+        # Sweep the interval ends: the earliest time `k` nodes (all required ones among
+        # them) are free together.
+        events: list[tuple[float, int, int]] = []
+        for node in candidates:
+            for a, b in starts[node.name]:
+                events.append((a, 0, node.rank))
+                events.append((b, 1, node.rank))
+        events.sort()
+        active: set[int] = set()
+        req_ranks = {self.nodes[name].rank for name in req_set}
+        for t, kind, rank in events:
+            if kind == 1:
+                active.discard(rank)
+                continue
+            active.add(rank)
+            if len(active) >= k and req_ranks <= active:
+                if t == INFINITE_TIME:
+                    return None
+                others = sorted((self.by_rank[r] for r in active if r not in req_ranks),
+                                key=lambda n: n.static_key)
+                picked = [self.by_rank[r] for r in sorted(req_ranks)] + others
+                return t, picked[:k]
+        return None
+
+    def reserve(self, req: Request, nodes: list[_Node], start: float, duration: float) -> None:
+        k = req.num_nodes
+        per_node = req.tasks_per_node or -(-req.tasks // k)
+        end = start + duration
+        for node in nodes:
+            c, m, g = req.demand(node, per_node)
+            node.reservations.append((start, end, c, m, g, req.exclusive))
+            node.events = None
+            node.plan_cache.clear()
+
+    # ---- why a job waits --------------------------------------------------------------
+    def static_reason(self, job: PendingView, req: Request, part: Partition) -> str | None:
+        """A reason that does not depend on other jobs, or None."""
+        members = self.part_nodes.get(part.name, [])
+        if req.num_nodes > len(members) or req.num_nodes < part.min_nodes \
+                or (part.max_nodes is not None and req.num_nodes > part.max_nodes):
+            return Reason.PARTITION_NODE_LIMIT
+        job_any = replace(job, partition="")
+        def_mem = self._def_mem(part)
+        if select_nodes(job_any, self._sample(part.name, req, "all"), def_mem) is None:
+            return PARTITION_CONFIG
+        down = [name for name in req.req_nodes
+                if name not in self.snap.nodes or not self.snap.nodes[name].usable]
+        if down:
+            return f"{Reason.REQ_NODE_NOT_AVAIL}, UnavailableNodes:{compress(down)}"
+        # Slurm counts only idle nodes as available to a whole-node job.
+        kind = "idle" if req.exclusive else "usable"
+        if select_nodes(job_any, self._sample(part.name, req, kind), def_mem) is None:
+            return Reason.NODES_DOWN
+        return None
+
+    def _sample(self, part: str, req: Request, kind: str) -> list[NodeView]:
+        """Idle copies of the partition's nodes of one kind ("all", "usable" or "idle" =
+        usable with no job).  Whether a job could fit on idle nodes depends only on their
+        sizes, so at most `num_nodes` nodes of each size are enough, which keeps this cheap
+        when thousands of different requests are checked."""
+        groups = self._groups.get((part, kind))
+        if groups is None or req.req_nodes or req.exc_nodes:
+            views = [self.snap.nodes[n.name] for n in self.part_nodes.get(part, [])]
+            if kind != "all":
+                idle_only = kind == "idle"
+                views = [v for v in views if v.usable
+                         and (not idle_only or (v.job_count == 0 and not v.exclusive))]
+            if req.req_nodes or req.exc_nodes:
+                return [idle_copy(v) for v in views if v.name not in req.exc_nodes]
+            grouped: dict[tuple[int, int, int], list[NodeView]] = {}
+            for v in views:
+                grouped.setdefault((v.cpus, v.mem, v.gpus), []).append(v)
+            groups = self._groups[(part, kind)] = list(grouped.values())
+        k = req.num_nodes
+        return [idle_copy(v) for group in groups for v in group[:k]]
+
+    def _def_mem(self, part: Partition) -> int:
+        return part.def_mem_per_cpu if part.def_mem_per_cpu is not None else self.snap.def_mem_per_cpu
+
+    # ---- the pass -------------------------------------------------------------------
+    def run(self) -> Decision:
+        snap = self.snap
+        now = self.now
+        parts = snap.partitions
+        dec = self.decision
+
+        def order(j: PendingView) -> tuple[int, int, float, int]:
+            p = parts.get(j.partition)
+            return (-(p.priority_tier if p else 0), -j.priority, j.submit_time, j.job_id)
+
+        blocked: set[str] = set()
+        for pos, job in enumerate(sorted(snap.pending, key=order)):
+            part = parts.get(job.partition)
+            if part is None or part.state == "DOWN":
+                dec.reasons[job.job_id] = Reason.PARTITION_DOWN
+                continue
+            if part.state == "INACTIVE":
+                dec.reasons[job.job_id] = PARTITION_INACTIVE
+                continue
+            if part.max_time != -1 and job.time_limit > part.max_time:
+                dec.reasons[job.job_id] = Reason.PARTITION_TIME_LIMIT
+                continue
+            p_blocked = job.partition in blocked
+            if p_blocked and (not snap.backfill or pos >= snap.max_backfill_jobs):
+                dec.reasons[job.job_id] = Reason.PRIORITY
+                continue
+            shape = (job.partition, job.num_nodes, job.num_tasks, job.ntasks_per_node,
+                     job.cpus_per_task, job.mem_per_node, job.mem_per_cpu, job.gpus,
+                     job.gpus_per_node, job.gpus_per_task, job.exclusive, job.req_nodes,
+                     job.exc_nodes)
+            req = self.requests.get(shape)
+            if req is None:
+                req = self.requests[shape] = make_request(job, self._def_mem(part))
+            duration = INFINITE_TIME if job.time_limit < 0 else float(job.time_limit)
+            end = now + duration
+            failed = self.failed_now.get(shape)
+            if failed is None or duration < failed:
+                allocs = self.try_start(req, job.partition, end)
+                if allocs is not None:
+                    self.commit(allocs, end, req.exclusive)
+                    dec.starts.append((job.job_id, allocs))
+                    continue
+                self.failed_now[shape] = duration
+            if shape not in self.static:
+                self.static[shape] = self.static_reason(job, req, part)
+            reason = self.static[shape]
+            if reason in (PARTITION_CONFIG, Reason.PARTITION_NODE_LIMIT):
+                # It can never run here, so it holds nothing back.
+                dec.reasons[job.job_id] = reason
+                continue
+            first = not p_blocked
+            blocked.add(job.partition)
+            if reason is None:
+                reason = Reason.RESOURCES if first else Reason.PRIORITY
+            dec.reasons[job.job_id] = reason
+            if not first and (not snap.backfill or self.planned_count >= self.max_planned):
+                continue
+            failed_plan = self.plan_failed.get(shape)
+            if failed_plan is not None and duration >= failed_plan:
+                continue
+            if not first:
+                self.planned_count += 1
+            plan = self.plan(req, job.partition, duration)
+            if plan is None:
+                self.plan_failed[shape] = duration
+                continue
+            start, nodes = plan
+            self.reserve(req, nodes, start, duration)
+            dec.planned[job.job_id] = (start, [n.name for n in nodes])
+        return dec
+
+
+def schedule(snap: Snapshot, *, max_planned: int = DEFAULT_MAX_PLANNED) -> Decision:
+    """One pass over the pending jobs: which start now (and where), why the others wait,
+    and when the planned ones are expected to start.  `max_planned` bounds how many jobs
+    behind each partition's first blocked job get a reservation."""
+    return _Pass(snap, max_planned).run()

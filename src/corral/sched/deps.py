@@ -1,0 +1,267 @@
+"""Job dependencies (`--dependency`), parsed and evaluated as Slurm 22.05 does.
+
+Syntax: `type:id[:id…][,type:id…]` (all must hold) or with `?` between groups (any
+holds; one `?` anywhere makes the whole list "any", as in Slurm).  Types: after, afterany,
+afterok, afternotok, aftercorr, singleton; a bare id means afterany (Slurm's old form).
+Ids: `7` (the job, or every task when 7 is an array), `7_*` (the whole array), `7_2` (one
+task), `7_[1-3,5]` (those tasks); `after:7+10` waits 10 minutes after 7 starts.
+An id Slurm no longer knows lifts the dependency ("job is gone, dependency lifted"), and an
+unknown id is accepted at submission too (the reference capture D10), so `lookup`
+returning no records means satisfied.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from corral.model.job import FINISHED_STATES, JobState
+
+SATISFIED = "satisfied"
+WAITING = "waiting"
+NEVER = "never"  # Slurm: DependencyNeverSatisfied
+
+FULFILLED = "fulfilled"
+UNFULFILLED = "unfulfilled"
+FAILED = "failed"
+
+KINDS = ("after", "afterany", "afterok", "afternotok", "aftercorr", "singleton")
+_UNSUPPORTED = ("afterburstbuffer", "expand")
+_FINISHED = frozenset(s.value for s in FINISHED_STATES)
+
+# (state, exit code, start time) of every record the reference names
+Lookup = Callable[[int, "int | None"], list[tuple[str, int, "float | None"]]]
+
+
+class DependencyError(ValueError):
+    """A dependency Slurm would refuse.  str() is Slurm's wording; `detail` says why."""
+
+    def __init__(self, detail: str, message: str = "Job dependency problem") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class DepItem:
+    kind: str
+    job_id: int = 0  # 0 for singleton
+    task_id: int | None = None  # one array task
+    whole_array: bool = False  # written ID_*
+    delay_s: int = 0  # after:ID+minutes
+    failed: bool = False  # "(failed)" carried over from scontrol's own text
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    items: tuple[DepItem, ...] = ()
+    any_of: bool = False  # "?" separators
+
+    def job_ids(self) -> list[int]:
+        return [i.job_id for i in self.items if i.job_id]
+
+
+_ID = re.compile(r"(\d+)(?:_(\*|\d+))?(?:\+(-?\d+))?(?:\((\w*)\))?")
+_ARRAY_SET = re.compile(r"(\d+)_\[([^\]]*)\]")
+_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+
+
+def _expand_array_sets(text: str) -> str:
+    """after:123_[4-5] → after:123_4:123_5 (what Slurm's _xlate_array_dep does)."""
+
+    def expand(m: re.Match[str]) -> str:
+        job, spec = m.group(1), m.group(2)
+        tasks: list[int] = []
+        for part in spec.split(","):
+            r = _RANGE.fullmatch(part.strip())
+            if not r:
+                raise DependencyError(f"bad array task list {spec!r}")
+            lo = int(r.group(1))
+            hi = int(r.group(2)) if r.group(2) else lo
+            step = int(r.group(3)) if r.group(3) else 1
+            if hi < lo or step < 1:
+                raise DependencyError(f"bad array task list {spec!r}")
+            tasks.extend(range(lo, hi + 1, step))
+        if not tasks:
+            raise DependencyError(f"bad array task list {spec!r}")
+        return ":".join(f"{job}_{t}" for t in sorted(set(tasks)))
+
+    return _ARRAY_SET.sub(expand, text)
+
+
+def _parse_id(kind: str, text: str) -> DepItem:
+    m = _ID.fullmatch(text)
+    if not m:
+        raise DependencyError(f"bad job id {text!r}")
+    job_id = int(m.group(1))
+    if job_id == 0:
+        raise DependencyError("job id 0")
+    task, minutes, state = m.group(2), m.group(3), m.group(4)
+    delay = 0
+    if minutes is not None:
+        delay = int(minutes)
+        if delay <= 0:
+            raise DependencyError(f"bad delay in {text!r}")
+        delay *= 60
+    return DepItem(
+        kind=kind, job_id=job_id,
+        task_id=int(task) if task is not None and task != "*" else None,
+        whole_array=task == "*", delay_s=delay,
+        failed=(state or "").lower() == FAILED,
+    )
+
+
+def parse_dependency(text: str | None, *, own_job_id: int | None = None,
+                     own_array_job_id: int | None = None) -> Dependency:
+    """Parse a --dependency value; "" or "0" means none.  Raises DependencyError.
+    With `own_job_id` (and `own_array_job_id` for an array task), a job that names itself
+    is refused, as Slurm does."""
+    if text is None:
+        return Dependency()
+    text = text.strip()
+    if text in ("", "0"):
+        return Dependency()
+    text = _expand_array_sets(text)
+    items: list[DepItem] = []
+    any_of = "?" in text
+    for group in re.split(r"[,?]", text):
+        if not group:
+            raise DependencyError(f"empty dependency in {text!r}")
+        kind, colon, rest = group.partition(":")
+        kind_l = kind.lower()
+        if not colon:
+            single = re.fullmatch(r"(?i)singleton(?:\((\w*)\))?", group)
+            if single:
+                items.append(DepItem("singleton", failed=(single.group(1) or "").lower() == FAILED))
+                continue
+            if group[:1].isdigit():  # Slurm's old form: a bare id means afterany
+                items.append(_parse_id("afterany", group))
+                continue
+            raise DependencyError(f"bad dependency {group!r}")
+        if kind_l in _UNSUPPORTED:
+            raise DependencyError(f"{kind_l} dependencies are not supported",
+                                  f"Dependency type {kind_l} is not supported")
+        if kind_l not in KINDS or kind_l == "singleton":
+            raise DependencyError(f"unknown dependency type {kind!r}")
+        if not rest:
+            raise DependencyError(f"no job id in {group!r}")
+        for part in rest.split(":"):
+            items.append(_parse_id(kind_l, part))
+    unique: list[DepItem] = []
+    seen: set[tuple[str, int, int | None, bool]] = set()
+    for item in items:
+        key = (item.kind, item.job_id, item.task_id, item.whole_array)
+        if key not in seen:  # Slurm keeps one entry per (type, job, task)
+            seen.add(key)
+            unique.append(item)
+    if own_job_id is not None:
+        for item in unique:
+            same = item.job_id == own_job_id and (item.task_id is None or own_array_job_id is None)
+            whole = own_array_job_id is not None and item.job_id == own_array_job_id \
+                and item.task_id is None
+            if same or whole:
+                raise DependencyError(f"job {own_job_id} cannot depend on itself")
+    return Dependency(tuple(unique), any_of)
+
+
+def item_state(item: DepItem, lookup: Lookup, now: float, *, singleton_blocked: bool = False,
+               array_task_id: int | None = None) -> str:
+    """fulfilled / unfulfilled / failed for one entry."""
+    if item.failed:
+        return FAILED
+    if item.kind == "singleton":
+        return UNFULFILLED if singleton_blocked else FULFILLED
+    if item.kind == "aftercorr" and array_task_id is not None:
+        records = lookup(item.job_id, array_task_id)
+        if not records:  # no such task in the other array: wait on the array as a whole
+            records = lookup(item.job_id, None)
+    else:
+        records = lookup(item.job_id, item.task_id)
+    if not records:
+        return FULFILLED  # job is gone (or never existed): dependency lifted
+    pending = any(state == JobState.PENDING.value for state, _, _ in records)
+    finished = all(state in _FINISHED for state, _, _ in records)
+    ok = all(state == JobState.COMPLETED.value and code == 0 for state, code, _ in records)
+    kind = item.kind
+    if kind == "after":
+        if pending:
+            return UNFULFILLED
+        starts = [s for _, _, s in records if s is not None]
+        # A job cancelled before it started has no start time: nothing to wait for.
+        if item.delay_s and starts and now - max(starts) < item.delay_s:
+            return UNFULFILLED
+        return FULFILLED
+    if kind == "afterany":
+        return FULFILLED if finished else UNFULFILLED
+    if kind == "afternotok":
+        if not finished:
+            return UNFULFILLED
+        return FAILED if ok else FULFILLED
+    # afterok, aftercorr
+    if not finished:
+        return UNFULFILLED
+    return FULFILLED if ok else FAILED
+
+
+def _combine(dep: Dependency, states: list[str]) -> str:
+    if not states:
+        return SATISFIED
+    if dep.any_of:
+        if FULFILLED in states:
+            return SATISFIED
+        return WAITING if UNFULFILLED in states else NEVER
+    if FAILED in states:
+        return NEVER
+    return WAITING if UNFULFILLED in states else SATISFIED
+
+
+def evaluate(dep: Dependency, lookup: Lookup, now: float, *, job_user: str = "",
+             job_name: str = "", singleton_blocked: bool = False,
+             array_task_id: int | None = None) -> str:
+    """"satisfied", "waiting" or "never" (→ reason DependencyNeverSatisfied).
+
+    `singleton_blocked`: the caller's answer to whether another job of `job_user` named
+    `job_name` is running, suspended, or pending ahead of this one (the names are only
+    carried for the caller's bookkeeping).  `array_task_id`: this job's own task id, which
+    aftercorr pairs with the same task of the other array."""
+    states = [item_state(i, lookup, now, singleton_blocked=singleton_blocked,
+                         array_task_id=array_task_id) for i in dep.items]
+    return _combine(dep, states)
+
+
+def format_dependency(dep: Dependency, lookup: Lookup | None = None, now: float = 0.0, *,
+                      singleton_blocked: bool = False, array_task_id: int | None = None,
+                      is_array: Callable[[int], bool] | None = None) -> str:
+    """The Dependency= text of `scontrol show job`: entries not yet fulfilled, each with
+    its state, e.g. "afterok:1_*(unfulfilled)".  "" once the whole dependency is satisfied
+    (scontrol prints (null)).  Without `lookup`, every entry shows as unfulfilled (what a
+    job shows right after submission).  `is_array(id)` tells whether a plain id names an
+    array, which Slurm prints as ID_*."""
+    if not dep.items:
+        return ""
+    if lookup is None:
+        states = [FAILED if i.failed else UNFULFILLED for i in dep.items]
+    else:
+        states = [item_state(i, lookup, now, singleton_blocked=singleton_blocked,
+                             array_task_id=array_task_id) for i in dep.items]
+        if _combine(dep, states) == SATISFIED:
+            return ""
+    out: list[str] = []
+    sep = ""
+    for item, state in zip(dep.items, states, strict=True):
+        if state == FULFILLED:
+            continue
+        if item.kind == "singleton":
+            text = f"singleton({state})"
+        else:
+            text = f"{item.kind}:{item.job_id}"
+            if item.task_id is not None:
+                text += f"_{item.task_id}"
+            elif item.whole_array or (is_array is not None and is_array(item.job_id)):
+                text += "_*"
+            if item.delay_s:
+                text += f"+{item.delay_s // 60}"
+            text += f"({state})"
+        out.append(sep + text)
+        sep = "?" if dep.any_of else ","
+    return "".join(out)

@@ -1,0 +1,83 @@
+"""Job priority: Slurm's priority/multifactor plugin.
+
+priority = Σ weight_i × factor_i − nice, every factor in [0, 1], truncated to an integer and
+never below 1 (Slurm keeps 0 for held jobs; holding is the controller's business).
+Only the age and partition factors are computed today; fairshare, QOS and job size have
+their weights and factor slots so that adding them does not change any caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityWeights:
+    """PriorityWeight* from slurm.conf."""
+
+    age: int = 0
+    partition: int = 0
+    fairshare: int = 0
+    qos: int = 0
+    job_size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityFactors:
+    """Normalised factors of one job, each in [0, 1]."""
+
+    age: float = 0.0
+    partition: float = 0.0
+    fairshare: float = 0.0
+    qos: float = 0.0
+    job_size: float = 0.0
+
+
+def age_factor(eligible_time: float, now: float, max_age_s: int) -> float:
+    """Time waiting, relative to PriorityMaxAge; capped at 1."""
+    if max_age_s <= 0:
+        return 0.0
+    waited = now - eligible_time
+    if waited <= 0:
+        return 0.0
+    return min(1.0, waited / max_age_s)
+
+
+def partition_factor(job_factor: int, max_job_factor: int) -> float:
+    """The partition's PriorityJobFactor relative to the largest one in the cluster."""
+    if max_job_factor <= 0:
+        return 0.0
+    return min(1.0, max(0.0, job_factor / max_job_factor))
+
+
+def multifactor(weights: PriorityWeights, factors: PriorityFactors, nice: int = 0) -> int:
+    total = (
+        weights.age * factors.age
+        + weights.partition * factors.partition
+        + weights.fairshare * factors.fairshare
+        + weights.qos * factors.qos
+        + weights.job_size * factors.job_size
+    )
+    # Slurm truncates the weighted sum to an integer before subtracting nice.
+    return max(1, int(total) - nice)
+
+
+def job_priority(
+    submit_time: float,
+    now: float,
+    *,
+    partition_job_factor: int,
+    max_partition_job_factor: int,
+    weight_age: int,
+    max_age_s: int,
+    weight_partition: int,
+    nice: int = 0,
+) -> int:
+    """Priority from age and partition factors.  Slurm ages a job from its eligible time:
+    pass that as `submit_time` when the job waited on a dependency or begin time."""
+    factors = PriorityFactors(
+        age=age_factor(submit_time, now, max_age_s),
+        partition=partition_factor(partition_job_factor, max_partition_job_factor),
+    )
+    weights = PriorityWeights(age=weight_age, partition=weight_partition)
+    return multifactor(weights, factors, nice)

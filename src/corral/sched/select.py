@@ -1,0 +1,349 @@
+"""Node selection for one job (Slurm's select/cons_tres with CR_Core_Memory).
+
+A job asks for `num_nodes` nodes, `num_tasks` tasks of `cpus_per_task` CPUs, memory
+(per node, per CPU, or the partition/cluster DefMemPerCPU) and GPUs (per node, per task,
+or a total for the job).  Among the nodes that fit, the best fit wins: fewest free GPUs,
+then fewest free CPUs, then lower weight, then node name.  So 1-GPU jobs fill one node
+before opening the next, and CPU-only jobs go to GPU-less or GPU-full nodes first, keeping
+idle GPUs for the jobs that need them.
+
+The same allocation core (`allocate`) serves `select_nodes` here and the indexed search in
+`backfill`, so both place jobs identically.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from corral.model.job import NodeAlloc
+
+from .snapshot import NodeView, PendingView
+
+
+class NodeLike(Protocol):
+    """What selection reads of a node: `NodeView`, or backfill's working copy of one."""
+
+    name: str
+    cpus: int
+    mem: int
+    gpus: int
+    free_cpus: int
+    free_mem: int
+    free_gpus: list[int]
+    usable: bool
+    weight: int
+    job_count: int
+    exclusive: bool
+
+
+# (node, cpus, mem, gpus, whole_node) -> may the job take this much here?  Backfill uses it
+# to keep reservations of waiting jobs intact.
+ExtraCheck = Callable[[NodeLike, int, int, int, bool], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A job's request, normalised; hashable, so identical requests share one key."""
+
+    num_nodes: int
+    tasks: int
+    tasks_per_node: int  # tasks on every node; 0 = spread `tasks` over the nodes
+    cpus_per_task: int
+    mem_per_node: int | None  # MB; 0 = all of each node's memory; None = per CPU
+    mem_per_cpu: int  # MB, used when mem_per_node is None; 0 = no memory accounting
+    gpus_per_node: int  # includes the job's share of a total `--gpus` count
+    gpus_per_task: int
+    gpus_total: int
+    exclusive: bool
+    req_nodes: tuple[str, ...]
+    exc_nodes: frozenset[str]
+
+    def demand(self, node: NodeLike, tasks: int) -> tuple[int, int, int]:
+        """CPUs, MB and GPUs this job asks of `node` with `tasks` tasks there."""
+        cpus = tasks * self.cpus_per_task
+        if self.mem_per_node is not None:
+            mem = node.mem if self.mem_per_node == 0 else self.mem_per_node
+        else:
+            mem = self.mem_per_cpu * cpus
+        return cpus, mem, self.gpus_per_node + self.gpus_per_task * tasks
+
+    def min_cpus_per_node(self) -> int:
+        return (self.tasks_per_node or 1) * self.cpus_per_task
+
+    def min_gpus_per_node(self) -> int:
+        return self.gpus_per_node + self.gpus_per_task * (self.tasks_per_node or 1)
+
+
+def make_request(job: PendingView, def_mem_per_cpu: int) -> Request:
+    req_nodes = tuple(dict.fromkeys(job.req_nodes))
+    num_nodes = max(job.num_nodes, len(req_nodes), 1)
+    tasks = max(job.num_tasks, 1)
+    if job.ntasks_per_node:
+        per_node = job.ntasks_per_node
+    elif num_nodes == 1:
+        per_node = tasks
+    elif tasks <= num_nodes:
+        per_node = 1  # Slurm runs at least one task on every node
+    else:
+        per_node = 0
+    if job.mem_per_node is not None:
+        mem_per_node: int | None = job.mem_per_node
+        mem_per_cpu = 0
+    else:
+        mem_per_node = None
+        mem_per_cpu = job.mem_per_cpu if job.mem_per_cpu is not None else max(def_mem_per_cpu, 0)
+    # A total GPU count is spread evenly; every node must be able to hold the larger share.
+    share = -(-job.gpus // num_nodes) if job.gpus > 0 else 0
+    return Request(
+        num_nodes=num_nodes,
+        tasks=max(tasks, num_nodes) if not job.ntasks_per_node else per_node * num_nodes,
+        tasks_per_node=per_node,
+        cpus_per_task=max(job.cpus_per_task, 1),
+        mem_per_node=mem_per_node,
+        mem_per_cpu=mem_per_cpu,
+        gpus_per_node=job.gpus_per_node + share,
+        gpus_per_task=job.gpus_per_task,
+        gpus_total=job.gpus,
+        exclusive=job.exclusive,
+        req_nodes=req_nodes,
+        exc_nodes=frozenset(job.exc_nodes),
+    )
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(name: str) -> tuple[object, ...]:
+    """node-2 before node-10."""
+    return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(name))
+
+
+def best_fit_key(node: NodeLike) -> tuple[object, ...]:
+    return (len(node.free_gpus), node.free_cpus, node.weight, natural_key(node.name))
+
+
+def fits_now(node: NodeLike, cpus: int, mem: int, gpus: int, whole: bool) -> bool:
+    """Fits in the node's free resources right now (usable is the caller's filter)."""
+    if node.exclusive:
+        return False
+    if whole:
+        return (
+            node.job_count == 0
+            and node.free_cpus >= node.cpus
+            and node.free_mem >= node.mem
+            and len(node.free_gpus) >= node.gpus
+            and cpus <= node.cpus
+            and mem <= node.mem
+            and gpus <= node.gpus
+        )
+    return node.free_cpus >= cpus and node.free_mem >= mem and len(node.free_gpus) >= gpus
+
+
+def _task_capacity(req: Request, node: NodeLike, extra: ExtraCheck | None) -> int:
+    """Most tasks of a spread job this node can take now (0 = none)."""
+    cpt = req.cpus_per_task
+    if req.exclusive:
+        c, m, g = req.demand(node, 1)
+        if not fits_now(node, c, m, g, True):
+            return 0
+        cap = node.cpus // cpt
+        if req.gpus_per_task:
+            cap = min(cap, (node.gpus - req.gpus_per_node) // req.gpus_per_task)
+        if req.mem_per_node is None and req.mem_per_cpu:
+            cap = min(cap, node.mem // (req.mem_per_cpu * cpt))
+        if cap >= 1 and extra is not None and not extra(node, node.cpus, node.mem, node.gpus, True):
+            return 0
+        return max(cap, 0)
+    cap = node.free_cpus // cpt
+    if req.mem_per_node is None:
+        if req.mem_per_cpu:
+            cap = min(cap, node.free_mem // (req.mem_per_cpu * cpt))
+    elif req.demand(node, 1)[1] > node.free_mem:
+        return 0
+    free_g = len(node.free_gpus) - req.gpus_per_node
+    if free_g < 0:
+        return 0
+    if req.gpus_per_task:
+        cap = min(cap, free_g // req.gpus_per_task)
+    if cap < 1 or extra is None:
+        return max(cap, 0)
+    c, m, g = req.demand(node, cap)
+    if extra(node, c, m, g, False):
+        return cap
+    # Largest task count the reservations leave room for (the check is monotone in tasks).
+    lo, hi = 0, cap - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        c, m, g = req.demand(node, mid)
+        if extra(node, c, m, g, False):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _distribute(total: int, caps: list[int]) -> list[int] | None:
+    """Tasks per node: an even spread (what the launcher assumes) when every node can take
+    it, else one per node and the rest filling nodes in order, as Slurm does."""
+    n = len(caps)
+    if total < n or sum(caps) < total:
+        return None
+    base, extra = divmod(total, n)
+    even = [base + (1 if i < extra else 0) for i in range(n)]
+    if all(e <= c for e, c in zip(even, caps, strict=True)):
+        return even
+    counts = [1] * n
+    left = total - n
+    for i, cap in enumerate(caps):
+        add = min(cap - 1, left)
+        counts[i] += add
+        left -= add
+    return counts
+
+
+def allocate(
+    req: Request,
+    required: Sequence[NodeLike],
+    ordered: Iterable[NodeLike],
+    extra: ExtraCheck | None = None,
+) -> list[NodeAlloc] | None:
+    """Pick nodes and build the allocation.  `required` are the job's --nodelist nodes (all
+    usable and permitted); `ordered` yields the other candidates in best-fit order, already
+    filtered to usable, permitted, not excluded nodes.  `extra` vetoes a node/amount."""
+    k = req.num_nodes
+    req_names = {n.name for n in required}
+    chosen: list[NodeLike] = []
+    if req.tasks_per_node:
+        t = req.tasks_per_node
+
+        def ok(node: NodeLike) -> bool:
+            c, m, g = req.demand(node, t)
+            whole = req.exclusive
+            if not fits_now(node, c, m, g, whole):
+                return False
+            if extra is None:
+                return True
+            if whole:
+                return extra(node, node.cpus, node.mem, node.gpus, True)
+            return extra(node, c, m, g, False)
+
+        for node in required:
+            if not ok(node):
+                return None
+            chosen.append(node)
+        if len(chosen) < k:
+            for node in ordered:
+                if node.name in req_names or not ok(node):
+                    continue
+                chosen.append(node)
+                if len(chosen) == k:
+                    break
+            else:
+                return None
+        counts = [t] * len(chosen)
+    else:
+        caps: list[int] = []
+        for node in required:
+            cap = _task_capacity(req, node, extra)
+            if cap < 1:
+                return None
+            chosen.append(node)
+            caps.append(cap)
+        # Walk the best-fit order; when the fullest nodes are too small together, swap the
+        # smallest one picked for a roomier one, until the tasks fit.
+        need = k - len(chosen)
+        want = req.tasks - sum(caps)
+        pool: list[tuple[NodeLike, int]] = []
+        pool_sum = 0
+        if need > 0:
+            for node in ordered:
+                if node.name in req_names:
+                    continue
+                cap = _task_capacity(req, node, extra)
+                if cap < 1:
+                    continue
+                if len(pool) < need:
+                    pool.append((node, cap))
+                    pool_sum += cap
+                else:
+                    low = min(range(need), key=lambda i: pool[i][1])
+                    if cap <= pool[low][1]:
+                        continue
+                    pool_sum += cap - pool[low][1]
+                    del pool[low]
+                    pool.append((node, cap))
+                if len(pool) == need and pool_sum >= want:
+                    break
+            if len(pool) < need:
+                return None
+        for node, cap in pool:
+            chosen.append(node)
+            caps.append(cap)
+        dist = _distribute(req.tasks, caps)
+        if dist is None:
+            return None
+        counts = dist
+    return _build(req, chosen, counts)
+
+
+def _build(req: Request, chosen: list[NodeLike], counts: list[int]) -> list[NodeAlloc]:
+    out: list[NodeAlloc] = []
+    k = len(chosen)
+    # The total --gpus count: an even spread, the first nodes taking the remainder.
+    share = -(-req.gpus_total // k) if req.gpus_total else 0
+    base, rem = divmod(req.gpus_total, k) if req.gpus_total else (0, 0)
+    for i, (node, t) in enumerate(zip(chosen, counts, strict=True)):
+        free = sorted(node.free_gpus)
+        if req.exclusive:
+            out.append(NodeAlloc(node.name, node.cpus, node.mem, free))
+            continue
+        c, m, g = req.demand(node, t)
+        if req.gpus_total:
+            g = g - share + base + (1 if i < rem else 0)
+        out.append(NodeAlloc(node.name, c, m, free[:g]))
+    return out
+
+
+def _in_partition(job: PendingView, node: NodeLike) -> bool:
+    parts = getattr(node, "partitions", ())
+    return not job.partition or job.partition in parts
+
+
+def select_nodes(
+    job: PendingView, nodes: list[NodeView], def_mem_per_cpu: int
+) -> list[NodeAlloc] | None:
+    """Where `job` can start now on `nodes`, or None.  Only usable nodes that list the job's
+    partition in `NodeView.partitions` are considered (all of them when job.partition is "")."""
+    req = make_request(job, def_mem_per_cpu)
+    by_name = {n.name: n for n in nodes}
+    required: list[NodeLike] = []
+    for name in req.req_nodes:
+        node = by_name.get(name)
+        if node is None or not node.usable or not _in_partition(job, node) or name in req.exc_nodes:
+            return None
+        required.append(node)
+    candidates = [
+        n for n in nodes
+        if n.usable and not n.exclusive and n.name not in req.exc_nodes and _in_partition(job, n)
+    ]
+    candidates.sort(key=best_fit_key)
+    return allocate(req, required, candidates)
+
+
+def idle_copy(node: NodeView, *, usable: bool = True) -> NodeView:
+    """The node as it would be with no jobs on it."""
+    return NodeView(
+        name=node.name, cpus=node.cpus, mem=node.mem, gpus=node.gpus,
+        free_cpus=node.cpus, free_mem=node.mem, free_gpus=list(range(node.gpus)),
+        usable=usable, weight=node.weight, partitions=node.partitions,
+        features=node.features, job_count=0, exclusive=False,
+    )
+
+
+def fits_ever(job: PendingView, nodes: list[NodeView], def_mem_per_cpu: int) -> bool:
+    """Could `job` run on `nodes` if all were idle and up?  False means Slurm's
+    "Requested node configuration is not available"."""
+    return select_nodes(job, [idle_copy(n) for n in nodes], def_mem_per_cpu) is not None

@@ -1,0 +1,171 @@
+"""The embedded store: one SQLite file in WAL mode, synchronous=FULL.
+
+Each `write()` is one transaction; the controller batches concurrent changes into
+one write (group commit), so durability costs one fsync per batch, not per job.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from typing import Any
+
+from corral.model.job import Job, JobState
+from corral.store.base import JobPayload, NodeRecord, WriteBatch
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id INTEGER PRIMARY KEY,
+    array_job_id INTEGER,
+    uid INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    submit_time REAL NOT NULL,
+    start_time REAL,
+    end_time REAL,
+    record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE INDEX IF NOT EXISTS jobs_end ON jobs(end_time);
+CREATE INDEX IF NOT EXISTS jobs_array ON jobs(array_job_id);
+CREATE INDEX IF NOT EXISTS jobs_uid ON jobs(uid);
+CREATE TABLE IF NOT EXISTS payloads (
+    job_id INTEGER PRIMARY KEY,
+    script TEXT NOT NULL,
+    env TEXT NOT NULL,
+    argv TEXT NOT NULL,
+    open_mode TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS nodes (
+    name TEXT PRIMARY KEY,
+    admin_state TEXT NOT NULL,
+    reason TEXT, reason_user TEXT, reason_uid INTEGER, reason_time REAL
+);
+"""
+
+_FINISHED = tuple(s.value for s in JobState if s.finished)
+
+
+class SqliteStore:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None:
+            self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(row[0]) > SCHEMA_VERSION:
+            raise RuntimeError(f"state database {path} is from a newer Corral (schema {row[0]})")
+
+    # ---- writes ----------------------------------------------------------
+    def write(self, batch: WriteBatch) -> None:
+        job_rows = [
+            (j["job_id"], j.get("array_job_id"), j["uid"], j["state"], j["submit_time"],
+             j.get("start_time"), j.get("end_time"), json.dumps(j, separators=(",", ":")))
+            for j in batch.jobs
+        ]
+        payload_rows = [
+            (jid, p.script, json.dumps(p.env, separators=(",", ":")), json.dumps(p.argv), p.open_mode)
+            for jid, p in batch.payloads
+        ]
+        node_rows = [(n.name, n.admin_state, n.reason, n.reason_user, n.reason_uid, n.reason_time)
+                     for n in batch.nodes]
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                if job_rows:
+                    db.executemany("INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?)", job_rows)
+                if payload_rows:
+                    db.executemany("INSERT OR REPLACE INTO payloads VALUES (?,?,?,?,?)", payload_rows)
+                if node_rows:
+                    db.executemany("INSERT OR REPLACE INTO nodes VALUES (?,?,?,?,?,?)", node_rows)
+                if batch.next_job_id is not None:
+                    db.execute("INSERT OR REPLACE INTO meta VALUES ('next_job_id', ?)",
+                               (str(batch.next_job_id),))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    # ---- reads -----------------------------------------------------------
+    def _jobs(self, sql: str, args: tuple[Any, ...] | list[Any] = ()) -> list[Job]:
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [Job.from_dict(json.loads(r[0])) for r in rows]
+
+    def load_active_jobs(self) -> list[Job]:
+        marks = ",".join("?" * len(_FINISHED))
+        return self._jobs(f"SELECT record FROM jobs WHERE state NOT IN ({marks}) ORDER BY job_id", _FINISHED)
+
+    def load_recent_finished(self, since: float) -> list[Job]:
+        marks = ",".join("?" * len(_FINISHED))
+        return self._jobs(
+            f"SELECT record FROM jobs WHERE state IN ({marks}) AND end_time >= ? ORDER BY job_id",
+            (*_FINISHED, since))
+
+    def load_payload(self, job_id: int) -> JobPayload | None:
+        with self._lock:
+            row = self._db.execute("SELECT script, env, argv, open_mode FROM payloads WHERE job_id=?",
+                                   (job_id,)).fetchone()
+        if row is None:
+            return None
+        return JobPayload(row[0], json.loads(row[1]), json.loads(row[2]), row[3])
+
+    def load_nodes(self) -> list[NodeRecord]:
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM nodes").fetchall()
+        return [NodeRecord(*r) for r in rows]
+
+    def next_job_id(self) -> int:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key='next_job_id'").fetchone()
+            top = self._db.execute("SELECT MAX(job_id) FROM jobs").fetchone()[0]
+        nxt = int(row[0]) if row else 1
+        return max(nxt, (top or 0) + 1)
+
+    def query_jobs(self, *, ids: list[int] | None = None, array_ids: list[int] | None = None,
+                   uids: list[int] | None = None, states: list[str] | None = None,
+                   start: float | None = None, end: float | None = None,
+                   limit: int | None = None) -> list[Job]:
+        where: list[str] = []
+        args: list[Any] = []
+        if ids is not None or array_ids is not None:
+            alts = []
+            if ids:
+                alts.append(f"job_id IN ({','.join('?' * len(ids))})")
+                args.extend(ids)
+            if array_ids:
+                alts.append(f"array_job_id IN ({','.join('?' * len(array_ids))})")
+                args.extend(array_ids)
+            where.append("(" + (" OR ".join(alts) or "0") + ")")
+        if uids is not None:
+            where.append(f"uid IN ({','.join('?' * len(uids))})")
+            args.extend(uids)
+        if states is not None:
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args.extend(states)
+        if start is not None:
+            # a job belongs to the window if it was not over before `start`
+            where.append("(end_time IS NULL OR end_time >= ?)")
+            args.append(start)
+        if end is not None:
+            where.append("submit_time <= ?")
+            args.append(end)
+        sql = "SELECT record FROM jobs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY job_id"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return self._jobs(sql, args)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

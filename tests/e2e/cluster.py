@@ -1,0 +1,98 @@
+"""A real Corral cluster for tests: controller + agent processes in a temporary $CORRAL_HOME."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+BIN = os.path.dirname(sys.executable)
+
+DEFAULT_CONFIG = """\
+ClusterName=testcluster
+KillWait=2
+MinJobAge=600
+SchedulerInterval=1
+NodeName=node-[1-4] CPUs=16 RealMemory=64000 Gres=gpu:4
+PartitionName=debug Nodes=node-[1-4] Default=YES MaxTime=INFINITE State=UP
+PartitionName=short Nodes=node-[1-2] MaxTime=10:00 State=UP
+"""
+
+
+class Cluster:
+    def __init__(self, home: Path, config: str = DEFAULT_CONFIG) -> None:
+        self.home = home
+        self.config = config
+        self.env = dict(os.environ)
+        self.env["CORRAL_HOME"] = str(home)
+        self.env["PATH"] = BIN + os.pathsep + self.env.get("PATH", "")
+        for k in list(self.env):
+            if k.startswith(("SLURM_", "SBATCH_", "SQUEUE_", "SACCT_", "SINFO_")):
+                del self.env[k]
+        self.workdir = home / "work"
+
+    def start(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.workdir.mkdir(exist_ok=True)
+        cfg = self.home / "input.conf"
+        cfg.write_text(self.config)
+        r = self.run("corral", "up", "--config", str(cfg), timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    def stop(self) -> None:
+        self.run("corral", "down", timeout=60)
+
+    def run(self, *args: str, input: str | None = None, timeout: float = 30,
+            cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        e = dict(self.env)
+        if env:
+            e.update(env)
+        return subprocess.run(list(args), input=input, capture_output=True, text=True,
+                              timeout=timeout, cwd=str(cwd or self.workdir), env=e)
+
+    def ok(self, *args: str, **kw: object) -> str:
+        r = self.run(*args, **kw)  # type: ignore[arg-type]
+        assert r.returncode == 0, f"{args} failed ({r.returncode}): {r.stdout}{r.stderr}"
+        return r.stdout
+
+    def sbatch(self, *args: str, **kw: object) -> int:
+        out = self.ok("sbatch", "--parsable", *args, **kw)
+        return int(out.strip().split(";")[0])
+
+    def state(self, job: int | str) -> str:
+        out = self.ok("sacct", "-j", str(job), "-X", "-n", "-P", "-o", "State")
+        lines = [ln for ln in out.splitlines() if ln.strip()]
+        return lines[0].split()[0] if lines else ""
+
+    def wait_state(self, job: int | str, states: set[str] | str, timeout: float = 30) -> str:
+        want = {states} if isinstance(states, str) else states
+        deadline = time.monotonic() + timeout
+        st = ""
+        while time.monotonic() < deadline:
+            st = self.state(job)
+            if st in want:
+                return st
+            time.sleep(0.1)
+        raise AssertionError(f"job {job} is {st!r}, wanted {want}")
+
+    def wait_for(self, pred: Callable[[], bool], timeout: float = 30, what: str = "condition") -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if pred():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def squeue_ids(self, *args: str) -> list[str]:
+        out = self.ok("squeue", "-h", "-o", "%i", *args)
+        return [x.strip() for x in out.splitlines() if x.strip()]
+
+
+def job_id_from(text: str) -> int:
+    m = re.search(r"(\d+)", text)
+    assert m, text
+    return int(m.group(1))
