@@ -420,3 +420,19 @@ def test_no_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert out == ""
     assert err.startswith("sacct: error: no Corral controller is running for ")
     assert err.count("\n") == 1
+
+
+def test_cli_defaults_for_ordinary_users(fake: FakeController, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import pwd
+
+    monkeypatch.setattr(sacct.os, "getuid", lambda: 1)
+    me = pwd.getpwuid(1).pw_name
+    assert sacct.main(["-s", "R"]) == 0  # with states the window starts now
+    assert fake.calls[-1] == ("/v1/accounting", {"users": me, "states": "RUNNING",
+                                                 "start": int(NOW)})
+    assert capsys.readouterr().out == ref("A11_sacct_empty")  # nothing running at NOW
+    assert sacct.main(["-j", "8", "-X", "-n"]) == 0  # asking by id covers every user
+    assert fake.calls[-1] == ("/v1/accounting", {"ids": "8", "all_users": 1})
+    assert sacct.main(["-a", "-X", "-n", "-o", "jobid"]) == 0
+    assert fake.calls[-1][1]["all_users"] == 1

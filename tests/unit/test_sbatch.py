@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -646,6 +649,7 @@ def test_payload_shape() -> None:
                 "stdin", "command", "submit_line", "account", "qos", "nice", "held"):
         assert key in spec
     assert spec["partition"] is None and spec["time_limit"] is None and spec["requeue"] is None
+    assert json.loads(json.dumps(payload)) == payload
 
 
 # ---------------------------------------------------------------- main()
@@ -702,6 +706,51 @@ def test_main_usage_error_does_not_submit(fake: FakeClient,
     assert sbatch.main(["--time=abc", "--wrap=true"]) == 255
     assert capsys.readouterr().err == "sbatch: error: Invalid --time specification\n"
     assert fake.posts == []
+
+
+def test_main_malformed_reply(monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(client, "post", FakeClient(reply={"oops": 1}).post)
+    assert sbatch.main(["--wrap=true"]) == 1
+    assert capsys.readouterr().err == (
+        "sbatch: error: Batch job submission failed: malformed answer from the controller\n")
+
+
+def test_main_over_a_real_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The request really goes out as HTTP/JSON on $CORRAL_HOME/corral.sock."""
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path))
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(tmp_path / "corral.sock"))
+    server.listen(1)
+    received: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        while len(body) < length:
+            body += conn.recv(65536)
+        received.append(head + b"\r\n\r\n" + body)
+        answer = b'{"job_id": 12}'
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(answer), answer))
+        conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        assert sbatch.main(["-J", "sock", "--wrap=true"]) == 0
+    finally:
+        thread.join(timeout=10)
+        server.close()
+    assert capsys.readouterr().out == "Submitted batch job 12\n"
+    head, _, body = received[0].partition(b"\r\n\r\n")
+    assert head.startswith(b"POST /v1/jobs HTTP/1.1")
+    assert json.loads(body)["spec"]["name"] == "sock"
 
 
 def test_main_without_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

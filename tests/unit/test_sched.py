@@ -524,6 +524,7 @@ def test_schedule_places_like_select_nodes_and_never_overcommits(seed: int) -> N
     s = snap(views, pend, def_mem_per_cpu=100)
     initial = {v.name: (v.free_cpus, v.free_mem, list(v.free_gpus)) for v in views}
     dec = schedule(s)
+    assert {v.name: (v.free_cpus, v.free_mem, v.free_gpus) for v in views} == initial  # pure
     # Replay in priority order with select_nodes, stopping at the first job that waits
     # (without reservations both must agree up to there).
     replay = {v.name: node(v.name, v.cpus, v.mem, v.gpus) for v in views}
@@ -543,10 +544,10 @@ def test_schedule_places_like_select_nodes_and_never_overcommits(seed: int) -> N
     used: dict[str, list[int]] = {v.name: [0, 0] for v in views}
     gpus_used: dict[str, list[int]] = {v.name: [] for v in views}
     for _, allocs in dec.starts:
-        for a in allocs:
-            used[a.node][0] += a.cpus
-            used[a.node][1] += a.mem_mb
-            gpus_used[a.node] += a.gpus
+        for na in allocs:
+            used[na.node][0] += na.cpus
+            used[na.node][1] += na.mem_mb
+            gpus_used[na.node] += na.gpus
     for v in views:
         free_c, free_m, free_g = initial[v.name]
         assert used[v.name][0] <= free_c and used[v.name][1] <= free_m

@@ -13,13 +13,11 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from corral.cli import client
 from corral.cli.scontrol import job_resources, limit_str, mem_str, tres_string
 from corral.model import hostlists
-from corral.model.job import JobState, parse_state
 from corral.model.timefmt import format_hms, format_timestamp
 
 PROG = "sacct"
@@ -42,8 +40,7 @@ class UsageError(Exception):
     """Bad command line; the message is complete (Slurm's wording), exit code 1."""
 
 
-@dataclass(frozen=True, slots=True)
-class Field:
+class Field(NamedTuple):
     name: str
     width: int  # negative: left-justified
     numeric: bool  # numbers are never truncated with '+'
@@ -210,16 +207,22 @@ def midnight(now: float) -> float:
 # selecting records
 # ---------------------------------------------------------------------------
 
-@dataclass(slots=True)
 class Selection:
-    """Which records to print, after the controller has answered."""
+    """Which records to print, after the controller has answered.  (Plain classes, not
+    dataclasses, in this module: importing `dataclasses` costs the CLI ~5 ms.)"""
 
-    start: float | None = None  # the time window; None = no window (-j without -S)
-    end: float | None = None
-    states: frozenset[str] | None = None
-    names: frozenset[str] | None = None
-    partitions: frozenset[str] | None = None
-    job_ids: list[tuple[str, str | None]] | None = None  # (job part, step) from -j
+    __slots__ = ("start", "end", "states", "names", "partitions", "job_ids")
+
+    def __init__(self, start: float | None = None, end: float | None = None,
+                 states: frozenset[str] | None = None, names: frozenset[str] | None = None,
+                 partitions: frozenset[str] | None = None,
+                 job_ids: list[tuple[str, str | None]] | None = None) -> None:
+        self.start = start  # the time window; None = no window (-j without -S)
+        self.end = end
+        self.states = states
+        self.names = names
+        self.partitions = partitions
+        self.job_ids = job_ids  # (job part, step) from -j
 
 
 _ACTIVE = {"RUNNING", "SUSPENDED", "COMPLETING"}
@@ -253,11 +256,17 @@ def _in_window(job: dict[str, Any], sel: Selection, now: float) -> bool:
         return job_end is not None and start <= job_end <= end
     if start is None:
         return sel.end is None or (eligible is not None and eligible < end)
-    if job.get("array_tasks") is not None and JobState(state).finished:
+    if job.get("array_tasks") is not None and _finished(state):
         # slurmdbd leaves a finished array remainder (tasks that never started) out of
         # time-window queries; it shows only when asked for by id (captures E04, E08c).
         return False
     return eligible is not None and eligible < end and (job_end is None or job_end >= start)
+
+
+def _finished(state: str) -> bool:
+    from corral.model.job import FINISHED_STATES  # rarely needed: keep it off the start path
+
+    return state in {s.value for s in FINISHED_STATES}
 
 
 def _selector_index(job: dict[str, Any], wanted: list[tuple[str, str | None]]) -> list[int]:
@@ -299,11 +308,13 @@ def select_jobs(jobs: list[dict[str, Any]], sel: Selection, now: float) -> list[
 # values
 # ---------------------------------------------------------------------------
 
-@dataclass(slots=True)
 class Context:
-    now: float
-    cluster: str = ""
-    tres_gpu: bool = True
+    __slots__ = ("now", "cluster", "tres_gpu")
+
+    def __init__(self, now: float, cluster: str = "", tres_gpu: bool = True) -> None:
+        self.now = now
+        self.cluster = cluster
+        self.tres_gpu = tres_gpu
 
 
 Getter = Callable[[dict[str, Any], "dict[str, Any] | None", Context], str]
@@ -578,6 +589,8 @@ def parse_job_ids(text: str) -> list[tuple[str, str | None]]:
 
 
 def parse_states(text: str) -> frozenset[str]:
+    from corral.model.job import parse_state
+
     names: set[str] = set()
     items = [s for s in text.split(",") if s.strip()]
     for i, item in enumerate(items):

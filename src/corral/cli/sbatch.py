@@ -819,7 +819,20 @@ def wait_for_job(job_id: int, *, sleep: Callable[[float], None] = time.sleep,
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    try:
+        return _run(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `sbatch --help | head` closes the pipe early: not an error.
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        except OSError:
+            pass
+        return 0
+
+
+def _run(args: list[str]) -> int:
     try:
         sub = parse_sbatch(args, dict(os.environ), _read_stdin, os.getcwd(), time.time(),
                            submit_host=_short_hostname(), umask=_current_umask(),
@@ -832,25 +845,29 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(line + "\n")
     try:
         reply = client.post("/v1/jobs", build_payload(sub))
+        job_id = int(reply["job_id"])
     except client.NotRunning as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return 1
     except client.ApiError as e:
+        user_msg = e.payload.get("user_msg")
+        if user_msg:
+            sys.stderr.write(f"{PROG}: error: {user_msg}\n")
         sys.stderr.write(f"{PROG}: error: Batch job submission failed: {e.message}\n")
         return 1
     except OSError as e:
         sys.stderr.write(f"{PROG}: error: Batch job submission failed: "
                          f"{e.strerror or e}\n")
         return 1
-    job_id = int(reply["job_id"])
+    except (KeyError, TypeError, ValueError):
+        sys.stderr.write(f"{PROG}: error: Batch job submission failed: malformed answer "
+                         "from the controller\n")
+        return 1
     if not sub.quiet:
         sys.stdout.write(f"{job_id}\n" if sub.parsable else f"Submitted batch job {job_id}\n")
         sys.stdout.flush()
     if sub.wait:
-        try:
-            return wait_for_job(job_id)
-        except KeyboardInterrupt:
-            return 130
+        return wait_for_job(job_id)
     return 0
 
 

@@ -12,8 +12,7 @@ import os
 import pwd
 import re
 import sys
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from corral.cli import client
@@ -37,8 +36,7 @@ class UsageError(Exception):
     """Bad command line; the message is complete (Slurm's wording), exit code 1."""
 
 
-@dataclass(frozen=True, slots=True)
-class JobRef:
+class JobRef(NamedTuple):
     """One job argument: "12", "7_2", "7_[1-3]" (step: "12.0")."""
 
     job: str
@@ -79,20 +77,24 @@ def parse_state(text: str) -> str:
     return state
 
 
-@dataclass(slots=True)
 class Options:
-    jobs: list[JobRef] = field(default_factory=list)
-    signal: int | None = None
-    batch: bool = False
-    full: bool = False
-    interactive: bool = False
-    verbose: int = 0
-    quiet: bool = False
-    user: str | None = None
-    partitions: str | None = None
-    state: str | None = None
-    names: str | None = None
-    nodes: str | None = None
+    # A plain class: importing `dataclasses` would cost every scancel ~5 ms.
+    __slots__ = ("jobs", "signal", "batch", "full", "interactive", "verbose", "quiet", "user",
+                 "partitions", "state", "names", "nodes")
+
+    def __init__(self) -> None:
+        self.jobs: list[JobRef] = []
+        self.signal: int | None = None
+        self.batch = False
+        self.full = False
+        self.interactive = False
+        self.verbose = 0
+        self.quiet = False
+        self.user: str | None = None
+        self.partitions: str | None = None
+        self.state: str | None = None
+        self.names: str | None = None
+        self.nodes: str | None = None
 
     @property
     def has_filters(self) -> bool:

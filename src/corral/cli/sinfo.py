@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.cli import client
-from corral.cli.fmt import Field, Format, UsageError, getopt_long, parse_long, parse_percent, render
+from corral.cli.fmt import (
+    Field,
+    Format,
+    Getter,
+    UsageError,
+    getopt_long,
+    parse_long,
+    parse_percent,
+    renderer,
+)
 from corral.model.hostlists import HostlistError, compress, expand
 from corral.model.timefmt import format_duration, format_timestamp
 
@@ -202,7 +211,7 @@ COLUMNS: dict[str, Column] = {
     "r": _C("ROOT", lambda g, w: "no", False),
     "R": _C("PARTITION", lambda g, w: str(_p(g, "name", "")), False),
     "s": _C("JOB_SIZE", lambda g, w: "{}-{}".format(
-        _p(g, "min_nodes", 1), _p(g, "max_nodes") or "infinite"), False),
+        max(1, _p(g, "min_nodes", 1) or 1), _p(g, "max_nodes") or "infinite"), False),
     "S": _C("ALLOCNODES", lambda g, w: "all", False),
     "t": _C("STATE", lambda g, w: _state_text(g, False), True),
     "T": _C("STATE", lambda g, w: _state_text(g, True), True),
@@ -266,7 +275,7 @@ def default_format(opts_long: bool, node_oriented: bool, summarize: bool, reason
 def _fill_widths(spec: str, parts: list[Part], nodes: list[Node]) -> str:
     part_w = max([9] + [len(str(p.get("name", ""))) + (1 if p.get("default") else 0)
                         for p in parts])
-    node_w = max([10] + [len(str(n.get("name", ""))) for n in nodes])
+    node_w = max([9] + [len(str(n.get("name", ""))) for n in nodes])
     return spec.replace("#P", f"{part_w}P").replace("#N", f"{node_w}N")
 
 
@@ -368,11 +377,17 @@ def format_sinfo(nodes: list[Node], parts: list[Part], now: float, opts: Options
         return opts.letters.get(f.key, f.key)
 
     if opts.header:
-        lines.append(render(opts.fmt, lambda f: COLUMNS[letter(f)].header))
-    for group in _groups(nodes, parts, opts):
-        def cell(f: Field, g: Group = group) -> Value:
-            return COLUMNS[letter(f)].value(g, f.width)
-        lines.append(render(opts.fmt, cell))
+        def header_of(f: Field) -> Getter:
+            text = COLUMNS[letter(f)].header
+            return lambda _group: text
+        lines.append(renderer(opts.fmt, header_of)(None))
+
+    def getter(f: Field) -> Getter:
+        value, width = COLUMNS[letter(f)].value, f.width
+        return lambda g: value(g, width)
+
+    line = renderer(opts.fmt, getter)
+    lines.extend(line(g) for g in _groups(nodes, parts, opts))
     return "".join(line + "\n" for line in lines)
 
 

@@ -15,7 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.cli import client
-from corral.cli.fmt import Field, Format, UsageError, getopt_long, parse_long, parse_percent, render
+from corral.cli.fmt import (
+    Field,
+    Format,
+    Getter,
+    UsageError,
+    Whole,
+    getopt_long,
+    parse_long,
+    parse_percent,
+    renderer,
+)
 from corral.model.arrays import format_task_ids
 from corral.model.hostlists import compress
 from corral.model.job import CODE_TO_STATE, STATE_CODES, JobState
@@ -38,11 +48,12 @@ _ON_NODES = {"RUNNING", "SUSPENDED", "COMPLETING"}
 
 # ---- field values -------------------------------------------------------
 
+_CODES = {state.value: code for state, code in STATE_CODES.items()}
+
+
 def _code(j: Job) -> str:
-    try:
-        return STATE_CODES[JobState(j.get("state", "PENDING"))]
-    except ValueError:
-        return str(j.get("state", ""))
+    state = str(j.get("state", "PENDING"))
+    return _CODES.get(state, state)
 
 
 def _pending(j: Job) -> bool:
@@ -73,6 +84,8 @@ def _time_left(j: Job, now: float) -> str:
 
 
 def _nodes_text(names: list[str] | None) -> str:
+    if names and len(names) == 1:
+        return names[0]  # the common case, without the hostlist library
     return compress(names or [])
 
 
@@ -109,7 +122,7 @@ def _tres_per_node(j: Job) -> str:
 
 def _reason_list(j: Job) -> str:
     if j.get("state") in _ON_NODES or (j.get("nodes") and not _pending(j)):
-        return _nodes_text(j.get("nodes"))
+        return Whole(_nodes_text(j.get("nodes")))
     return f"({j.get('reason') or 'None'})"
 
 
@@ -267,21 +280,24 @@ def _list_positions(jobs: Sequence[Job]) -> dict[int, float]:
         else:
             arrays.setdefault(j["array_job_id"], []).append((i, j))
     for array_id, members in arrays.items():
-        tasks = sorted(((i, j) for i, j in members if j.get("array_tasks") is None),
+        tasks = sorted(((i, j) for i, j in members
+                        if j.get("array_tasks") is None and not j.get("_expanded")),
                        key=lambda ij: ij[1].get("job_id", 0))
         place = float(array_id)
         for i, j in tasks:
             pos[i] = place
             place = j.get("job_id", 0) + 0.5
         for i, j in members:
-            if j.get("array_tasks") is not None:
+            if j.get("array_tasks") is not None or j.get("_expanded"):
                 pos[i] = place
     return pos
 
 
 def _sort_value(key: str, j: Job, now: float, pos: float) -> Any:
     if key == "i":
-        return (j.get("array_job_id") or j.get("job_id", 0), j.get("array_task_id") or 0)
+        task = j.get("array_task_id")
+        # An array's pending record has no task id (NO_VAL in Slurm): after its tasks.
+        return (j.get("array_job_id") or j.get("job_id", 0), 2**32 if task is None else task)
     if key == "P":
         return j.get("partition", "")
     if key == "t":
@@ -373,6 +389,7 @@ def expand_arrays(jobs: list[Job], only_tasks: dict[int, set[int]] | None = None
             rec["array_tasks"] = None
             rec["array_task_id"] = t
             rec["display_id"] = f"{j['array_job_id']}_{t}"
+            rec["_expanded"] = True  # still sits where the array's record sits
             out.append(rec)
     return out
 
@@ -417,22 +434,32 @@ def format_jobs(jobs: list[Job], now: float, opts: Options) -> str:
     def column(f: Field) -> Column:
         return COLUMNS[letters.get(f.key, f.key)]
 
-    no_cut = frozenset(f.key for f in opts.fmt.fields
-                       if f.literal is None and column(f).no_cut)
     if opts.header:
-        def header_of(f: Field) -> str:
+        def header_of(f: Field) -> Getter:
             if opts.long_spec:
                 letter, alt = LONG_FIELDS[f.key]
-                return alt or COLUMNS[letter].header
-            return column(f).header
-        lines.append(render(opts.fmt, header_of, no_cut=frozenset()))
+                text = alt or COLUMNS[letter].header
+            else:
+                text = column(f).header
+            return lambda _record: text
+        lines.append(renderer(opts.fmt, header_of)(None))
+
+    def getter(f: Field) -> Getter:
+        col = column(f)
+        value = col.value
+        if col.no_cut:
+            return lambda j: _whole(value(j, now))
+        return lambda j: value(j, now)
+
+    line = renderer(opts.fmt, getter)
     records = expand_arrays(jobs, None if opts.array else opts.only_tasks) \
         if (opts.array or opts.only_tasks) else jobs
-    for job in sort_jobs(records, opts.sort, now):
-        def cell(f: Field, j: Job = job) -> Value:
-            return column(f).value(j, now)
-        lines.append(render(opts.fmt, cell, no_cut))
-    return "".join(line + "\n" for line in lines)
+    lines.extend(line(j) for j in sort_jobs(records, opts.sort, now))
+    return "".join(text + "\n" for text in lines)
+
+
+def _whole(v: Value) -> Value:
+    return None if v is None else Whole(v)
 
 
 # ---- options --------------------------------------------------------------

@@ -68,7 +68,7 @@ SPEC_FIELDS = {
     "name", "partition", "num_nodes", "max_nodes", "num_tasks", "ntasks_per_node",
     "cpus_per_task", "mem_per_node", "mem_per_cpu", "gpus", "gpus_per_node", "gpus_per_task",
     "gpu_type", "time_limit", "time_min", "req_nodes", "exc_nodes", "exclusive", "requeue",
-    "dependency", "begin_time", "signal", "hint", "mail_type", "mail_user", "comment",
+    "dependency", "begin_time", "signal", "hint", "constraint", "mail_type", "mail_user", "comment",
     "work_dir", "stdout", "stderr", "stdin", "command", "submit_line", "submit_host",
     "account", "qos", "nice", "held",
 }
@@ -488,7 +488,8 @@ class Controller:
                 return False
         part = self.partitions.get(job.partition)
         if part is None or part.state != "UP":
-            job.reason = "PartitionDown" if part is None or part.state == "DOWN" else "PartitionInactive"
+            job.reason = Reason.PARTITION_DOWN if part is None or part.state == "DOWN" \
+                else Reason.PARTITION_INACTIVE
             return False
         if part.max_time >= 0 and (job.time_limit < 0 or job.time_limit > part.max_time):
             job.reason = Reason.PARTITION_TIME_LIMIT

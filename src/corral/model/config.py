@@ -223,7 +223,7 @@ def _add_partition(cfg: ClusterConfig, name: str, a: dict[str, str], lineno: int
         max_time=limit("MaxTime") if "MaxTime" in a else -1,
         default_time=limit("DefaultTime"),
         max_nodes=None if max_nodes in (None, "UNLIMITED", "INFINITE") else _to_int("MaxNodes", max_nodes, lineno),
-        min_nodes=_to_int("MinNodes", a.get("MinNodes", "1"), lineno),
+        min_nodes=_to_int("MinNodes", a.get("MinNodes", "0"), lineno),
         state=a.get("State", "UP").upper(),
         priority_tier=_to_int("PriorityTier", a.get("PriorityTier", a.get("Priority", "1")), lineno),
         priority_job_factor=_to_int("PriorityJobFactor", a.get("PriorityJobFactor", "1"), lineno),

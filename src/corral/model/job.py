@@ -94,6 +94,8 @@ class Reason:
     REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"
     NODES_DOWN = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"
     ARRAY_LIMIT = "JobArrayTaskLimit"
+    PARTITION_CONFIG = "PartitionConfig"
+    PARTITION_INACTIVE = "PartitionInactive"
     BAD_CONSTRAINTS = "BadConstraints"
     NODE_FAIL_REQUEUED = "NodeFail"
 
@@ -182,6 +184,7 @@ class Job:
     begin_time: float | None = None
     signal: str | None = None  # "[B:]SIG[@secs]" as given
     hint: str | None = None
+    constraint: str | None = None
     mail_type: str | None = None
     mail_user: str | None = None
     comment: str | None = None
@@ -222,6 +225,7 @@ class Job:
     term_signal: int = 0
     restart_count: int = 0
     cancelled_by: int | None = None
+    scheduler: str | None = None  # "Main" or "Backfill": which pass started the job
     # set while a running job is being killed: the state it ends in once the agent
     # confirms (CANCELLED, TIMEOUT, NODE_FAIL, REQUEUE, REQUEUE_HOLD, PREEMPTED)
     kill_reason: str | None = None

@@ -25,6 +25,11 @@ def task_counts(job: Job) -> list[int]:
     n = len(job.alloc) or 1
     if job.ntasks_per_node:
         return [job.ntasks_per_node] * n
+    if job.alloc and not job.exclusive:
+        # the scheduler gave each node CPUs for a whole number of tasks
+        counts = [max(1, a.cpus // max(1, job.cpus_per_task)) for a in job.alloc]
+        if sum(counts) == job.num_tasks:
+            return counts
     base, extra = divmod(max(job.num_tasks, n), n)
     return [base + (1 if i < extra else 0) for i in range(n)]
 

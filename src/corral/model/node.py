@@ -127,7 +127,7 @@ class Partition:
     max_time: int = -1  # seconds; -1 = infinite
     default_time: int | None = None
     max_nodes: int | None = None
-    min_nodes: int = 1
+    min_nodes: int = 0
     state: str = "UP"  # UP, DOWN, DRAIN, INACTIVE
     priority_tier: int = 1
     priority_job_factor: int = 1

@@ -37,8 +37,8 @@ from .select import (
 )
 from .snapshot import INFINITE_TIME, Decision, NodeView, PendingView, Snapshot
 
-PARTITION_INACTIVE = "PartitionInactive"
-PARTITION_CONFIG = "PartitionConfig"
+PARTITION_INACTIVE = Reason.PARTITION_INACTIVE
+PARTITION_CONFIG = Reason.PARTITION_CONFIG
 DEFAULT_MAX_PLANNED = 64
 
 # Event deltas on a node: (time, cpus, mem, gpus, jobs, exclusive holds)
@@ -269,8 +269,7 @@ class _Pass:
 
     # ---- starting jobs now ----------------------------------------------------------
     def try_start(self, req: Request, part: str, end: float) -> list[NodeAlloc] | None:
-        plist_names = self.part_nodes.get(part)
-        if plist_names is None:
+        if part not in self.index:
             return None
         required: list[NodeLike] = []
         for name in req.req_nodes:
@@ -325,10 +324,11 @@ class _Pass:
         req_set = set(req.req_nodes)
         starts: dict[str, list[tuple[float, float]]] = {}
         candidates: list[_Node] = []
+        fixed = None if req.exclusive else req.node_independent_demand(per_node)
         for node in self.part_nodes.get(part, ()):
             if not node.usable or node.name in req.exc_nodes:
                 continue
-            c, m, g = req.demand(node, per_node)
+            c, m, g = fixed if fixed is not None else req.demand(node, per_node)
             if c > node.cpus or m > node.mem or g > node.gpus:
                 continue
             demand = (c, m, g, req.exclusive, duration)

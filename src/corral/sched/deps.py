@@ -31,7 +31,7 @@ _UNSUPPORTED = ("afterburstbuffer", "expand")
 _FINISHED = frozenset(s.value for s in FINISHED_STATES)
 
 # (state, exit code, start time) of every record the reference names
-Lookup = Callable[[int, "int | None"], list[tuple[str, int, "float | None"]]]
+Lookup = Callable[[int, int | None], list[tuple[str, int, float | None]]]
 
 
 class DependencyError(ValueError):

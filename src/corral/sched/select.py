@@ -70,6 +70,14 @@ class Request:
             mem = self.mem_per_cpu * cpus
         return cpus, mem, self.gpus_per_node + self.gpus_per_task * tasks
 
+    def node_independent_demand(self, tasks: int) -> tuple[int, int, int] | None:
+        """demand() when it does not depend on the node (all but --mem=0), else None."""
+        if self.mem_per_node == 0:
+            return None
+        cpus = tasks * self.cpus_per_task
+        mem = self.mem_per_node if self.mem_per_node is not None else self.mem_per_cpu * cpus
+        return cpus, mem, self.gpus_per_node + self.gpus_per_task * tasks
+
     def min_cpus_per_node(self) -> int:
         return (self.tasks_per_node or 1) * self.cpus_per_task
 
@@ -219,9 +227,18 @@ def allocate(
     if req.tasks_per_node:
         t = req.tasks_per_node
 
+        whole = req.exclusive
+        # The common case, worth a fast path: the demand is the same on every node.
+        fixed = None if whole else req.node_independent_demand(t)
+
         def ok(node: NodeLike) -> bool:
+            if fixed is not None:
+                c, m, g = fixed
+                if node.exclusive or node.free_cpus < c or node.free_mem < m \
+                        or len(node.free_gpus) < g:
+                    return False
+                return extra is None or extra(node, c, m, g, False)
             c, m, g = req.demand(node, t)
-            whole = req.exclusive
             if not fits_now(node, c, m, g, whole):
                 return False
             if extra is None:
