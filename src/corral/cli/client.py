@@ -52,10 +52,10 @@ def request(method: str, path: str, body: Any = None, *, timeout: float = 60.0) 
         s.sendall(head.encode() + payload)
         chunks = []
         while True:
-            data = s.recv(1 << 20)
-            if not data:
+            chunk = s.recv(1 << 20)
+            if not chunk:
                 break
-            chunks.append(data)
+            chunks.append(chunk)
     finally:
         s.close()
     raw = b"".join(chunks)
@@ -67,7 +67,7 @@ def request(method: str, path: str, body: Any = None, *, timeout: float = 60.0) 
         raise ApiError(502, "malformed answer from the controller") from None
     if b"transfer-encoding: chunked" in header.lower():
         content = _dechunk(content)
-    data = json.loads(content) if content else None
+    data: Any = json.loads(content) if content else None
     if status >= 400:
         msg = data.get("error", f"HTTP {status}") if isinstance(data, dict) else f"HTTP {status}"
         raise ApiError(status, msg, data if isinstance(data, dict) else None)

@@ -548,9 +548,10 @@ class Controller:
         decision = schedule(snap)
         started: set[int] = set()
         for job_id, alloc in decision.starts:
-            job = self.pending.get(job_id)
-            if job is None:
+            found = self.pending.get(job_id)
+            if found is None:
                 continue
+            job = found
             if job.array_tasks is not None:
                 limit = job.array_max_running
                 if limit and running_per_array.get(job.job_id, 0) >= limit:
@@ -560,14 +561,14 @@ class Controller:
             self._start(job, alloc, now)
             started.add(job_id)
         for job_id, reason in decision.reasons.items():
-            job = self.pending.get(job_id)
-            if job is not None and job_id not in started:
-                job.reason = reason
+            waiting = self.pending.get(job_id)
+            if waiting is not None and job_id not in started:
+                waiting.reason = reason
         for job_id, (start, names) in decision.planned.items():
-            job = self.pending.get(job_id)
-            if job is not None:
-                job.sched_start = start
-                job.sched_nodes = list(names)
+            waiting = self.pending.get(job_id)
+            if waiting is not None:
+                waiting.sched_start = start
+                waiting.sched_nodes = list(names)
         # array metas with tasks left and a free throttle slot get another chance next pass
         if any(self.pending.get(j) is not None and self.pending[j].array_tasks for j in started):
             self.request_schedule()

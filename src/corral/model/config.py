@@ -220,7 +220,7 @@ def _add_partition(cfg: ClusterConfig, name: str, a: dict[str, str], lineno: int
     max_nodes = a.get("MaxNodes")
     p = Partition(
         name=name, nodes=nodes, default=a.get("Default", "NO").upper() == "YES",
-        max_time=limit("MaxTime") if "MaxTime" in a else -1,
+        max_time=limit("MaxTime") or -1 if "MaxTime" in a else -1,
         default_time=limit("DefaultTime"),
         max_nodes=None if max_nodes in (None, "UNLIMITED", "INFINITE") else _to_int("MaxNodes", max_nodes, lineno),
         min_nodes=_to_int("MinNodes", a.get("MinNodes", "0"), lineno),
