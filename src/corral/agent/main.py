@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -24,12 +25,16 @@ import aiohttp
 
 from corral import paths
 from corral.agent import hw, stepd
+from corral.agent.spawner import Spawner
 
 log = logging.getLogger("corral.agent")
 
 
 class Agent:
-    def __init__(self, home: str, nodes: list[str], controller_socket: str) -> None:
+    def __init__(self, home: str, nodes: list[str], controller_socket: str,
+                 spawner: Spawner | None = None) -> None:
+        self.spawner = spawner
+        self.launching: dict[int, asyncio.Task[None]] = {}
         self.home = home
         self.nodes = nodes
         self.controller_socket = controller_socket
@@ -155,23 +160,34 @@ class Agent:
     def _handle(self, m: dict[str, Any]) -> None:
         mtype = m.get("type")
         if mtype == "launch":
-            self.launch(m["launch"])
+            jid = int(m["launch"]["job_id"])
+            task = asyncio.get_running_loop().create_task(self.launch(m["launch"]))
+            self.launching[jid] = task
+            task.add_done_callback(functools.partial(self._launched, jid))
         elif mtype == "control":
-            d = self.job_dir(int(m["job_id"]))
-            if not stepd.send_control(d, m["control"]):
-                log.info("job %s: supervisor gone; control %s dropped", m["job_id"], m["control"])
+            asyncio.get_running_loop().create_task(self.control(int(m["job_id"]), m["control"]))
         elif mtype == "ack":
             self._forget(int(m["job_id"]))
         elif mtype == "registered":
             for jid in m.get("ack", []):
                 self._forget(int(jid))
 
+    def _launched(self, job_id: int, _task: asyncio.Task[None]) -> None:
+        self.launching.pop(job_id, None)
+
+    async def control(self, job_id: int, op: dict[str, Any]) -> None:
+        launching = self.launching.get(job_id)
+        if launching is not None:  # a cancel right after the launch must reach the job
+            await asyncio.wait([launching])
+        if not stepd.send_control(self.job_dir(job_id), op):
+            log.info("job %s: supervisor gone; control %s dropped", job_id, op)
+
     def _forget(self, job_id: int) -> None:
         shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
         self.reported.discard(job_id)
 
     # ---- launching -------------------------------------------------------
-    def launch(self, spec: dict[str, Any]) -> None:
+    async def launch(self, spec: dict[str, Any]) -> None:
         job_id = int(spec["job_id"])
         d = self.job_dir(job_id)
         try:
@@ -196,7 +212,10 @@ class Agent:
             with open(tmp, "w") as f:
                 json.dump(launch, f)
             os.rename(tmp, os.path.join(d, "launch.json"))
-            stepd.spawn_step(d)
+            if self.spawner is not None:
+                await self.spawner.spawn(d)
+            else:
+                stepd.spawn_step(d)
         except Exception as e:
             log.exception("launch of job %d failed", job_id)
             self._send({"type": "launch_failed", "job_id": job_id, "error": str(e)})
@@ -246,7 +265,7 @@ def _cgroup_root() -> str | None:
     return root
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, spawner: Spawner | None = None) -> int:
     ap = argparse.ArgumentParser(prog="corral-agent")
     ap.add_argument("--home", default=None)
     ap.add_argument("--nodes", required=True, help="hostlist of the node names this agent serves")
@@ -258,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     home = os.path.abspath(args.home) if args.home else paths.corral_home()
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
-    agent = Agent(home, expand(args.nodes), args.controller_socket or paths.socket_path(home))
+    agent = Agent(home, expand(args.nodes), args.controller_socket or paths.socket_path(home), spawner)
 
     async def runner() -> None:
         loop = asyncio.get_running_loop()
@@ -273,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             pass
 
     asyncio.run(runner())
+    if spawner is not None:
+        spawner.close()
     return 0
 
 
