@@ -14,29 +14,63 @@ This module is pure: it turns specs into `Field`s and values into text.
 from __future__ import annotations
 
 import getopt
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+
+# `typing` and `collections.abc` are for the type checker only: every CLI start
+# would pay for importing them (see tests/unit/test_cli_imports.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+    from typing import Any
+
+    Getter = Callable[[Any], str | None]
 
 NULL = None  # a value that Slurm prints from a NULL char*
 
 
-@dataclass(slots=True)
 class Field:
     """One column: `key` is a %-letter or a -O field name (lower case)."""
 
-    key: str
-    width: int = 0
-    right: bool = False
-    suffix: str = ""
-    literal: str | None = None  # an invalid token, printed verbatim on every line
+    # A plain class, not a dataclass: `dataclasses` costs ~10 ms of start time.
+    __slots__ = ("key", "width", "right", "suffix", "literal")
+
+    def __init__(self, key: str, width: int = 0, right: bool = False, suffix: str = "",
+                 literal: str | None = None) -> None:
+        self.key = key
+        self.width = width
+        self.right = right
+        self.suffix = suffix
+        self.literal = literal  # an invalid token, printed verbatim on every line
+
+    def _astuple(self) -> tuple[str, int, bool, str, str | None]:
+        return (self.key, self.width, self.right, self.suffix, self.literal)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Field):
+            return NotImplemented
+        return self._astuple() == other._astuple()
+
+    def __repr__(self) -> str:
+        return (f"Field(key={self.key!r}, width={self.width!r}, right={self.right!r}, "
+                f"suffix={self.suffix!r}, literal={self.literal!r})")
 
 
-@dataclass(slots=True)
 class Format:
-    prefix: str
-    fields: list[Field]
-    invalid: list[str]  # the keys Slurm reports as an invalid format specification
+    __slots__ = ("prefix", "fields", "invalid")
+
+    def __init__(self, prefix: str, fields: list[Field], invalid: list[str]) -> None:
+        self.prefix = prefix
+        self.fields = fields
+        self.invalid = invalid  # the keys Slurm reports as an invalid format specification
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Format):
+            return NotImplemented
+        return (self.prefix, self.fields, self.invalid) == (other.prefix, other.fields,
+                                                            other.invalid)
+
+    def __repr__(self) -> str:
+        return (f"Format(prefix={self.prefix!r}, fields={self.fields!r}, "
+                f"invalid={self.invalid!r})")
 
 
 def parse_percent(spec: str, valid: Iterable[str]) -> Format:
@@ -125,9 +159,6 @@ def fit(value: str | None, width: int, right: bool, cut: bool = True) -> str:
             text = text[:width]
         return text
     return value[:width].ljust(width)
-
-
-Getter = Callable[[Any], "str | None"]
 
 
 def renderer(fmt: Format, getter_for: Callable[[Field], Getter]) -> Callable[[Any], str]:

@@ -8,6 +8,7 @@ caller answers the client (`await self.durable()`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import pwd
@@ -85,6 +86,7 @@ class Identity:
         self.uid, self.gid, self.user, self.operator = uid, gid, user, operator
 
 
+@functools.lru_cache(maxsize=4096)
 def user_name(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
@@ -128,6 +130,7 @@ class Controller:
         self._sched_running = False
         self._sched_again = False
         self.last_sched_duration = 0.0
+        self._idle_views: dict[str, list[NodeView]] = {}  # per partition, for feasibility checks
         self.sched_passes = 0
         self.stats = {"submitted": 0, "started": 0, "completed": 0, "failed": 0,
                       "cancelled": 0, "timeout": 0}
@@ -372,7 +375,8 @@ class Controller:
         self.stats["submitted"] += 1
         if job.mail_type:
             log.info("job %d asked for mail (%s); Corral does not send mail", job.job_id, job.mail_type)
-        self.request_schedule()
+        if not job.held:  # a held job changes nothing the scheduler could act on
+            self.request_schedule()
         return job
 
     def _check_feasible(self, job: Job, part: Partition) -> None:
@@ -392,7 +396,9 @@ class Controller:
         # check is made on as many nodes as the job may get.
         if job.num_nodes > len(nodes):
             return
-        views = [self._idle_view(n) for n in nodes]
+        views = self._idle_views.get(part.name)
+        if views is None:
+            views = self._idle_views[part.name] = [self._idle_view(n) for n in nodes]
         pv = self._pending_view(job, ignore_nodes=False)
         pv.partition = part.name
         if not fits_ever(pv, views, self.def_mem_per_cpu):
@@ -440,8 +446,9 @@ class Controller:
             self.sched_passes += 1
         if self._sched_again:
             self._sched_again = False
-            # let API requests in between passes under load
-            self.request_schedule(min(0.2, self.last_sched_duration))
+            # Under load, passes coalesce: scheduling takes at most about a third of the
+            # loop, so submissions keep flowing while the queue is long.
+            self.request_schedule(max(0.002, min(1.0, 2 * self.last_sched_duration)))
 
     def _dep_lookup(self, job_id: int, task_id: int | None) -> list[tuple[str, int, float | None]]:
         out: list[tuple[str, int, float | None]] = []
@@ -528,6 +535,8 @@ class Controller:
                 running_per_array[j.array_job_id] = running_per_array.get(j.array_job_id, 0) + 1
         candidates: list[PendingView] = []
         for job in self.pending.values():
+            if job.held:
+                continue
             job.last_sched_eval = now
             if self._eligible(job, now, running_per_array):
                 if job.eligible_time is None:
@@ -996,6 +1005,7 @@ class Controller:
             del self.jobs[jid]
 
 
+@functools.lru_cache(maxsize=4096)
 def _group_name(gid: int) -> str:
     import grp
 
