@@ -18,8 +18,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
 
 from corral.cli import client
 from corral.cli.options import (
@@ -54,6 +52,11 @@ from corral.cli.options import (
     split_quoted,
     verify_hint,
 )
+
+TYPE_CHECKING = False  # annotations only: `typing` would cost every submission ~3 ms
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 PROG = "sbatch"
 VERSION_TEXT = "slurm-wlm 22.05.8\n"  # what real sbatch --version prints (A12)
@@ -774,7 +777,7 @@ def _current_umask() -> int:
 
 
 def _short_hostname() -> str:
-    import socket  # already loaded by the client module
+    import socket
 
     return socket.gethostname().split(".")[0]
 

@@ -13,15 +13,11 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from corral.cli import client
 from corral.cli.fmt import (
     Field,
     Format,
-    Getter,
     UsageError,
     getopt_long,
     parse_long,
@@ -31,8 +27,17 @@ from corral.cli.fmt import (
 from corral.model.hostlists import HostlistError, compress, expand
 from corral.model.timefmt import format_duration, format_timestamp
 
-Node = dict[str, Any]
-Part = dict[str, Any]
+# Annotations only: `typing` would cost every sinfo start ~3 ms.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
+
+    from corral.cli.fmt import Getter
+
+    Node = dict[str, Any]
+    Part = dict[str, Any]
+
 Value = str | None
 
 _LONG_STATE = {"idle": "idle", "mix": "mixed", "alloc": "allocated", "drain": "drained",
@@ -94,18 +99,25 @@ def _range(values: list[Any]) -> str:
     return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
-@dataclass
 class Group:
-    part: Part | None
-    nodes: list[Node]
+    # Plain classes here, not dataclasses: `dataclasses` costs ~10 ms of start time.
+    __slots__ = ("part", "nodes")
+
+    def __init__(self, part: Part | None, nodes: list[Node]) -> None:
+        self.part = part
+        self.nodes = nodes
 
 
-# A value of a field for a group of nodes: (header, function of the group).
-@dataclass(frozen=True, slots=True)
 class Column:
-    header: str
-    value: Callable[[Group, int], Value]  # (group, field width) → text
-    per_node: bool  # part of what separates one line from the next
+    """A value of a field for a group of nodes: (header, function of the group)."""
+
+    __slots__ = ("header", "value", "per_node")
+
+    def __init__(self, header: str, value: Callable[[Group, int], Value],
+                 per_node: bool) -> None:
+        self.header = header
+        self.value = value  # (group, field width) → text
+        self.per_node = per_node  # part of what separates one line from the next
 
 
 def _first(g: Group) -> Node:
@@ -241,20 +253,28 @@ LONG_FIELDS: dict[str, str] = {
 LONG_FIELDS = {k: v for k, v in LONG_FIELDS.items() if v}
 
 
-@dataclass
 class Options:
-    fmt: Format
-    letters: dict[str, str]  # field key → letter (identity for -o)
-    header: bool = True
-    long_listing: bool = False
-    node_oriented: bool = False
-    summarize: bool = False
-    reasons: bool = False
-    partitions: list[str] | None = None
-    nodes: list[str] | None = None
-    states: list[str] | None = None
-    show_hidden: bool = False
-    spec: str | None = None  # a %-spec still to parse once '#' widths are known
+    __slots__ = ("fmt", "letters", "header", "long_listing", "node_oriented", "summarize",
+                 "reasons", "partitions", "nodes", "states", "show_hidden", "spec")
+
+    def __init__(self, fmt: Format, letters: dict[str, str], header: bool = True,
+                 long_listing: bool = False, node_oriented: bool = False,
+                 summarize: bool = False, reasons: bool = False,
+                 partitions: list[str] | None = None, nodes: list[str] | None = None,
+                 states: list[str] | None = None, show_hidden: bool = False,
+                 spec: str | None = None) -> None:
+        self.fmt = fmt
+        self.letters = letters  # field key → letter (identity for -o)
+        self.header = header
+        self.long_listing = long_listing
+        self.node_oriented = node_oriented
+        self.summarize = summarize
+        self.reasons = reasons
+        self.partitions = partitions
+        self.nodes = nodes
+        self.states = states
+        self.show_hidden = show_hidden
+        self.spec = spec  # a %-spec still to parse once '#' widths are known
 
 
 def default_format(opts_long: bool, node_oriented: bool, summarize: bool, reasons: bool) -> str:

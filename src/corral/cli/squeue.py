@@ -10,15 +10,11 @@ import os
 import pwd
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from corral.cli import client
 from corral.cli.fmt import (
     Field,
     Format,
-    Getter,
     UsageError,
     Whole,
     getopt_long,
@@ -28,16 +24,24 @@ from corral.cli.fmt import (
 )
 from corral.model.arrays import format_task_ids
 from corral.model.hostlists import compress
-from corral.model.job import CODE_TO_STATE, STATE_CODES, JobState
 from corral.model.timefmt import format_duration, format_timestamp
 from corral.model.units import format_mem_mb
+
+# Annotations only: `typing` would cost every squeue start ~3 ms.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
+
+    from corral.cli.fmt import Getter
+
+    Job = dict[str, Any]
 
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
 START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"
 DEFAULT_SORT = "P,t,-p"
 
-Job = dict[str, Any]
 Value = str | None  # None prints as C's NULL string: "(null)"
 
 # States squeue shows when no -t is given (Slurm: pending, running, suspended,
@@ -48,7 +52,14 @@ _ON_NODES = {"RUNNING", "SUSPENDED", "COMPLETING"}
 
 # ---- field values -------------------------------------------------------
 
-_CODES = {state.value: code for state, code in STATE_CODES.items()}
+# corral.model.job's STATE_CODES as plain strings: importing that module (enum,
+# dataclasses) would cost squeue ~15 ms of its start; test_cli_imports.py checks
+# that the two tables agree.
+_CODES = {"PENDING": "PD", "RUNNING": "R", "SUSPENDED": "S", "COMPLETING": "CG",
+          "COMPLETED": "CD", "CANCELLED": "CA", "FAILED": "F", "TIMEOUT": "TO",
+          "NODE_FAIL": "NF", "PREEMPTED": "PR", "OUT_OF_MEMORY": "OOM", "BOOT_FAIL": "BF",
+          "DEADLINE": "DL", "REQUEUED": "RQ"}
+_STATE_OF_CODE = {code: state for state, code in _CODES.items()}
 
 
 def _code(j: Job) -> str:
@@ -165,12 +176,16 @@ def _hosts_or_empty(v: list[str] | None) -> str:
     return compress(v) if v else ""
 
 
-@dataclass(frozen=True, slots=True)
 class Column:
-    header: str
-    needs: tuple[str, ...]
-    value: Callable[[Job, float], Value]
-    no_cut: bool = False  # node lists are printed without cutting right-justified text
+    # Plain classes here, not dataclasses: `dataclasses` costs ~10 ms of start time.
+    __slots__ = ("header", "needs", "value", "no_cut")
+
+    def __init__(self, header: str, needs: tuple[str, ...], value: Callable[[Job, float], Value],
+                 no_cut: bool = False) -> None:
+        self.header = header
+        self.needs = needs
+        self.value = value
+        self.no_cut = no_cut  # node lists are printed without cutting right-justified text
 
 
 _C = Column
@@ -396,16 +411,22 @@ def expand_arrays(jobs: list[Job], only_tasks: dict[int, set[int]] | None = None
 
 # ---- formatting -----------------------------------------------------------
 
-@dataclass
 class Options:
-    fmt: Format
-    long_spec: bool = False  # -O: headers from LONG_FIELDS
-    header: bool = True
-    long_listing: bool = False  # -l: date line first
-    sort: str = DEFAULT_SORT
-    array: bool = False
-    only_tasks: dict[int, set[int]] | None = None
-    letters: dict[str, str] = field(default_factory=dict)  # -O name → letter
+    __slots__ = ("fmt", "long_spec", "header", "long_listing", "sort", "array", "only_tasks",
+                 "letters")
+
+    def __init__(self, fmt: Format, long_spec: bool = False, header: bool = True,
+                 long_listing: bool = False, sort: str = DEFAULT_SORT, array: bool = False,
+                 only_tasks: dict[int, set[int]] | None = None,
+                 letters: dict[str, str] | None = None) -> None:
+        self.fmt = fmt
+        self.long_spec = long_spec  # -O: headers from LONG_FIELDS
+        self.header = header
+        self.long_listing = long_listing  # -l: date line first
+        self.sort = sort
+        self.array = array
+        self.only_tasks = only_tasks
+        self.letters: dict[str, str] = {} if letters is None else letters  # -O name → letter
 
 
 def needed_fields(opts: Options) -> list[str]:
@@ -561,9 +582,9 @@ def _parse_states(text: str) -> list[str] | None:
             continue
         if t == "ALL":
             return None
-        if t in CODE_TO_STATE:
-            names.append(CODE_TO_STATE[t].value)
-        elif t in JobState.__members__ or t == "CANCELED":
+        if t in _STATE_OF_CODE:
+            names.append(_STATE_OF_CODE[t])
+        elif t in _CODES or t == "CANCELED":
             names.append("CANCELLED" if t == "CANCELED" else t)
         else:
             _err(f"Invalid job state specified: {item}")
@@ -604,11 +625,14 @@ def _valid_users(text: str) -> list[str]:
     return users
 
 
-@dataclass
 class Query:
-    params: dict[str, str] = field(default_factory=dict)
-    states: list[str] | None = field(default_factory=lambda: sorted(_ACTIVE))
-    no_users: bool = False  # every -u name was invalid: nothing can match
+    __slots__ = ("params", "states", "no_users")
+
+    def __init__(self) -> None:
+        self.params: dict[str, str] = {}
+        # None means every state; by default finished jobs are left out.
+        self.states: list[str] | None = sorted(_ACTIVE)
+        self.no_users = False  # every -u name was invalid: nothing can match
 
 
 def parse_args(argv: Sequence[str]) -> tuple[Options, Query] | int:

@@ -890,7 +890,9 @@ class Controller:
                     limit = parse_time_limit(str(value))
                 except TimeFormatError:
                     raise SlurmError("Invalid time limit specification", ESLURM_INVALID_TIME_LIMIT) from None
-                if not who.operator and (job.time_limit < 0 or limit < 0 or limit > job.time_limit):
+                # users may only shorten their jobs (Slurm's rule); UNLIMITED is the longest
+                longer = (limit < 0 and job.time_limit >= 0) or (0 <= job.time_limit < limit)
+                if not who.operator and longer:
                     raise SlurmError("Access/permission denied", ESLURM_ACCESS_DENIED, 403)
                 job.time_limit = limit
                 if job.state.active:
