@@ -777,9 +777,8 @@ def _current_umask() -> int:
 
 
 def _short_hostname() -> str:
-    import socket
-
-    return socket.gethostname().split(".")[0]
+    # uname's node name is what gethostname(2) returns on Linux, without importing socket.
+    return os.uname().nodename.split(".")[0]
 
 
 def wait_for_job(job_id: int, *, sleep: Callable[[float], None] = time.sleep,

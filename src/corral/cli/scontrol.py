@@ -644,9 +644,8 @@ def _show(entity: str, ident: str | None, one_liner: bool) -> int:
         return 0
     if entity == "config":
         cfg = client.get("/v1/config")
-        import socket  # only `show config` needs it
-
-        out.write(format_config(cfg, time.time(), socket.gethostname().split(".")[0]))
+        # uname's node name is gethostname(2) on Linux, without importing socket.
+        out.write(format_config(cfg, time.time(), os.uname().nodename.split(".")[0]))
         return 0
     tres_gpu = _tres_gpu(client.get("/v1/config"))
     if entity == "jobs":

@@ -289,7 +289,7 @@ class Api:
         return json_response({"job_id": job.job_id})
 
     def _jobs_for(self, spec: str) -> list[Job]:
-        jobs = self.ctl.find_jobs(spec)
+        jobs = self.ctl.find_jobs(spec, split=True)
         if not jobs:
             raise _invalid_job()
         return jobs

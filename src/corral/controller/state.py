@@ -229,8 +229,12 @@ class Controller:
         return NodeRecord(n.name, n.admin_state, n.reason, n.reason_user, n.reason_uid, n.reason_time)
 
     # ------------------------------------------------------------- lookups
-    def find_jobs(self, spec: str) -> list[Job]:
-        """Jobs named by "12", "7" (a whole array), "7_2", "7_[1-3]"; [] if unknown."""
+    def find_jobs(self, spec: str, *, split: bool = False) -> list[Job]:
+        """Jobs named by "12", "7" (a whole array), "7_2", "7_[1-3]"; [] if unknown.
+
+        With `split`, tasks named one by one that are still part of a pending array record
+        are split off into records of their own, so an action touches only them.
+        """
         spec = spec.strip()
         if "_" in spec:
             head, _, tail = spec.partition("_")
@@ -243,11 +247,19 @@ class Controller:
             except ArraySpecError:
                 raise _invalid_job() from None
             out = []
-            for j in self.jobs.values():
+            for j in list(self.jobs.values()):
                 if j.array_job_id != arr:
                     continue
                 if j.array_tasks is not None:
-                    if wanted & set(j.array_tasks):
+                    named = wanted.intersection(j.array_tasks)
+                    if not named:
+                        continue
+                    if split and j.state == JobState.PENDING:
+                        if named == set(j.array_tasks):
+                            out.append(j)  # every task left: act on the array record itself
+                        else:
+                            out.extend(self._split_array_task(j, time.time(), t) for t in sorted(named))
+                    else:
                         out.append(j)
                 elif j.array_task_id in wanted:
                     out.append(j)
@@ -582,10 +594,15 @@ class Controller:
         if any(self.pending.get(j) is not None and self.pending[j].array_tasks for j in started):
             self.request_schedule()
 
-    def _split_array_task(self, meta: Job, now: float) -> Job:
-        """Take the next task off a pending array; the last task keeps the meta's id."""
+    def _split_array_task(self, meta: Job, now: float, task_id: int | None = None) -> Job:
+        """Take a task (the next one by default) off a pending array record.
+
+        The last task keeps the array record's own job id, as in Slurm."""
         assert meta.array_tasks
-        task_id = meta.array_tasks.pop(0)
+        if task_id is None:
+            task_id = meta.array_tasks.pop(0)
+        else:
+            meta.array_tasks.remove(task_id)
         if not meta.array_tasks:
             meta.array_tasks = None
             meta.array_task_id = task_id
