@@ -207,7 +207,8 @@ class Agent:
                 os.chown(d, uid, gid)
             launch = {k: v for k, v in spec.items() if k != "script_text"}
             launch.update(script=script, notify_socket=self.notify_path,
-                          cgroup_root=self.cgroup_root, cpus=None)
+                          cgroup_root=self.cgroup_root,
+                          cpus=self._pick_cpus(job_id, int(spec.get("cpus_count") or 0)))
             tmp = os.path.join(d, "launch.json.tmp")
             with open(tmp, "w") as f:
                 json.dump(launch, f)
@@ -219,6 +220,28 @@ class Agent:
         except Exception as e:
             log.exception("launch of job %d failed", job_id)
             self._send({"type": "launch_failed", "job_id": job_id, "error": str(e)})
+
+    def _pick_cpus(self, job_id: int, count: int) -> list[int] | None:
+        """Real CPU ids for a job, or None where CPU binding would be fiction.
+
+        Binding applies when this agent serves one node whose CPUs are this machine's;
+        an agent standing in for several declared nodes shares the machine's CPUs between
+        them, so their jobs get no affinity (cgroup memory limits still apply).
+        """
+        if len(self.nodes) != 1 or count <= 0 or count > self.hw.cpus:
+            return None
+        available = sorted(os.sched_getaffinity(0))
+        used: set[int] = set()
+        for jid in self.job_ids():
+            if jid == job_id:
+                continue
+            try:
+                with open(os.path.join(self.job_dir(jid), "launch.json")) as f:
+                    used.update(json.load(f).get("cpus") or [])
+            except (OSError, ValueError):
+                continue
+        free = [c for c in available if c not in used]
+        return free[:count] if len(free) >= count else None
 
     # ---- endings -----------------------------------------------------------
     def _on_notify(self) -> None:

@@ -654,6 +654,7 @@ class Controller:
         job.alloc = alloc
         job.nodes = [a.node for a in alloc]
         job.batch_host = job.nodes[0]
+        job.scheduler = "Main"
         job.sched_start = None
         job.sched_nodes = []
         job.kill_reason = None
