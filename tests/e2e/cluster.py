@@ -41,7 +41,9 @@ class Cluster:
         cfg = self.home / "input.conf"
         cfg.write_text(self.config)
         r = self.run("corral", "up", "--config", str(cfg), timeout=60)
-        assert r.returncode == 0, r.stdout + r.stderr
+        if r.returncode != 0:
+            self.stop()  # whatever did start must not outlive the test
+            raise AssertionError(r.stdout + r.stderr)
 
     def stop(self) -> None:
         self.run("corral", "down", timeout=60)

@@ -11,8 +11,8 @@ from tests.e2e.cluster import Cluster
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     c = Cluster(Path(tmp_path_factory.mktemp("corral")))
-    c.start()
     try:
+        c.start()
         yield c
     finally:
         c.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import functools
 import json
 import logging
@@ -26,6 +27,7 @@ import aiohttp
 from corral import paths
 from corral.agent import hw, stepd
 from corral.agent.spawner import Spawner
+from corral.agent.tasks import TaskManager
 
 log = logging.getLogger("corral.agent")
 
@@ -34,6 +36,8 @@ class Agent:
     def __init__(self, home: str, nodes: list[str], controller_socket: str,
                  spawner: Spawner | None = None) -> None:
         self.spawner = spawner
+        self._outbox: asyncio.Queue[dict[str, Any]] | None = None
+        self.tasks = TaskManager(self._send)
         self.launching: dict[int, asyncio.Task[None]] = {}
         self.home = home
         self.nodes = nodes
@@ -132,6 +136,8 @@ class Agent:
                 }))
                 log.info("connected to controller; %d running, %d ended jobs", len(running), len(ended))
                 hb = asyncio.get_running_loop().create_task(self._heartbeat(ws))
+                self._outbox = asyncio.Queue()
+                sender = asyncio.get_running_loop().create_task(self._sender(ws, self._outbox))
                 try:
                     async for msg in ws:
                         if msg.type != aiohttp.WSMsgType.TEXT:
@@ -143,6 +149,8 @@ class Agent:
                             self._handle(m)
                 finally:
                     hb.cancel()
+                    sender.cancel()
+                    self._outbox = None
         log.warning("lost the controller; reconnecting")
 
     async def _heartbeat(self, ws: aiohttp.ClientWebSocketResponse) -> None:
@@ -151,11 +159,17 @@ class Agent:
             await ws.send_str(json.dumps({"type": "heartbeat", "load": os.getloadavg()[0],
                                           "free_mem": hw.free_memory_mb()}))
 
+    @staticmethod
+    async def _sender(ws: aiohttp.ClientWebSocketResponse,
+                      outbox: asyncio.Queue[dict[str, Any]]) -> None:
+        """One writer keeps messages in order (a task's output before its exit)."""
+        while True:
+            msg = await outbox.get()
+            await ws.send_str(json.dumps(msg, separators=(",", ":")))
+
     def _send(self, msg: dict[str, Any]) -> None:
-        ws = self.ws
-        if ws is None or ws.closed:
-            return
-        asyncio.get_running_loop().create_task(ws.send_str(json.dumps(msg)))
+        if self._outbox is not None:
+            self._outbox.put_nowait(msg)
 
     def _handle(self, m: dict[str, Any]) -> None:
         mtype = m.get("type")
@@ -166,6 +180,18 @@ class Agent:
             task.add_done_callback(functools.partial(self._launched, jid))
         elif mtype == "control":
             asyncio.get_running_loop().create_task(self.control(int(m["job_id"]), m["control"]))
+        elif mtype == "launch_tasks":
+            asyncio.get_running_loop().create_task(self.tasks.launch(m))
+        elif mtype == "task_stdin":
+            self.tasks.stdin(int(m["job_id"]), int(m["step_id"]), base64.b64decode(m.get("data", "")))
+        elif mtype == "task_stdin_eof":
+            self.tasks.stdin(int(m["job_id"]), int(m["step_id"]), None)
+        elif mtype == "signal_tasks":
+            self.tasks.signal(int(m["job_id"]), int(m["step_id"]), int(m["signal"]))
+        elif mtype == "kill_tasks":
+            asyncio.get_running_loop().create_task(self.tasks.kill(int(m["job_id"]), int(m["step_id"])))
+        elif mtype == "resize_tasks":
+            self.tasks.resize(int(m["job_id"]), int(m["step_id"]), int(m["rows"]), int(m["cols"]))
         elif mtype == "ack":
             self._forget(int(m["job_id"]))
         elif mtype == "registered":

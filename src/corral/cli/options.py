@@ -748,3 +748,209 @@ def expand_hostlist(expr: str) -> list[str]:
         return expand(expr)
     except HostlistError as e:
         raise ValueError(str(e)) from None
+
+
+# --------------------------------------------------------------------------
+# Allocation options shared by srun and salloc (sbatch keeps its own copy)
+# --------------------------------------------------------------------------
+
+# Accepted, and change nothing Corral schedules or runs (sbatch's list, plus srun's
+# binding and I/O tuning options).
+ALLOC_NO_EFFECT = frozenset({
+    "acctg-freq", "contiguous", "cpu-freq", "delay-boot", "distribution", "get-user-env",
+    "gpu-bind", "gpu-freq", "gres-flags", "kill-on-invalid-dep", "mcs-label",
+    "mem-bind", "network", "no-kill", "overcommit", "power", "prefer", "profile", "propagate",
+    "reboot", "spread-job", "use-min-nodes", "wait-all-nodes", "wckey", "cpu-bind",
+    "accel-bind", "compress", "msg-timeout", "open-mode", "threads", "treewidth", "bell",
+    "no-bell", "wait-srun", "exact", "whole", "unbuffered", "resv-ports", "send-libs",
+    "quit-on-interrupt", "disable-status", "slurmd-debug", "kill-command", "x11",
+    "bcast", "bcast-exclude", "preserve-env", "epilog", "prolog", "task-epilog",
+    "task-prolog", "hint",
+})
+
+# Ask for something Corral cannot give: refusing beats ignoring them.
+ALLOC_UNSUPPORTED = frozenset({
+    "autocomplete", "bb", "bbf", "cluster", "cluster-constraint", "clusters",
+    "container", "core-spec", "cores-per-socket", "cpus-per-gpu", "deadline",
+    "extra-node-info", "gpus-per-socket", "licenses", "mem-per-gpu", "mincpus",
+    "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket", "ntasks-per-tres", "priority",
+    "reservation", "sockets-per-node", "switches", "test-only", "thread-spec",
+    "threads-per-core", "tmp", "het-group", "multi-prog", "no-allocate", "relative",
+    "debugger-test", "interactive",
+})
+
+
+def parse_alloc_value(key: str, arg: str | None, v: dict[str, object], now: float,
+                      cwd: str) -> object:
+    """The value of one allocation option (its `key`), as sbatch parses it.
+
+    Raises OptionValueError with Slurm's wording.  Keys with no special parsing come
+    back as their text.
+    """
+    a = "" if arg is None else arg
+    if key == "begin":
+        return parse_begin(a, now)
+    if key == "chdir":
+        return full_path(a, cwd)
+    if key in ("cpus-per-task", "ntasks", "ntasks-per-node"):
+        return parse_int(f"--{key}", a, True)
+    if key == "exclusive":
+        mode = (arg or "exclusive").lower()
+        if mode == "exclusive":
+            return True
+        if mode == "oversubscribe":
+            return False
+        if mode in ("user", "mcs"):
+            raise OptionValueError(f"--exclusive={arg} is not supported by Corral", EXIT_ERROR)
+        raise OptionValueError("Invalid --exclusive specification")
+    if key in ("mem", "mem-per-cpu"):
+        mb = parse_mbytes(a)
+        if mb is None:
+            raise OptionValueError(f"Invalid --{key} specification")
+        return mb
+    if key == "nodes":
+        return parse_node_count(a)
+    if key == "signal":
+        parse_signal(a)
+        return a
+    if key in ("time", "time-min"):
+        return parse_time_limit(a, f"--{key}")
+    if key == "mail-type":
+        kinds = [k for k in str(v.get("mail-type", "")).split(",") if k]
+        for k in parse_mail_type(a).split(","):
+            if k != "NONE" and k not in kinds:
+                kinds.append(k)
+        return ",".join(kinds)
+    if key == "nice":
+        if arg is None:
+            return 100
+        parsed = _strtol(arg)
+        n = parsed[0] if parsed is not None else 0
+        if abs(n) > _INT_MAX - 2:
+            raise OptionValueError(f"Invalid --nice value, out of range (+/- {_INT_MAX - 2})")
+        return n
+    return a
+
+
+def gpu_request(v: dict[str, object]) -> tuple[int, int, int, str | None]:
+    """(GPUs for the job, per node, per task, type) from --gres and --gpus*.
+
+    Raises GresError for a request the controller would refuse.
+    """
+    gpus = per_node = per_task = 0
+    gpu_type: str | None = None
+    if "gres" in v:
+        per_node, gpu_type = parse_gres(str(v["gres"]))
+    for key in ("gpus", "gpus-per-node", "gpus-per-task"):
+        if key not in v:
+            continue
+        count, kind = parse_gpu_request(str(v[key]))
+        if key == "gpus":
+            gpus = count
+        elif key == "gpus-per-node":
+            per_node = count
+        else:
+            per_task = count
+        gpu_type = kind or gpu_type
+    return gpus, per_node, per_task, gpu_type
+
+
+def node_list(expr: str, cwd: str) -> list[str]:
+    """-w/-x: a hostlist expression, or a file of names when it contains a "/".
+
+    Raises OSError for an unreadable file and ValueError for a bad expression.
+    """
+    if "/" in expr:
+        return list(dict.fromkeys(read_hostfile(full_path(expr, cwd))))
+    return list(dict.fromkeys(expand_hostlist(expr)))
+
+
+def node_task_counts(v: dict[str, object], req_nodes: list[str], prog: str,
+                     messages: list[str]) -> tuple[int, int, int, bool]:
+    """(min nodes, max nodes (0: none), tasks, tasks given) as Slurm combines -N, -n,
+    --ntasks-per-node and -w; a warning for more nodes than tasks goes to `messages`."""
+    nodes_set = "nodes" in v
+    pair: tuple[int, int] = v.get("nodes", (1, 0))  # type: ignore[assignment]
+    min_nodes, max_nodes = pair
+    if req_nodes:
+        min_nodes = max(len(req_nodes), min_nodes) if nodes_set else len(req_nodes)
+        nodes_set = True
+    ntasks_set = "ntasks" in v
+    ntasks = int(v.get("ntasks", 1))  # type: ignore[call-overload]
+    per_node = v.get("ntasks-per-node")
+    if per_node and not ntasks_set and (max_nodes == 0 or min_nodes == max_nodes):
+        ntasks, ntasks_set = min_nodes * int(per_node), True  # type: ignore[call-overload]
+    if nodes_set and (min_nodes == max_nodes or max_nodes == 0) and not ntasks_set:
+        ntasks = max(min_nodes, 1)
+    elif nodes_set and ntasks_set:
+        if max_nodes and ntasks < max_nodes:
+            max_nodes = ntasks
+        if ntasks < min_nodes:
+            messages.append(f"{prog}: Warning: can't run {ntasks} processes on "
+                            f"{min_nodes} nodes, setting nnodes to {ntasks}")
+            min_nodes = max_nodes = ntasks
+    return min_nodes, max_nodes, ntasks, ntasks_set
+
+
+def export_environment(export: str, env: dict[str, str]) -> dict[str, str]:
+    """--export: ALL (everything), NONE (SLURM_* only), or a list of names (their current
+    value) and NAME=value assignments, plus SLURM_*, and everything when ALL is listed."""
+    tokens = split_quoted(export)
+    upper = [t.upper() for t in tokens]
+    if upper == ["ALL"]:
+        return dict(env)
+    if "ALL" in upper:
+        out = dict(env)
+    else:
+        out = {k: val for k, val in env.items() if k.startswith("SLURM_")}
+    for tok, up in zip(tokens, upper, strict=True):
+        if up in ("ALL", "NONE") or not tok:
+            continue
+        name, eq, value = tok.partition("=")
+        if eq:
+            out[name] = value
+        elif name in env:
+            out[name] = env[name]
+    return out
+
+
+def allocation_spec(v: dict[str, object], *, name: str, cwd: str, submit_line: str,
+                    req_nodes: list[str], exc_nodes: list[str], min_nodes: int,
+                    max_nodes: int, ntasks: int,
+                    gpus: tuple[int, int, int, str | None]) -> dict[str, object]:
+    """The job `spec` of an interactive allocation (srun outside a job, salloc): the
+    fields sbatch sends, with `batch` false and no output files."""
+    return {
+        "name": name,
+        "batch": False,
+        "partition": v.get("partition"),
+        "num_nodes": min_nodes,
+        "max_nodes": max_nodes if max_nodes and max_nodes != min_nodes else None,
+        "num_tasks": ntasks,
+        "ntasks_per_node": v.get("ntasks-per-node"),
+        "cpus_per_task": v.get("cpus-per-task", 1),
+        "mem_per_node": v.get("mem"),
+        "mem_per_cpu": v.get("mem-per-cpu"),
+        "gpus": gpus[0],
+        "gpus_per_node": gpus[1],
+        "gpus_per_task": gpus[2],
+        "gpu_type": gpus[3],
+        "time_limit": v.get("time"),
+        "time_min": v.get("time-min"),
+        "req_nodes": req_nodes,
+        "exc_nodes": exc_nodes,
+        "exclusive": v.get("exclusive", False),
+        "dependency": v.get("dependency"),
+        "begin_time": v.get("begin"),
+        "signal": v.get("signal"),
+        "mail_type": v.get("mail-type") or None,
+        "mail_user": v.get("mail-user"),
+        "comment": v.get("comment"),
+        "work_dir": v.get("chdir", cwd),
+        "submit_line": submit_line,
+        "account": v.get("account"),
+        "qos": v.get("qos"),
+        "nice": v.get("nice", 0),
+        "held": "user" if v.get("hold") else None,
+        **({"constraint": v["constraint"]} if "constraint" in v else {}),
+    }

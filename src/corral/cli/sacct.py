@@ -702,6 +702,7 @@ _UNSUPPORTED = {"-A": "--accounts", "-C": "--constraints", "-c": "--completion",
                 "-f": "--file", "-F": "--flags", "-g": "--gid", "-i": "--nnodes",
                 "-I": "--ncpus", "-k": "--timelimit-min", "-K": "--timelimit-max",
                 "-q": "--qos", "-R": "--reason", "-W": "--wckeys", "-x": "--associations",
+                "-N": "--nodelist", "--group": "--group",
                 "--json": "--json", "--yaml": "--yaml"}
 
 

@@ -709,10 +709,12 @@ def parse_args(argv: Sequence[str]) -> tuple[Options, Query] | int:
                 sys.stderr.write("squeue: error: job steps (-s/--steps) are not supported "
                                  "by Corral\n")
                 return 1
-            elif opt in ("--json", "--yaml"):
+            elif opt in ("--json", "--yaml", "-A", "--account", "-q", "--qos", "-R",
+                         "--reservation", "-L", "--licenses"):
+                # filters Corral cannot apply yet: refuse rather than list every job
                 sys.stderr.write(f"squeue: error: {opt} is not supported by Corral\n")
                 return 1
-            # -v, -a, --hide, --local, -M, -A, -q, -R, -L… are accepted and change nothing here.
+            # -v, -a, --hide, --local, -M… are accepted and change nothing here.
     except _Exit as e:
         return e.code
     if start and not states_given:

@@ -49,7 +49,9 @@ async def serve(home: str, config_path: str) -> int:
         while True:
             await asyncio.sleep(interval)
             ctl.request_schedule()
-            ctl.expire_finished(time.time())
+            now = time.time()
+            ctl.check_time_limits(now)
+            ctl.expire_finished(now)
 
     tick = loop.create_task(periodic())
     log.info("controller for cluster %s listening on %s", config.cluster_name, sock_path)

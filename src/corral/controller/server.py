@@ -14,8 +14,9 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from corral.controller.state import Controller, Identity, SlurmError, _invalid_job
+from corral.controller.steps import StepManager
 from corral.model import hostlists
-from corral.model.job import Job, JobState, parse_state
+from corral.model.job import Job, parse_state
 
 log = logging.getLogger("corral.controller")
 
@@ -94,6 +95,7 @@ class Api:
     def __init__(self, ctl: Controller, on_shutdown: Callable[[], None]) -> None:
         self.ctl = ctl
         self.on_shutdown = on_shutdown
+        self.steps = StepManager(ctl)
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[errors_middleware], client_max_size=64 * 1024 * 1024)
@@ -113,6 +115,7 @@ class Api:
         r.add_get("/v1/diag", self.diag)
         r.add_post("/v1/shutdown", self.shutdown)
         r.add_get("/v1/agent/ws", self.agent_ws)
+        r.add_get("/v1/steps/ws", self.steps_ws)
         return app
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
@@ -220,20 +223,30 @@ class Api:
         q = request.query
         fields = _split(q.get("fields"))
         ids_q = _split(q.get("ids"))
-        ids: list[int] | None = None
-        array_ids: list[int] | None = None
-        task_filter: dict[int, set[int]] = {}
-        if ids_q:
-            ids, array_ids = [], []
-            for spec in ids_q:
-                head, sep, tail = spec.partition("_")
-                head = head.split(".")[0]
-                if not head.isdigit():
-                    raise SlurmError("Invalid job id specified", 0)
-                ids.append(int(head))
-                array_ids.append(int(head))
-                if sep and tail.isdigit():
-                    task_filter.setdefault(int(head), set()).add(int(tail))
+        plain: set[int] = set()  # "7": the job, or every task of array 7
+        tasks: dict[int, set[int]] = {}  # "7_2": one task of array 7
+        for spec in ids_q or []:
+            head, sep, tail = spec.split(".")[0].partition("_")
+            if not head.isdigit() or (sep and not tail.isdigit()):
+                raise SlurmError("Invalid job id specified", 0)
+            if sep:
+                tasks.setdefault(int(head), set()).add(int(tail))
+            else:
+                plain.add(int(head))
+        wanted_ids = sorted(plain | set(tasks)) if ids_q else None
+
+        def selected(j: Job) -> bool:
+            if not ids_q:
+                return True
+            if j.job_id in plain or j.array_job_id in plain:
+                return True
+            named = tasks.get(j.array_job_id or -1)
+            if not named:
+                return False
+            if j.array_tasks is not None:
+                return bool(named.intersection(j.array_tasks))
+            return j.array_task_id in named
+
         uids: list[int] | None = None
         users = _split(q.get("users"))
         if users:
@@ -262,21 +275,10 @@ class Api:
         end = float(q["end"]) if q.get("end") else None
         loop = asyncio.get_running_loop()
         jobs = await loop.run_in_executor(None, lambda: self.ctl.store.query_jobs(
-            ids=ids, array_ids=array_ids, uids=uids, states=states, start=start, end=end))
-        # the in-memory record is newer than the stored one when a write is in flight
+            ids=wanted_ids, array_ids=wanted_ids, uids=uids, states=states, start=start, end=end))
+        # the in-memory record is newer than the stored one while a write is in flight
         live = self.ctl.jobs
-        out = []
-        for j in jobs:
-            j = live.get(j.job_id, j)
-            if task_filter:
-                key = j.array_job_id if j.array_job_id in task_filter else None
-                if key is not None and j.array_task_id not in task_filter[key] and j.job_id not in ids_q_int(ids_q):
-                    continue
-                if key is None and j.job_id not in (ids or []):
-                    continue
-            if j.array_tasks is not None and j.state == JobState.PENDING:
-                pass
-            out.append(job_view(j, fields))
+        out = [job_view(live.get(j.job_id, j), fields) for j in jobs if selected(j)]
         return json_response({"jobs": out, "now": time.time()})
 
     # ---- write endpoints -------------------------------------------------
@@ -297,14 +299,26 @@ class Api:
     async def signal(self, request: web.Request) -> web.Response:
         who = peer_identity(request, self.ctl)
         body = await self._body(request)
-        jobs = self._jobs_for(request.match_info["id"])
+        spec = request.match_info["id"]
+        head, dot, step_part = spec.partition(".")
+        if dot:
+            if not (head.isdigit() and step_part.isdigit()):
+                raise _invalid_job()
+            self.steps.cancel_step(who, int(head), int(step_part))
+            return json_response({"ok": True})
+        jobs = self._jobs_for(spec)
         signum = body.get("signal", 15)
         if not isinstance(signum, int) or not 0 < signum < 65:
             raise SlurmError("Invalid signal", 0)
         cancel = bool(body.get("cancel", False))
         if all(j.state.finished for j in jobs):
             raise SlurmError("Job/step already completing or completed", 2021)
-        self.ctl.signal_jobs(who, jobs, signum, batch_only=bool(body.get("batch_only")), cancel=cancel)
+        batch_only = bool(body.get("batch_only"))
+        self.ctl.signal_jobs(who, jobs, signum, batch_only=batch_only, cancel=cancel,
+                             full=bool(body.get("full")))
+        if not cancel and not batch_only:
+            for job in jobs:
+                self.steps.signal_job_steps(job.job_id, signum)
         await self.ctl.durable()
         return json_response({"ok": True})
 
@@ -358,6 +372,10 @@ class Api:
         asyncio.get_running_loop().call_later(0.05, self.on_shutdown)
         return json_response({"ok": True})
 
+    async def steps_ws(self, request: web.Request) -> web.WebSocketResponse:
+        who = peer_identity(request, self.ctl)
+        return await self.steps.handle(request, who)
+
     # ---- agents ------------------------------------------------------------
     async def agent_ws(self, request: web.Request) -> web.WebSocketResponse:
         who = peer_identity(request, self.ctl)
@@ -406,6 +424,8 @@ class Api:
                     self._agent_ended(msg, send)
                     await ctl.durable()
                     send({"type": "ack", "job_id": msg["job_id"]})
+                elif mtype in ("task_output", "task_exit"):
+                    self.steps.agent_message(msg)
                 elif mtype == "launch_failed":
                     ctl.job_ended(msg["job_id"], "FAILED", 1, 0, time.time(), note=msg.get("error"))
                 elif mtype == "heartbeat":
@@ -423,10 +443,3 @@ class Api:
         self.ctl.job_ended(int(ev["job_id"]), str(ev.get("state", "FAILED")), int(ev.get("exit_code", 0)),
                            int(ev.get("signal", 0)), float(ev.get("end_time") or time.time()))
 
-
-def ids_q_int(ids_q: list[str] | None) -> set[int]:
-    out = set()
-    for s in ids_q or []:
-        if s.isdigit():
-            out.add(int(s))
-    return out

@@ -71,7 +71,7 @@ SPEC_FIELDS = {
     "gpu_type", "time_limit", "time_min", "req_nodes", "exc_nodes", "exclusive", "requeue",
     "dependency", "begin_time", "signal", "hint", "constraint", "mail_type", "mail_user", "comment",
     "work_dir", "stdout", "stderr", "stdin", "command", "submit_line", "submit_host",
-    "account", "qos", "nice", "held",
+    "account", "qos", "nice", "held", "batch",
 }
 _INT_FIELDS = {"num_nodes", "num_tasks", "cpus_per_task", "gpus", "gpus_per_node", "gpus_per_task",
                "nice"}
@@ -132,6 +132,8 @@ class Controller:
         self.last_sched_duration = 0.0
         self._idle_views: dict[str, list[NodeView]] = {}  # per partition, for feasibility checks
         self.sched_passes = 0
+        # callbacks(event, job) for "started" and "ended" (steps and allocations listen)
+        self.listeners: list[Callable[[str, Job], None]] = []
         self.stats = {"submitted": 0, "started": 0, "completed": 0, "failed": 0,
                       "cancelled": 0, "timeout": 0}
 
@@ -173,6 +175,13 @@ class Controller:
         self.next_id = self.store.next_job_id()
         log.info("recovered %d pending and %d running jobs; next job id %d",
                  len(self.pending), len(self.running), self.next_id)
+
+    def notify(self, event: str, job: Job) -> None:
+        for cb in list(self.listeners):
+            try:
+                cb(event, job)
+            except Exception:
+                log.exception("listener failed on %s of job %d", event, job.job_id)
 
     # ----------------------------------------------------------- persistence
     def mark(self, job: Job) -> None:
@@ -295,7 +304,7 @@ class Controller:
                     v = hostlists.expand(v)
                 if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
                     raise SlurmError(f"Invalid node list for {k}", 0)
-            elif k in ("exclusive", "requeue"):
+            elif k in ("exclusive", "requeue", "batch"):
                 v = bool(v)
             elif k == "begin_time":
                 v = float(v)
@@ -312,7 +321,7 @@ class Controller:
                      open_mode: str = "truncate") -> Job:
         if not isinstance(spec_in, dict):
             raise SlurmError("Invalid job description", 0)
-        if not isinstance(script, str) or not script:
+        if not isinstance(script, str) or (not script and spec_in.get("batch", True)):
             raise SlurmError("Batch script is empty!", 0)
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                  for k, v in env.items()):
@@ -658,14 +667,16 @@ class Controller:
         job.sched_start = None
         job.sched_nodes = []
         job.kill_reason = None
-        job.steps = [s for s in job.steps if s.step_id != "batch"]
-        job.steps.append(Step("batch", "batch", JobState.RUNNING.value, start_time=now,
-                              cpus=alloc[0].cpus, nodes=alloc[0].node))
         self.running[job.job_id] = job
         self._charge(job)
-        self.mark(job)
         self.stats["started"] += 1
-        self._launch(job)
+        if job.batch:
+            job.steps = [s for s in job.steps if s.step_id != "batch"]
+            job.steps.append(Step("batch", "batch", JobState.RUNNING.value, start_time=now,
+                                  cpus=alloc[0].cpus, nodes=alloc[0].node))
+            self._launch(job)
+        self.mark(job)
+        self.notify("started", job)
 
     def launch_message(self, job: Job) -> dict[str, Any]:
         payload = self.store.load_payload(job.job_id)
@@ -701,7 +712,9 @@ class Controller:
             home = pw.pw_dir
         except KeyError:
             home = "/"
-        signal = _parse_signal_spec(job.signal)
+        signal = parse_signal_spec(job.signal)
+        if signal is not None and not signal["batch_only"]:
+            signal = None  # without B: the steps get it, not the batch shell (steps.py times it)
         return {
             "type": "launch",
             "node": first.node,
@@ -766,11 +779,41 @@ class Controller:
                 job.exit_code, job.term_signal = 0, 0
         job.state = JobState(final)
         job.reason = Reason.NONE
-        key = {"COMPLETED": "completed", "CANCELLED": "cancelled", "TIMEOUT": "timeout"}.get(final, "failed")
-        self.stats[key] += 1
+        self._count_end(final)
         self.mark(job)
+        self.notify("ended", job)
         self.request_schedule()
         return job
+
+    def _count_end(self, state: str) -> None:
+        key = {"COMPLETED": "completed", "CANCELLED": "cancelled", "TIMEOUT": "timeout"}.get(state, "failed")
+        self.stats[key] += 1
+
+    def end_allocation(self, job: Job, state: str, exit_code: int = 0, signal: int = 0) -> None:
+        """A job without a batch script (salloc, srun) ends: released, cancelled, timed out."""
+        if not job.state.active:
+            return
+        now = time.time()
+        self.running.pop(job.job_id, None)
+        self._release(job, now)
+        job.kill_reason = None
+        job.end_time = now
+        job.state = JobState(state)
+        job.exit_code, job.term_signal = exit_code, signal
+        job.reason = Reason.NONE
+        self._count_end(state)
+        self.mark(job)
+        self.notify("ended", job)
+        self.request_schedule()
+
+    def check_time_limits(self, now: float) -> None:
+        """Allocations have no step supervisor to enforce their limit: the controller does."""
+        for job in list(self.running.values()):
+            if job.batch or job.time_limit <= 0 or job.start_time is None:
+                continue
+            if job.state == JobState.RUNNING and now >= job.start_time + job.time_limit + job.suspended_secs:
+                log.info("allocation %d reached its time limit", job.job_id)
+                self.end_allocation(job, "TIMEOUT")
 
     def _requeue(self, job: Job, now: float, hold: bool) -> None:
         job.state = JobState.PENDING
@@ -800,6 +843,7 @@ class Controller:
         if state == JobState.CANCELLED:
             self.stats["cancelled"] += 1
         self.mark(job)
+        self.notify("ended", job)
 
     # ------------------------------------------------------------- actions
     def _send_control(self, job: Job, op: dict[str, Any]) -> None:
@@ -810,7 +854,10 @@ class Controller:
             send({"type": "control", "job_id": job.job_id, "control": op})
 
     def signal_jobs(self, who: Identity, jobs: list[Job], signum: int, *, batch_only: bool,
-                    cancel: bool) -> None:
+                    cancel: bool, full: bool = False) -> None:
+        """scancel: cancel, or deliver a signal (to the batch shell with -b, to every
+        process of the batch step with -f; the job's srun steps are signalled by the caller
+        through the step manager unless -b)."""
         now = time.time()
         for job in jobs:
             self.check_owner(who, job)
@@ -821,12 +868,16 @@ class Controller:
                 if cancel:
                     self.finish_pending(job, JobState.CANCELLED, now, by=who.uid)
                 continue
-            if cancel:
+            if cancel and not job.batch:
+                job.cancelled_by = who.uid
+                self.end_allocation(job, "CANCELLED")
+            elif cancel:
                 job.kill_reason = "CANCELLED"
                 job.cancelled_by = who.uid
                 job.state = JobState.COMPLETING
                 self._send_control(job, {"op": "cancel"})
-            else:
+                self.notify("ending", job)
+            elif batch_only or full:
                 self._send_control(job, {"op": "signal", "signal": signum, "batch_only": batch_only})
             self.mark(job)
         self.request_schedule()
@@ -865,6 +916,9 @@ class Controller:
                 raise SlurmError("Job is pending execution" if job.state == JobState.PENDING
                                  else "Requested operation is presently disabled", 0)
         now = time.time()
+        for job in jobs:
+            if not job.batch:
+                raise SlurmError("Job is not a batch job: it cannot be requeued", 0)
         for job in jobs:
             if job.state.active:
                 job.kill_reason = "REQUEUE_HOLD" if hold else "REQUEUE"
@@ -970,7 +1024,9 @@ class Controller:
             elif st == "down":
                 n.admin_state = "down"
                 for job in list(self.running.values()):
-                    if n.name in job.nodes and job.kill_reason is None:
+                    if n.name in job.nodes and not job.batch:
+                        self.end_allocation(job, "NODE_FAIL")
+                    elif n.name in job.nodes and job.kill_reason is None:
                         job.kill_reason = "NODE_FAIL"
                         job.state = JobState.COMPLETING
                         self._send_control(job, {"op": "cancel"})
@@ -1005,7 +1061,7 @@ class Controller:
         # a job we think runs on these nodes but the agent does not know: it was lost
         alive = set(running)
         for job in list(self.running.values()):
-            if job.batch_host in node_names and job.job_id not in alive:
+            if job.batch and job.batch_host in node_names and job.job_id not in alive:
                 log.warning("job %d unknown to the agent of %s after restart", job.job_id, job.batch_host)
                 self.job_ended(job.job_id, "NODE_FAIL", 0, 0, now)
         self.request_schedule()
@@ -1035,7 +1091,7 @@ def _group_name(gid: int) -> str:
         return str(gid)
 
 
-def _parse_signal_spec(spec: str | None) -> dict[str, Any] | None:
+def parse_signal_spec(spec: str | None) -> dict[str, Any] | None:
     """"[B:|R:]SIG[@secs]" → {"num", "secs", "batch_only"}."""
     if not spec:
         return None

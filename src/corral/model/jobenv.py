@@ -108,3 +108,55 @@ def array_environment(count: int, min_id: int, max_id: int, step: int) -> dict[s
         "SLURM_ARRAY_TASK_MAX": str(max_id),
         "SLURM_ARRAY_TASK_STEP": str(step),
     }
+
+
+def allocation_environment(job: Job, *, cluster_name: str, submit_host: str) -> dict[str, str]:
+    """What salloc exports to the shell it starts (on the submit host, not a node)."""
+    env = batch_environment(job, cluster_name=cluster_name, submit_host=submit_host)
+    for key in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_GTIDS", "SLURMD_NODENAME",
+                "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_TOPOLOGY_ADDR",
+                "SLURM_TOPOLOGY_ADDR_PATTERN", "SLURM_CPUS_ON_NODE", "SLURM_GPUS_ON_NODE",
+                "SLURM_JOB_GPUS"):
+        env.pop(key, None)
+    return env
+
+
+def step_environment(job: Job, *, cluster_name: str, submit_host: str, step_id: int,
+                     step_nodes: list[str], tasks_per_node: list[int], node_index: int,
+                     task_id: int, local_id: int, gpus: list[int] | None, cpus_on_node: int,
+                     ntasks: int) -> dict[str, str]:
+    """The SLURM_* variables of one srun task (compare env_srun_task0.txt)."""
+    env = batch_environment(job, cluster_name=cluster_name, submit_host=submit_host)
+    node = step_nodes[node_index]
+    first = sum(tasks_per_node[:node_index])
+    env.update({
+        "SLURM_STEP_ID": str(step_id),
+        "SLURM_STEPID": str(step_id),
+        "SLURM_PROCID": str(task_id),
+        "SLURM_LOCALID": str(local_id),
+        "SLURM_NODEID": str(node_index),
+        "SLURM_GTIDS": ",".join(str(first + i) for i in range(tasks_per_node[node_index])),
+        "SLURM_STEP_NODELIST": compress(step_nodes),
+        "SLURM_STEP_NUM_NODES": str(len(step_nodes)),
+        "SLURM_STEP_NUM_TASKS": str(ntasks),
+        "SLURM_STEP_TASKS_PER_NODE": tasks_per_node_string(tasks_per_node),
+        "SLURM_NTASKS": str(ntasks),
+        "SLURM_NPROCS": str(ntasks),
+        "SLURM_TASKS_PER_NODE": tasks_per_node_string(tasks_per_node),
+        "SLURM_CPUS_ON_NODE": str(cpus_on_node),
+        "SLURMD_NODENAME": node,
+        "SLURM_TOPOLOGY_ADDR": node,
+        "SLURM_DISTRIBUTION": "block",
+        "SLURM_LAUNCH_NODE_IPADDR": "127.0.0.1",
+        "SLURM_SRUN_COMM_HOST": "127.0.0.1",
+    })
+    for key in ("SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"):
+        env.pop(key, None)
+    if gpus is not None:
+        ids = ",".join(str(g) for g in gpus)
+        env["SLURM_STEP_GPUS"] = ids
+        env["CUDA_VISIBLE_DEVICES"] = ids
+        env["GPU_DEVICE_ORDINAL"] = ids
+        env["SLURM_GPUS_ON_NODE"] = str(len(gpus))
+        env["SLURM_JOB_GPUS"] = ids
+    return env

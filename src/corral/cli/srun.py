@@ -1,0 +1,1085 @@
+"""srun: run a parallel job step, creating an allocation first when there is none.
+
+One WebSocket to the controller carries everything (docs/STEPS.md): the `start` message
+(a step in an existing job, or an allocation plus its step), then output, exits and the
+end of the step back, and stdin, signals and window sizes forward.  The main loop is a
+`select.poll` over the WebSocket, stdin and a self-pipe that signal handlers write to
+(`signal.set_wakeup_fd`), so srun starts without asyncio or threads.
+
+Messages follow Slurm 22.05's srun: "srun: job N queued and waiting for resources",
+"srun: error: node-1: task 3: Exited with exit code 2", the two-Ctrl-C abort.
+"""
+
+from __future__ import annotations
+
+import binascii
+import os
+import sys
+import time
+
+from corral import paths
+from corral.cli import client
+from corral.cli.options import (
+    ALLOC_NO_EFFECT,
+    ALLOC_UNSUPPORTED,
+    EXIT_ERROR,
+    NO_ARG,
+    OPTIONAL_ARG,
+    CliExit,
+    GetoptError,
+    GresError,
+    Option,
+    OptionValueError,
+    allocation_spec,
+    env_flag_is_set,
+    export_environment,
+    fail,
+    gpu_request,
+    node_list,
+    node_task_counts,
+    option_table,
+    parse_alloc_value,
+    parse_int,
+)
+
+TYPE_CHECKING = False  # annotations only: `typing` would cost every srun ~3 ms
+if TYPE_CHECKING:
+    from typing import Any
+
+    from corral.cli.ws import WebSocket
+
+PROG = "srun"
+VERSION_TEXT = "slurm-wlm 22.05.8\n"
+TRY_HELP = f'Try "{PROG} --help" for more information\n'
+STEPS_RESOURCE = "/v1/steps/ws"
+
+# srun's own options (the rest are allocation options, shared with salloc).
+_FLAGS = frozenset({"label", "pty", "overlap", "unbuffered", "disable-status",
+                    "quit-on-interrupt"})
+
+# SLURM_* input variables srun reads (Slurm 22.05's env_vars[]), lowest priority first:
+# the command line overrides them.
+SRUN_ENV_VARS: tuple[tuple[str, str], ...] = (
+    ("SLURM_ACCOUNT", "account"),
+    ("SLURM_CPUS_PER_TASK", "cpus-per-task"),
+    ("SLURM_DEPENDENCY", "dependency"),
+    ("SLURM_EXPORT_ENV", "export"),
+    ("SLURM_GPUS", "gpus"),
+    ("SLURM_GPUS_PER_NODE", "gpus-per-node"),
+    ("SLURM_GPUS_PER_TASK", "gpus-per-task"),
+    ("SLURM_GRES", "gres"),
+    ("SLURM_JOB_ID", "jobid"),
+    ("SLURM_JOBID", "jobid"),
+    ("SLURM_JOB_NAME", "job-name"),
+    ("SLURM_JOB_NUM_NODES", "nodes"),
+    ("SLURM_NNODES", "nodes"),
+    ("SLURM_KILL_BAD_EXIT", "kill-on-bad-exit"),
+    ("SLURM_LABELIO", "label"),
+    ("SLURM_MEM_PER_CPU", "mem-per-cpu"),
+    ("SLURM_MEM_PER_NODE", "mem"),
+    ("SLURM_MPI_TYPE", "mpi"),
+    ("SLURM_NPROCS", "ntasks"),
+    ("SLURM_NTASKS", "ntasks"),
+    ("SLURM_NTASKS_PER_NODE", "ntasks-per-node"),
+    ("SLURM_OVERLAP", "overlap"),
+    ("SLURM_PARTITION", "partition"),
+    ("SLURM_QOS", "qos"),
+    ("SLURM_STDERRMODE", "error"),
+    ("SLURM_STDINMODE", "input"),
+    ("SLURM_STDOUTMODE", "output"),
+    ("SLURM_TIMELIMIT", "time"),
+    ("SLURM_UNBUFFEREDIO", "unbuffered"),
+    ("SLURM_WAIT", "wait-srun"),
+)
+
+# Signals srun handles itself; others it forwards to the tasks (Slurm's srun does).
+SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTERM, SIGCONT, SIGWINCH = (
+    1, 2, 3, 10, 12, 13, 15, 18, 28)
+_HANDLED_SIGNALS = (SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGCONT)
+
+
+class SrunRequest:
+    """What srun worked out from its command line and environment."""
+
+    def __init__(self) -> None:
+        self.argv: list[str] = []
+        self.v: dict[str, Any] = {}       # option key -> value (allocation options too)
+        self.src: dict[str, str] = {}     # option key -> "env" or "cli"
+        self.verbose = 0
+        self.quiet = 0
+        self.ignored: list[str] = []      # options accepted without effect (for -v)
+        self.messages: list[str] = []     # stderr lines to show before starting
+        self.job_id: int | None = None    # run inside this job
+        self.alloc: dict[str, Any] | None = None
+        self.alloc_env: dict[str, str] | None = None
+        self.step: dict[str, Any] = {}
+        self.label = False
+        self.unbuffered = False
+        self.pty = False
+        self.kill_on_bad_exit = False
+        self.wait = 0                     # -W: end the step this long after a first exit
+        self.immediate: int | None = None  # -I: seconds an allocation may stay pending
+
+    def __repr__(self) -> str:
+        return f"SrunRequest(argv={self.argv!r}, job_id={self.job_id})"
+
+
+# --------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------
+
+def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: float,
+         cwd: str) -> None:
+    """One option from `source` ("env" or "cli"); raises CliExit with Slurm's text."""
+    key = option.key
+    name = option.name
+    try:
+        if key == "help":
+            raise CliExit(0, stdout=HELP_TEXT)
+        if key == "usage":
+            raise CliExit(0, stdout=USAGE_TEXT)
+        if key == "version":
+            raise CliExit(0, stdout=VERSION_TEXT)
+        if key == "verbose":
+            req.verbose += 1
+            return
+        if key == "quiet":
+            req.quiet += 1
+            return
+        if key in ALLOC_UNSUPPORTED:
+            fail(PROG, f"--{name} is not supported by Corral")
+        if key in _FLAGS:
+            value: Any = True
+        elif key in ALLOC_NO_EFFECT and key not in ("wait-srun",):
+            req.ignored.append(name)
+            return
+        elif key == "jobid":
+            value = parse_int("--jobid", arg or "", True)
+        elif key == "kill-on-bad-exit":
+            value = True if arg is None else parse_int("--kill-on-bad-exit", arg, False) != 0
+        elif key == "wait-srun":
+            value = parse_int("--wait", arg or "", False)
+        elif key == "immediate":
+            value = 1 if arg is None else parse_int("--immediate", arg, False)
+        elif key == "mpi":
+            value = _mpi(arg or "")
+        elif key in ("output", "error", "input", "export"):
+            value = arg or ""
+        elif key in ("nodelist", "exclude"):
+            value = arg or ""
+        else:
+            value = parse_alloc_value(key, arg, req.v, now, cwd)
+    except OptionValueError as e:
+        fail(PROG, e.message, e.code)
+    req.v[key] = value
+    req.src[key] = source
+
+
+def _mpi(arg: str) -> str:
+    kind = arg.strip().lower()
+    if kind == "list":
+        raise CliExit(0, stdout="MPI plugin types are...\n\tnone\n")
+    if kind != "none":
+        fail(PROG, f"--mpi={arg} is not supported by Corral (only --mpi=none)")
+    return kind
+
+
+def _apply_env(req: SrunRequest, env: dict[str, str], now: float, cwd: str) -> None:
+    table = option_table(PROG)
+    for var, key in SRUN_ENV_VARS:
+        value = env.get(var)
+        if value is None:
+            continue
+        option = table.by_key[key]
+        if option.has_arg == NO_ARG:
+            if env_flag_is_set(value):
+                _set(req, option, None, "env", now, cwd)
+            continue
+        arg: str | None = value
+        if option.has_arg == OPTIONAL_ARG and value == "":
+            arg = None
+        _set(req, option, arg, "env", now, cwd)
+
+
+def parse_srun(argv: list[str], env: dict[str, str], cwd: str, now: float, *,
+               submit_host: str = "localhost", umask: int = 0o022,
+               is_tty: bool = False, window: tuple[int, int] | None = None) -> SrunRequest:
+    """Work out srun's request from its arguments (without the program name).
+
+    Raises CliExit for --help/--version and every error, with Slurm's text and status.
+    """
+    table = option_table(PROG)
+    req = SrunRequest()
+    try:
+        found, index = table.parse(argv)
+    except GetoptError as e:
+        for option, arg in e.found:  # an earlier --help still wins
+            if option.key in ("help", "usage", "version"):
+                _set(req, option, arg, "cli", now, cwd)
+        raise CliExit(EXIT_ERROR, f"{e.message}\n{TRY_HELP}") from None
+    _apply_env(req, env, now, cwd)
+    for option, arg in found:
+        _set(req, option, arg, "cli", now, cwd)
+    operands = argv[index:]
+    if operands and operands[0] == ":":
+        fail(PROG, "heterogeneous steps (\":\" between components) are not supported by Corral")
+    if not operands:
+        fail(PROG, "No command given to execute.")
+    req.argv = operands
+    _finish(req, env, cwd, now, argv, submit_host, umask, is_tty, window)
+    return req
+
+
+def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: list[str],
+            submit_host: str, umask: int, is_tty: bool,
+            window: tuple[int, int] | None) -> None:
+    v = req.v
+    if req.quiet and req.verbose:
+        fail(PROG, "don't specify both --verbose (-v) and --quiet (-Q)")
+    req.label = bool(v.get("label"))
+    req.unbuffered = bool(v.get("unbuffered"))
+    req.kill_on_bad_exit = bool(v.get("kill-on-bad-exit"))
+    req.wait = int(v.get("wait-srun", 0))
+    req.immediate = v.get("immediate")
+    req.pty = bool(v.get("pty"))
+    if req.pty and not is_tty:
+        if req.verbose:
+            req.messages.append(f"{PROG}: error: Not using a pseudo-terminal, "
+                                "disregarding --pty option")
+        req.pty = False
+    req.job_id = v.get("jobid")
+
+    # Node names and the node/task arithmetic, as sbatch does it.
+    try:
+        req_nodes = node_list(v["nodelist"], cwd) if "nodelist" in v else []
+        exc_nodes = node_list(v["exclude"], cwd) if "exclude" in v else []
+    except OSError:
+        fail(PROG, "Failure getting NodeNames from hostfile")
+    except ValueError:
+        fail(PROG, "Invalid node name specified")
+    if req_nodes and req.src.get("nodes") == "env":
+        del v["nodes"]  # -w on the command line beats the allocation's node count
+    if req.src.get("ntasks") == "env" and req.src.get("nodes") == "cli":
+        del v["ntasks"]  # likewise -N beats the allocation's task count
+    min_nodes, max_nodes, ntasks, ntasks_set = node_task_counts(v, req_nodes, PROG,
+                                                                req.messages)
+    try:
+        gpus = gpu_request(v)
+    except GresError:
+        fail(PROG, "Invalid generic resource (gres) specification")
+
+    step_env = export_environment(str(v.get("export", "ALL")), env)
+    stdin_mode, input_path = _stdin_mode(str(v.get("input", "all")), req.pty)
+    time_limit = v.get("time")
+    per_node_gpus: int | None = None
+    if "gres" in v or "gpus-per-node" in v:
+        per_node_gpus = gpus[1]
+    elif "gpus" in v:
+        per_node_gpus = -(-gpus[0] // max(min_nodes, 1))
+    req.step = {
+        "name": v["job-name"] if req.src.get("job-name") == "cli" else
+        os.path.basename(req.argv[0]),
+        "argv": list(req.argv),
+        "cwd": v.get("chdir", cwd),
+        "env": step_env,
+        "ntasks": ntasks if ntasks_set else None,
+        "nodes": min_nodes if ("nodes" in v or req_nodes) else None,
+        "ntasks_per_node": v.get("ntasks-per-node"),
+        "cpus_per_task": v.get("cpus-per-task", 1),
+        "gpus_per_task": gpus[2] if "gpus-per-task" in v else None,
+        "gpus_per_node": per_node_gpus,
+        "nodelist": req_nodes,
+        "exclude": exc_nodes,
+        "overlap": bool(v.get("overlap")),
+        "pty": req.pty,
+        "window": {"rows": window[0], "cols": window[1]} if req.pty and window else None,
+        "stdin": stdin_mode,
+        "output": _output_path(v.get("output")),
+        "error": _output_path(v.get("error")),
+        "input": input_path,
+        "kill_on_bad_exit": req.kill_on_bad_exit,
+        "time_limit": time_limit if isinstance(time_limit, int) and time_limit > 0 else None,
+    }
+    if req.job_id is None:
+        if "job-name" in v:
+            name = str(v["job-name"])
+        else:
+            name = os.path.basename(req.argv[0])
+        req.alloc = allocation_spec(
+            v, name=name, cwd=cwd, submit_line=" ".join([PROG, *argv]), req_nodes=req_nodes,
+            exc_nodes=exc_nodes, min_nodes=min_nodes, max_nodes=max_nodes, ntasks=ntasks,
+            gpus=gpus)
+        alloc_env = export_environment(str(v.get("export", "ALL")), env)
+        alloc_env["SLURM_SUBMIT_DIR"] = cwd
+        alloc_env["SLURM_SUBMIT_HOST"] = submit_host
+        alloc_env["SLURM_UMASK"] = f"0{umask >> 6 & 7}{umask >> 3 & 7}{umask & 7}"
+        req.alloc_env = alloc_env
+    if req.verbose:
+        for name in dict.fromkeys(req.ignored):
+            req.messages.append(f"{PROG}: --{name} has no effect under Corral")
+
+
+def _stdin_mode(mode: str, pty: bool) -> tuple[str, str | None]:
+    """-i/--input: (stdin mode of the step, input file pattern or None)."""
+    if pty:
+        return "0", None
+    low = mode.lower()
+    if low in ("all", ""):
+        return "all", None
+    if low == "none":
+        return "none", None
+    if mode.isdigit():
+        if int(mode) == 0:
+            return "0", None
+        fail(PROG, f"--input={mode} (stdin to one task other than 0) is not supported "
+                   "by Corral")
+    return "none", mode
+
+
+def _output_path(mode: Any) -> str | None:
+    """-o/-e: None streams to srun; "none" discards; a pattern goes to the agent."""
+    if mode is None:
+        return None
+    text = str(mode)
+    if text.lower() == "all" or text == "":
+        return None
+    if text.lower() == "none":
+        return "/dev/null"
+    if text.isdigit():
+        fail(PROG, f"--output/--error={text} (one task's output) is not supported by Corral")
+    return text
+
+
+def start_message(req: SrunRequest) -> dict[str, Any]:
+    """The first message on the WebSocket."""
+    msg: dict[str, Any] = {"type": "start", "job_id": req.job_id, "alloc": req.alloc,
+                           "step": req.step}
+    if req.alloc_env is not None:
+        msg["alloc_env"] = req.alloc_env
+    return msg
+
+
+# --------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------
+
+_PARTIAL_LIMIT = 1 << 16  # flush a line this long even without its newline
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """os.write until everything is written (stdout may be a pipe that takes less)."""
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except InterruptedError:
+            continue
+        except BlockingIOError:
+            _wait_writable(fd)
+            continue
+        view = view[n:]
+
+
+def _wait_writable(fd: int) -> None:
+    import select
+    p = select.poll()
+    p.register(fd, select.POLLOUT)
+    p.poll(1000)
+
+
+class OutputRouter:
+    """Task output to srun's stdout/stderr: whole lines per task (Slurm's buffered I/O),
+    with "T: " labels under -l; raw bytes under --pty or -u without -l."""
+
+    def __init__(self, label: bool, raw: bool, ntasks: int = 1,
+                 fds: tuple[int, int] = (1, 2)):
+        self.label = label
+        self.raw = raw and not label
+        self.fds = fds
+        self.width = len(str(max(ntasks - 1, 0)))
+        self.partial: dict[tuple[int, int], bytearray] = {}
+        self.broken = False  # stdout/stderr went away (a closed pipe)
+
+    def set_ntasks(self, ntasks: int) -> None:
+        self.width = len(str(max(ntasks - 1, 0)))
+
+    def _emit(self, fd: int, data: bytes) -> None:
+        if self.broken or not data:
+            return
+        try:
+            write_all(self.fds[fd - 1] if fd in (1, 2) else fd, data)
+        except BrokenPipeError:
+            self.broken = True
+
+    def _prefix(self, task: int) -> bytes:
+        return f"{task:>{self.width}}: ".encode()
+
+    def output(self, task: int, stream: int, data: bytes) -> None:
+        """`stream` is 1 (stdout) or 2 (stderr)."""
+        if self.raw:
+            self._emit(stream, data)
+            return
+        key = (task, stream)
+        buf = self.partial.get(key)
+        if buf:
+            buf += data
+            data = bytes(buf)
+            buf.clear()
+        end = data.rfind(b"\n")
+        if end < 0:
+            if len(data) >= _PARTIAL_LIMIT:
+                self._write_lines(task, stream, data, complete=False)
+            else:
+                self.partial.setdefault(key, bytearray()).extend(data)
+            return
+        self._write_lines(task, stream, data[:end + 1], complete=True)
+        rest = data[end + 1:]
+        if rest:
+            self.partial.setdefault(key, bytearray()).extend(rest)
+
+    def _write_lines(self, task: int, stream: int, data: bytes, complete: bool) -> None:
+        if not self.label:
+            self._emit(stream, data)
+            return
+        prefix = self._prefix(task)
+        lines = data.split(b"\n")
+        if complete:
+            lines.pop()  # the empty piece after the last newline
+        # Slurm labels a partial line too and ends it with a newline.
+        self._emit(stream, b"".join(prefix + line + b"\n" for line in lines))
+
+    def flush_task(self, task: int) -> None:
+        for stream in (1, 2):
+            buf = self.partial.pop((task, stream), None)
+            if buf:
+                self._write_lines(task, stream, bytes(buf), complete=False)
+
+    def flush_all(self) -> None:
+        for task, _ in sorted(self.partial):
+            self.flush_task(task)
+
+
+# --------------------------------------------------------------------------
+# Task states and Slurm's messages about them
+# --------------------------------------------------------------------------
+
+def ranges(ids: list[int]) -> str:
+    """Slurm's bit_fmt(): 0-3,5,7-8."""
+    out: list[str] = []
+    ids = sorted(set(ids))
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def signal_text(sig: int) -> str:
+    """strsignal(3): "Killed", "Terminated", "Segmentation fault"…"""
+    import signal  # only when a task died of a signal
+    try:
+        text = signal.strsignal(sig)
+    except ValueError:
+        text = None
+    return text or f"Unknown signal {sig}"
+
+
+class StepState:
+    """Where each task of the step is, for exit lines and the Ctrl-C status line."""
+
+    def __init__(self, job_id: int, step_id: int, nodes: list[str],
+                 tasks_per_node: list[int]):
+        self.job_id = job_id
+        self.step_id = step_id
+        self.nodes = nodes
+        self.tasks_per_node = tasks_per_node
+        self.ntasks = sum(tasks_per_node)
+        self.exits: dict[int, tuple[int, int]] = {}
+
+    @property
+    def step_name(self) -> str:
+        return f"StepId={self.job_id}.{self.step_id}"
+
+    def node_of(self, task: int) -> str:
+        n = task
+        for node, count in zip(self.nodes, self.tasks_per_node, strict=False):
+            if n < count:
+                return node
+            n -= count
+        return self.nodes[-1] if self.nodes else "Unknown"
+
+    def status_lines(self) -> list[str]:
+        """Slurm's task_state_print(): running, exited abnormally, exited, unknown."""
+        running = [t for t in range(self.ntasks) if t not in self.exits]
+        abnormal = [t for t, (c, s) in self.exits.items() if c or s]
+        normal = [t for t, (c, s) in self.exits.items() if not c and not s]
+        lines = []
+        for ids, what in ((running, "running"), (abnormal, "exited abnormally"),
+                          (normal, "exited")):
+            if ids:
+                word = "task" if len(ids) == 1 else "tasks"
+                lines.append(f"{PROG}: {self.step_name} {word} {ranges(ids)}: {what}")
+        return lines
+
+
+def exit_line(node: str, task: int, exit_code: int, sig: int) -> str | None:
+    """srun's error line for a task that failed, or None when it succeeded."""
+    if sig:
+        core = ""
+        if sig & 0x80:  # an agent may report the core-dump bit
+            sig &= 0x7F
+            core = " (core dumped)"
+        return f"{PROG}: error: {node}: task {task}: {signal_text(sig)}{core}"
+    if exit_code:
+        return f"{PROG}: error: {node}: task {task}: Exited with exit code {exit_code}"
+    return None
+
+
+def step_exit_code(exits: dict[int, tuple[int, int]]) -> int:
+    """Slurm's rule: the highest signal (as 128+signal) wins over exit codes; otherwise
+    the highest exit code."""
+    sigs = [s & 0x7F for _, s in exits.values() if s]
+    if sigs:
+        return 128 + max(sigs)
+    return max((c for c, _ in exits.values()), default=0)
+
+
+# --------------------------------------------------------------------------
+# The session
+# --------------------------------------------------------------------------
+
+_IMMEDIATE_REASONS = {
+    "Priority": "Immediate execution impossible, insufficient priority",
+    "PartitionNodeLimit": "Requested partition configuration not available now",
+    "PartitionTimeLimit": "Requested partition configuration not available now",
+}
+
+
+class Session:
+    """srun's main loop: one WebSocket, stdin and a signal pipe under select.poll."""
+
+    def __init__(self, ws: WebSocket, req: SrunRequest, *, stdin_fd: int = 0,
+                 out_fds: tuple[int, int] = (1, 2), err: Any = None,
+                 clock: Any = time.monotonic):
+        self.ws = ws
+        self.req = req
+        self.stdin_fd = stdin_fd
+        self.err = err if err is not None else sys.stderr
+        self.clock = clock
+        self.router = OutputRouter(req.label, raw=req.pty or req.unbuffered, fds=out_fds)
+        self.job_id: int | None = req.job_id
+        self.own_alloc = req.job_id is None
+        self.allocated = not self.own_alloc
+        self.pending_since: float | None = None
+        self.step: StepState | None = None
+        self.waited = False         # the step had to wait ("waiting")
+        self.rc: int | None = None  # set when srun is done
+        self.cancelled = False      # we aborted the step (two Ctrl-C, SIGTERM…)
+        self.last_intr = -10.0
+        self.kill_sent = 0
+        self.first_exit: float | None = None
+        self.stdin_open = False
+        self.bad_exit_handled = False
+        self.broken_pipe_handled = False
+        self.pending_reason: str | None = None
+
+    # ---- small helpers -----------------------------------------------------
+    def info(self, line: str) -> None:
+        if not self.req.quiet:
+            self.err.write(line + "\n")
+            self.err.flush()
+
+    def error(self, line: str) -> None:
+        self.err.write(f"{PROG}: error: {line}\n")
+        self.err.flush()
+
+    def send(self, msg: dict[str, Any]) -> None:
+        from corral.cli.ws import ConnectionClosed
+        try:
+            self.ws.send_json(msg)
+        except ConnectionClosed:
+            pass
+
+    # ---- controller messages -------------------------------------------------
+    def on_message(self, msg: dict[str, Any]) -> None:
+        kind = msg.get("type")
+        if kind == "output":
+            task = int(msg.get("task", 0))
+            stream = 2 if msg.get("stream") == "stderr" else 1
+            data = binascii.a2b_base64(msg.get("data") or "")
+            self.router.output(task, stream, data)
+            if self.router.broken:
+                self.on_broken_pipe()
+        elif kind == "exit":
+            self.on_exit(int(msg.get("task", 0)), int(msg.get("exit_code") or 0),
+                         int(msg.get("signal") or 0))
+        elif kind == "step_end":
+            self.router.flush_all()
+            code = msg.get("exit_code")
+            if code is None and self.step is not None:
+                code = step_exit_code(self.step.exits)
+            self.rc = int(code or 0)
+        elif kind == "step":
+            self.on_step(msg)
+        elif kind == "pending":
+            self.job_id = int(msg["job_id"])
+            self.pending_since = self.clock()
+            self.info(f"{PROG}: job {self.job_id} queued and waiting for resources")
+        elif kind == "allocated":
+            self.job_id = int(msg["job_id"])
+            if self.pending_since is not None:
+                self.info(f"{PROG}: job {self.job_id} has been allocated resources")
+            self.pending_since = None
+            self.allocated = True
+        elif kind == "waiting":
+            self.waited = True
+            text = str(msg.get("message") or "Requested nodes are busy")
+            job = f"Job {self.job_id} " if self.job_id is not None else ""
+            if text.startswith("Job step creation"):  # Slurm: "Job 12 step creation …"
+                self.info(f"{PROG}: {job}{text[4:]}")
+            else:
+                self.info(f"{PROG}: {text}")
+        elif kind == "error":
+            self.router.flush_all()
+            self.error(str(msg.get("message") or "unknown error"))
+            self.rc = 1
+        elif kind == "ended":
+            if self.step is None:
+                self.error(f"Job allocation {self.job_id} has been revoked")
+                self.rc = 1
+            else:
+                self.info(f"{PROG}: Force Terminated JobId={self.job_id}")
+            self.own_alloc = False  # the job is over already
+
+    def on_step(self, msg: dict[str, Any]) -> None:
+        nodes = [str(n) for n in msg.get("nodes") or []]
+        per_node = [int(n) for n in msg.get("tasks_per_node") or []]
+        self.job_id = int(msg.get("job_id", self.job_id or 0))
+        self.step = StepState(self.job_id, int(msg.get("step_id", 0)), nodes, per_node)
+        ntasks = int(msg.get("ntasks") or self.step.ntasks)
+        self.step.ntasks = ntasks
+        self.router.set_ntasks(ntasks)
+        if self.waited:
+            self.info(f"{PROG}: Step created for {self.step.step_name}")
+        if self.req.step.get("stdin") != "none":
+            self.stdin_open = True
+
+    def on_exit(self, task: int, exit_code: int, sig: int) -> None:
+        self.router.flush_task(task)
+        step = self.step
+        if step is None:
+            return
+        step.exits[task] = (exit_code, sig)
+        if self.first_exit is None:
+            self.first_exit = self.clock()
+        # After our own abort, tasks killed by it are not errors (Slurm: verbose only).
+        if not (sig and self.cancelled):
+            line = exit_line(step.node_of(task), task, exit_code, sig)
+            if line:
+                self.err.write(line + "\n")
+                self.err.flush()
+        if (exit_code or sig) and self.req.kill_on_bad_exit and not self.bad_exit_handled:
+            self.bad_exit_handled = True
+            self.send({"type": "cancel"})
+
+    def on_broken_pipe(self) -> None:
+        # Slurm's _handle_pipe: nobody reads the output any more, end the tasks.
+        if not self.broken_pipe_handled:
+            self.broken_pipe_handled = True
+            self.send({"type": "cancel"})
+
+    # ---- signals -------------------------------------------------------------
+    def on_signal(self, sig: int) -> None:
+        if sig == SIGWINCH:
+            self.send_window()
+            return
+        if sig == SIGCONT:
+            return
+        if self.step is None:
+            if sig in (SIGINT, SIGTERM, SIGHUP, SIGQUIT):
+                self.abort_before_step()
+            return
+        if sig == SIGINT:
+            self.on_interrupt()
+        elif sig in (SIGTERM, SIGHUP, SIGQUIT):
+            if sig == SIGQUIT:
+                self.info(f"{PROG}: Quit")
+            self.force_termination()
+        else:
+            self.send({"type": "signal", "signal": sig})
+
+    def abort_before_step(self) -> None:
+        if not self.allocated and self.job_id is not None:
+            self.info(f"{PROG}: Job allocation {self.job_id} has been revoked")
+        elif self.allocated and self.job_id is not None:
+            self.info(f"{PROG}: Cancelled pending job step with signal {SIGINT}")
+            self.error(f"Unable to create step for job {self.job_id}: "
+                       "Job/step already completing or completed")
+        self.rc = 1
+        # Closing the socket without release cancels an allocation we created.
+        self.own_alloc = False
+
+    def on_interrupt(self) -> None:
+        """Slurm's _handle_intr(): status on the first Ctrl-C, abort on a second within 1 s."""
+        step = self.step
+        assert step is not None
+        now = self.clock()
+        if self.req.v.get("quit-on-interrupt") or now - self.last_intr < 1.0:
+            self.info(f"{PROG}: sending Ctrl-C to {step.step_name}")
+            self.send({"type": "signal", "signal": SIGINT})
+            self.force_termination()
+            return
+        self.last_intr = now
+        if self.req.v.get("disable-status"):
+            self.info(f"{PROG}: sending Ctrl-C to {step.step_name}")
+            self.send({"type": "signal", "signal": SIGINT})
+        elif not self.cancelled:
+            self.info(f"{PROG}: interrupt (one more within 1 sec to abort)")
+            for line in step.status_lines():
+                self.info(line)
+
+    def force_termination(self) -> None:
+        """Slurm's job_force_termination(): kill the tasks; say so once."""
+        if self.kill_sent == 0:
+            self.info(f"{PROG}: forcing job termination")
+        else:
+            self.info(f"{PROG}: job abort in progress")
+        self.kill_sent += 1
+        self.cancelled = True
+        self.send({"type": "cancel"})
+
+    def send_window(self) -> None:
+        size = terminal_size(self.stdin_fd)
+        if size is not None and self.step is not None:
+            self.send({"type": "resize", "rows": size[0], "cols": size[1]})
+
+    # ---- stdin ---------------------------------------------------------------
+    def on_stdin(self) -> None:
+        try:
+            data = os.read(self.stdin_fd, 1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if data:
+            self.send({"type": "stdin", "data": binascii.b2a_base64(data, newline=False)
+                       .decode("ascii")})
+        else:
+            self.stdin_open = False
+            self.send({"type": "stdin_eof"})
+
+    # ---- timers --------------------------------------------------------------
+    def next_timeout(self) -> float | None:
+        deadlines = []
+        if self.pending_since is not None and self.req.immediate is not None:
+            deadlines.append(self.pending_since + max(self.req.immediate, 1))
+        if self.first_exit is not None and self.req.wait > 0 and self.rc is None \
+                and not self.cancelled:
+            deadlines.append(self.first_exit + self.req.wait)
+        if not deadlines:
+            return None
+        return max(0.0, min(deadlines) - self.clock())
+
+    def on_timer(self) -> None:
+        now = self.clock()
+        if (self.pending_since is not None and self.req.immediate is not None
+                and now >= self.pending_since + max(self.req.immediate, 1)):
+            self.error("Unable to allocate resources: " + _IMMEDIATE_REASONS.get(
+                str(self.pending_reason), "Requested nodes are busy"))
+            self.own_alloc = False  # closing the socket cancels the pending job
+            self.rc = 1
+            return
+        if (self.first_exit is not None and self.req.wait > 0 and not self.cancelled
+                and self.step is not None and now >= self.first_exit + self.req.wait):
+            self.info(f"{PROG}: First task exited {self.req.wait}s ago")
+            for line in self.step.status_lines():
+                self.info(line)
+            self.force_termination()
+
+    # ---- the loop ------------------------------------------------------------
+    def run(self, signal_fd: int | None = None) -> int:
+        """Poll until the step ends; returns srun's exit code."""
+        import select
+
+        from corral.cli.ws import ConnectionClosed, WebSocketError
+
+        poller = select.poll()
+        ws_fd = self.ws.fileno()
+        poller.register(ws_fd, select.POLLIN)
+        if signal_fd is not None:
+            poller.register(signal_fd, select.POLLIN)
+        stdin_registered = False
+        while self.rc is None:
+            if self.stdin_open and not stdin_registered:
+                try:
+                    poller.register(self.stdin_fd, select.POLLIN)
+                    stdin_registered = True
+                except (OSError, ValueError):
+                    self.stdin_open = False
+            elif not self.stdin_open and stdin_registered:
+                poller.unregister(self.stdin_fd)
+                stdin_registered = False
+            if self.ws.has_buffered():
+                events = [(ws_fd, select.POLLIN)]
+            else:
+                timeout = self.next_timeout()
+                try:
+                    events = poller.poll(None if timeout is None else int(timeout * 1000) + 1)
+                except InterruptedError:
+                    events = []
+            if not events:
+                self.on_timer()
+                continue
+            for fd, ev in events:
+                if fd == signal_fd:
+                    for sig in os.read(fd, 64):
+                        self.on_signal(sig)
+                elif fd == ws_fd:
+                    try:
+                        msgs = self.ws.read_messages()
+                    except (ConnectionClosed, WebSocketError):
+                        if self.rc is None:
+                            self.router.flush_all()
+                            self.error("Lost connection to the Corral controller")
+                            self.rc = 1
+                        self.own_alloc = False
+                        break
+                    for msg in msgs:
+                        if isinstance(msg, dict):
+                            if msg.get("type") == "pending":
+                                self.pending_reason = msg.get("reason")
+                            self.on_message(msg)
+                elif fd == self.stdin_fd:
+                    if ev & select.POLLIN:
+                        self.on_stdin()
+                    elif ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                        self.stdin_open = False
+                        self.send({"type": "stdin_eof"})
+                if self.rc is not None:
+                    break
+        rc = self.rc
+        if self.own_alloc and self.allocated:
+            self.send({"type": "release", "exit_code": rc})
+        self.ws.close()
+        return rc
+
+
+def terminal_size(fd: int) -> tuple[int, int] | None:
+    try:
+        size = os.get_terminal_size(fd)
+    except OSError:
+        return None
+    return size.lines, size.columns
+
+
+# --------------------------------------------------------------------------
+# Signals and the terminal
+# --------------------------------------------------------------------------
+
+class SignalPipe:
+    """Signal handlers that only wake the poll loop: the C handler writes each signal's
+    number to a pipe (`set_wakeup_fd`); the loop reads and handles them in order."""
+
+    def __init__(self, signals: tuple[int, ...]):
+        import _signal  # the C module: `signal` itself costs enum's import
+
+        self._signal = _signal
+        self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.old_wakeup = _signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        self.saved: dict[int, Any] = {}
+        for sig in signals:
+            self.saved[sig] = _signal.signal(sig, _note_signal)
+
+    def close(self) -> None:
+        for sig, handler in self.saved.items():
+            try:
+                self._signal.signal(sig, handler)
+            except (OSError, ValueError, TypeError):
+                pass
+        self._signal.set_wakeup_fd(self.old_wakeup)
+        os.close(self.read_fd)
+        os.close(self.write_fd)
+
+
+def _note_signal(signum: int, frame: Any) -> None:
+    """The Python-level handler: nothing to do, the wakeup fd carries the signal."""
+
+
+class RawTerminal:
+    """--pty: the local terminal in raw mode, put back as it was no matter what."""
+
+    def __init__(self, fd: int):
+        import termios
+        self.termios = termios
+        self.fd = fd
+        self.saved = termios.tcgetattr(fd)
+        mode = termios.tcgetattr(fd)
+        # cfmakeraw(3)
+        mode[0] &= ~(termios.IGNBRK | termios.BRKINT | termios.PARMRK | termios.ISTRIP
+                     | termios.INLCR | termios.IGNCR | termios.ICRNL | termios.IXON)
+        mode[1] &= ~termios.OPOST
+        mode[2] &= ~(termios.CSIZE | termios.PARENB)
+        mode[2] |= termios.CS8
+        mode[3] &= ~(termios.ECHO | termios.ECHONL | termios.ICANON | termios.ISIG
+                     | termios.IEXTEN)
+        mode[6][termios.VMIN] = 1
+        mode[6][termios.VTIME] = 0
+        termios.tcsetattr(fd, termios.TCSANOW, mode)
+
+    def restore(self) -> None:
+        try:
+            self.termios.tcsetattr(self.fd, self.termios.TCSADRAIN, self.saved)
+        except self.termios.error:
+            pass
+
+
+# --------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------
+
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _run(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        except OSError:
+            pass
+        return 0
+
+
+def _run(args: list[str]) -> int:
+    is_tty = os.isatty(0)
+    window = terminal_size(0) if is_tty else None
+    try:
+        req = parse_srun(args, dict(os.environ), os.getcwd(), time.time(),
+                         submit_host=os.uname().nodename.split(".")[0],
+                         umask=_current_umask(), is_tty=is_tty, window=window)
+    except CliExit as e:
+        sys.stdout.write(e.stdout)
+        sys.stderr.write(e.stderr)
+        return e.code
+    for line in req.messages:
+        sys.stderr.write(line + "\n")
+    return run_request(req)
+
+
+def run_request(req: SrunRequest, *, stdin_fd: int = 0) -> int:
+    """Connect, start, and run the session to its end."""
+    from corral.cli.ws import ConnectionClosed, WebSocketError, connect
+
+    try:
+        ws = connect(paths.socket_path(), STEPS_RESOURCE)
+    except (FileNotFoundError, ConnectionRefusedError):
+        sys.stderr.write(f"{PROG}: error: {client._not_running_message()}\n")
+        return 1
+    except (OSError, WebSocketError) as e:
+        sys.stderr.write(f"{PROG}: error: cannot reach the Corral controller: {e}\n")
+        return 1
+    signals = _HANDLED_SIGNALS + ((SIGWINCH,) if req.pty else ())
+    pipe = SignalPipe(signals)
+    raw: RawTerminal | None = None
+    try:
+        if req.pty:  # before the step can start: no keystroke may reach the local tty driver
+            raw = RawTerminal(stdin_fd)
+        try:
+            ws.send_json(start_message(req))
+        except ConnectionClosed:
+            sys.stderr.write(f"{PROG}: error: Lost connection to the Corral controller\n")
+            return 1
+        session = Session(ws, req, stdin_fd=stdin_fd)
+        return session.run(pipe.read_fd)
+    finally:
+        if raw is not None:
+            raw.restore()
+        pipe.close()
+        ws.close()
+
+
+# --------------------------------------------------------------------------
+# --help, --usage
+# --------------------------------------------------------------------------
+
+USAGE_TEXT = """\
+Usage: srun [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [-t minutes]
+            [-J jobname] [-w hosts] [-x hosts] [--jobid=id] [--overlap] [--pty]
+            [-o out] [-e err] [-i in] [-l] [-u] [-K[0|1]] [-W sec] [-I[sec]]
+            [--export=names] [--mem=MB] [--mem-per-cpu=MB] [--gres=list]
+            [--gpus=n] [--gpus-per-node=n] [--gpus-per-task=n] [--mpi=none]
+            [-v] [-Q] executable [args...]
+"""
+
+HELP_TEXT = """\
+Usage: srun [OPTIONS...] executable [args...]
+
+Parallel run options:
+  -c, --cpus-per-task=ncpus   number of cpus required per task
+  -D, --chdir=path            change remote current working directory
+  -e, --error=err             location of stderr redirection
+      --export=env_vars|NONE  environment variables passed to launcher with
+                              optional values or NONE (pass no variables)
+  -i, --input=in              location of stdin redirection
+  -I, --immediate[=secs]      exit if resources not available in "secs"
+      --jobid=id              run under already allocated job
+  -J, --job-name=jobname      name of job
+  -K, --kill-on-bad-exit      kill the job if any task terminates with a
+                              non-zero exit code
+  -l, --label                 prepend task number to lines of stdout/err
+      --mpi=type              type of MPI being used (Corral: none)
+  -n, --ntasks=ntasks         number of tasks to run
+      --ntasks-per-node=n     number of tasks to invoke on each node
+  -N, --nodes=N               number of nodes on which to run (N = min[-max])
+  -o, --output=out            location of stdout redirection
+      --overlap               Allow other steps to overlap this step
+  -p, --partition=partition   partition requested
+      --pty                   run task zero in pseudo terminal
+  -Q, --quiet                 quiet mode (suppress informational messages)
+  -t, --time=minutes          time limit
+  -u, --unbuffered            do not line-buffer stdout/err
+  -v, --verbose               verbose mode (multiple -v's increase verbosity)
+  -W, --wait=sec              seconds to wait after first task exits
+                              before killing job
+
+Constraint options:
+      --mem=MB                minimum amount of real memory
+  -w, --nodelist=hosts...     request a specific list of hosts
+  -x, --exclude=hosts...      exclude a specific list of hosts
+
+Consumable resources related options:
+      --exclusive[=oversubscribe] allocate nodes in exclusive mode
+      --mem-per-cpu=MB        maximum amount of real memory per allocated
+                              cpu required by the job.
+
+GPU scheduling options:
+  -G, --gpus=n                count of GPUs required for the job
+      --gpus-per-node=n       number of GPUs required per allocated node
+      --gpus-per-task=n       number of GPUs required per spawned task
+      --gres=list             required generic resources (gpu[:type][:count],
+                              gpu:0 or none for a step without GPUs)
+
+Help options:
+  -h, --help                  show this help message
+      --usage                 display brief usage message
+
+Other options:
+  -V, --version               output version information and exit
+
+Accepted without effect under Corral: --cpu-bind, -m/--distribution, --gpu-bind,
+--mem-bind, --hint, -X/--disable-status, --exact, --whole and other placement and
+tuning options.  Other Slurm options are refused with an error.
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,497 @@
+"""Job steps (srun) and interactive allocations (salloc, srun outside a job).
+
+The client keeps a WebSocket open (`/v1/steps/ws`, protocol in docs/STEPS.md); the
+controller lays the step out inside the job's allocation, asks the agents of the step's
+nodes to start the tasks, and relays output, input, signals and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import pwd
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from corral.controller.state import Controller, Identity, SlurmError, parse_signal_spec
+from corral.model import hostlists
+from corral.model.job import Job, JobState, Step
+from corral.model.jobenv import allocation_environment, step_environment
+from corral.model.patterns import expand_pattern
+
+log = logging.getLogger("corral.controller")
+
+Send = Any  # Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class LiveStep:
+    job_id: int
+    step_id: int
+    send: Send  # to the client
+    nodes: list[str]
+    tasks_per_node: list[int]
+    cpus: dict[str, int]  # CPUs it holds per node (0 when --overlap)
+    gpus: dict[str, list[int]]
+    record: Step
+    stdin: str = "0"
+    exits: dict[int, tuple[int, int]] = field(default_factory=dict)
+    cancelled: bool = False
+
+    @property
+    def ntasks(self) -> int:
+        return sum(self.tasks_per_node)
+
+    def task_node(self, task_id: int) -> str:
+        n = task_id
+        for node, count in zip(self.nodes, self.tasks_per_node, strict=True):
+            if n < count:
+                return node
+            n -= count
+        return self.nodes[-1]
+
+
+class StepManager:
+    def __init__(self, ctl: Controller) -> None:
+        self.ctl = ctl
+        self.live: dict[tuple[int, int], LiveStep] = {}
+        self.alloc_waiters: dict[int, asyncio.Future[str]] = {}
+        self.alloc_sessions: dict[int, Send] = {}  # allocation job id -> its client
+        self.step_freed: dict[int, asyncio.Event] = {}
+        ctl.listeners.append(self._on_job_event)
+
+    # ---- job events --------------------------------------------------------
+    def signal_job_steps(self, job_id: int, signum: int) -> None:
+        for (jid, _), step in list(self.live.items()):
+            if jid == job_id:
+                for s in self._agents_of(step):
+                    s({"type": "signal_tasks", "job_id": jid, "step_id": step.step_id, "signal": signum})
+
+    def _arm_step_signal(self, job: Job) -> None:
+        """--signal=SIG@secs without B: goes to the job's steps before the time limit."""
+        spec = parse_signal_spec(job.signal)
+        if spec is None or spec["batch_only"] or job.time_limit <= 0 or job.start_time is None:
+            return
+        delay = job.start_time + job.time_limit - spec["secs"] - time.time()
+        asyncio.get_running_loop().call_later(max(0.0, delay), self.signal_job_steps,
+                                              job.job_id, int(spec["num"]))
+
+    def _on_job_event(self, event: str, job: Job) -> None:
+        if event == "started" and job.signal:
+            self._arm_step_signal(job)
+        fut = self.alloc_waiters.get(job.job_id)
+        if fut is not None and not fut.done() and event in ("started", "ended"):
+            fut.set_result(event)
+        if event in ("ended", "ending"):
+            for key, step in list(self.live.items()):
+                if key[0] == job.job_id:
+                    self._kill_step(step)
+            send = self.alloc_sessions.get(job.job_id)
+            if send is not None and event == "ended":
+                send({"type": "ended", "state": job.state.value})
+
+    # ---- the client's WebSocket ----------------------------------------------
+    async def handle(self, request: web.Request, who: Identity) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(heartbeat=30, max_msg_size=64 * 1024 * 1024)
+        await ws.prepare(request)
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+
+        def send(msg: dict[str, Any]) -> None:
+            queue.put_nowait(msg)
+
+        async def writer() -> None:
+            while True:
+                msg = await queue.get()
+                if msg is None:
+                    return
+                await ws.send_str(json.dumps(msg, separators=(",", ":")))
+
+        writer_task = asyncio.get_running_loop().create_task(writer())
+        session: dict[str, Any] = {"alloc": None, "detached": False, "released": False, "step": None}
+        runner: asyncio.Task[None] | None = None
+        try:
+            async for raw in ws:
+                if raw.type != WSMsgType.TEXT:
+                    if raw.type == WSMsgType.ERROR:
+                        break
+                    continue
+                try:
+                    msg = json.loads(raw.data)
+                except ValueError:
+                    send({"type": "error", "message": "malformed message"})
+                    break
+                mtype = msg.get("type")
+                if mtype == "start" and runner is None:
+                    runner = asyncio.get_running_loop().create_task(self._start(msg, who, send, session))
+                elif mtype == "release":
+                    session["released"] = True
+                    self._release(session, int(msg.get("exit_code") or 0))
+                elif mtype == "detach":
+                    session["detached"] = True
+                else:
+                    self._client_message(session, msg)
+        finally:
+            if runner is not None and not runner.done():
+                runner.cancel()
+            step = session["step"]
+            if step is not None and (step.job_id, step.step_id) in self.live:
+                self._kill_step(step)  # srun went away: its tasks go too
+            if session["alloc"] is not None and not session["detached"] and not session["released"]:
+                job = self.ctl.jobs.get(session["alloc"])
+                if job is not None and job.state == JobState.PENDING:
+                    self.ctl.finish_pending(job, JobState.CANCELLED, time.time(), by=who.uid)
+                elif job is not None and job.state.active:
+                    self.ctl.end_allocation(job, "CANCELLED")
+            if session["alloc"] is not None:
+                self.alloc_sessions.pop(session["alloc"], None)
+            queue.put_nowait(None)
+            await writer_task
+        return ws
+
+    def _release(self, session: dict[str, Any], exit_code: int) -> None:
+        jid = session["alloc"]
+        job = self.ctl.jobs.get(jid) if jid is not None else None
+        if job is not None and job.state.active:
+            self.ctl.end_allocation(job, "COMPLETED" if exit_code == 0 else "FAILED", exit_code)
+
+    async def _start(self, msg: dict[str, Any], who: Identity, send: Send, session: dict[str, Any]) -> None:
+        try:
+            job_id = msg.get("job_id")
+            if job_id is None:
+                job = await self._allocate(msg.get("alloc") or {}, msg.get("alloc_env") or {}, who, send, session)
+                if job is None:
+                    return
+            else:
+                job = self._job_for_step(int(job_id), who)
+            step_req = msg.get("step")
+            if step_req is not None:
+                await self._run_step(job, step_req, who, send, session)
+        except SlurmError as e:
+            send({"type": "error", "message": e.message})
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.exception("step start failed")
+            send({"type": "error", "message": f"internal error: {e}"})
+
+    def _job_for_step(self, job_id: int, who: Identity) -> Job:
+        job = self.ctl.jobs.get(job_id)
+        if job is None:
+            raise SlurmError(f"Unable to confirm allocation for job {job_id}: Invalid job id specified")
+        self.ctl.check_owner(who, job)
+        if job.state != JobState.RUNNING:
+            raise SlurmError(f"Unable to confirm allocation for job {job_id}: "
+                             "Job/step already completing or completed")
+        return job
+
+    async def _allocate(self, spec: dict[str, Any], env: dict[str, str], who: Identity, send: Send,
+                        session: dict[str, Any]) -> Job | None:
+        spec = dict(spec)
+        spec["batch"] = False
+        try:
+            job = await self.ctl.submit(who, spec, "", env, [], None)
+        except SlurmError as e:
+            raise SlurmError(f"Unable to allocate resources: {e.message}") from None
+        session["alloc"] = job.job_id
+        self.alloc_sessions[job.job_id] = send
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.alloc_waiters[job.job_id] = fut
+        try:
+            if not job.state.active:
+                try:
+                    await asyncio.wait_for(asyncio.shield(fut), 0.3)
+                except TimeoutError:
+                    send({"type": "pending", "job_id": job.job_id, "reason": job.reason})
+                    await fut
+        finally:
+            self.alloc_waiters.pop(job.job_id, None)
+        if job.state != JobState.RUNNING:
+            send({"type": "error", "message": f"Job allocation {job.job_id} has been revoked"})
+            return None
+        env_out = allocation_environment(job, cluster_name=self.ctl.cluster_name,
+                                         submit_host=job.submit_host or os.uname().nodename)
+        send({"type": "allocated", "job_id": job.job_id, "nodes": hostlists.compress(job.nodes),
+              "env": env_out})
+        return job
+
+    # ---- steps ---------------------------------------------------------------
+    def _layout(self, job: Job, req: dict[str, Any]) -> tuple[list[str], list[int], dict[str, int], dict[str, list[int]]]:
+        """Nodes, tasks per node, CPUs and GPUs per node for a step; SlurmError if impossible,
+        None-like busy signalled by raising _Busy."""
+        alloc = {a.node: a for a in job.alloc}
+        nodes = list(job.nodes)
+        if req.get("exclude"):
+            nodes = [n for n in nodes if n not in set(req["exclude"])]
+        if req.get("nodelist"):
+            wanted = list(req["nodelist"])
+            if not set(wanted) <= set(job.nodes):
+                raise SlurmError("Requested node configuration is not available")
+            nodes = [n for n in job.nodes if n in set(wanted)]
+        ntasks = req.get("ntasks")
+        nnodes = req.get("nodes")
+        per_node = req.get("ntasks_per_node")
+        cpt = max(1, int(req.get("cpus_per_task") or 1))
+        if nnodes is None and ntasks is None and per_node is None:
+            nnodes = len(nodes)
+            per_node = job.ntasks_per_node
+            ntasks = job.num_tasks if not per_node else None
+        if nnodes is None:
+            if per_node and ntasks:
+                nnodes = -(-int(ntasks) // int(per_node))
+            else:
+                nnodes = min(len(nodes), int(ntasks)) if ntasks else len(nodes)
+        nnodes = int(nnodes)
+        if nnodes < 1 or nnodes > len(nodes):
+            raise SlurmError("Requested node configuration is not available")
+        nodes = nodes[:nnodes]
+        if per_node:
+            counts = [int(per_node)] * nnodes
+            if ntasks:
+                total = int(ntasks)
+                counts = []
+                left = total
+                for _ in range(nnodes):
+                    take = min(int(per_node), left)
+                    counts.append(take)
+                    left -= take
+                if left > 0 or 0 in counts:
+                    raise SlurmError("Requested node configuration is not available")
+        else:
+            total = int(ntasks) if ntasks else nnodes
+            if total < nnodes:
+                raise SlurmError("Requested node configuration is not available")
+            base, extra = divmod(total, nnodes)
+            counts = [base + (1 if i < extra else 0) for i in range(nnodes)]
+        cpus: dict[str, int] = {}
+        gpus: dict[str, list[int]] = {}
+        busy = False
+        used = self._cpus_in_use(job.job_id)
+        for node, count in zip(nodes, counts, strict=True):
+            a = alloc[node]
+            need = count * cpt
+            if need > a.cpus:
+                raise SlurmError("More processors requested than permitted")
+            if not req.get("overlap"):
+                if need > a.cpus - used.get(node, 0):
+                    busy = True
+                cpus[node] = need
+            gpt, gpn = req.get("gpus_per_task"), req.get("gpus_per_node")
+            if gpn == 0:
+                gpus[node] = []
+            elif gpt:
+                want = int(gpt) * count
+                if want > len(a.gpus):
+                    raise SlurmError("Requested node configuration is not available")
+                gpus[node] = a.gpus[:want]
+            elif gpn:
+                if int(gpn) > len(a.gpus):
+                    raise SlurmError("Requested node configuration is not available")
+                gpus[node] = a.gpus[:int(gpn)]
+            else:
+                gpus[node] = list(a.gpus)
+        if busy:
+            raise _Busy()
+        return nodes, counts, cpus, gpus
+
+    def _cpus_in_use(self, job_id: int) -> dict[str, int]:
+        used: dict[str, int] = {}
+        for (jid, _), st in self.live.items():
+            if jid == job_id:
+                for node, n in st.cpus.items():
+                    used[node] = used.get(node, 0) + n
+        return used
+
+    async def _run_step(self, job: Job, req: dict[str, Any], who: Identity, send: Send,
+                        session: dict[str, Any]) -> None:
+        if not isinstance(req.get("argv"), list) or not req["argv"]:
+            raise SlurmError("No command given")
+        said_waiting = False
+        while True:
+            if job.state != JobState.RUNNING:
+                raise SlurmError(f"Job {job.job_id} is no longer running")
+            try:
+                nodes, counts, cpus, gpus = self._layout(job, req)
+                break
+            except _Busy:
+                if not said_waiting:
+                    send({"type": "waiting", "message": "Job step creation temporarily disabled, retrying "
+                                                        "(Requested nodes are busy)"})
+                    said_waiting = True
+                ev = self.step_freed.setdefault(job.job_id, asyncio.Event())
+                try:
+                    await asyncio.wait_for(ev.wait(), 1.0)
+                except TimeoutError:
+                    pass
+                ev.clear()
+        step_id = self._next_step_id(job)
+        name = str(req.get("name") or os.path.basename(str(req["argv"][0])))
+        now = time.time()
+        record = Step(str(step_id), name, JobState.RUNNING.value, start_time=now,
+                      cpus=sum(a.cpus for a in job.alloc if a.node in nodes) if not cpus else sum(cpus.values()),
+                      nodes=hostlists.compress(nodes), ntasks=sum(counts))
+        job.steps.append(record)
+        self.ctl.mark(job)
+        step = LiveStep(job.job_id, step_id, send, nodes, counts, cpus, gpus, record,
+                        stdin=str(req.get("stdin") or "0"))
+        self.live[(job.job_id, step_id)] = step
+        session["step"] = step
+        send({"type": "step", "job_id": job.job_id, "step_id": step_id, "nodes": nodes,
+              "tasks_per_node": counts, "ntasks": sum(counts)})
+        self._launch(job, step, req)
+
+    @staticmethod
+    def _next_step_id(job: Job) -> int:
+        ids = [int(s.step_id) for s in job.steps if s.step_id.isdigit()]
+        return max(ids) + 1 if ids else 0
+
+    def _launch(self, job: Job, step: LiveStep, req: dict[str, Any]) -> None:
+        ctl = self.ctl
+        try:
+            home = pwd.getpwuid(job.uid).pw_dir
+        except KeyError:
+            home = "/"
+        cwd = str(req.get("cwd") or job.work_dir)
+        base_env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
+        alloc = {a.node: a for a in job.alloc}
+        by_sender: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
+        task_id = 0
+        submit_host = job.submit_host or os.uname().nodename
+        for idx, (node, count) in enumerate(zip(step.nodes, step.tasks_per_node, strict=True)):
+            sender = ctl.agent_senders.get(node)
+            for local in range(count):
+                env = dict(base_env)
+                env.update(step_environment(
+                    job, cluster_name=ctl.cluster_name, submit_host=submit_host, step_id=step.step_id,
+                    step_nodes=step.nodes, tasks_per_node=step.tasks_per_node, node_index=idx,
+                    task_id=task_id, local_id=local, gpus=step.gpus.get(node),
+                    cpus_on_node=alloc[node].cpus, ntasks=step.ntasks))
+                env.setdefault("SLURM_CONF", ctl.config_path)
+
+                def path(p: Any, tid: int = task_id, nidx: int = idx, nname: str = node) -> str | None:
+                    if not p:
+                        return None
+                    out = expand_pattern(str(p), job_id=job.job_id, name=job.name, user=job.user,
+                                         node=nname, array_job_id=job.array_job_id,
+                                         array_task_id=job.array_task_id, step=str(step.step_id),
+                                         task=tid, node_index=nidx)
+                    return out if os.path.isabs(out) else os.path.join(cwd, out)
+
+                task = {"task_id": task_id, "local_id": local, "node": node, "env": env,
+                        "stdout": path(req.get("output")), "stderr": path(req.get("error") or req.get("output")),
+                        "stdin": path(req.get("input"))}
+                if sender is None:
+                    step.exits[task_id] = (1, 0)
+                    step.send({"type": "output", "task": task_id, "stream": "stderr",
+                               "data": base64.b64encode(f"srun: error: {node}: no agent serves this node\n".encode()).decode()})
+                    step.send({"type": "exit", "task": task_id, "exit_code": 1, "signal": 0})
+                else:
+                    by_sender.setdefault(id(sender), (sender, []))[1].append(task)
+                task_id += 1
+        common = {"type": "launch_tasks", "job_id": job.job_id, "step_id": step.step_id, "uid": job.uid,
+                  "gid": job.gid, "user": job.user, "home": home, "cwd": cwd, "argv": list(req["argv"]),
+                  "pty": bool(req.get("pty")), "window": req.get("window"), "stdin": step.stdin,
+                  "kill_wait": ctl.kill_wait}
+        for sender, tasks in by_sender.values():
+            sender({**common, "tasks": tasks})
+        self._maybe_finish(step)
+
+    def _agents_of(self, step: LiveStep) -> list[Any]:
+        seen: dict[int, Any] = {}
+        for node in step.nodes:
+            s = self.ctl.agent_senders.get(node)
+            if s is not None:
+                seen[id(s)] = s
+        return list(seen.values())
+
+    def _client_message(self, session: dict[str, Any], msg: dict[str, Any]) -> None:
+        step: LiveStep | None = session["step"]
+        if step is None:
+            return
+        mtype = msg.get("type")
+        key = {"job_id": step.job_id, "step_id": step.step_id}
+        if mtype in ("stdin", "stdin_eof"):
+            if step.stdin == "none":
+                return
+            targets = self._agents_of(step) if step.stdin == "all" else \
+                [s for s in [self.ctl.agent_senders.get(step.task_node(0))] if s is not None]
+            for s in targets:
+                if mtype == "stdin":
+                    s({"type": "task_stdin", **key, "data": msg.get("data", "")})
+                else:
+                    s({"type": "task_stdin_eof", **key})
+        elif mtype == "signal":
+            for s in self._agents_of(step):
+                s({"type": "signal_tasks", **key, "signal": int(msg.get("signal") or 2)})
+        elif mtype == "cancel":
+            self._kill_step(step)
+        elif mtype == "resize":
+            for s in self._agents_of(step):
+                s({"type": "resize_tasks", **key, "rows": int(msg.get("rows") or 24),
+                   "cols": int(msg.get("cols") or 80)})
+
+    def _kill_step(self, step: LiveStep) -> None:
+        step.cancelled = True
+        for s in self._agents_of(step):
+            s({"type": "kill_tasks", "job_id": step.job_id, "step_id": step.step_id})
+
+    def cancel_step(self, who: Identity, job_id: int, step_id: int) -> None:
+        """scancel J.S"""
+        job = self.ctl.jobs.get(job_id)
+        step = self.live.get((job_id, step_id))
+        if job is None or step is None:
+            raise SlurmError("Invalid job id specified", 2017, 404)
+        self.ctl.check_owner(who, job)
+        self._kill_step(step)
+
+    # ---- from the agents -------------------------------------------------------
+    def agent_message(self, msg: dict[str, Any]) -> None:
+        step = self.live.get((int(msg.get("job_id", -1)), int(msg.get("step_id", -1))))
+        if step is None:
+            return
+        mtype = msg.get("type")
+        if mtype == "task_output":
+            step.send({"type": "output", "task": msg.get("task_id"), "stream": msg.get("stream", "stdout"),
+                       "data": msg.get("data", "")})
+        elif mtype == "task_exit":
+            tid = int(msg.get("task_id", 0))
+            code, sig = int(msg.get("exit_code") or 0), int(msg.get("signal") or 0)
+            step.exits[tid] = (code, sig)
+            step.send({"type": "exit", "task": tid, "exit_code": code, "signal": sig})
+            self._maybe_finish(step)
+
+    def _maybe_finish(self, step: LiveStep) -> None:
+        if len(step.exits) < step.ntasks:
+            return
+        self.live.pop((step.job_id, step.step_id), None)
+        rc = 0
+        worst_sig = 0
+        for code, sig in step.exits.values():
+            rc = max(rc, 128 + sig if sig else code)
+            worst_sig = max(worst_sig, sig)
+        exit_code = max(code for code, _ in step.exits.values())
+        rec = step.record
+        rec.end_time = time.time()
+        rec.exit_code, rec.signal = exit_code, worst_sig
+        if step.cancelled:
+            rec.state = JobState.CANCELLED.value
+        elif rc == 0:
+            rec.state = JobState.COMPLETED.value
+        else:
+            rec.state = JobState.FAILED.value
+        job = self.ctl.jobs.get(step.job_id)
+        if job is not None:
+            self.ctl.mark(job)
+        step.send({"type": "step_end", "exit_code": rc})
+        ev = self.step_freed.get(step.job_id)
+        if ev is not None:
+            ev.set()
+
+
+class _Busy(Exception):
+    pass
