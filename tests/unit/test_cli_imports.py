@@ -17,7 +17,7 @@ import pytest
 from corral.cli import client, squeue
 from corral.model.job import STATE_CODES
 
-COMMANDS = ["sbatch", "squeue", "sinfo", "scontrol", "scancel", "sacct"]
+COMMANDS = ["sbatch", "squeue", "sinfo", "scontrol", "scancel", "sacct", "srun", "salloc"]
 
 # Heavy modules (or whole packages) no command module may import at start.
 FORBIDDEN = [

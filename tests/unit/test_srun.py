@@ -65,7 +65,7 @@ class Peer:
         while True:
             try:
                 await self.recv(10.0)
-            except (EOFError, asyncio.TimeoutError):
+            except (TimeoutError, EOFError):
                 return
 
 

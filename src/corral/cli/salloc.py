@@ -240,7 +240,7 @@ class Salloc:
                 except (ConnectionClosed, WebSocketError):
                     self.error("Lost connection to the Corral controller")
                     return 1
-                for msg in msgs:
+                for i, msg in enumerate(msgs):
                     kind = msg.get("type") if isinstance(msg, dict) else None
                     if kind == "pending":
                         self.job_id = int(msg["job_id"])
@@ -253,6 +253,7 @@ class Salloc:
                         if self.pending:
                             self.info(f"job {self.job_id} has been allocated resources")
                         self.info(f"Granted job allocation {self.job_id}")
+                        self.ws.push_back(msgs[i + 1:])  # e.g. an "ended" right behind
                         return dict(msg)
                     elif kind == "error":
                         self.error(str(msg.get("message") or "unknown error"))

@@ -248,6 +248,10 @@ class WebSocket:
         except ValueError:
             raise WebSocketError("malformed JSON message") from None
 
+    def push_back(self, messages: list[Any]) -> None:
+        """Hand `messages` out again first: a reader that stopped midway keeps the rest."""
+        self._pending[:0] = messages
+
     def read_messages(self) -> list[Any]:
         """Read what the socket has now (one recv) and return the complete messages.
 

@@ -171,7 +171,10 @@ class StepManager:
                 job = self._job_for_step(int(job_id), who)
             step_req = msg.get("step")
             if step_req is not None:
-                await self._run_step(job, step_req, who, send, session)
+                try:
+                    await self._run_step(job, step_req, who, send, session)
+                except SlurmError as e:
+                    raise SlurmError(f"Unable to create step for job {job.job_id}: {e.message}") from None
         except SlurmError as e:
             send({"type": "error", "message": e.message})
         except asyncio.CancelledError:
@@ -194,6 +197,10 @@ class StepManager:
                         session: dict[str, Any]) -> Job | None:
         spec = dict(spec)
         spec["batch"] = False
+        part = self.ctl.partitions.get(spec.get("partition") or "") or self.ctl.config.default_partition()
+        if part is not None and int(spec.get("num_nodes") or 1) > len(part.nodes):
+            # an interactive request that can never be met fails now rather than wait forever
+            raise SlurmError("Unable to allocate resources: Requested partition configuration not available now")
         try:
             job = await self.ctl.submit(who, spec, "", env, [], None)
         except SlurmError as e:

@@ -1,0 +1,563 @@
+"""TaskManager (agent/tasks.py) with real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from corral.agent import tasks as tasks_mod
+from corral.agent.tasks import TaskManager
+
+PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+
+    def send(self, msg: dict[str, Any]) -> None:
+        self.messages.append(msg)
+
+    def output(self, task_id: int = 0, stream: str = "stdout", step_id: int | None = None) -> bytes:
+        return b"".join(base64.b64decode(m["data"]) for m in self.messages
+                        if m["type"] == "task_output" and m["task_id"] == task_id
+                        and m["stream"] == stream and (step_id is None or m["step_id"] == step_id))
+
+    def exits(self, step_id: int | None = None) -> dict[int, tuple[int, int]]:
+        return {m["task_id"]: (m["exit_code"], m["signal"]) for m in self.messages
+                if m["type"] == "task_exit" and (step_id is None or m["step_id"] == step_id)}
+
+
+def launch_msg(argv: list[str], ntasks: int = 1, *, step_id: int = 0, cwd: str = "/tmp",
+               env: dict[str, str] | None = None, uid: int | None = None,
+               gid: int | None = None, user: str = "", **extra: Any) -> dict[str, Any]:
+    base_env = {"PATH": PATH} if env is None else env
+    tasks = [{"task_id": i, "local_id": i, "node": "node-1",
+              "env": {**base_env, "SLURM_PROCID": str(i)},
+              "stdout": None, "stderr": None, "stdin": None} for i in range(ntasks)]
+    for arg, key in (("stdout", "stdout"), ("stderr", "stderr"), ("stdin_path", "stdin")):
+        if arg in extra:
+            value = extra.pop(arg)
+            for t in tasks:
+                t[key] = value(t["task_id"]) if callable(value) else value
+    msg = {"type": "launch_tasks", "job_id": 7, "step_id": step_id,
+           "uid": os.geteuid() if uid is None else uid,
+           "gid": os.getegid() if gid is None else gid, "user": user, "home": "/tmp",
+           "cwd": cwd, "argv": argv, "pty": False, "window": None, "stdin": "none",
+           "tasks": tasks}
+    msg.update(extra)
+    return msg
+
+
+async def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.005)
+
+
+async def wait_idle(tm: TaskManager, timeout: float = 10.0) -> None:
+    await wait_for(lambda: not tm.steps(), timeout)
+
+
+def run(coro_fn: Callable[[TaskManager, Collector], Awaitable[None]],
+        **kwargs: Any) -> Collector:
+    col = Collector()
+
+    async def main() -> None:
+        tm = TaskManager(col.send, **kwargs)
+        try:
+            await coro_fn(tm, col)
+        finally:
+            await tm.shutdown()
+            assert tm.steps() == []
+
+    asyncio.run(main())
+    return col
+
+
+def test_output_complete_and_in_order() -> None:
+    async def body(tm: TaskManager, col: Collector) -> None:
+        await tm.launch(launch_msg(["seq", "1", "50000"]))
+        await wait_idle(tm)
+
+    col = run(body)
+    expected = "".join(f"{i}\n" for i in range(1, 50001)).encode()
+    assert col.output(0) == expected
+    assert col.exits() == {0: (0, 0)}
+    last_output = max(i for i, m in enumerate(col.messages) if m["type"] == "task_output")
+    exit_index = next(i for i, m in enumerate(col.messages) if m["type"] == "task_exit")
+    assert last_output < exit_index
+
+
+def test_stdout_stderr_separated_and_exit_codes() -> None:
+    async def body(tm: TaskManager, col: Collector) -> None:
+        await tm.launch(launch_msg(["sh", "-c", "echo out$SLURM_PROCID; echo err >&2; "
+                                    "exit $((SLURM_PROCID + 3))"], 3))
+        await tm.launch(launch_msg(["sh", "-c", "kill -SEGV $$"], step_id=1))
+        await wait_idle(tm)
+
+    col = run(body)
+    for t in range(3):
+        assert col.output(t, "stdout", 0) == f"out{t}\n".encode()
+        assert col.output(t, "stderr", 0) == b"err\n"
+    assert col.exits(0) == {0: (3, 0), 1: (4, 0), 2: (5, 0)}
+    assert col.exits(1) == {0: (0, signal.SIGSEGV)}
+
+
+def test_streaming_is_not_buffered() -> None:
+    async def body(tm: TaskManager, col: Collector) -> None:
+        await tm.launch(launch_msg(["sh", "-c", "printf partial; sleep 30"]))
+        await wait_for(lambda: col.output(0) == b"partial")
+        assert tm.steps() == [(7, 0)]
+        await tm.kill(7, 0)
+
+    col = run(body)
+    assert col.exits() == {0: (0, signal.SIGTERM)}
+
+
+def test_stdin_to_task_zero_then_eof() -> None:
+    async def body(tm: TaskManager, col: Collector) -> None:
+        await tm.launch(launch_msg(["cat"], 2, stdin="0"))
+        tm.stdin(7, 0, b"hello ")
+        tm.stdin(7, 0, b"world\n" * 20000)  # more than a pipe holds: buffered in the agent
+        await wait_for(lambda: 1 in col.exits())  # task 1 reads /dev/null
+        assert 0 not in col.exits()
+        tm.stdin(7, 0, None)
+        await wait_idle(tm)
+
+    col = run(body)
+    assert col.output(0) == b"hello " + b"world\n" * 20000
+    assert col.output(1) == b""
+    assert col.exits() == {0: (0, 0), 1: (0, 0)}
+
+
+def test_stdin_all_and_none() -> None:
+    async def body(tm: TaskManager, col: Collector) -> None:
+        await tm.launch(launch_msg(["cat"], 2, stdin="all"))
+        await tm.launch(launch_msg(["cat"], 1, stdin="none", step_id=1))
+        tm.stdin(7, 0, b"x\n")
+        tm.stdin(7, 0, None)
+        await wait_idle(tm)
+
+    col = run(body)
+    assert col.output(0, step_id=0) == b"x\n"
+    assert col.output(1, step_id=0) == b"x\n"
+    assert col.output(0, step_id=1) == b""
+
+
+def test_stdin_before_launch_is_kept() -> None:
+    async def body(tm: TaskManager, col: Collector) -> None:
+        tm.stdin(7, 0, b"early\n")
+        tm.stdin(7, 0, None)
+        await tm.launch(launch_msg(["cat"], stdin="0"))
+        await wait_idle(tm)
+
+    assert run(body).output(0) == b"early\n"
+
+
+def test_signal_reaches_trap() -> None:
+    script = 'trap "echo got-usr1; exit 3" USR1; echo ready; while :; do sleep 0.05; done'
+
+    async def body(tm: TaskManager, col: Collector) -> None:
+        await tm.launch(launch_msg(["sh", "-c", script]))
+        await wait_for(lambda: col.output(0) == b"ready\n")
+        tm.signal(7, 0, signal.SIGUSR1)
+        await wait_idle(tm)
+
+    col = run(body)
+    assert col.output(0) == b"ready\ngot-usr1\n"
+    assert col.exits() == {0: (3, 0)}
+
+
+def test_kill_escalates_to_sigkill_after_kill_wait() -> None:
+    script = 'trap "" TERM; echo ready; while :; do sleep 0.05; done'
+    elapsed: list[float] = []
+
+    async def body(tm: TaskManager, col: Collector) -> None:
+        await tm.launch(launch_msg(["sh", "-c", script], 2))
+        await wait_for(lambda: col.output(0) == b"ready\n" and col.output(1) == b"ready\n")
+        t0 = time.monotonic()
+        await tm.kill(7, 0)
+        elapsed.append(time.monotonic() - t0)
+        assert tm.steps() == []
+
+    col = run(body, kill_wait=0.4)
+    assert col.exits() == {0: (0, signal.SIGKILL), 1: (0, signal.SIGKILL)}
+    assert 0.4 <= elapsed[0] < 3.0
+
+
+def test_kill_wait_from_message_and_sigterm() -> None:
+    async def body(tm: TaskManager, col: Collector) -> None:
+        await tm.launch(launch_msg(["sleep", "60"], kill_wait=0.2))
+        t0 = time.monotonic()
+        await tm.kill(7, 0)
+        assert time.monotonic() - t0 < 0.2  # sleep dies of SIGTERM at once
+
+    assert run(body, kill_wait=100).exits() == {0: (0, signal.SIGTERM)}
+
+
+def test_kill_before_launch_starts_nothing() -> None:
+    async def body(tm: TaskManager, col: Collector) -> None:
+        await tm.kill(7, 0)
+        await tm.launch(launch_msg(["sh", "-c", "echo should-not-run"], 2))
+        await wait_idle(tm)
+
+    col = run(body)
+    assert col.exits() == {0: (0, signal.SIGKILL), 1: (0, signal.SIGKILL)}
+    assert col.output(0) == b""
+
+
+def test_kill_job_and_shutdown() -> None:
+    async def body(tm: TaskManager, col: Collector) -> None:
+        await tm.launch(launch_msg(["sleep", "60"], step_id=0))
+        await tm.launch(launch_msg(["sleep", "60"], step_id=1))
+        await tm.launch({**launch_msg(["sleep", "60"]), "job_id": 8})
+        assert sorted(tm.steps()) == [(7, 0), (7, 1), (8, 0)]
+        await tm.kill_job(7)
+        assert tm.steps() == [(8, 0)]
+        await tm.shutdown()
+        assert tm.steps() == []
+
+    col = run(body)
+    assert [m["signal"] for m in col.messages if m["type"] == "task_exit"] == [15, 15, 15]
+
+
+def test_environment_exact_and_task_pid() -> None:
+    env = {"PATH": PATH, "BASH_FUNC_module%%": "() {  echo hi\n}", "IFS": ":",
+           "WEIRD": "a b\tc", "EMPTY": "", "SLURM_TASK_PID": "stale"}
+
+    async def body(tm: TaskManager, col: Collector) -> None:
+        await tm.launch(launch_msg(["env", "-0"], env=env))
+        await tm.launch(launch_msg(["sh", "-c", 'echo "$$ $SLURM_TASK_PID"'], step_id=1))
+        await wait_idle(tm)
+
+    col = run(body)
+    got = dict(item.split("=", 1) for item in col.output(0, step_id=0).decode().split("\0") if item)
+    expected = {k: v for k, v in env.items() if k != "SLURM_TASK_PID"}
+    pid = got.pop("SLURM_TASK_PID")
+    assert got == {**expected, "SLURM_PROCID": "0"}
+    assert pid.isdigit()
+    shell_pid, task_pid = col.output(0, step_id=1).split()
+    assert shell_pid == task_pid
+
+
+def test_umask_cwd_and_session() -> None:
+    with tempfile.TemporaryDirectory() as d:
+        async def body(tm: TaskManager, col: Collector) -> None:
+            await tm.launch(launch_msg(
+                ["sh", "-c", "umask; pwd; ps -o sid= -o pgid= -p $$; echo $$"], cwd=d,
+                env={"PATH": PATH, "SLURM_UMASK": "0077"}))
+            await wait_idle(tm)
+
+        col = run(body)
+        umask, cwd, ids, pid = col.output(0).decode().split("\n")[:4]
+        assert umask == "0077"
+        assert os.path.realpath(cwd) == os.path.realpath(d)
+        assert ids.split() == [pid, pid]  # its own session and process group
+
+
+def test_missing_cwd_goes_to_tmp() -> None:
+    async def body(tm: TaskManager, col: Collector) -> None:
+        await tm.launch(launch_msg(["pwd"], cwd="/nonexistent/dir"))
+        await wait_idle(tm)
+
+    col = run(body)
+    assert col.output(0, "stderr") == (b"slurmstepd: error: couldn't chdir to `/nonexistent/dir': "
+                                       b"No such file or directory: going to /tmp instead\n")
+    assert col.output(0) == b"/tmp\n"
+    assert col.exits() == {0: (0, 0)}
+
+
+def test_exec_failures() -> None:
+    with tempfile.TemporaryDirectory() as d:
+        noexec = os.path.join(d, "noexec.sh")
+        badinterp = os.path.join(d, "bad.sh")
+        with open(noexec, "w") as f:
+            f.write("#!/bin/sh\necho hi\n")
+        with open(badinterp, "w") as f:
+            f.write("#!/no/such/shell\necho hi\n")
+        os.chmod(badinterp, 0o755)
+
+        async def body(tm: TaskManager, col: Collector) -> None:
+            await tm.launch(launch_msg(["no-such-command-xyz", "a"], 2, step_id=0))
+            if os.geteuid() != 0:  # root may execute anything with an x bit only
+                await tm.launch(launch_msg([noexec], step_id=1))
+            await tm.launch(launch_msg(["./bad.sh"], step_id=2, cwd=d))
+            await wait_idle(tm)
+
+        col = run(body)
+    for t in (0, 1):
+        assert col.output(t, "stderr", 0) == (b"slurmstepd: error: execve(): no-such-command-xyz: "
+                                              b"No such file or directory\n")
+    assert col.exits(0) == {0: (2, 0), 1: (2, 0)}
+    if os.geteuid() != 0:
+        assert col.exits(1) == {0: (13, 0)}
+    assert col.output(0, "stderr", 2) == (b"slurmstepd: error: execve(): bad interpreter"
+                                          b"(/no/such/shell): No such file or directory\n")
+    assert col.exits(2) == {0: (2, 0)}
+
+
+def test_sigpipe_is_default_in_tasks() -> None:
+    async def body(tm: TaskManager, col: Collector) -> None:
+        await tm.launch(launch_msg(["sh", "-c", "yes | head -n 1"]))
+        await wait_idle(tm)
+
+    col = run(body)
+    assert col.output(0) == b"y\n"
+    assert col.output(0, "stderr") == b""  # `yes` died of SIGPIPE, no "Broken pipe" error
+
+
+def test_output_files() -> None:
+    with tempfile.TemporaryDirectory() as d:
+        shared = os.path.join(d, "out.txt")
+        with open(shared, "w") as f:
+            f.write("old content that must be truncated\n" * 10)
+
+        async def body(tm: TaskManager, col: Collector) -> None:
+            await tm.launch(launch_msg(
+                ["sh", "-c", "echo out-$SLURM_PROCID; echo err-$SLURM_PROCID >&2"], 3,
+                stdout=shared, stderr=lambda t: os.path.join(d, f"err-{t}.txt")))
+            await tm.launch(launch_msg(["cat"], step_id=1, stdin_path=shared))
+            await wait_idle(tm)
+            await tm.launch(launch_msg(["cat"], step_id=2, stdin_path=shared))
+            await tm.launch(launch_msg(["echo", "x"], step_id=3,
+                                       stdout=os.path.join(d, "missing", "o.txt")))
+            await wait_idle(tm)
+
+        col = run(body)
+        with open(shared) as f:
+            assert sorted(f.read().splitlines()) == ["out-0", "out-1", "out-2"]
+        for t in range(3):
+            with open(os.path.join(d, f"err-{t}.txt")) as f:
+                assert f.read() == f"err-{t}\n"
+        assert col.output(0, "stdout", 0) == b"" and col.output(0, "stderr", 0) == b""
+        assert sorted(col.output(0, step_id=2).decode().splitlines()) == ["out-0", "out-1", "out-2"]
+        assert col.output(0, "stderr", 3) == (
+            f"slurmstepd: error: Could not open stdout file {d}/missing/o.txt: "
+            f"No such file or directory\n").encode()
+        assert col.exits(3) == {0: (1, 0)}
+
+
+def test_background_process_does_not_hold_the_step() -> None:
+    async def body(tm: TaskManager, col: Collector) -> None:
+        t0 = time.monotonic()
+        await tm.launch(launch_msg(["sh", "-c", "sleep 30 & echo started"]))
+        await wait_idle(tm)
+        assert time.monotonic() - t0 < tasks_mod.DRAIN_GRACE + 1.5
+
+    col = run(body)
+    assert col.output(0) == b"started\n"
+    assert col.exits() == {0: (0, 0)}
+
+
+def test_leftover_outside_the_group_holding_output() -> None:
+    leftover: list[int] = []
+
+    async def body(tm: TaskManager, col: Collector) -> None:
+        t0 = time.monotonic()
+        # setsid: the leftover escapes the task's process group, and keeps stdout open
+        script = ('setsid sleep 30 & p=$!; '
+                  'until [ "$(ps -o sid= -p $p | tr -d " ")" = $p ]; do sleep 0.01; done; echo $p')
+        await tm.launch(launch_msg(["sh", "-c", script]))
+        await wait_idle(tm, timeout=tasks_mod.DRAIN_GRACE + 5)
+        leftover.append(int(col.output(0)))
+        assert tasks_mod.DRAIN_GRACE <= time.monotonic() - t0 < tasks_mod.DRAIN_GRACE + 2
+
+    try:
+        col = run(body)
+        assert col.exits() == {0: (0, 0)}
+    finally:
+        for pid in leftover:
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_without_pidfd_children_are_polled() -> None:
+    async def body(tm: TaskManager, col: Collector) -> None:
+        tm._use_pidfd = False
+        await tm.launch(launch_msg(["sh", "-c", "sleep 0.1; exit 4"], 3))
+        await wait_idle(tm)
+
+    assert run(body).exits() == {0: (4, 0), 1: (4, 0), 2: (4, 0)}
+
+
+def test_second_launch_merges_into_step() -> None:
+    async def body(tm: TaskManager, col: Collector) -> None:
+        first = launch_msg(["sleep", "60"], 2)
+        second = launch_msg(["sleep", "60"], 4)
+        second["tasks"] = second["tasks"][1:]  # task 1 again (ignored), tasks 2 and 3
+        await tm.launch(first)
+        await tm.launch(second)
+        assert tm.steps() == [(7, 0)]
+        await tm.kill(7, 0)
+
+    col = run(body)
+    assert col.exits() == {t: (0, signal.SIGTERM) for t in range(4)}
+    assert len([m for m in col.messages if m["type"] == "task_exit"]) == 4
+
+
+def test_pty() -> None:
+    script = ('if [ "$SLURM_PROCID" = 1 ]; then tty; exit; fi; '
+              "tty; stty size; echo ready; read line; stty size; echo got:$line")
+
+    async def body(tm: TaskManager, col: Collector) -> None:
+        await tm.launch(launch_msg(["sh", "-c", script], 2, stdin="0", pty=True,
+                                   window={"rows": 33, "cols": 111}))
+        await wait_for(lambda: b"ready" in col.output(0))
+        tm.resize(7, 0, 40, 120)
+        tm.stdin(7, 0, b"hello\n")
+        await wait_idle(tm)
+
+    col = run(body)
+    lines = col.output(0).decode().replace("\r\n", "\n").split("\n")
+    assert lines[0].startswith("/dev/pts/")
+    assert lines[1] == "33 111"
+    assert lines[2:6] == ["ready", "hello", "40 120", "got:hello"]  # "hello" is the echo
+    assert col.output(1).decode() == "not a tty\n"  # other tasks: no terminal, no input
+    assert col.exits() == {0: (0, 0), 1: (1, 0)}
+
+
+def test_pty_eof_and_signal() -> None:
+    async def body(tm: TaskManager, col: Collector) -> None:
+        await tm.launch(launch_msg(["cat"], stdin="0", pty=True, window={"rows": 5, "cols": 7}))
+        tm.stdin(7, 0, b"abc\n")
+        tm.stdin(7, 0, None)  # ^D on the terminal: cat sees end of input
+        await wait_idle(tm)
+        await tm.launch(launch_msg(["sleep", "60"], step_id=1, pty=True))
+        tm.signal(7, 1, signal.SIGINT)
+        await wait_idle(tm)
+
+    col = run(body)
+    assert col.output(0, step_id=0).replace(b"\r\n", b"\n").startswith(b"abc\nabc\n")
+    assert col.exits(0) == {0: (0, 0)}
+    assert col.exits(1) == {0: (0, signal.SIGINT)}
+
+
+def test_sixteen_tasks_start_fast() -> None:
+    times: list[float] = []
+
+    async def body(tm: TaskManager, col: Collector) -> None:
+        for step in range(3):
+            t0 = time.perf_counter()
+            await tm.launch(launch_msg(["true"], 16, step_id=step))
+            spawned = time.perf_counter()
+            await wait_idle(tm)
+            times.append(spawned - t0)
+            times.append(time.perf_counter() - t0)
+
+    col = run(body)
+    print(f"\n16 x true: launch {1000 * times[-2]:.1f} ms ({1000 * times[-2] / 16:.2f} ms/task), "
+          f"all exits {1000 * times[-1]:.1f} ms")
+    assert len(col.exits(2)) == 16 and set(col.exits(2).values()) == {(0, 0)}
+    assert times[-1] < 2.0
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_no_fd_leaks_and_no_zombies() -> None:
+    async def body(tm: TaskManager, col: Collector) -> None:
+        before = _open_fds()
+        await tm.launch(launch_msg(["sh", "-c", "echo hi; cat"], 4, stdin="all"))
+        await tm.launch(launch_msg(["cat"], step_id=1, pty=True, stdin="0"))
+        await tm.launch(launch_msg(["no-such-command-xyz"], step_id=2))
+        tm.stdin(7, 0, b"data\n")
+        tm.stdin(7, 0, None)
+        tm.stdin(7, 1, None)
+        await tm.kill(7, 1)
+        await wait_idle(tm)
+        await asyncio.sleep(0.05)
+        assert _open_fds() == before
+        with pytest.raises(ChildProcessError):
+            os.waitpid(-1, os.WNOHANG)
+
+    run(body)
+
+
+# ---- another user (root only) ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def other_user() -> Iterator[pwd.struct_passwd]:
+    if os.geteuid() != 0 or not shutil.which("useradd"):
+        pytest.skip("needs root and useradd")
+    name = f"crltask{os.getpid() % 100000}"
+    subprocess.run(["useradd", "--no-create-home", "--user-group", "--shell", "/bin/sh", name],
+                   check=True)
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        subprocess.run(["userdel", name], check=False)
+
+
+@pytest.mark.parametrize("with_setpriv", [True, False])
+def test_other_user(other_user: pwd.struct_passwd, with_setpriv: bool) -> None:
+    d = tempfile.mkdtemp()
+    os.chown(d, other_user.pw_uid, other_user.pw_gid)
+    secret = os.path.join(tempfile.mkdtemp(), "secret")  # root's 0700 directory
+    try:
+        async def body(tm: TaskManager, col: Collector) -> None:
+            if not with_setpriv:
+                tm._setpriv = None  # the fallback: subprocess with user/group
+            ident: dict[str, Any] = {"uid": other_user.pw_uid, "gid": other_user.pw_gid,
+                                     "user": other_user.pw_name}
+            await tm.launch(launch_msg(["sh", "-c", "id -u; id -g; echo $SLURM_TASK_PID $$"],
+                                       cwd=d, **ident))
+            await tm.launch(launch_msg(["echo", "in-file"], step_id=1, cwd=d,
+                                       stdout=os.path.join(d, "o.txt"), **ident))
+            await tm.launch(launch_msg(["echo", "x"], step_id=2, cwd=d, stdout=secret, **ident))
+            await tm.launch(launch_msg(["tty"], step_id=3, cwd=d, pty=True, **ident))
+            await wait_idle(tm)
+
+        col = run(body)
+        uid, gid, pids = col.output(0, step_id=0).decode().splitlines()
+        assert (int(uid), int(gid)) == (other_user.pw_uid, other_user.pw_gid)
+        assert pids.split()[0] == pids.split()[1]
+        st = os.stat(os.path.join(d, "o.txt"))
+        assert (st.st_uid, st.st_gid) == (other_user.pw_uid, other_user.pw_gid)
+        with open(os.path.join(d, "o.txt")) as f:
+            assert f.read() == "in-file\n"
+        assert not os.path.exists(secret)  # opened with the user's rights, not root's
+        assert b"Permission denied" in col.output(0, "stderr", 2)
+        assert col.exits(2) == {0: (1, 0)}
+        tty = col.output(0, step_id=3).decode().strip()
+        assert tty.startswith("/dev/pts/")
+        assert col.exits(3) == {0: (0, 0)}
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(secret), ignore_errors=True)
+
+
+def test_non_root_cannot_run_other_uid() -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root may run tasks of any uid")
+
+    async def body(tm: TaskManager, col: Collector) -> None:
+        await tm.launch(launch_msg(["true"], uid=os.geteuid() + 1))
+        await wait_idle(tm)
+
+    col = run(body)
+    assert b"cannot run tasks of uid" in col.output(0, "stderr")
+    assert col.exits() == {0: (1, 0)}
+
+
+def test_may_execute_owner_group_other() -> None:
+    # the check for another user's program mirrors the kernel's owner/group/other rule
+    ident = tasks_mod._Identity(uid=1234, gid=99, user="u", switch=True, groups=[99, 5])
+    st = os.stat_result((stat.S_IFREG | 0o010, 0, 0, 1, 4321, 5, 0, 0, 0, 0))
+    assert tasks_mod._may_execute(st, ident)
+    st = os.stat_result((stat.S_IFREG | 0o001, 0, 0, 1, 1234, 5, 0, 0, 0, 0))
+    assert not tasks_mod._may_execute(st, ident)  # the owner's bit decides for the owner
