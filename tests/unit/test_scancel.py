@@ -217,11 +217,13 @@ def test_usage_errors(fake: FakeController, capsys: pytest.CaptureFixture[str]) 
                                        "Valid job states are PENDING, RUNNING, and SUSPENDED\n")
     assert scancel.main(["-u", "no-such-user-here"]) == 1
     assert capsys.readouterr().err == "scancel: error: Invalid user name: no-such-user-here\n"
-    assert scancel.main(["12.0"]) == 1
-    assert "not supported by Corral yet: 12.0" in capsys.readouterr().err
+    assert scancel.main(["12.batch"]) == 1
+    assert capsys.readouterr().err == "scancel: error: Invalid job id 12.batch\n"
     assert scancel.main(["-A", "acct", "1"]) == 1
     assert capsys.readouterr().err == "scancel: error: --account is not supported by Corral yet\n"
     assert not fake.calls
+    assert scancel.main(["12.0"]) == 0  # a step: signalled through /v1/jobs/12.0/signal
+    assert [p for p, _ in fake.posts()] == ["/v1/jobs/12.0/signal"]
 
 
 def test_version_help(capsys: pytest.CaptureFixture[str]) -> None:

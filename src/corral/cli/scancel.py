@@ -225,10 +225,10 @@ def parse_args(argv: list[str]) -> Options | int:
         # A filter alone reaches only the caller's own jobs, not everyone's (and a
         # permission error for each of them).
         o.user = pwd.getpwuid(os.getuid()).pw_name
-    steps = [str(j) for j in o.jobs if j.step is not None]
-    if steps:
-        raise UsageError("scancel: error: signalling individual job steps is not supported "
-                         f"by Corral yet: {', '.join(steps)}")
+    if any(j.step is not None and not j.step.isdigit() for j in o.jobs):
+        # J.batch / J.extern: the batch step is reached with -b
+        bad = [str(j) for j in o.jobs if j.step is not None and not j.step.isdigit()]
+        raise UsageError(f"scancel: error: Invalid job id {bad[0]}")
     return o
 
 

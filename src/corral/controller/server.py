@@ -304,7 +304,9 @@ class Api:
         if dot:
             if not (head.isdigit() and step_part.isdigit()):
                 raise _invalid_job()
-            self.steps.cancel_step(who, int(head), int(step_part))
+            signum = body.get("signal", 15)
+            self.steps.signal_step(who, int(head), int(step_part),
+                                   None if body.get("cancel") else int(signum))
             return json_response({"ok": True})
         jobs = self._jobs_for(spec)
         signum = body.get("signal", 15)

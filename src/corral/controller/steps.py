@@ -447,14 +447,18 @@ class StepManager:
         for s in self._agents_of(step):
             s({"type": "kill_tasks", "job_id": step.job_id, "step_id": step.step_id})
 
-    def cancel_step(self, who: Identity, job_id: int, step_id: int) -> None:
-        """scancel J.S"""
+    def signal_step(self, who: Identity, job_id: int, step_id: int, signum: int | None) -> None:
+        """scancel J.S: end the step (signum None) or deliver a signal to its tasks."""
         job = self.ctl.jobs.get(job_id)
         step = self.live.get((job_id, step_id))
         if job is None or step is None:
             raise SlurmError("Invalid job id specified", 2017, 404)
         self.ctl.check_owner(who, job)
-        self._kill_step(step)
+        if signum is None:
+            self._kill_step(step)
+        else:
+            for s in self._agents_of(step):
+                s({"type": "signal_tasks", "job_id": job_id, "step_id": step_id, "signal": signum})
 
     # ---- from the agents -------------------------------------------------------
     def agent_message(self, msg: dict[str, Any]) -> None:

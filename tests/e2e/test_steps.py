@@ -1,0 +1,141 @@
+"""End-to-end: srun steps (inside and outside allocations), salloc, srun --pty."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import subprocess
+import time
+
+import pytest
+
+from tests.e2e.cluster import Cluster
+
+pytestmark = pytest.mark.slow
+
+
+def test_srun_two_nodes_labelled(cluster: Cluster) -> None:
+    r = cluster.run("srun", "-N2", "-l", "bash", "-c", "echo $SLURMD_NODENAME $SLURM_PROCID")
+    assert r.returncode == 0, r.stderr
+    lines = sorted(r.stdout.splitlines())
+    assert len(lines) == 2
+    m0 = re.fullmatch(r"0: (node-\d) 0", lines[0])
+    m1 = re.fullmatch(r"1: (node-\d) 1", lines[1])
+    assert m0 and m1 and m0.group(1) != m1.group(1), lines
+
+
+def test_batch_job_step_ranks_on_every_node(cluster: Cluster) -> None:
+    script = cluster.workdir / "ranks.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=2\n"
+                      "srun bash -c 'echo $SLURM_PROCID $SLURM_LOCALID $SLURM_NODEID $SLURMD_NODENAME "
+                      "$SLURM_NTASKS $SLURM_STEP_NUM_NODES $SLURM_STEP_ID'\n")
+    jid = cluster.sbatch("-o", "ranks-%j.out", str(script))
+    cluster.wait_state(jid, "COMPLETED", timeout=60)
+    rows = sorted(line.split() for line in (cluster.workdir / f"ranks-{jid}.out").read_text().splitlines())
+    assert [r[0] for r in rows] == ["0", "1", "2", "3"]
+    assert [(r[1], r[2]) for r in rows] == [("0", "0"), ("1", "0"), ("0", "1"), ("1", "1")]
+    assert rows[0][3] == rows[1][3] != rows[2][3] == rows[3][3]
+    assert all(r[4:] == ["4", "2", "0"] for r in rows)
+    steps = cluster.ok("sacct", "-j", str(jid), "-P", "-n", "-o", "JobID,State").split()
+    assert f"{jid}.batch|COMPLETED" in steps and f"{jid}.0|COMPLETED" in steps
+
+
+def test_srun_exit_code_stdin_and_gpus(cluster: Cluster) -> None:
+    r = cluster.run("srun", "-n2", "bash", "-c", "exit $((SLURM_PROCID + 3))")
+    assert r.returncode == 4
+    assert "task 1: Exited with exit code 4" in r.stderr
+    r = cluster.run("srun", "cat", input="through stdin\n")
+    assert r.returncode == 0 and r.stdout == "through stdin\n"
+    r = cluster.run("srun", "--gres=gpu:2", "bash", "-c", "echo $CUDA_VISIBLE_DEVICES")
+    assert r.returncode == 0 and len(r.stdout.strip().split(",")) == 2
+
+
+def test_srun_too_many_nodes(cluster: Cluster) -> None:
+    r = cluster.run("srun", "--immediate=1", "-N", "10", "true")
+    assert r.returncode == 1
+    assert r.stderr == ("srun: error: Unable to allocate resources: "
+                        "Requested partition configuration not available now\n")
+
+
+def test_salloc_runs_command_in_allocation(cluster: Cluster) -> None:
+    r = cluster.run("salloc", "-N2", "bash", "-c",
+                    "echo JOB=$SLURM_JOB_ID NODES=$SLURM_JOB_NODELIST; srun -l hostname | wc -l", timeout=60)
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"JOB=(\d+) NODES=(node-\[\d-\d\]|node-\d,node-\d)", r.stdout)
+    assert m, r.stdout
+    assert r.stdout.strip().endswith("2")
+    assert f"salloc: Granted job allocation {m.group(1)}" in r.stderr
+    assert f"salloc: Relinquishing job allocation {m.group(1)}" in r.stderr
+    cluster.wait_state(m.group(1), "COMPLETED")
+
+
+def test_salloc_no_shell_and_gres_zero_enters_busy_allocation(cluster: Cluster) -> None:
+    r = cluster.run("salloc", "--no-shell", "-N1", "--gres=gpu:4", timeout=60)
+    assert r.returncode == 0, r.stderr
+    jid = int(re.search(r"Granted job allocation (\d+)", r.stderr).group(1))  # type: ignore[union-attr]
+    try:
+        hog = subprocess.Popen(["srun", "--jobid", str(jid), "sleep", "30"], env=cluster.env,
+                               cwd=cluster.workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cluster.wait_for(lambda: f"{jid}.0" in cluster.ok("sacct", "-j", str(jid), "-n", "-P", "-o", "JobID"),
+                         what="first step")
+        r = cluster.run("srun", "--jobid", str(jid), "--overlap", "--gres=gpu:0", "bash", "-c",
+                        "echo [$CUDA_VISIBLE_DEVICES]")
+        assert r.returncode == 0 and r.stdout == "[]\n", r.stdout + r.stderr
+        cluster.ok("scancel", f"{jid}.0")
+        assert hog.wait(timeout=30) != 0
+    finally:
+        cluster.ok("scancel", str(jid))
+    cluster.wait_state(jid, "CANCELLED")
+
+
+def test_srun_pty_gives_a_real_terminal(cluster: Cluster) -> None:
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: srun on a terminal
+        os.chdir(cluster.workdir)
+        os.execvpe("srun", ["srun", "--pty", "bash", "--norc", "-i"], cluster.env)
+    out = b""
+
+    def read_until(token: bytes, timeout: float = 20) -> bytes:
+        nonlocal out
+        deadline = time.monotonic() + timeout
+        while token not in out:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no {token!r} in {out!r}")
+            r, _, _ = select.select([fd], [], [], left)
+            if r:
+                try:
+                    out += os.read(fd, 4096)
+                except OSError:
+                    break
+        return out
+
+    try:
+        os.write(fd, b"echo TTY=$(tty) JOB=$SLURM_JOB_ID; stty size\r")
+        text = read_until(b"JOB=").decode(errors="replace")
+        read_until(b"\n", 5)
+        time.sleep(0.5)
+        os.write(fd, b"exit 5\r")
+        deadline = time.monotonic() + 20
+        status = None
+        while time.monotonic() < deadline:
+            try:
+                out += os.read(fd, 4096)
+            except OSError:
+                pass
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        text = out.decode(errors="replace")
+        assert re.search(r"TTY=/dev/pts/\d+ JOB=\d+", text), text
+        assert status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 5, (status, text)
+    finally:
+        try:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(fd)
