@@ -39,6 +39,7 @@ class Agent:
         self._outbox: asyncio.Queue[dict[str, Any]] | None = None
         self.tasks = TaskManager(self._send)
         self.launching: dict[int, asyncio.Task[None]] = {}
+        self.heartbeat = 10.0  # seconds; the controller sets it from SlurmdTimeout
         self.home = home
         self.nodes = nodes
         self.controller_socket = controller_socket
@@ -155,7 +156,7 @@ class Agent:
 
     async def _heartbeat(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         while True:
-            await asyncio.sleep(10)
+            await asyncio.sleep(self.heartbeat)
             await ws.send_str(json.dumps({"type": "heartbeat", "load": os.getloadavg()[0],
                                           "free_mem": hw.free_memory_mb()}))
 
@@ -195,6 +196,7 @@ class Agent:
         elif mtype == "ack":
             self._forget(int(m["job_id"]))
         elif mtype == "registered":
+            self.heartbeat = float(m.get("heartbeat") or self.heartbeat)
             for jid in m.get("ack", []):
                 self._forget(int(jid))
 

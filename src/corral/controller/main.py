@@ -51,6 +51,7 @@ async def serve(home: str, config_path: str) -> int:
             ctl.request_schedule()
             now = time.time()
             ctl.check_time_limits(now)
+            ctl.check_node_health(now)
             ctl.expire_finished(now)
 
     tick = loop.create_task(periodic())

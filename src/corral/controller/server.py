@@ -409,6 +409,8 @@ class Api:
                     continue
                 msg = json.loads(raw.data)
                 mtype = msg.get("type")
+                if node_names:
+                    ctl.agent_contact(node_names)
                 if mtype == "register":
                     node_names = [n for n in msg.get("nodes", []) if n in ctl.nodes]
                     unknown = [n for n in msg.get("nodes", []) if n not in ctl.nodes]
@@ -420,7 +422,9 @@ class Api:
                     ctl.agent_registered(node_names, send, msg.get("hw", {}), msg.get("running", []))
                     await ctl.durable()
                     send({"type": "registered", "nodes": node_names,
-                          "ack": [ev["job_id"] for ev in msg.get("ended", [])]})
+                          "ack": [ev["job_id"] for ev in msg.get("ended", [])],
+                          "heartbeat": ctl.heartbeat_interval(),
+                          "config": {"cluster_name": ctl.cluster_name, "kill_wait": ctl.kill_wait}})
                     log.info("agent registered nodes %s", hostlists.compress(node_names))
                 elif mtype == "ended":
                     self._agent_ended(msg, send)

@@ -48,6 +48,9 @@ ESLURM_INVALID_NODE_NAME = 2009
 ESLURM_TRANSITION_STATE_NO_UPDATE = 2023
 
 
+NOT_RESPONDING_REASON = "Not responding"
+
+
 class SlurmError(Exception):
     """A request the controller refuses, with Slurm's wording."""
 
@@ -1057,14 +1060,60 @@ class Controller:
             n.os = hw.get("os", "")
             n.hostname = hw.get("hostname", "")
             n.addr = n.addr or hw.get("addr", "")
+            n.last_contact = now
+            if n.admin_state == "down" and n.reason == NOT_RESPONDING_REASON \
+                    and self.config.get_int("ReturnToService") >= 1:
+                n.admin_state = "up"  # ReturnToService: a node down only for silence comes back
+                n.reason = n.reason_user = None
+                n.reason_uid = n.reason_time = None
+                self.mark_node(n)
             self.agent_senders[name] = send
         # a job we think runs on these nodes but the agent does not know: it was lost
         alive = set(running)
         for job in list(self.running.values()):
             if job.batch and job.batch_host in node_names and job.job_id not in alive:
                 log.warning("job %d unknown to the agent of %s after restart", job.job_id, job.batch_host)
+                job.kill_reason = job.kill_reason or "NODE_FAIL"
                 self.job_ended(job.job_id, "NODE_FAIL", 0, 0, now)
+        # and one the agent still runs that we gave up on (node failed, job requeued elsewhere)
+        for jid in alive:
+            known = self.jobs.get(jid)
+            if known is None or not known.state.active or known.batch_host not in node_names:
+                log.warning("agent still runs job %d which ended here; killing it", jid)
+                send({"type": "control", "job_id": jid, "control": {"op": "cancel"}})
         self.request_schedule()
+
+    def agent_contact(self, node_names: list[str]) -> None:
+        now = time.time()
+        for name in node_names:
+            self.nodes[name].last_contact = now
+
+    def heartbeat_interval(self) -> float:
+        return max(0.5, min(10.0, self.config.get_int("SlurmdTimeout") / 3))
+
+    def check_node_health(self, now: float) -> None:
+        """Nodes silent for SlurmdTimeout: NOT_RESPONDING, their jobs NODE_FAIL or requeued."""
+        timeout = self.config.get_int("SlurmdTimeout")
+        if timeout <= 0:
+            return
+        for n in self.nodes.values():
+            if not n.registered or n.last_contact is None or now - n.last_contact < timeout:
+                continue
+            if n.name in self.agent_senders and n.responding:
+                continue  # connected and heartbeating
+            n.responding = False
+            victims = [j for j in self.running.values() if n.name in j.nodes]
+            for job in victims:
+                log.warning("node %s not responding for %ds: job %d fails", n.name, timeout, job.job_id)
+                if job.batch:
+                    job.kill_reason = "NODE_FAIL"
+                    self.job_ended(job.job_id, "NODE_FAIL", 0, 0, now)
+                else:
+                    self.end_allocation(job, "NODE_FAIL")
+            if self.config.get_int("ReturnToService") == 0 and n.admin_state == "up":
+                n.admin_state = "down"
+                n.reason, n.reason_user, n.reason_uid, n.reason_time = NOT_RESPONDING_REASON, "root", 0, now
+                self.mark_node(n)
 
     def agent_lost(self, node_names: list[str], send: Callable[[dict[str, Any]], None]) -> None:
         for name in node_names:

@@ -35,6 +35,7 @@ class Node:
     boot_time: float | None = None
     agent_start_time: float | None = None
     last_busy: float | None = None
+    last_contact: float | None = None  # last message from its agent
     cpu_load: float = 0.0
     free_mem: int | None = None
 
