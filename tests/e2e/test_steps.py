@@ -80,6 +80,8 @@ def test_salloc_no_shell_and_gres_zero_enters_busy_allocation(cluster: Cluster) 
                                cwd=cluster.workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cluster.wait_for(lambda: f"{jid}.0" in cluster.ok("sacct", "-j", str(jid), "-n", "-P", "-o", "JobID"),
                          what="first step")
+        steps = cluster.ok("squeue", "-s", "-h", "-j", str(jid)).split()
+        assert steps[:2] == [f"{jid}.0", "sleep"], steps
         r = cluster.run("srun", "--jobid", str(jid), "--overlap", "--gres=gpu:0", "bash", "-c",
                         "echo [$CUDA_VISIBLE_DEVICES]")
         assert r.returncode == 0 and r.stdout == "[]\n", r.stdout + r.stderr

@@ -139,3 +139,6 @@ def run_cli(prog: str, fn: Any, argv: list[str] | None = None) -> int:
         except OSError:
             pass
         return 0
+    except Exception as e:  # a bug of ours: one line for the user, never a traceback
+        sys.stderr.write(f"{prog}: error: internal error: {type(e).__name__}: {e}\n")
+        return 1
