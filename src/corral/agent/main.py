@@ -34,7 +34,7 @@ log = logging.getLogger("corral.agent")
 
 class Agent:
     def __init__(self, home: str, nodes: list[str], controller_socket: str,
-                 spawner: Spawner | None = None) -> None:
+                 spawner: Spawner | None = None, remote: RemoteController | None = None) -> None:
         self.spawner = spawner
         self._outbox: asyncio.Queue[dict[str, Any]] | None = None
         self.tasks = TaskManager(self._send)
@@ -43,6 +43,10 @@ class Agent:
         self.home = home
         self.nodes = nodes
         self.controller_socket = controller_socket
+        self.remote = remote  # set on a joined machine: the controller is over TCP+TLS
+        self.cluster_config: dict[str, Any] = {}  # from the controller's "registered"
+        self._registered = asyncio.Event()
+        self.auth_failures = 0  # consecutive refusals of the join token
         self.spool = paths.spool_dir(home)
         os.makedirs(self.spool, exist_ok=True)
         self.notify_path = os.path.join(self.spool, "notify.sock")
@@ -94,6 +98,11 @@ class Agent:
             try:
                 await self._session()
                 delay = 0.05
+            except aiohttp.ServerFingerprintMismatch as e:
+                log.error("%s", fingerprint_mismatch(self.remote.url if self.remote else "", e))
+            except aiohttp.WSServerHandshakeError as e:
+                self.auth_failures += e.status == 401
+                log.warning("the controller refused this agent: HTTP %d %s", e.status, e.message)
             except (aiohttp.ClientError, OSError) as e:
                 log.debug("controller not reachable: %s", e)
             except asyncio.CancelledError:
@@ -112,12 +121,24 @@ class Agent:
         loop.remove_reader(self._dgram.fileno())
         self._dgram.close()
 
+    def _open(self) -> tuple[aiohttp.ClientSession, str | URL, dict[str, str], float]:
+        """Session, WebSocket URL, upgrade headers and ping interval for the controller link."""
+        if self.remote is None:
+            conn = aiohttp.UnixConnector(path=self.controller_socket)
+            return aiohttp.ClientSession(connector=conn), "http://corral/v1/agent/ws", {}, 30.0
+        # over a network, ping often: a dead link is noticed within 1.5 heartbeats
+        return (self.remote.session(), self.remote.target("/v1/agent/ws"),
+                self.remote.agent_headers(self.nodes[0] if self.nodes else None, self.hw),
+                max(1.0, self.heartbeat))
+
     async def _session(self) -> None:
-        conn = aiohttp.UnixConnector(path=self.controller_socket)
-        async with aiohttp.ClientSession(connector=conn) as session:
-            async with session.ws_connect("http://corral/v1/agent/ws", heartbeat=30,
+        session, url, headers, ping = self._open()
+        async with session:
+            async with session.ws_connect(url, headers=headers, heartbeat=ping,
                                           max_msg_size=64 * 1024 * 1024) as ws:
                 self.ws = ws
+                self.auth_failures = 0
+                self._registered.clear()
                 self.reported = set()
                 running, ended = [], []
                 for jid in self.job_ids():
@@ -133,7 +154,8 @@ class Agent:
                     "hw": {"hostname": h.hostname, "arch": h.arch, "os": h.os,
                            "boot_time": h.boot_time, "start_time": self.start_time,
                            "cpus": h.cpus, "memory_mb": h.memory_mb,
-                           "gpus": [g.index for g in h.gpus], "addr": "127.0.0.1"},
+                           "gpus": [g.index for g in h.gpus],
+                           "addr": self.remote.local_address() if self.remote else "127.0.0.1"},
                 }))
                 log.info("connected to controller; %d running, %d ended jobs", len(running), len(ended))
                 hb = asyncio.get_running_loop().create_task(self._heartbeat(ws))
@@ -155,6 +177,8 @@ class Agent:
         log.warning("lost the controller; reconnecting")
 
     async def _heartbeat(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        # the interval comes with "registered"; before it, the controller has heard us anyway
+        await self._registered.wait()
         while True:
             await asyncio.sleep(self.heartbeat)
             await ws.send_str(json.dumps({"type": "heartbeat", "load": os.getloadavg()[0],
@@ -197,6 +221,8 @@ class Agent:
             self._forget(int(m["job_id"]))
         elif mtype == "registered":
             self.heartbeat = float(m.get("heartbeat") or self.heartbeat)
+            self.cluster_config = dict(m.get("config") or {})
+            self._registered.set()
             for jid in m.get("ack", []):
                 self._forget(int(jid))
 

@@ -13,6 +13,9 @@ import time
 from aiohttp import web
 
 from corral import paths
+from corral.auth import Verifier, derive_cluster_key
+from corral.controller import tls
+from corral.controller.auth import JOIN_TOKEN, VERIFIER, signed_requests
 from corral.controller.server import Api
 from corral.controller.state import Controller
 from corral.model.config import ConfigError, parse_config
@@ -21,7 +24,28 @@ from corral.store.sqlite import SqliteStore
 log = logging.getLogger("corral.controller")
 
 
-async def serve(home: str, config_path: str) -> int:
+def drop_silent_agents(ctl: Controller, now: float) -> None:
+    """Forget agent links that stayed silent for SlurmdTimeout.
+
+    A cut network leaves the TCP connection looking open for minutes; dropping the link
+    lets `check_node_health` mark the node NOT_RESPONDING on time. The agent, which pings
+    on its side, reconnects and registers again when the network is back.
+    """
+    timeout = ctl.config.get_int("SlurmdTimeout")
+    if timeout <= 0:
+        return
+    for name, send in list(ctl.agent_senders.items()):
+        node = ctl.nodes.get(name)
+        if node is not None and node.last_contact is not None and now - node.last_contact >= timeout:
+            log.warning("agent of node %s silent for %.0f s: link dropped", name,
+                        now - node.last_contact)
+            ctl.agent_lost([name], send)
+
+
+async def serve(home: str, config_path: str, listen: str | None = None) -> int:
+    # The store's writer thread and the event loop share the GIL; a short switch interval
+    # keeps an API answer from waiting up to 5 ms behind the writer.
+    sys.setswitchinterval(0.0005)
     with open(config_path) as f:
         config = parse_config(f.read())
     for key in sorted(set(config.unknown)):
@@ -31,7 +55,17 @@ async def serve(home: str, config_path: str) -> int:
     ctl.recover()
     stop = asyncio.Event()
     api = Api(ctl, stop.set)
-    runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
+    app = api.app()
+    # over TCP only agents with the join token and requests they sign get through
+    app.middlewares.append(signed_requests)
+    ssl_ctx = None
+    if listen:
+        host, port = tls.parse_listen(listen)
+        token = tls.ensure_token(home)
+        ssl_ctx = tls.server_context(*tls.ensure_certificate(home, host))
+        app[JOIN_TOKEN] = token
+        app[VERIFIER] = Verifier(derive_cluster_key(token))
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     sock_path = paths.socket_path(home)
     if os.path.exists(sock_path):
@@ -40,6 +74,11 @@ async def serve(home: str, config_path: str) -> int:
     await site.start()
     # root's controller serves every user (identity from SO_PEERCRED); a user's only them
     os.chmod(sock_path, 0o666 if os.geteuid() == 0 else 0o600)
+    if listen and ssl_ctx is not None:
+        tcp = web.TCPSite(runner, host, port, ssl_context=ssl_ctx, backlog=1024)
+        await tcp.start()
+        log.info("listening on %s:%d (TLS, certificate %s)", host, port,
+                 tls.certificate_fingerprint(home))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -51,6 +90,7 @@ async def serve(home: str, config_path: str) -> int:
             ctl.request_schedule()
             now = time.time()
             ctl.check_time_limits(now)
+            drop_silent_agents(ctl, now)
             ctl.check_node_health(now)
             ctl.expire_finished(now)
 
@@ -74,17 +114,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--home", default=None)
     ap.add_argument("--config", default=None)
     ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--listen", default=None, metavar="HOST:PORT",
+                    help="also serve agents and remote CLIs over TCP+TLS (corral join)")
     args = ap.parse_args(argv)
     home = os.path.abspath(args.home) if args.home else paths.corral_home()
     config_path = args.config or paths.config_path(home)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     try:
-        return asyncio.run(serve(home, config_path))
+        return asyncio.run(serve(home, config_path, args.listen))
     except ConfigError as e:
         log.error("configuration error in %s: %s", config_path, e)
         return 1
-    except OSError as e:
+    except (OSError, ValueError) as e:
         log.error("cannot start: %s", e)
         return 1
 

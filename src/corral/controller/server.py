@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from corral.controller.auth import admit_agent, request_uid_gid
 from corral.controller.state import Controller, Identity, SlurmError, _invalid_job
 from corral.controller.steps import StepManager
 from corral.model import hostlists
@@ -20,7 +19,6 @@ from corral.model.job import Job, parse_state
 
 log = logging.getLogger("corral.controller")
 
-_PEERCRED = struct.Struct("3i")
 _DERIVED = {"display_id", "alloc_cpus", "alloc_mem", "alloc_gpus"}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -34,13 +32,8 @@ def json_response(obj: Any, status: int = 200) -> web.Response:
 
 
 def peer_identity(request: web.Request, ctl: Controller) -> Identity:
-    """The caller's uid from SO_PEERCRED on the Unix socket."""
-    transport = request.transport
-    sock = transport.get_extra_info("socket") if transport is not None else None
-    if sock is None or sock.family != socket.AF_UNIX:
-        raise SlurmError("Unauthenticated connection", 0, 401)
-    pid, uid, gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                     _PEERCRED.size))
+    """The caller: SO_PEERCRED on the Unix socket, or the uid an agent signed for over TCP."""
+    uid, gid = request_uid_gid(request)
     if ctl.own_uid != 0 and uid != ctl.own_uid:
         # a controller run by an ordinary user runs every job as that user: refuse others
         raise SlurmError("Access/permission denied: this cluster is private to its owner", 0, 403)
@@ -380,9 +373,7 @@ class Api:
 
     # ---- agents ------------------------------------------------------------
     async def agent_ws(self, request: web.Request) -> web.WebSocketResponse:
-        who = peer_identity(request, self.ctl)
-        if not who.operator:
-            raise SlurmError("Access/permission denied", 2002, 403)
+        admit_agent(request, self.ctl)  # operator on the Unix socket, join token over TCP
         ws = web.WebSocketResponse(heartbeat=30)
         await ws.prepare(request)
         ctl = self.ctl

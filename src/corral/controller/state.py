@@ -227,7 +227,8 @@ class Controller:
             waiter, self._flush_waiter = self._flush_waiter, None
             try:
                 if batch:
-                    await loop.run_in_executor(self._executor, self.store.write, batch)
+                    prepared = self.store.prepare(batch)
+                    await loop.run_in_executor(self._executor, self.store.commit, prepared)
             except Exception as e:  # the store failed: nobody may be told "done"
                 log.exception("store write failed")
                 if waiter is not None and not waiter.done():
@@ -1082,6 +1083,38 @@ class Controller:
                 log.warning("agent still runs job %d which ended here; killing it", jid)
                 send({"type": "control", "job_id": jid, "control": {"op": "cancel"}})
         self.request_schedule()
+
+    def add_dynamic_node(self, name: str, hw: dict[str, Any]) -> Node:
+        """A node that joined (`corral join`) without being in the configuration.
+
+        It gets the hardware its agent detected (memory less 5% for the OS, as `corral up`
+        writes it) and joins the default partition. It lives in memory only: after a
+        controller restart its agent re-joins when it reconnects.
+        """
+        if name in self.nodes:
+            return self.nodes[name]
+        if not name or len(name) > 64 or not all(c.isalnum() or c in "-_." for c in name) \
+                or not name[0].isalnum():
+            raise ValueError(f"Invalid node name specified: {name!r}")
+        cpus = max(1, int(hw.get("cpus") or 1))
+        gpus = hw.get("gpus") or 0
+        sockets = max(1, int(hw.get("sockets") or 1))
+        threads = max(1, int(hw.get("threads_per_core") or 1))
+        node = Node(name=name, cpus=cpus,
+                    real_memory=max(1, int(int(hw.get("memory_mb") or 1) * 0.95)),
+                    gpus=len(gpus) if isinstance(gpus, list) else int(gpus),
+                    gpu_type=hw.get("gpu_type") or None, sockets=sockets,
+                    cores_per_socket=max(1, int(hw.get("cores_per_socket")
+                                                or cpus // (sockets * threads))),
+                    threads_per_core=threads,
+                    addr=str(hw.get("addr") or ""), hostname=str(hw.get("hostname") or ""))
+        part = self.config.default_partition()
+        if part is not None:
+            part.nodes.append(name)
+            node.partitions.append(part.name)
+            self._idle_views.pop(part.name, None)
+        self.nodes[name] = node
+        return node
 
     def agent_contact(self, node_names: list[str]) -> None:
         now = time.time()

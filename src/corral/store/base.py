@@ -45,6 +45,12 @@ class Store(Protocol):
     def write(self, batch: WriteBatch) -> None:
         """Persist the whole batch in one transaction; durable when it returns."""
 
+    def prepare(self, batch: WriteBatch) -> Any:
+        """Encode a batch (CPU only) for `commit`; the controller does this on its loop."""
+
+    def commit(self, prepared: Any) -> None:
+        """Write what `prepare` returned in one transaction; durable when it returns."""
+
     def load_active_jobs(self) -> list[Job]:
         """Jobs not yet finished, for a restarting controller."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 from corral.model.job import Job, JobState
 from corral.store.base import JobPayload, NodeRecord, WriteBatch
@@ -49,6 +49,13 @@ CREATE TABLE IF NOT EXISTS nodes (
 _FINISHED = tuple(s.value for s in JobState if s.finished)
 
 
+class PreparedBatch(NamedTuple):
+    job_rows: list[tuple[Any, ...]]
+    payload_rows: list[tuple[Any, ...]]
+    node_rows: list[tuple[Any, ...]]
+    next_job_id: int | None
+
+
 class SqliteStore:
     def __init__(self, path: str) -> None:
         self.path = path
@@ -65,6 +72,12 @@ class SqliteStore:
 
     # ---- writes ----------------------------------------------------------
     def write(self, batch: WriteBatch) -> None:
+        self.commit(self.prepare(batch))
+
+    @staticmethod
+    def prepare(batch: WriteBatch) -> PreparedBatch:
+        """Encode a batch into rows: pure CPU, done on the caller's (event loop) thread so the
+        writer thread holds the GIL as little as possible."""
         job_rows = [
             (j["job_id"], j.get("array_job_id"), j["uid"], j["state"], j["submit_time"],
              j.get("start_time"), j.get("end_time"), json.dumps(j, separators=(",", ":")))
@@ -76,6 +89,11 @@ class SqliteStore:
         ]
         node_rows = [(n.name, n.admin_state, n.reason, n.reason_user, n.reason_uid, n.reason_time)
                      for n in batch.nodes]
+        return PreparedBatch(job_rows, payload_rows, node_rows, batch.next_job_id)
+
+    def commit(self, prepared: PreparedBatch) -> None:
+        """Write prepared rows in one transaction; durable when it returns."""
+        job_rows, payload_rows, node_rows = prepared.job_rows, prepared.payload_rows, prepared.node_rows
         with self._lock:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
@@ -86,9 +104,9 @@ class SqliteStore:
                     db.executemany("INSERT OR REPLACE INTO payloads VALUES (?,?,?,?,?)", payload_rows)
                 if node_rows:
                     db.executemany("INSERT OR REPLACE INTO nodes VALUES (?,?,?,?,?,?)", node_rows)
-                if batch.next_job_id is not None:
+                if prepared.next_job_id is not None:
                     db.execute("INSERT OR REPLACE INTO meta VALUES ('next_job_id', ?)",
-                               (str(batch.next_job_id),))
+                               (str(prepared.next_job_id),))
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")

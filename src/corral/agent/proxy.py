@@ -1,0 +1,139 @@
+"""The CLI's door on a joined machine: $CORRAL_HOME/agent.sock.
+
+sbatch, squeue, srun… on a machine without the controller connect here (cli/client.py
+falls back to this socket). The agent learns the caller's uid and gid from SO_PEERCRED,
+signs the request for that uid with the cluster key and forwards it to the controller
+over TLS; WebSocket upgrades (srun, salloc: /v1/steps/ws) are relayed frame by frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import struct
+
+import aiohttp
+from aiohttp import WSMsgType, web
+
+from corral.agent.remote import RemoteController
+
+log = logging.getLogger("corral.agent")
+
+_PEERCRED = struct.Struct("3i")
+_MAX_MSG = 64 * 1024 * 1024
+
+
+def _error(message: str, status: int) -> web.Response:
+    return web.Response(text=json.dumps({"error": message, "errno": 0}), status=status,
+                        content_type="application/json")
+
+
+def _peer(request: web.Request) -> tuple[int, int] | None:
+    transport = request.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or sock.family != socket.AF_UNIX:
+        return None
+    _pid, uid, gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                      _PEERCRED.size))
+    return uid, gid
+
+
+class Proxy:
+    def __init__(self, remote: RemoteController, sock_path: str) -> None:
+        self.remote = remote
+        self.sock_path = sock_path
+        self._session: aiohttp.ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        self._session = self.remote.session()
+        app = web.Application(client_max_size=_MAX_MSG)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        if os.path.exists(self.sock_path):
+            os.unlink(self.sock_path)
+        await web.UnixSite(self._runner, self.sock_path, backlog=1024).start()
+        # as the controller's own socket: every user when root (identity from SO_PEERCRED)
+        os.chmod(self.sock_path, 0o666 if os.geteuid() == 0 else 0o600)
+        log.info("forwarding CLI requests from %s to %s", self.sock_path, self.remote.url)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+        try:
+            os.unlink(self.sock_path)
+        except FileNotFoundError:
+            pass
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        peer = _peer(request)
+        if peer is None:
+            return _error("Unauthenticated connection", 401)
+        uid, gid = peer
+        if request.headers.get("Upgrade", "").lower() == "websocket":
+            return await self._websocket(request, uid, gid)
+        assert self._session is not None
+        body = await request.read()
+        raw_path = request.raw_path
+        headers = self.remote.sign(request.method, raw_path, body, uid, gid)
+        headers["Content-Type"] = request.headers.get("Content-Type", "application/json")
+        try:
+            async with self._session.request(request.method, self.remote.target(raw_path),
+                                             data=body, headers=headers) as resp:
+                data = await resp.read()
+                return web.Response(status=resp.status, body=data, headers={
+                    "Content-Type": resp.headers.get("Content-Type", "application/json")})
+        except aiohttp.ServerFingerprintMismatch:
+            log.error("the controller's certificate changed: refusing to forward")
+            return _error(f"the certificate of {self.remote.url} no longer matches the "
+                          f"fingerprint this machine joined with", 502)
+        except (aiohttp.ClientError, OSError) as e:
+            return _error(f"cannot reach the Corral controller at {self.remote.url}: {e}", 502)
+
+    async def _websocket(self, request: web.Request, uid: int, gid: int) -> web.StreamResponse:
+        assert self._session is not None
+        raw_path = request.raw_path
+        headers = self.remote.sign("GET", raw_path, b"", uid, gid)
+        try:
+            upstream = await self._session.ws_connect(self.remote.target(raw_path), headers=headers,
+                                                      max_msg_size=_MAX_MSG)
+        except aiohttp.WSServerHandshakeError as e:
+            return _error(f"the controller refused the connection: HTTP {e.status} {e.message}",
+                          e.status if e.status >= 400 else 502)
+        except (aiohttp.ClientError, OSError) as e:
+            return _error(f"cannot reach the Corral controller at {self.remote.url}: {e}", 502)
+        down = web.WebSocketResponse(max_msg_size=_MAX_MSG)
+        try:
+            await down.prepare(request)
+            to_controller = asyncio.ensure_future(_relay(down, upstream))
+            to_client = asyncio.ensure_future(_relay(upstream, down))
+            try:
+                await asyncio.wait([to_controller, to_client], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                to_controller.cancel()
+                to_client.cancel()
+        finally:
+            # whichever side ended, the other learns it with the same close code
+            if not upstream.closed:
+                await upstream.close(code=down.close_code or 1000)
+            if not down.closed:
+                await down.close(code=upstream.close_code or 1000)
+        return down
+
+
+async def _relay(src: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+                 dst: web.WebSocketResponse | aiohttp.ClientWebSocketResponse) -> None:
+    async for msg in src:
+        if msg.type == WSMsgType.TEXT:
+            await dst.send_str(msg.data)
+        elif msg.type == WSMsgType.BINARY:
+            await dst.send_bytes(msg.data)
+        elif msg.type == WSMsgType.ERROR:
+            break
+
