@@ -20,6 +20,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import os
 import secrets
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -34,7 +35,18 @@ H_SIGNATURE = "X-Corral-Signature"
 H_JOIN_NODE = "X-Corral-Node"
 H_JOIN_HW = "X-Corral-Hw"
 
+JOIN_TOKEN_FILE = "join.token"  # in $CORRAL_HOME: the controller's token, or the one a machine joined with
+CERT_FILE = "tls/cert.pem"  # in the controller's $CORRAL_HOME
+
 MAX_SKEW = 60.0  # seconds a signature stays valid either side of the controller's clock
+
+
+def join_token_path(home: str) -> str:
+    return os.path.join(home, JOIN_TOKEN_FILE)
+
+
+def cert_path(home: str) -> str:
+    return os.path.join(home, CERT_FILE)
 
 
 class AuthError(Exception):

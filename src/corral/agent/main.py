@@ -23,11 +23,16 @@ import time
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 from corral import paths
 from corral.agent import hw, stepd
+from corral.agent import remote as remote_mod
+from corral.agent.proxy import Proxy
+from corral.agent.remote import JoinError, RemoteController, fingerprint_mismatch
 from corral.agent.spawner import Spawner
 from corral.agent.tasks import TaskManager
+from corral.auth import join_token_path, parse_fingerprint
 
 log = logging.getLogger("corral.agent")
 
@@ -345,8 +350,14 @@ def _cgroup_root() -> str | None:
 def main(argv: list[str] | None = None, spawner: Spawner | None = None) -> int:
     ap = argparse.ArgumentParser(prog="corral-agent")
     ap.add_argument("--home", default=None)
-    ap.add_argument("--nodes", required=True, help="hostlist of the node names this agent serves")
+    ap.add_argument("--nodes", default=None, help="hostlist of the node names this agent serves")
     ap.add_argument("--controller-socket", default=None)
+    ap.add_argument("--controller-url", default=None,
+                    help="https://HOST:PORT of a controller on another machine (corral join)")
+    ap.add_argument("--fingerprint", default=None, help="the controller certificate's SHA256:…")
+    ap.add_argument("--token-file", default=None, help="file holding the join token")
+    ap.add_argument("--login-only", action="store_true",
+                    help="serve no node: only forward this machine's CLI requests")
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
     from corral.model.hostlists import expand
@@ -354,12 +365,44 @@ def main(argv: list[str] | None = None, spawner: Spawner | None = None) -> int:
     home = os.path.abspath(args.home) if args.home else paths.corral_home()
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
-    agent = Agent(home, expand(args.nodes), args.controller_socket or paths.socket_path(home), spawner)
+    if not args.nodes and not args.login_only:
+        ap.error("--nodes is required (or --login-only)")
+    try:
+        rc = asyncio.run(_run(args, home, expand(args.nodes or ""), spawner))
+    finally:
+        if spawner is not None:
+            spawner.close()
+    return rc
 
-    async def runner() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, agent.stop.set)
+
+async def _run(args: argparse.Namespace, home: str, nodes: list[str],
+               spawner: Spawner | None) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    remote: RemoteController | None = None
+    proxy: Proxy | None = None
+    if args.controller_url:
+        try:
+            with open(args.token_file or join_token_path(home)) as f:
+                token = f.read().strip()
+            remote = RemoteController(args.controller_url, parse_fingerprint(args.fingerprint or ""),
+                                      token)
+            await _check_join(remote, stop)
+        except (JoinError, OSError, ValueError) as e:
+            return _join_failed(home, str(e))
+        if stop.is_set():
+            return 0
+        proxy = Proxy(remote, paths.agent_socket_path(home))
+        await proxy.start()
+    try:
+        if args.login_only:
+            await stop.wait()
+            return 0
+        agent = Agent(home, nodes, args.controller_socket or paths.socket_path(home), spawner,
+                      remote)
+        loop.create_task(_stop_on(stop, agent.stop))
         task = loop.create_task(agent.run())
         await agent.stop.wait()
         task.cancel()
@@ -367,11 +410,49 @@ def main(argv: list[str] | None = None, spawner: Spawner | None = None) -> int:
             await task
         except asyncio.CancelledError:
             pass
+        return 0
+    finally:
+        if proxy is not None:
+            await proxy.stop()
 
-    asyncio.run(runner())
-    if spawner is not None:
-        spawner.close()
-    return 0
+
+async def _stop_on(outer: asyncio.Event, inner: asyncio.Event) -> None:
+    await outer.wait()
+    inner.set()
+
+
+async def _check_join(remote: RemoteController, stop: asyncio.Event, patience: float = 20.0) -> None:
+    """Prove the token and the fingerprint with a signed ping before serving anything.
+
+    A refusal is final (JoinError); an unreachable controller is retried for `patience`
+    seconds, so `corral join` reports a typo in the address instead of hanging.
+    """
+    deadline = time.monotonic() + patience
+    while True:
+        async with remote.session() as session:
+            try:
+                await remote.check(session)
+                return
+            except (aiohttp.ClientError, OSError) as e:
+                if time.monotonic() > deadline:
+                    raise JoinError(f"cannot reach the controller at {remote.url}: {e}") from None
+                log.info("controller at %s not reachable yet: %s", remote.url, e)
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
+            return
+        except TimeoutError:
+            pass
+
+
+def _join_failed(home: str, message: str) -> int:
+    """Tell `corral join` (which waits for this process) why joining failed."""
+    log.error("cannot join: %s", message)
+    try:
+        with open(remote_mod.join_error_path(home), "w") as f:
+            f.write(message + "\n")
+    except OSError:
+        pass
+    return 2
 
 
 if __name__ == "__main__":

@@ -18,11 +18,10 @@ from urllib.parse import urlsplit
 import aiohttp
 from yarl import URL
 
-from corral.auth import H_JOIN_HW, H_JOIN_NODE, derive_cluster_key, sign_request
 from corral.agent.hw import Hardware
+from corral.auth import H_JOIN_HW, H_JOIN_NODE, derive_cluster_key, sign_request
 
 JOIN_ERROR_FILE = "join.error"
-TOKEN_FILE = "join.token"
 
 
 class JoinError(Exception):
@@ -31,10 +30,6 @@ class JoinError(Exception):
 
 def join_error_path(home: str) -> str:
     return os.path.join(home, JOIN_ERROR_FILE)
-
-
-def token_path(home: str) -> str:
-    return os.path.join(home, TOKEN_FILE)
 
 
 class RemoteController:

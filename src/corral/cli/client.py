@@ -47,13 +47,24 @@ def _not_running_message() -> str:
             f"(start one with `corral up`, or set CORRAL_HOME)")
 
 
+def cli_socket_path() -> str:
+    """Where this machine's CLI talks to the cluster: the controller's socket where it
+    runs here, else the socket of the agent that joined this machine to a cluster
+    (`corral join`), which forwards requests signed for the caller's uid."""
+    own = paths.socket_path()
+    if os.path.exists(own):
+        return own
+    agent = paths.agent_socket_path()
+    return agent if os.path.exists(agent) else own
+
+
 def request(method: str, path: str, body: Any = None, *, timeout: float = 60.0) -> Any:
     """Send one request; return the decoded JSON answer or raise ApiError/NotRunning."""
     # The C module under `socket`: socket.py's enums and selectors cost ~3 ms of every
     # command's start, and a plain Unix stream needs none of them.
     import _socket
 
-    sock_path = paths.socket_path()
+    sock_path = cli_socket_path()
     payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
     head = (f"{method} {path} HTTP/1.1\r\nHost: corral\r\nConnection: close\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n")

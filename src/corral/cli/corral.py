@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -83,6 +84,16 @@ def _wait_for(predicate: Any, timeout: float, what: str) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     home = paths.corral_home()
+    if not os.path.exists(paths.socket_path(home)) and _read_pid("agent", home) is not None \
+            and os.path.exists(paths.agent_socket_path(home)):
+        print(f"corral: {home} joined another machine's cluster (`corral down` leaves it)")
+        return 1
+    if args.listen:
+        try:
+            _split_listen(args.listen)
+        except ValueError as e:
+            print(f"corral: error: {e}", file=sys.stderr)
+            return 1
     if _ping() is not None:
         print(f"corral: the cluster of {home} is already running")
         return 0
@@ -115,7 +126,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     ctl_log = os.path.join(paths.log_dir(home), "controller.log")
     agent_log = os.path.join(paths.log_dir(home), "agent.log")
     print("corral: starting the controller …", flush=True)
-    ctl = _spawn(["corral.controller", "--home", home], ctl_log, args.foreground)
+    listen = ["--listen", args.listen] if args.listen else []
+    ctl = _spawn(["corral.controller", "--home", home, *listen], ctl_log, args.foreground)
     with open(paths.pid_file("controller", home), "w") as f:
         f.write(str(ctl.pid))
     try:
@@ -162,8 +174,136 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"  socket: {paths.socket_path(home)}")
     print(f"  logs:   {paths.log_dir(home)}")
     print("  try:    sbatch --wrap 'hostname' && squeue")
+    if args.listen:
+        print("  join another machine to this cluster with (run there, as root):")
+        print(f"    {join_command(home, args.listen)}")
     if args.foreground and agent is not None:
         return _foreground(ctl, agent, home)
+    return 0
+
+
+def _split_listen(spec: str) -> tuple[str, int]:
+    host, sep, port = spec.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--listen expects HOST:PORT, got {spec!r}")
+    return host.strip("[]"), int(port)
+
+
+def join_command(home: str, listen: str) -> str:
+    """What to run on another machine: address, token and certificate fingerprint."""
+    from corral.auth import cert_path, fingerprint_of_pem, join_token_path
+
+    host, port = _split_listen(listen)
+    if host in ("", "0.0.0.0", "::"):
+        host = os.uname().nodename  # listening everywhere: name the machine
+    if ":" in host:
+        host = f"[{host}]"
+    with open(join_token_path(home)) as f:
+        token = f.read().strip()
+    with open(cert_path(home)) as f:
+        fingerprint = fingerprint_of_pem(f.read())
+    return f"corral join https://{host}:{port} --token {token} --fingerprint {fingerprint}"
+
+
+def _fetch_fingerprint(url_host: str, port: int) -> str:
+    """Trust on first use: the fingerprint of whatever certificate the address shows."""
+    import ssl
+
+    from corral.auth import fingerprint_of_pem
+
+    return fingerprint_of_pem(ssl.get_server_certificate((url_host, port), timeout=10))
+
+
+def cmd_join(args: argparse.Namespace) -> int:
+    """Start an agent here that serves this machine as a node of a remote controller."""
+    home = paths.corral_home()
+    from corral.auth import join_token_path, parse_fingerprint
+
+    if os.path.exists(paths.socket_path(home)) or _read_pid("controller", home) is not None:
+        print(f"corral: error: {home} holds a running controller; join from another "
+              "CORRAL_HOME (or `corral down` first)", file=sys.stderr)
+        return 1
+    pid = _read_pid("agent", home)
+    if pid is not None:
+        print(f"corral: error: an agent (pid {pid}) already runs for {home}; "
+              "`corral down` first", file=sys.stderr)
+        return 1
+    m = re.fullmatch(r"https://(\[[0-9a-fA-F:.]+\]|[^/:\[\]]+):(\d+)/?", args.url)
+    if not m:
+        print(f"corral: error: the controller address must be https://HOST:PORT, not {args.url}",
+              file=sys.stderr)
+        return 1
+    host, port = m.group(1).strip("[]"), int(m.group(2))
+    fingerprint = args.fingerprint
+    if not fingerprint:
+        try:
+            fingerprint = _fetch_fingerprint(host, port)
+        except OSError as e:
+            print(f"corral: error: cannot reach {args.url}: {e}", file=sys.stderr)
+            return 1
+        print(f"corral: warning: no --fingerprint given; trusting the certificate {fingerprint} "
+              "that the controller shows now", file=sys.stderr)
+    try:
+        parse_fingerprint(fingerprint)
+    except ValueError as e:
+        print(f"corral: error: {e}", file=sys.stderr)
+        return 1
+    name = None if args.login_only else (args.name or os.uname().nodename.split(".")[0])
+    if name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name):
+        print(f"corral: error: Invalid node name specified: {name}", file=sys.stderr)
+        return 1
+    os.makedirs(home, mode=0o755, exist_ok=True)
+    os.makedirs(paths.log_dir(home), exist_ok=True)
+    token_file = join_token_path(home)
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(args.token.strip() + "\n")
+    os.chmod(token_file, 0o600)
+    error_file = os.path.join(home, "join.error")
+    if os.path.exists(error_file):
+        os.unlink(error_file)
+    role = ["--login-only"] if name is None else ["--nodes", name]
+    agent_log = os.path.join(paths.log_dir(home), "agent.log")
+    agent = _spawn(["corral.agent", "--home", home, "--controller-url", f"https://{m.group(1)}:{port}",
+                    "--fingerprint", fingerprint, "--token-file", token_file, *role],
+                   agent_log, False)
+    with open(paths.pid_file("agent", home), "w") as f:
+        f.write(str(agent.pid))
+
+    def ready() -> bool:
+        try:
+            if name is None:
+                return client.get("/v1/ping") is not None
+            nodes = client.get("/v1/nodes", names=name)["nodes"]
+        except (client.NotRunning, client.ApiError, OSError):
+            return False
+        return any(n["name"] == name and n["responding"] for n in nodes)
+
+    try:
+        _wait_for(lambda: agent.poll() is not None or ready(), 45, "join")
+    except TimeoutError:
+        print(f"corral: error: the agent did not join within 45 s; see {agent_log}", file=sys.stderr)
+        _stop_pid(agent.pid)
+        return 1
+    if agent.poll() is not None:
+        try:
+            with open(error_file) as f:
+                why = f.read().strip()
+        except OSError:
+            why = f"the agent exited; see {agent_log}"
+        print(f"corral: error: cannot join: {why}", file=sys.stderr)
+        try:
+            os.unlink(paths.pid_file("agent", home))
+        except FileNotFoundError:
+            pass
+        return 1
+    ping = client.get("/v1/ping")
+    what = "as a login (submit) host" if name is None else f"as node {name}"
+    print(f"corral: joined cluster {ping['cluster']} at {args.url} {what}")
+    print(f"  state:  {home}")
+    print(f"  socket: {paths.agent_socket_path(home)} (sbatch, squeue, srun… go through it)")
+    print(f"  logs:   {paths.log_dir(home)}")
+    print("  leave:  corral down")
     return 0
 
 
@@ -243,7 +383,10 @@ def cmd_down(args: argparse.Namespace) -> int:
             os.unlink(paths.pid_file(name, home))
         except FileNotFoundError:
             pass
-    print(f"corral: stopped the cluster of {home}")
+    if ctl is None and agent is not None:
+        print(f"corral: stopped the agent of {home}")
+    else:
+        print(f"corral: stopped the cluster of {home}")
     return 0
 
 
@@ -271,7 +414,17 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start the controller and the local agent")
     up.add_argument("--config", help="slurm.conf-syntax file to use (copied into $CORRAL_HOME)")
     up.add_argument("--foreground", action="store_true", help="stay attached; Ctrl-C stops")
+    up.add_argument("--listen", metavar="HOST:PORT",
+                    help="also accept agents and remote CLIs over TCP+TLS here (see corral join)")
     up.set_defaults(fn=cmd_up)
+    join = sub.add_parser("join", help="serve this machine as a node of a cluster elsewhere")
+    join.add_argument("url", help="the controller, https://HOST:PORT (as `corral up --listen` printed)")
+    join.add_argument("--token", required=True, help="the cluster's join token")
+    join.add_argument("--fingerprint", help="the controller certificate's SHA256:… fingerprint")
+    join.add_argument("--name", help="node name (default: this machine's short host name)")
+    join.add_argument("--login-only", action="store_true",
+                      help="register no node: only let this machine's users submit and query")
+    join.set_defaults(fn=cmd_join)
     down = sub.add_parser("down", help="stop what `corral up` started")
     down.add_argument("--keep-jobs", action="store_true", help="leave running jobs running")
     down.set_defaults(fn=cmd_down)

@@ -13,27 +13,15 @@ import secrets
 import socket
 import ssl
 
-from corral.auth import fingerprint_of_pem
-
-CERT_FILE = "cert.pem"
-KEY_FILE = "key.pem"
-TOKEN_FILE = "join.token"
+from corral.auth import cert_path, fingerprint_of_pem, join_token_path
 
 
 def tls_dir(home: str) -> str:
-    return os.path.join(home, "tls")
-
-
-def cert_path(home: str) -> str:
-    return os.path.join(tls_dir(home), CERT_FILE)
+    return os.path.dirname(cert_path(home))
 
 
 def key_path(home: str) -> str:
-    return os.path.join(tls_dir(home), KEY_FILE)
-
-
-def token_path(home: str) -> str:
-    return os.path.join(home, TOKEN_FILE)
+    return os.path.join(tls_dir(home), "key.pem")
 
 
 def _write_private(path: str, data: bytes) -> None:
@@ -48,7 +36,7 @@ def _write_private(path: str, data: bytes) -> None:
 
 def ensure_token(home: str) -> str:
     """The cluster's join token, created (0600) the first time."""
-    path = token_path(home)
+    path = join_token_path(home)
     try:
         with open(path) as f:
             token = f.read().strip()

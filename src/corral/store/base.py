@@ -62,10 +62,13 @@ class Store(Protocol):
 
     def next_job_id(self) -> int: ...
 
-    def query_jobs(self, *, ids: list[int] | None = None, array_ids: list[int] | None = None,
-                   uids: list[int] | None = None, states: list[str] | None = None,
-                   start: float | None = None, end: float | None = None,
-                   limit: int | None = None) -> list[Job]:
-        """Accounting query (sacct)."""
+    def query_jobs(self, **filters: Any) -> list[Job]:
+        """Accounting query (sacct): filters as query_records."""
+
+    def query_records(self, *, ids: list[int] | None = None, array_ids: list[int] | None = None,
+                      uids: list[int] | None = None, states: list[str] | None = None,
+                      start: float | None = None, end: float | None = None,
+                      limit: int | None = None) -> list[tuple[int, str]]:
+        """(job id, stored JSON record) of the matching jobs, oldest first, undecoded."""
 
     def close(self) -> None: ...

@@ -148,10 +148,15 @@ class SqliteStore:
         nxt = int(row[0]) if row else 1
         return max(nxt, (top or 0) + 1)
 
-    def query_jobs(self, *, ids: list[int] | None = None, array_ids: list[int] | None = None,
+    def query_jobs(self, **filters: Any) -> list[Job]:
+        """Accounting query (sacct): the matching jobs, oldest first."""
+        return [Job.from_dict(json.loads(text)) for _, text in self.query_records(**filters)]
+
+    def query_records(self, *, ids: list[int] | None = None, array_ids: list[int] | None = None,
                    uids: list[int] | None = None, states: list[str] | None = None,
                    start: float | None = None, end: float | None = None,
-                   limit: int | None = None) -> list[Job]:
+                   limit: int | None = None) -> list[tuple[int, str]]:
+        """Like query_jobs, but (job id, stored JSON record) without decoding it."""
         where: list[str] = []
         args: list[Any] = []
         if ids is not None or array_ids is not None:
@@ -176,13 +181,14 @@ class SqliteStore:
         if end is not None:
             where.append("submit_time <= ?")
             args.append(end)
-        sql = "SELECT record FROM jobs"
+        sql = "SELECT job_id, record FROM jobs"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY job_id"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return self._jobs(sql, args)
+        with self._lock:
+            return [(int(r[0]), str(r[1])) for r in self._db.execute(sql, args).fetchall()]
 
     def close(self) -> None:
         with self._lock:
