@@ -123,6 +123,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     from corral.model.hostlists import compress
 
     nodes = compress([n.name for n in cfg.nodes])
+    # nodes whose NodeAddr is another machine's are served there, by `corral join`
+    local = [n.name for n in cfg.nodes if _is_local_address(n.addr)]
+    local_nodes = compress(local)
     ctl_log = os.path.join(paths.log_dir(home), "controller.log")
     agent_log = os.path.join(paths.log_dir(home), "agent.log")
     print("corral: starting the controller …", flush=True)
@@ -139,13 +142,17 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"corral: error: the controller exited; see {ctl_log}", file=sys.stderr)
         return 1
     agent_pid = _read_pid("agent", home)
-    if agent_pid is not None and not args.foreground:
+    agent: subprocess.Popen[bytes] | None = None
+    if not local:
+        print("corral: no node of the configuration is on this machine; starting no agent",
+              flush=True)
+    elif agent_pid is not None and not args.foreground:
         # the agent outlived the controller: it reconnects by itself and re-syncs its jobs
         print(f"corral: the agent (pid {agent_pid}) is still running; it will reconnect", flush=True)
-        agent: subprocess.Popen[bytes] | None = None
     else:
-        print(f"corral: starting the agent for {nodes} …", flush=True)
-        agent = _spawn(["corral.agent", "--home", home, "--nodes", nodes], agent_log, args.foreground)
+        print(f"corral: starting the agent for {local_nodes} …", flush=True)
+        agent = _spawn(["corral.agent", "--home", home, "--nodes", local_nodes], agent_log,
+                       args.foreground)
         with open(paths.pid_file("agent", home), "w") as f:
             f.write(str(agent.pid))
 
@@ -157,7 +164,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             data = client.get("/v1/nodes")
         except (client.NotRunning, client.ApiError, OSError):
             return False
-        return all(n["responding"] for n in data["nodes"])
+        return all(n["responding"] for n in data["nodes"] if n["name"] in local)
 
     try:
         _wait_for(lambda: agent_exited() or all_up(), 30, "agent registration")
@@ -177,9 +184,30 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.listen:
         print("  join another machine to this cluster with (run there, as root):")
         print(f"    {join_command(home, args.listen)}")
-    if args.foreground and agent is not None:
+    if args.foreground:
         return _foreground(ctl, agent, home)
     return 0
+
+
+def _is_local_address(addr: str) -> bool:
+    """Whether a node's NodeAddr is this machine (no NodeAddr: yes, as on a one-machine
+    test cluster). An address is ours when a socket can bind to it."""
+    if not addr or addr == "localhost" or addr.split(".")[0] == os.uname().nodename.split(".")[0]:
+        return True
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(addr, None, proto=socket.IPPROTO_UDP)
+    except OSError:
+        return False
+    for family, _type, _proto, _name, sockaddr in infos:
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as s:
+                s.bind((sockaddr[0], 0))
+            return True
+        except OSError:
+            continue
+    return False
 
 
 def _split_listen(spec: str) -> tuple[str, int]:
@@ -307,19 +335,22 @@ def cmd_join(args: argparse.Namespace) -> int:
     return 0
 
 
-def _foreground(ctl: subprocess.Popen[bytes], agent: subprocess.Popen[bytes], home: str) -> int:
+def _foreground(ctl: subprocess.Popen[bytes], agent: subprocess.Popen[bytes] | None,
+                home: str) -> int:
+    procs = [p for p in (agent, ctl) if p is not None]
+
     def stop(*_: Any) -> None:
-        for p in (agent, ctl):
+        for p in procs:
             if p.poll() is None:
                 p.terminate()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    while ctl.poll() is None and agent.poll() is None:
+    while all(p.poll() is None for p in procs):
         time.sleep(0.2)
     stop()
-    ctl.wait(10)
-    agent.wait(10)
+    for p in procs:
+        p.wait(10)
     for name in ("controller", "agent"):
         try:
             os.unlink(paths.pid_file(name, home))

@@ -841,6 +841,7 @@ def _main(argv: list[str]) -> int:
     params["fields"] = ",".join(needed_fields(opts))
     if q.states is not None:
         params["states"] = ",".join(q.states)
+    params["rows"] = "1"
     try:
         answer = client.get("/v1/jobs", **params)
     except client.ApiError as e:
@@ -848,6 +849,9 @@ def _main(argv: list[str]) -> int:
             sys.stderr.write(f"slurm_load_jobs error: {e.message}\n")
             return 1
         raise
+    if "rows" in answer:  # the compact form: field names once, then one list per job
+        names = answer["fields"]
+        answer["jobs"] = [dict(zip(names, row, strict=True)) for row in answer["rows"]]
     now = float(answer.get("now") or time.time())
     # Every -u name was invalid: Slurm matches nothing but still prints the header.
     jobs = [] if q.no_users else select_states(answer.get("jobs", []), q.states)

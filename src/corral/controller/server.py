@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import operator
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -58,6 +59,20 @@ def job_view(job: Job, fields: list[str] | None) -> dict[str, Any]:
         elif hasattr(job, f):
             out[f] = getattr(job, f)
     return out
+
+
+def _field_getter(f: str) -> Callable[[Job], Any]:
+    if f == "display_id":
+        return Job.display_id
+    if f == "state":
+        return lambda j: j.state.value
+    if f == "alloc":
+        return lambda j: [a.to_dict() for a in j.alloc]
+    if f == "steps":
+        return lambda j: [s.to_dict() for s in j.steps]
+    if f in _DERIVED or f in Job.__dataclass_fields__:
+        return operator.attrgetter(f)
+    return lambda j: None
 
 
 def _split(q: str | None) -> list[str] | None:
@@ -180,8 +195,13 @@ class Api:
                 continue
             if node_set is not None and not node_set.intersection(j.nodes):
                 continue
-            out.append(job_view(j, fields))
-        return json_response({"jobs": out, "now": time.time()})
+            out.append(j)
+        if q.get("rows") == "1" and fields is not None:
+            # compact form for big listings (squeue): one list per job, in `fields` order
+            getters = [_field_getter(f) for f in fields]
+            rows = [[g(j) for g in getters] for j in out]
+            return json_response({"fields": fields, "rows": rows, "now": time.time()})
+        return json_response({"jobs": [job_view(j, fields) for j in out], "now": time.time()})
 
     async def list_nodes(self, request: web.Request) -> web.Response:
         names_q = request.query.get("names")
