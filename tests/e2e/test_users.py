@@ -99,6 +99,12 @@ def test_jobs_run_as_owner_and_others_are_refused(shared_cluster: Cluster,
         r = run_as(c, bob, *cmd)
         assert r.returncode != 0, cmd
         assert "Access/permission denied" in r.stderr, (cmd, r.stderr)
+    r = run_as(c, bob, "srun", "--jobid", str(jid), "--overlap", "true")
+    assert r.returncode != 0 and "Access/permission denied" in r.stderr, r.stderr
+    r = run_as(c, bob, "cat", str(out))
+    assert r.returncode != 0 and "Permission denied" in r.stderr  # output is private to its owner
+    r = run_as(c, alice, "srun", "--jobid", str(jid), "--overlap", "id", "-u")
+    assert r.returncode == 0 and r.stdout.strip() == str(alice.pw_uid), r.stderr
     r = run_as(c, bob, "scontrol", "update", "nodename=node-1", "state=drain", "reason=x")
     assert r.returncode != 0 and "Access/permission denied" in r.stderr
     assert c.state(jid) == "RUNNING"

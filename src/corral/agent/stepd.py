@@ -213,6 +213,11 @@ def _descendants(root_pid: int) -> list[int]:
     return found
 
 
+# Job output is private to its owner (Slurm leaves it to the umask, usually world-readable):
+# on a shared cluster one user must not read another's output.
+OUTPUT_FILE_MODE = 0o600
+
+
 def _write_atomic(path: str, text: str, mode: int = 0o644) -> None:
     tmp = f"{path}.tmp.{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
@@ -384,7 +389,7 @@ class Supervisor:
         if create:
             flags |= os.O_CREAT | (os.O_TRUNC if self.launch.get("open_mode") != "append" else 0)
         try:
-            fd = os.open(path, flags, 0o644)
+            fd = os.open(path, flags, OUTPUT_FILE_MODE)
         except OSError:
             self.note(text)
             return
@@ -552,7 +557,7 @@ class Supervisor:
                 fds.append(os.dup(fds[1]))
                 continue
             try:
-                fds.append(os.open(path, mode, 0o666))
+                fds.append(os.open(path, mode, OUTPUT_FILE_MODE))
             except OSError as e:
                 self.note(f"Could not open {name} file {path}: {e.strerror}")
                 fail("output", e.errno or 0, f"Could not open {name} file {path}: {e.strerror}",

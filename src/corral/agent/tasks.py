@@ -427,7 +427,7 @@ class TaskManager:
             with _as_user(ident):
                 for path in paths:
                     try:
-                        files[path] = os.open(path, flags, 0o666)
+                        files[path] = os.open(path, flags, 0o600)  # private to the owner, as batch output
                     except OSError as e:
                         files[path] = e
         finally:

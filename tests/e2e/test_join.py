@@ -1,0 +1,323 @@
+"""Two machines, really networked: `corral up --listen` in one network namespace,
+`corral join` in another, a veth pair between them on a private test subnet.
+
+Needs root and `ip netns` (skipped otherwise). Everything this module creates — two
+namespaces, one veth pair, the addresses on it — lives inside those namespaces and is
+removed at the end, with every process left in them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.cluster import Cluster
+
+SUFFIX = str(os.getpid() % 100000)
+NS_CTL, NS_JOIN = f"crl{SUFFIX}c", f"crl{SUFFIX}j"  # controller's machine, joining machine
+VETH_CTL, VETH_JOIN = f"crlv{SUFFIX}c", f"crlv{SUFFIX}j"
+CTL_ADDR, JOIN_ADDR, GHOST_ADDR = "10.213.77.1", "10.213.77.2", "10.213.77.9"
+PORT = 47811
+URL = f"https://{CTL_ADDR}:{PORT}"
+SLURMD_TIMEOUT = 4
+
+CONFIG = f"""\
+ClusterName=joincluster
+KillWait=2
+MinJobAge=600
+SchedulerInterval=1
+SlurmdTimeout={SLURMD_TIMEOUT}
+NodeName=local1 CPUs=2 RealMemory=1000
+NodeName=ghost1 CPUs=2 RealMemory=1000 NodeAddr={GHOST_ADDR}
+PartitionName=debug Nodes=local1,ghost1 Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root to create network namespaces"
+    if shutil.which("ip") is None or shutil.which("unshare") is None:
+        return "needs iproute2 (`ip`) and util-linux `unshare`"
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, timeout=10)
+    if r.returncode != 0:
+        return f"`ip netns` does not work here: {r.stderr.decode().strip()}"
+    return None
+
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")]
+
+
+def ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=20)
+
+
+def kill_namespace_processes(ns: str) -> None:
+    """Whatever still runs in a namespace this module made was started by it."""
+    for _ in range(20):
+        r = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=10)
+        pids = [int(p) for p in r.stdout.split()]
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+
+
+class Machine:
+    """A CORRAL_HOME whose processes run in one network namespace."""
+
+    def __init__(self, cluster: Cluster, ns: str, home: Path, hostname: str | None = None):
+        self.cluster, self.ns, self.home, self.hostname = cluster, ns, home, hostname
+
+    def run(self, *args: str, timeout: float = 60, input: str | None = None
+            ) -> subprocess.CompletedProcess[str]:
+        cmd = ["ip", "netns", "exec", self.ns]
+        if self.hostname:  # its own host name, as a separate machine would have
+            cmd += ["unshare", "--uts", "sh", "-c", f'hostname {self.hostname} && exec "$@"', "-"]
+        return self.cluster.run(*cmd, *args, timeout=timeout, input=input,
+                                env={"CORRAL_HOME": str(self.home)})
+
+
+@pytest.fixture(scope="module")
+def net() -> Iterator[None]:
+    try:
+        ip("netns", "add", NS_CTL)
+        ip("netns", "add", NS_JOIN)
+        ip("link", "add", VETH_CTL, "netns", NS_CTL, "type", "veth", "peer", "name", VETH_JOIN,
+           "netns", NS_JOIN)
+        for ns, dev, addr in ((NS_CTL, VETH_CTL, CTL_ADDR), (NS_JOIN, VETH_JOIN, JOIN_ADDR)):
+            ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
+            ip("-n", ns, "link", "set", "lo", "up")
+            ip("-n", ns, "link", "set", dev, "up")
+        yield
+    finally:
+        for ns in (NS_JOIN, NS_CTL):
+            kill_namespace_processes(ns)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
+
+
+class JoinedCluster:
+    def __init__(self, root: Path) -> None:
+        self.c = Cluster(root / "ctl", CONFIG)
+        self.ctl = Machine(self.c, NS_CTL, root / "ctl")
+        self.joined = Machine(self.c, NS_JOIN, root / "joined", hostname="joined1")
+        self.root = root
+        self.join_line = ""
+
+    def start(self) -> None:
+        self.c.home.mkdir(parents=True)
+        self.c.workdir.mkdir()
+        cfg = self.root / "input.conf"
+        cfg.write_text(CONFIG)
+        r = self.ctl.run("corral", "up", "--config", str(cfg), "--listen", f"{CTL_ADDR}:{PORT}")
+        assert r.returncode == 0, r.stdout + r.stderr
+        m = re.search(r"corral join (\S+) --token (\S+) --fingerprint (\S+)", r.stdout)
+        assert m, r.stdout
+        assert m.group(1) == URL
+        self.join_line = m.group(0)
+        self.token, self.fingerprint = m.group(2), m.group(3)
+
+    def join(self) -> subprocess.CompletedProcess[str]:
+        # no --name: the node is named after the machine's (namespace's) host name
+        return self.joined.run("corral", "join", URL, "--token", self.token,
+                               "--fingerprint", self.fingerprint)
+
+    def stop(self) -> None:
+        for m in (self.joined, self.ctl):
+            try:
+                m.run("corral", "down", timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def controller_log(self) -> str:
+        return (self.c.home / "log" / "controller.log").read_text()
+
+    def node_states(self) -> dict[str, str]:
+        out = self.c.ok("sinfo", "-N", "-h", "-o", "%N %t")
+        return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+@pytest.fixture(scope="module")
+def jc(net: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JoinedCluster]:
+    jc = JoinedCluster(Path(tmp_path_factory.mktemp("join")))
+    try:
+        jc.start()
+        yield jc
+    finally:
+        jc.stop()
+
+
+def test_a_wrong_token_is_refused_and_logged(jc: JoinedCluster, tmp_path: Path) -> None:
+    bad = Machine(jc.c, NS_JOIN, tmp_path / "bad")
+    r = bad.run("corral", "join", URL, "--token", "not-the-token", "--name", "intruder",
+                "--fingerprint", jc.fingerprint)
+    assert r.returncode != 0
+    assert "refused the join token" in r.stderr
+    assert re.search(rf"refused .* from {re.escape(JOIN_ADDR)}", jc.controller_log())
+    assert "intruder" not in jc.node_states()
+
+
+def test_a_wrong_fingerprint_makes_join_fail(jc: JoinedCluster, tmp_path: Path) -> None:
+    wrong = "SHA256:" + "A" * 43
+    r = Machine(jc.c, NS_JOIN, tmp_path / "fp").run(
+        "corral", "join", URL, "--token", jc.token, "--name", "spoofed", "--fingerprint", wrong)
+    assert r.returncode != 0
+    assert f"has fingerprint {jc.fingerprint}, not the expected {wrong}" in r.stderr
+    assert "spoofed" not in jc.node_states()
+
+
+def test_the_joined_node_appears_in_sinfo(jc: JoinedCluster) -> None:
+    r = jc.join()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "as node joined1" in r.stdout
+    states = jc.node_states()
+    assert states["joined1"] == "idle"
+    assert states["local1"] == "idle"
+    assert states["ghost1"] == "down*"  # configured, never joined
+    node = jc.c.ok("scontrol", "show", "node", "joined1")
+    assert f"NodeAddr={JOIN_ADDR}" in node
+    assert "Partitions=debug" in node
+
+
+def test_srun_spans_the_local_and_the_joined_node(jc: JoinedCluster) -> None:
+    out = jc.c.ok("srun", "-N2", "-w", "local1,joined1", "-l", "hostname", timeout=60)
+    lines = sorted(out.splitlines())
+    assert lines == [f"0: {os.uname().nodename}", "1: joined1"]
+
+
+def test_a_batch_job_runs_on_the_joined_node(jc: JoinedCluster) -> None:
+    out_file = jc.root / "batch.out"
+    job = jc.c.sbatch("-w", "joined1", "-o", str(out_file), "--wrap", "hostname; echo $SLURMD_NODENAME")
+    jc.c.wait_state(job, "COMPLETED", timeout=30)
+    assert out_file.read_text().split() == ["joined1", "joined1"]
+
+
+def test_the_cli_on_the_joined_machine_goes_through_its_agent(jc: JoinedCluster) -> None:
+    r = jc.joined.run("sbatch", "--parsable", "-o", str(jc.root / "remote.out"),
+                      "--wrap", "echo submitted remotely")
+    assert r.returncode == 0, r.stderr
+    job = int(r.stdout.strip())
+    jc.c.wait_state(job, "COMPLETED", timeout=30)
+    r = jc.joined.run("sacct", "-j", str(job), "-X", "-n", "-P", "-o", "User,State")
+    assert r.stdout.split() == ["root|COMPLETED"]
+    assert (jc.root / "remote.out").read_text() == "submitted remotely\n"
+    # srun's WebSocket through the agent. srun.py connects to paths.socket_path() itself;
+    # point it at the agent's socket as client.cli_socket_path() does.
+    script = textwrap.dedent("""
+        import sys
+        from corral import paths
+        paths.socket_path = paths.agent_socket_path
+        from corral.cli import srun
+        sys.exit(srun.main(sys.argv[1:]))
+    """)
+    r = jc.joined.run(sys.executable, "-c", script, "-N2", "-w", "local1,joined1", "-l",
+                      "sh", "-c", "read line; echo $line $SLURMD_NODENAME; exit 3",
+                      input="hello\n")
+    assert r.returncode == 3, r.stderr
+    # srun's stdin reaches every task (srun's default), from a machine that runs neither
+    assert sorted(r.stdout.splitlines()) == ["0: hello local1", "1: hello joined1"]
+    assert "joined1: task 1: Exited with exit code 3" in r.stderr
+
+
+SIGNED_PROBE = """
+import http.client, json, ssl, sys, time
+from corral.auth import derive_cluster_key, sign_request
+host, port, token = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE  # the test looks at authentication, not the certificate
+def get(path, headers):
+    c = http.client.HTTPSConnection(host, port, context=ctx, timeout=10)
+    c.request("GET", path, headers=headers)
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return [r.status, json.loads(body or b"null")]
+key = derive_cluster_key(token)
+path = "/v1/whoami"
+signed = sign_request(key, "GET", path, b"", 4242, 4343, time.time())
+forged = dict(sign_request(key, "GET", path, b"", 4242, 4343, time.time()), **{"X-Corral-Uid": "0"})
+other = sign_request(derive_cluster_key("guessed"), "GET", path, b"", 0, 0, time.time())
+print(json.dumps({
+    "unsigned": get(path, {}),
+    "signed": get(path, signed),
+    "replayed": get(path, signed),
+    "forged": get(path, forged),
+    "other_key": get(path, other),
+    "agent_ws_no_token": get("/v1/agent/ws", {"Upgrade": "websocket", "Connection": "Upgrade",
+                                            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                                            "Sec-WebSocket-Version": "13"}),
+}))
+"""
+
+
+def test_signed_requests_over_tcp(jc: JoinedCluster) -> None:
+    r = jc.joined.run(sys.executable, "-c", SIGNED_PROBE, CTL_ADDR, str(PORT), jc.token)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["signed"][0] == 200 and res["signed"][1]["uid"] == 4242
+    assert res["signed"][1]["gid"] == 4343
+    for case in ("unsigned", "replayed", "forged", "other_key", "agent_ws_no_token"):
+        assert res[case][0] == 401, (case, res[case])
+    assert "replayed request" in res["replayed"][1]["error"]
+    assert "bad request signature" in res["forged"][1]["error"]
+    log = jc.controller_log()
+    assert "replayed request" in log and "missing or wrong join token" in log
+
+
+def test_a_network_cut_makes_the_node_not_respond_and_requeues_its_job(jc: JoinedCluster) -> None:
+    c = jc.c
+    c.ok("scontrol", "update", "nodename=local1", "state=drain", "reason=steer")
+    out_file = jc.root / "requeue.out"
+    try:
+        job = c.sbatch("--requeue", "--open-mode=append", "-o", str(out_file),
+                       "--wrap", "echo ran on $SLURMD_NODENAME; sleep 300")
+        c.wait_for(lambda: c.ok("squeue", "-h", "-j", str(job), "-o", "%T %N").split()
+                   == ["RUNNING", "joined1"], 30, "the job running on joined1")
+    finally:
+        c.ok("scontrol", "update", "nodename=local1", "state=resume")
+    cut = time.monotonic()
+    ip("-n", NS_JOIN, "link", "set", VETH_JOIN, "down")
+    c.wait_for(lambda: jc.node_states()["joined1"].endswith("*"), SLURMD_TIMEOUT + 6,
+               "joined1 not responding")
+    assert time.monotonic() - cut < SLURMD_TIMEOUT + 3  # the periodic check ticks every second
+    c.wait_for(lambda: c.ok("squeue", "-h", "-j", str(job), "-o", "%T %N").split()
+               == ["RUNNING", "local1"], 30, "the job rerunning on local1")
+    assert "Restarts=1" in c.ok("scontrol", "show", "job", str(job))
+    c.wait_for(lambda: "ran on local1" in out_file.read_text(), 10, "the rerun's output")
+    assert out_file.read_text().splitlines()[0] == "ran on joined1"
+    # the network comes back: the agent reconnects, and the stale copy of the job it still
+    # runs is killed (the job lives on local1 now)
+    ip("-n", NS_JOIN, "link", "set", VETH_JOIN, "up")
+    c.wait_for(lambda: jc.node_states()["joined1"] == "idle", 30, "joined1 back")
+    assert c.ok("squeue", "-h", "-j", str(job), "-o", "%T %N").split() == ["RUNNING", "local1"]
+    c.ok("scancel", str(job))
+
+
+def test_a_login_only_machine_submits_without_being_a_node(jc: JoinedCluster, tmp_path: Path) -> None:
+    login = Machine(jc.c, NS_JOIN, tmp_path / "login")
+    try:
+        r = login.run("corral", "join", URL, "--token", jc.token, "--fingerprint", jc.fingerprint,
+                      "--login-only")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "as a login (submit) host" in r.stdout
+        r = login.run("squeue", "-h", "-o", "%i")
+        assert r.returncode == 0, r.stderr
+        assert set(jc.node_states()) == {"local1", "ghost1", "joined1"}
+    finally:
+        login.run("corral", "down")
