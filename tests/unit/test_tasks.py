@@ -434,6 +434,10 @@ def test_pty_eof_and_signal() -> None:
     async def body(tm: TaskManager, col: Collector) -> None:
         await tm.launch(launch_msg(["cat"], stdin="0", pty=True, window={"rows": 5, "cols": 7}))
         tm.stdin(7, 0, b"abc\n")
+        for _ in range(200):  # the terminal echoed the line: cat is reading it
+            if col.output(0, step_id=0).count(b"abc") >= 2:
+                break
+            await asyncio.sleep(0.01)
         tm.stdin(7, 0, None)  # ^D on the terminal: cat sees end of input
         await wait_idle(tm)
         await tm.launch(launch_msg(["sleep", "60"], step_id=1, pty=True))

@@ -224,6 +224,11 @@ class Agent:
             self.tasks.resize(int(m["job_id"]), int(m["step_id"]), int(m["rows"]), int(m["cols"]))
         elif mtype == "ack":
             self._forget(int(m["job_id"]))
+        elif mtype == "reconnect":
+            # the controller gave this link up (it heard nothing for SlurmdTimeout)
+            log.warning("the controller asks for a new connection (%s)", m.get("reason"))
+            if self.ws is not None:
+                asyncio.get_running_loop().create_task(self.ws.close())
         elif mtype == "registered":
             self.heartbeat = float(m.get("heartbeat") or self.heartbeat)
             self.cluster_config = dict(m.get("config") or {})

@@ -618,7 +618,9 @@ class TaskManager:
             task.input.close()
             task.input = None
         if step.pty_master == fd:
-            step.pty_master = None
+            # Closing the master hangs the terminal up: SIGHUP to a task that closed its
+            # terminal fds but has not exited yet. The master is closed at step end.
+            return
         os.close(fd)
 
     def _drain_now(self, step: _Step) -> None:

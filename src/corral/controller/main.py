@@ -28,8 +28,9 @@ def drop_silent_agents(ctl: Controller, now: float) -> None:
     """Forget agent links that stayed silent for SlurmdTimeout.
 
     A cut network leaves the TCP connection looking open for minutes; dropping the link
-    lets `check_node_health` mark the node NOT_RESPONDING on time. The agent, which pings
-    on its side, reconnects and registers again when the network is back.
+    lets `check_node_health` mark the node NOT_RESPONDING on time. The old connection may
+    come back to life with the network, so it carries a "reconnect" request: the agent
+    then registers afresh instead of talking into a link the controller has given up.
     """
     timeout = ctl.config.get_int("SlurmdTimeout")
     if timeout <= 0:
@@ -39,6 +40,7 @@ def drop_silent_agents(ctl: Controller, now: float) -> None:
         if node is not None and node.last_contact is not None and now - node.last_contact >= timeout:
             log.warning("agent of node %s silent for %.0f s: link dropped", name,
                         now - node.last_contact)
+            send({"type": "reconnect", "reason": f"silent for {now - node.last_contact:.0f} s"})
             ctl.agent_lost([name], send)
 
 
