@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -216,16 +215,8 @@ def test_the_cli_on_the_joined_machine_goes_through_its_agent(jc: JoinedCluster)
     r = jc.joined.run("sacct", "-j", str(job), "-X", "-n", "-P", "-o", "User,State")
     assert r.stdout.split() == ["root|COMPLETED"]
     assert (jc.root / "remote.out").read_text() == "submitted remotely\n"
-    # srun's WebSocket through the agent. srun.py connects to paths.socket_path() itself;
-    # point it at the agent's socket as client.cli_socket_path() does.
-    script = textwrap.dedent("""
-        import sys
-        from corral import paths
-        paths.socket_path = paths.agent_socket_path
-        from corral.cli import srun
-        sys.exit(srun.main(sys.argv[1:]))
-    """)
-    r = jc.joined.run(sys.executable, "-c", script, "-N2", "-w", "local1,joined1", "-l",
+    # srun's WebSocket goes through the agent too
+    r = jc.joined.run("srun", "-N2", "-w", "local1,joined1", "-l",
                       "sh", "-c", "read line; echo $line $SLURMD_NODENAME; exit 3",
                       input="hello\n")
     assert r.returncode == 3, r.stderr
@@ -280,33 +271,64 @@ def test_signed_requests_over_tcp(jc: JoinedCluster) -> None:
     assert "replayed request" in log and "missing or wrong join token" in log
 
 
-def test_a_network_cut_makes_the_node_not_respond_and_requeues_its_job(jc: JoinedCluster) -> None:
+def _run_requeueable_job_on_joined1(jc: JoinedCluster, out_file: Path) -> int:
     c = jc.c
     c.ok("scontrol", "update", "nodename=local1", "state=drain", "reason=steer")
-    out_file = jc.root / "requeue.out"
     try:
         job = c.sbatch("--requeue", "--open-mode=append", "-o", str(out_file),
                        "--wrap", "echo ran on $SLURMD_NODENAME; sleep 300")
-        c.wait_for(lambda: c.ok("squeue", "-h", "-j", str(job), "-o", "%T %N").split()
-                   == ["RUNNING", "joined1"], 30, "the job running on joined1")
+        c.wait_for(lambda: _where(jc, job) == ["RUNNING", "joined1"], 30, "the job on joined1")
     finally:
         c.ok("scontrol", "update", "nodename=local1", "state=resume")
+    return job
+
+
+def _where(jc: JoinedCluster, job: int) -> list[str]:
+    return jc.c.ok("squeue", "-h", "-j", str(job), "-o", "%T %N").split()
+
+
+def _cut_and_requeue(jc: JoinedCluster, job: int, out_file: Path) -> None:
+    c = jc.c
     cut = time.monotonic()
     ip("-n", NS_JOIN, "link", "set", VETH_JOIN, "down")
     c.wait_for(lambda: jc.node_states()["joined1"].endswith("*"), SLURMD_TIMEOUT + 6,
                "joined1 not responding")
     assert time.monotonic() - cut < SLURMD_TIMEOUT + 3  # the periodic check ticks every second
-    c.wait_for(lambda: c.ok("squeue", "-h", "-j", str(job), "-o", "%T %N").split()
-               == ["RUNNING", "local1"], 30, "the job rerunning on local1")
+    c.wait_for(lambda: _where(jc, job) == ["RUNNING", "local1"], 30, "the job rerunning on local1")
     assert "Restarts=1" in c.ok("scontrol", "show", "job", str(job))
     c.wait_for(lambda: "ran on local1" in out_file.read_text(), 10, "the rerun's output")
     assert out_file.read_text().splitlines()[0] == "ran on joined1"
-    # the network comes back: the agent reconnects, and the stale copy of the job it still
-    # runs is killed (the job lives on local1 now)
+
+
+def _restore_network(jc: JoinedCluster) -> None:
     ip("-n", NS_JOIN, "link", "set", VETH_JOIN, "up")
-    c.wait_for(lambda: jc.node_states()["joined1"] == "idle", 30, "joined1 back")
-    assert c.ok("squeue", "-h", "-j", str(job), "-o", "%T %N").split() == ["RUNNING", "local1"]
-    c.ok("scancel", str(job))
+    # the agent is asked to reconnect over its old link, or notices the dead link itself
+    jc.c.wait_for(lambda: not jc.node_states()["joined1"].endswith("*"), 30, "joined1 back")
+
+
+def test_a_network_cut_makes_the_node_not_respond_and_requeues_its_job(jc: JoinedCluster) -> None:
+    out_file = jc.root / "requeue.out"
+    job = _run_requeueable_job_on_joined1(jc, out_file)
+    try:
+        _cut_and_requeue(jc, job, out_file)
+    finally:
+        jc.c.run("scancel", str(job))
+        _restore_network(jc)
+    jc.c.wait_for(lambda: jc.node_states()["joined1"] == "idle", 30, "joined1 idle again")
+
+
+def test_a_stale_copy_after_reconnecting_does_not_end_the_rerun(jc: JoinedCluster) -> None:
+    out_file = jc.root / "stale.out"
+    job = _run_requeueable_job_on_joined1(jc, out_file)
+    try:
+        _cut_and_requeue(jc, job, out_file)
+        _restore_network(jc)
+        time.sleep(3)  # the agent cancels its stale copy and reports how it ended
+        assert _where(jc, job) == ["RUNNING", "local1"]
+    finally:
+        jc.c.run("scancel", str(job))
+        if jc.node_states()["joined1"].endswith("*"):
+            _restore_network(jc)
 
 
 def test_a_login_only_machine_submits_without_being_a_node(jc: JoinedCluster, tmp_path: Path) -> None:

@@ -131,10 +131,11 @@ class Agent:
         if self.remote is None:
             conn = aiohttp.UnixConnector(path=self.controller_socket)
             return aiohttp.ClientSession(connector=conn), "http://corral/v1/agent/ws", {}, 30.0
-        # over a network, ping often: a dead link is noticed within 1.5 heartbeats
+        # over a network, ping: a dead link is noticed within 1.5 ping intervals (a pong may
+        # take half an interval, so not too short for a slow network)
         return (self.remote.session(), self.remote.target("/v1/agent/ws"),
                 self.remote.agent_headers(self.nodes[0] if self.nodes else None, self.hw),
-                max(1.0, self.heartbeat))
+                max(5.0, self.heartbeat))
 
     async def _session(self) -> None:
         session, url, headers, ping = self._open()
@@ -415,6 +416,8 @@ async def _run(args: argparse.Namespace, home: str, nodes: list[str],
             await task
         except asyncio.CancelledError:
             pass
+        # srun tasks are the agent's children (batch jobs have their own supervisors)
+        await agent.tasks.shutdown()
         return 0
     finally:
         if proxy is not None:

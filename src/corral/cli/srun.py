@@ -17,7 +17,6 @@ import os
 import sys
 import time
 
-from corral import paths
 from corral.cli import client
 from corral.cli.options import (
     ALLOC_NO_EFFECT,
@@ -980,7 +979,7 @@ def run_request(req: SrunRequest, *, stdin_fd: int = 0) -> int:
     from corral.cli.ws import ConnectionClosed, WebSocketError, connect
 
     try:
-        ws = connect(paths.socket_path(), STEPS_RESOURCE)
+        ws = connect(client.cli_socket_path(), STEPS_RESOURCE)
     except (FileNotFoundError, ConnectionRefusedError):
         sys.stderr.write(f"{PROG}: error: {client._not_running_message()}\n")
         return 1

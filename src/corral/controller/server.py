@@ -440,7 +440,7 @@ class Api:
                         log.warning("agent offers unknown nodes %s; ignored", unknown)
                     # finished jobs the agent reports first, then what still runs
                     for ev in msg.get("ended", []):
-                        self._agent_ended(ev, send)
+                        self._agent_ended(ev, node_names)
                     ctl.agent_registered(node_names, send, msg.get("hw", {}), msg.get("running", []))
                     await ctl.durable()
                     send({"type": "registered", "nodes": node_names,
@@ -449,13 +449,14 @@ class Api:
                           "config": {"cluster_name": ctl.cluster_name, "kill_wait": ctl.kill_wait}})
                     log.info("agent registered nodes %s", hostlists.compress(node_names))
                 elif mtype == "ended":
-                    self._agent_ended(msg, send)
+                    self._agent_ended(msg, node_names)
                     await ctl.durable()
                     send({"type": "ack", "job_id": msg["job_id"]})
                 elif mtype in ("task_output", "task_exit"):
                     self.steps.agent_message(msg)
                 elif mtype == "launch_failed":
-                    ctl.job_ended(msg["job_id"], "FAILED", 1, 0, time.time(), note=msg.get("error"))
+                    self._agent_ended({"job_id": msg["job_id"], "state": "FAILED", "exit_code": 1},
+                                      node_names)
                 elif mtype == "heartbeat":
                     for name in node_names:
                         n = ctl.nodes[name]
@@ -467,7 +468,13 @@ class Api:
             log.warning("agent for %s disconnected", hostlists.compress(node_names) or "(none)")
         return ws
 
-    def _agent_ended(self, ev: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
+    def _agent_ended(self, ev: dict[str, Any], node_names: list[str]) -> None:
+        job = self.ctl.jobs.get(int(ev["job_id"]))
+        if job is not None and job.batch_host not in node_names:
+            # a stale copy: the job was given up on this node (NODE_FAIL, requeued elsewhere)
+            log.info("ignoring the end of job %s reported by %s: it runs on %s", ev["job_id"],
+                     hostlists.compress(node_names), job.batch_host)
+            return
         self.ctl.job_ended(int(ev["job_id"]), str(ev.get("state", "FAILED")), int(ev.get("exit_code", 0)),
                            int(ev.get("signal", 0)), float(ev.get("end_time") or time.time()))
 

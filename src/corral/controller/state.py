@@ -1114,6 +1114,16 @@ class Controller:
             node.partitions.append(part.name)
             self._idle_views.pop(part.name, None)
         self.nodes[name] = node
+        # jobs recovered after a controller restart may still hold resources here
+        for job in self.running.values():
+            for a in job.alloc:
+                if a.node == name:
+                    node.alloc_cpus += a.cpus
+                    node.alloc_mem += a.mem_mb
+                    node.alloc_gpus.extend(a.gpus)
+                    node.job_count += 1
+                    if job.exclusive:
+                        node.exclusive_job = job.job_id
         return node
 
     def agent_contact(self, node_names: list[str]) -> None:

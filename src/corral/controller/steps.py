@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import ClientConnectionResetError, WSMsgType, web
 
 from corral.controller.state import Controller, Identity, SlurmError, parse_signal_spec
 from corral.model import hostlists
@@ -110,7 +110,10 @@ class StepManager:
                 msg = await queue.get()
                 if msg is None:
                     return
-                await ws.send_str(json.dumps(msg, separators=(",", ":")))
+                try:
+                    await ws.send_str(json.dumps(msg, separators=(",", ":")))
+                except (ConnectionError, ClientConnectionResetError):
+                    return  # the client went away; the session's cleanup follows
 
         writer_task = asyncio.get_running_loop().create_task(writer())
         session: dict[str, Any] = {"alloc": None, "detached": False, "released": False, "step": None}
