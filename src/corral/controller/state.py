@@ -124,6 +124,7 @@ class Controller:
         self._dirty_jobs: dict[int, Job] = {}
         self._dirty_nodes: set[str] = set()
         self._payloads: list[tuple[int, JobPayload]] = []
+        self._after_commit: list[tuple[Callable[[dict[str, Any]], None], dict[str, Any]]] = []
         self._next_id_dirty = False
         self._flush_waiter: asyncio.Future[None] | None = None
         self._writer: asyncio.Task[None] | None = None
@@ -213,7 +214,7 @@ class Controller:
     async def _write_loop(self) -> None:
         loop = asyncio.get_running_loop()
         while self._dirty_jobs or self._dirty_nodes or self._payloads or self._next_id_dirty \
-                or self._flush_waiter is not None:
+                or self._flush_waiter is not None or self._after_commit:
             batch = WriteBatch(
                 jobs=[j.to_dict() for j in self._dirty_jobs.values()],
                 payloads=self._payloads,
@@ -225,6 +226,7 @@ class Controller:
             self._payloads = []
             self._next_id_dirty = False
             waiter, self._flush_waiter = self._flush_waiter, None
+            after, self._after_commit = self._after_commit, []
             try:
                 if batch:
                     prepared = self.store.prepare(batch)
@@ -233,9 +235,16 @@ class Controller:
                 log.exception("store write failed")
                 if waiter is not None and not waiter.done():
                     waiter.set_exception(SlurmError(f"state store write failed: {e}", 0, 500))
+                for send, msg in after:  # the cluster must still act on what memory holds
+                    send(msg)
                 continue
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
+            if after:
+                # let the answers that waited on this commit go out first
+                await asyncio.sleep(0)
+                for send, msg in after:
+                    send(msg)
 
     @staticmethod
     def _node_record(n: Node) -> NodeRecord:
@@ -855,7 +864,10 @@ class Controller:
             return
         send = self.agent_senders.get(job.batch_host)
         if send is not None:
-            send({"type": "control", "job_id": job.job_id, "control": op})
+            # Acted on once the decision is durable, and after the caller has its answer:
+            # `scontrol requeue $SLURM_JOB_ID` inside the job must not be killed mid-request.
+            self._after_commit.append((send, {"type": "control", "job_id": job.job_id, "control": op}))
+            self._kick_writer()
 
     def signal_jobs(self, who: Identity, jobs: list[Job], signum: int, *, batch_only: bool,
                     cancel: bool, full: bool = False) -> None:
