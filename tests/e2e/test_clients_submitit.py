@@ -131,12 +131,10 @@ def test_map_array_respects_array_parallelism(cluster: Cluster,
     array_id = jobs[0].job_id.split("_")[0]
     assert [j.job_id for j in jobs] == [f"{array_id}_{i}" for i in items]
     # Watch the queue while the array runs: never more than two tasks at once.
-    most_running = 0
     deadline = time.monotonic() + 90
     while not all(j.done(force_check=True) for j in jobs):
         assert time.monotonic() < deadline, "array did not finish"
         running = cluster.squeue_ids("-t", "R", "-n", JOB_NAME)
-        most_running = max(most_running, len(running))
         assert len(running) <= 2, running
         time.sleep(0.2)
     results = [j.result() for j in jobs]
@@ -145,7 +143,6 @@ def test_map_array_respects_array_parallelism(cluster: Cluster,
     assert [r[2] for r in results] == [str(i) for i in items]
     # The tasks' own clocks agree: two ran side by side, never three.
     assert _max_overlap([(r[3], r[4]) for r in results]) == 2
-    assert most_running >= 1
     for j in jobs:
         cluster.wait_state(j.job_id, "COMPLETED")
 
@@ -202,12 +199,12 @@ def test_checkpointable_job_is_requeued_after_time_out(cluster: Cluster,
     # half-way through the first run, which gets through ~30 of the 45 counts.
     executor.update_parameters(timeout_min=1, slurm_signal_delay_s=30)
     target = 45
-    t0 = time.monotonic()
     job = executor.submit(_CountToTarget(), target)
     _wait_done(job, timeout=200)
     progress, starts = job.result()
     assert progress == target
-    # Two runs: the first from nothing, the requeued one from the first one's checkpoint.
+    # Two runs: the first from nothing, the requeued one from the first one's checkpoint,
+    # taken when USR2 came, about 30 s in (not at once, and before the 45 counts were done).
     assert len(starts) == 2, starts
     (first_restarts, first_progress), (second_restarts, second_progress) = starts
     assert (first_restarts, first_progress, second_restarts) == (0, 0, 1), starts
@@ -215,7 +212,6 @@ def test_checkpointable_job_is_requeued_after_time_out(cluster: Cluster,
     cluster.wait_state(job.job_id, "COMPLETED", timeout=30)
     row = cluster.ok("sacct", "-j", job.job_id, "-X", "-n", "-P", "-o", "State,Restarts")
     assert row == "COMPLETED|1\n", row
-    # The USR2 came about 30 s into the first run, not at once and not at the limit.
-    assert time.monotonic() - t0 < 120
+    # submitit appends to its log (--open-mode=append): both runs' lines are there.
     log = Path(str(job.paths.stdout)).read_text()
     assert "Caught signal SIGUSR2" in log and "Requeued job" in log, log

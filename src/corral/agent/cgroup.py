@@ -71,13 +71,16 @@ def format_cpus(cpus: list[int]) -> str:
 class StepCgroup:
     """The cgroup(s) of one job step."""
 
-    def __init__(self, root: str, job_id: int | str, step: str = "batch") -> None:
+    def __init__(self, root: str, job_id: int | str, step: str = "batch",
+                 cluster: str = "") -> None:
         version = detect_version(root)
         if version is None:
             raise CgroupError(errno.ENOENT, f"no cgroup hierarchy at {root}")
         self.root = root
         self.version: int = version
-        self.job_rel = os.path.join("corral", f"job_{job_id}")
+        # several clusters may run on one machine (tests, demos): job ids repeat between them
+        base = os.path.join("corral", cluster) if cluster else "corral"
+        self.job_rel = os.path.join(base, f"job_{job_id}")
         self.rel = os.path.join(self.job_rel, f"step_{step}")
         # controller name ("" for v2) -> absolute step directory, filled by create()
         self.dirs: dict[str, str] = {}

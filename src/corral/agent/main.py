@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import base64
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -60,6 +61,8 @@ class Agent:
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         self.reported: set[int] = set()  # ended jobs sent since the last (re)connect
         self.cgroup_root = _cgroup_root()
+        # one cgroup subtree per agent home: clusters side by side never share a job's group
+        self.cgroup_cluster = "c" + hashlib.sha256(os.path.abspath(home).encode()).hexdigest()[:12]
         self.stop = asyncio.Event()
         self._dgram: socket.socket | None = None
 
@@ -272,7 +275,7 @@ class Agent:
                 os.chown(d, uid, gid)
             launch = {k: v for k, v in spec.items() if k != "script_text"}
             launch.update(script=script, notify_socket=self.notify_path,
-                          cgroup_root=self.cgroup_root,
+                          cgroup_root=self.cgroup_root, cgroup_cluster=self.cgroup_cluster,
                           cpus=self._pick_cpus(job_id, int(spec.get("cpus_count") or 0)))
             tmp = os.path.join(d, "launch.json.tmp")
             with open(tmp, "w") as f:

@@ -433,7 +433,8 @@ class Supervisor:
         if not root:
             return
         try:
-            cgroup = StepCgroup(root, self.launch["job_id"], str(self.launch.get("step", "batch")))
+            cgroup = StepCgroup(root, self.launch["job_id"], str(self.launch.get("step", "batch")),
+                                str(self.launch.get("cgroup_cluster") or ""))
             for note in cgroup.create(self.launch.get("cpus"), self.launch.get("mem_mb")):
                 self.note(f"cgroup: {note}")
         except OSError as e:

@@ -761,7 +761,7 @@ ALLOC_NO_EFFECT = frozenset({
     "gpu-bind", "gpu-freq", "gres-flags", "kill-on-invalid-dep", "mcs-label",
     "mem-bind", "network", "no-kill", "overcommit", "power", "prefer", "profile", "propagate",
     "reboot", "spread-job", "use-min-nodes", "wait-all-nodes", "wckey", "cpu-bind",
-    "accel-bind", "compress", "msg-timeout", "open-mode", "threads", "treewidth", "bell",
+    "accel-bind", "compress", "msg-timeout", "threads", "treewidth", "bell",
     "no-bell", "wait-srun", "exact", "whole", "unbuffered", "resv-ports", "send-libs",
     "quit-on-interrupt", "disable-status", "slurmd-debug", "kill-command", "x11",
     "bcast", "bcast-exclude", "preserve-env", "epilog", "prolog", "task-epilog",

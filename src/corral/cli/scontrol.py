@@ -700,6 +700,12 @@ def _job_action(action: str, id_args: list[str]) -> int:
         return 1
     rc = 0
     perror = "slurm_requeue error" if action.startswith("requeue") else "slurm_suspend error"
+    if action.startswith("requeue"):
+        # `scontrol requeue $SLURM_JOB_ID` run by the job itself (submitit does) is killed
+        # with the job it requeues; the answer and our exit status must survive that.
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     for job_id in ids:
         try:
             client.post(f"/v1/jobs/{quote(job_id, safe='')}/{action}")

@@ -841,6 +841,8 @@ def _main(argv: list[str]) -> int:
     params["fields"] = ",".join(needed_fields(opts))
     if q.states is not None:
         params["states"] = ",".join(q.states)
+    else:  # -t all: finished jobs the controller still remembers, too
+        params["states"] = "all"
     params["rows"] = "1"
     try:
         answer = client.get("/v1/jobs", **params)

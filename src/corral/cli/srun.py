@@ -298,6 +298,9 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         "input": input_path,
         "kill_on_bad_exit": req.kill_on_bad_exit,
         "time_limit": time_limit if isinstance(time_limit, int) and time_limit > 0 else None,
+        # --open-mode, else what the batch job was given (sbatch exports SLURM_OPEN_MODE)
+        "open_mode": "append" if str(v.get("open-mode") or env.get("SLURM_OPEN_MODE", "t"))
+        .startswith("a") else "truncate",
     }
     if req.job_id is None:
         if "job-name" in v:

@@ -706,6 +706,8 @@ class Controller:
             step = ids[1] - ids[0] if len(ids) > 1 else 1
             env.update(array_environment(len(ids), ids[0], ids[-1], step))
         env.setdefault("SLURM_CONF", self.config_path)
+        if payload.open_mode == "append":
+            env["SLURM_OPEN_MODE"] = "a"  # srun in the script appends too, as in Slurm
         is_array = job.array_job_id is not None
         default_out = "slurm-%A_%a.out" if is_array else "slurm-%j.out"
 
@@ -732,7 +734,8 @@ class Controller:
             "type": "launch",
             "node": first.node,
             "launch": {
-                "job_id": job.job_id, "step": "batch", "uid": job.uid, "gid": job.gid,
+                "job_id": job.job_id, "step": "batch", "node_name": first.node,
+                "uid": job.uid, "gid": job.gid,
                 "user": job.user, "home": home, "script_text": payload.script,
                 "argv": payload.argv, "work_dir": job.work_dir, "stdout": stdout,
                 "stderr": stderr, "stdin": path(job.stdin, "/dev/null"),

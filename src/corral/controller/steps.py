@@ -406,7 +406,8 @@ class StepManager:
         common = {"type": "launch_tasks", "job_id": job.job_id, "step_id": step.step_id, "uid": job.uid,
                   "gid": job.gid, "user": job.user, "home": home, "cwd": cwd, "argv": list(req["argv"]),
                   "pty": bool(req.get("pty")), "window": req.get("window"), "stdin": step.stdin,
-                  "kill_wait": ctl.kill_wait}
+                  "kill_wait": ctl.kill_wait,
+                  "open_mode": "append" if str(req.get("open_mode") or "").startswith("a") else "truncate"}
         for sender, tasks in by_sender.values():
             sender({**common, "tasks": tasks})
         self._maybe_finish(step)
