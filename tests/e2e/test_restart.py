@@ -69,3 +69,19 @@ def test_sigkill_controller_keeps_acknowledged_jobs_and_running_job_finishes(own
     c.wait_state(running, "COMPLETED", timeout=30)
     assert marker.read_text() == "finished\n"
     c.ok("scancel", "-n", "acked")
+
+
+def test_agent_restart_keeps_a_running_job(own_cluster: Cluster) -> None:
+    c = own_cluster
+    marker = c.workdir / "agent-survivor.done"
+    jid = c.sbatch("--wrap", f"sleep 4; echo finished > {marker}")
+    c.wait_state(jid, "RUNNING")
+    agent_pid = int((c.home / "agent.pid").read_text())
+    os.kill(agent_pid, signal.SIGKILL)
+    c.wait_for(lambda: "*" in c.ok("sinfo", "-h", "-N", "-n", "node-1", "-o", "%t"),
+               timeout=20, what="node-1 not responding")
+    assert c.state(jid) == "RUNNING"  # the job's supervisor does not depend on the agent
+    c.ok("corral", "up", timeout=60)  # starts a new agent, which re-syncs the job
+    c.wait_state(jid, "COMPLETED", timeout=30)
+    assert marker.read_text() == "finished\n"
+    assert "*" not in c.ok("sinfo", "-h", "-N", "-n", "node-1", "-o", "%t")

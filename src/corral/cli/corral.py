@@ -30,13 +30,17 @@ def _read_pid(name: str, home: str) -> int | None:
             pid = int(f.read().strip())
     except (OSError, ValueError):
         return None
+    return pid if _process_alive(pid) else None
+
+
+def _process_alive(pid: int) -> bool:
+    """Running, not a zombie: an orphan's exit may stay unreaped where init does not reap."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return pid
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def default_config_text() -> str:
@@ -94,13 +98,16 @@ def cmd_up(args: argparse.Namespace) -> int:
         except ValueError as e:
             print(f"corral: error: {e}", file=sys.stderr)
             return 1
-    if _ping() is not None:
+    running = _ping() is not None
+    if running and (_read_pid("agent", home) is not None or args.config):
         print(f"corral: the cluster of {home} is already running")
         return 0
     os.makedirs(home, mode=0o755, exist_ok=True)
     os.makedirs(paths.log_dir(home), exist_ok=True)
     cfg_path = paths.config_path(home)
-    if args.config:
+    if running:
+        pass  # the controller runs on; only the agent is missing (it died): start it again
+    elif args.config:
         with open(args.config) as src:
             text = src.read()
         with open(cfg_path, "w") as dst:
@@ -128,19 +135,23 @@ def cmd_up(args: argparse.Namespace) -> int:
     local_nodes = compress(local)
     ctl_log = os.path.join(paths.log_dir(home), "controller.log")
     agent_log = os.path.join(paths.log_dir(home), "agent.log")
-    print("corral: starting the controller …", flush=True)
-    listen = ["--listen", args.listen] if args.listen else []
-    ctl = _spawn(["corral.controller", "--home", home, *listen], ctl_log, args.foreground)
-    with open(paths.pid_file("controller", home), "w") as f:
-        f.write(str(ctl.pid))
-    try:
-        _wait_for(lambda: ctl.poll() is not None or _ping() is not None, 30, "controller start")
-    except TimeoutError:
-        print(f"corral: error: the controller did not answer; see {ctl_log}", file=sys.stderr)
-        return 1
-    if ctl.poll() is not None:
-        print(f"corral: error: the controller exited; see {ctl_log}", file=sys.stderr)
-        return 1
+    ctl: subprocess.Popen[bytes] | None = None
+    if not running:
+        print("corral: starting the controller …", flush=True)
+        listen = ["--listen", args.listen] if args.listen else []
+        ctl = _spawn(["corral.controller", "--home", home, *listen], ctl_log, args.foreground)
+        with open(paths.pid_file("controller", home), "w") as f:
+            f.write(str(ctl.pid))
+        started = ctl
+        try:
+            _wait_for(lambda: started.poll() is not None or _ping() is not None, 30,
+                      "controller start")
+        except TimeoutError:
+            print(f"corral: error: the controller did not answer; see {ctl_log}", file=sys.stderr)
+            return 1
+        if ctl.poll() is not None:
+            print(f"corral: error: the controller exited; see {ctl_log}", file=sys.stderr)
+            return 1
     agent_pid = _read_pid("agent", home)
     agent: subprocess.Popen[bytes] | None = None
     if not local:
@@ -184,7 +195,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.listen:
         print("  join another machine to this cluster with (run there, as root):")
         print(f"    {join_command(home, args.listen)}")
-    if args.foreground:
+    if args.foreground and ctl is not None:
         return _foreground(ctl, agent, home)
     return 0
 
@@ -366,9 +377,7 @@ def _stop_pid(pid: int, timeout: float = 10.0) -> None:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not _process_alive(pid):
             return
         time.sleep(0.05)
     try:
