@@ -176,6 +176,11 @@ class Controller:
                 self._charge(job)
         for job in self.store.load_recent_finished(time.time() - self.min_job_age):
             self.jobs[job.job_id] = job
+        for n in self.nodes.values():
+            if n.reason is None and not n.registered:
+                # configured, no agent yet: down, and sinfo -R says why
+                n.reason, n.reason_user, n.reason_uid, n.reason_time = \
+                    NOT_RESPONDING_REASON, "root", 0, self.started
         self.next_id = self.store.next_job_id()
         log.info("recovered %d pending and %d running jobs; next job id %d",
                  len(self.pending), len(self.running), self.next_id)
@@ -1077,11 +1082,12 @@ class Controller:
             n.hostname = hw.get("hostname", "")
             n.addr = n.addr or hw.get("addr", "")
             n.last_contact = now
-            if n.admin_state == "down" and n.reason == NOT_RESPONDING_REASON \
-                    and self.config.get_int("ReturnToService") >= 1:
-                n.admin_state = "up"  # ReturnToService: a node down only for silence comes back
-                n.reason = n.reason_user = None
-                n.reason_uid = n.reason_time = None
+            if n.reason == NOT_RESPONDING_REASON:
+                if n.admin_state == "down" and self.config.get_int("ReturnToService") >= 1:
+                    n.admin_state = "up"  # ReturnToService: down only for silence, it comes back
+                if n.admin_state == "up":
+                    n.reason = n.reason_user = None
+                    n.reason_uid = n.reason_time = None
                 self.mark_node(n)
             self.agent_senders[name] = send
         # a job we think runs on these nodes but the agent does not know: it was lost
