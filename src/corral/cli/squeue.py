@@ -770,19 +770,9 @@ def format_steps(jobs: list[Job], now: float, *, header: bool = True,
             rows.append((int(job["job_id"]), step_key, st["step_id"],
                          f"{fit(sid, 15, True)} {fit(st.get('name') or '', 8, True)} "
                          f"{fit(job.get('partition') or '', 9, True)} {fit(job.get('user') or '', 8, True)} "
-                         f"{fit(_elapsed(used), 9, True)} {st.get('nodes') or ''}\n"))
+                         f"{fit(format_duration(used), 9, True)} {st.get('nodes') or ''}\n"))
     rows.sort(key=lambda r: (r[0], r[1], r[2]))
     return (STEP_HEADER if header else "") + "".join(r[3] for r in rows)
-
-
-def _elapsed(seconds: float) -> str:
-    s = int(seconds)
-    d, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    if d:
-        return f"{d}-{h:02d}:{m:02d}:{s:02d}"
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 def _steps_main(argv: list[str]) -> int:
