@@ -81,6 +81,8 @@ class Agent:
         d = self.job_dir(job_id)
         st = stepd.read_status(d)
         if st is None:
+            if job_id in self.launching:
+                return None  # its supervisor is being started: not there yet, not lost
             if os.path.exists(os.path.join(d, "launch.json")) and not stepd.is_alive(d):
                 # the supervisor vanished without a word (machine reboot, kill -9)
                 return {"type": "ended", "job_id": job_id, "state": "NODE_FAIL", "exit_code": 0,
