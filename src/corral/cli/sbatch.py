@@ -33,13 +33,13 @@ from corral.cli.options import (
     directive_arguments,
     env_flag_is_set,
     expand_hostlist,
+    export_environment,
     fail,
     fatal,
     full_path,
+    gpu_request,
     option_table,
     parse_begin,
-    parse_gpu_request,
-    parse_gres,
     parse_int,
     parse_mail_type,
     parse_mbytes,
@@ -49,7 +49,6 @@ from corral.cli.options import (
     read_hostfile,
     script_directives,
     search_path,
-    split_quoted,
     verify_hint,
 )
 
@@ -625,26 +624,11 @@ def _node_names(v: dict[str, Any], key: str, cwd: str) -> list[str]:
 
 def _gpu_request(v: dict[str, Any]) -> tuple[int, int, int, str | None]:
     """(gpus for the job, per node, per task, type) from --gres and --gpus*."""
-    gpus = per_node = per_task = 0
-    gpu_type: str | None = None
     try:
-        if "gres" in v:
-            per_node, gpu_type = parse_gres(v["gres"])
-        for key in ("gpus", "gpus-per-node", "gpus-per-task"):
-            if key not in v:
-                continue
-            count, kind = parse_gpu_request(v[key])
-            if key == "gpus":
-                gpus = count
-            elif key == "gpus-per-node":
-                per_node = count
-            else:
-                per_task = count
-            gpu_type = kind or gpu_type
+        return gpu_request(v)
     except GresError:
         fail(PROG, "Batch job submission failed: Invalid generic resource (gres) "
                    "specification")
-    return gpus, per_node, per_task, gpu_type
 
 
 _ARRAY_MAX_INDEX = 4_000_000  # Slurm's ceiling for MaxArraySize - 1; the controller
@@ -688,24 +672,7 @@ def _job_environment(v: dict[str, Any], env: dict[str, str], cwd: str, submit_ho
     if "export-file" in v:
         job_env = _read_env_file(v["export-file"], cwd)
         source = {}  # Slurm clears its own environment when --export-file is used
-    export = v.get("export", "ALL")
-    tokens = split_quoted(export)
-    upper = [t.upper() for t in tokens]
-    if upper == ["ALL"]:
-        job_env.update(source)
-    else:
-        if "ALL" in upper:
-            job_env.update(source)
-        else:
-            job_env.update({k: val for k, val in source.items() if k.startswith("SLURM_")})
-        for tok, up in zip(tokens, upper, strict=True):
-            if up in ("ALL", "NONE") or not tok:
-                continue
-            name, eq, value = tok.partition("=")
-            if eq:
-                job_env[name] = value
-            elif name in source:
-                job_env[name] = source[name]
+    job_env.update(export_environment(v.get("export", "ALL"), source))
     job_env["SLURM_PRIO_PROCESS"] = str(prio)
     job_env["SLURM_SUBMIT_DIR"] = cwd
     job_env["SLURM_SUBMIT_HOST"] = submit_host
