@@ -281,3 +281,37 @@ class StepCgroup:
             except OSError:
                 pass
         return ok
+
+
+def cluster_group_name(home: str) -> str:
+    """The cgroup subtree (under corral/) of the cluster whose agent lives in `home`."""
+    import hashlib
+
+    return "c" + hashlib.sha256(os.path.abspath(home).encode()).hexdigest()[:12]
+
+
+def remove_cluster_groups(root: str, cluster: str) -> None:
+    """Remove the cluster's (empty) corral/<cluster> groups once its agent has stopped."""
+    bases = [root] if detect_version(root) == 2 else \
+        [os.path.join(root, c) for c in sorted(os.listdir(root)) if os.path.isdir(os.path.join(root, c))]
+    for base in bases:
+        path = os.path.join(base, "corral", cluster)
+        if not os.path.isdir(path):
+            continue
+        for sub in sorted(os.listdir(path), reverse=True):  # job groups left by a crash
+            full = os.path.join(path, sub)
+            if os.path.isdir(full):
+                for step in os.listdir(full):
+                    if os.path.isdir(os.path.join(full, step)):
+                        try:
+                            os.rmdir(os.path.join(full, step))
+                        except OSError:
+                            pass
+                try:
+                    os.rmdir(full)
+                except OSError:
+                    pass
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass

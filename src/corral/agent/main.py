@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import base64
 import functools
-import hashlib
 import json
 import logging
 import os
@@ -29,6 +28,7 @@ from yarl import URL
 from corral import paths
 from corral.agent import hw, stepd
 from corral.agent import remote as remote_mod
+from corral.agent.cgroup import cluster_group_name
 from corral.agent.proxy import Proxy
 from corral.agent.remote import JoinError, RemoteController, fingerprint_mismatch
 from corral.agent.spawner import Spawner
@@ -62,7 +62,7 @@ class Agent:
         self.reported: set[int] = set()  # ended jobs sent since the last (re)connect
         self.cgroup_root = _cgroup_root()
         # one cgroup subtree per agent home: clusters side by side never share a job's group
-        self.cgroup_cluster = "c" + hashlib.sha256(os.path.abspath(home).encode()).hexdigest()[:12]
+        self.cgroup_cluster = cluster_group_name(home)
         self.stop = asyncio.Event()
         self._dgram: socket.socket | None = None
 

@@ -416,6 +416,10 @@ def cmd_down(args: argparse.Namespace) -> int:
         n = _kill_jobs(home)
         if n:
             print(f"corral: cancelled {n} running job(s)")
+        if os.geteuid() == 0 and os.access("/sys/fs/cgroup", os.W_OK):
+            from corral.agent.cgroup import cluster_group_name, remove_cluster_groups
+
+            remove_cluster_groups("/sys/fs/cgroup", cluster_group_name(home))
     if ctl is not None:
         _stop_pid(ctl)
     for name in ("controller", "agent"):
