@@ -388,10 +388,7 @@ def _current_umask() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return _run(sys.argv[1:] if argv is None else argv)
-    except KeyboardInterrupt:
-        return 130
+    return client.run_cli("salloc", _run, argv)
 
 
 def _run(args: list[str]) -> int:

@@ -788,17 +788,7 @@ def wait_for_job(job_id: int, *, sleep: Callable[[float], None] = time.sleep,
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return _run(sys.argv[1:] if argv is None else argv)
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        # `sbatch --help | head` closes the pipe early: not an error.
-        try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-        except OSError:
-            pass
-        return 0
+    return client.run_cli("sbatch", _run, argv)
 
 
 def _run(args: list[str]) -> int:

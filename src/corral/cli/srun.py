@@ -949,16 +949,7 @@ def _current_umask() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return _run(sys.argv[1:] if argv is None else argv)
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-        except OSError:
-            pass
-        return 0
+    return client.run_cli("srun", _run, argv)
 
 
 def _run(args: list[str]) -> int:
