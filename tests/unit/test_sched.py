@@ -246,7 +246,7 @@ def test_all_fit_start_in_priority_order() -> None:
     pend = [job(1, priority=1), job(2, priority=5, cpus_per_task=4), job(3, priority=3, cpus_per_task=4)]
     dec = schedule(snap(views, pend))
     assert [j for j, _ in dec.starts] == [2, 3]
-    assert dec.reasons == {1: Reason.RESOURCES}
+    assert dec.reason_texts == {1: Reason.RESOURCES}
 
 
 def test_four_one_gpu_jobs_land_on_one_node() -> None:
@@ -273,7 +273,7 @@ def test_backfill_short_job_starts_when_it_ends_before_reservation() -> None:
     s, reserved_at = _blocked_big_job_setup(short_limit=150)
     dec = schedule(s)
     assert [j for j, _ in dec.starts] == [2]
-    assert dec.reasons[1] == Reason.RESOURCES
+    assert dec.reason_texts[1] == Reason.RESOURCES
     assert dec.planned[1] == (reserved_at, ["node-1", "node-2"])
 
 
@@ -281,7 +281,7 @@ def test_backfill_long_job_waits_when_it_would_delay_reservation() -> None:
     s, reserved_at = _blocked_big_job_setup(short_limit=250)
     dec = schedule(s)
     assert dec.starts == []
-    assert dec.reasons == {1: Reason.RESOURCES, 2: Reason.PRIORITY}
+    assert dec.reason_texts == {1: Reason.RESOURCES, 2: Reason.PRIORITY}
     assert dec.planned[1] == (reserved_at, ["node-1", "node-2"])
     # ...and it is planned after the big job.
     assert dec.planned[2][0] == reserved_at + 600
@@ -291,7 +291,7 @@ def test_unlimited_job_never_backfills_ahead_of_reservation() -> None:
     s, _ = _blocked_big_job_setup(short_limit=-1)
     dec = schedule(s)
     assert dec.starts == []
-    assert dec.reasons[2] == Reason.PRIORITY
+    assert dec.reason_texts[2] == Reason.PRIORITY
 
 
 def test_backfill_on_resources_the_reservation_does_not_need() -> None:
@@ -321,14 +321,14 @@ def test_jobs_started_in_the_pass_count_for_reservations() -> None:
     s = started(dec)
     assert list(s) == [1, 3]  # job 3 ends (NOW+50) before job 2's reservation (NOW+100)
     assert dec.planned[2] == (NOW + 100, ["node-1"])
-    assert dec.reasons[2] == Reason.RESOURCES and dec.reasons[4] == Reason.PRIORITY
+    assert dec.reason_texts[2] == Reason.RESOURCES and dec.reason_texts[4] == Reason.PRIORITY
 
 
 def test_no_backfill_is_strict_order() -> None:
     s, _ = _blocked_big_job_setup(short_limit=10)
     s.backfill = False
     dec = schedule(s)
-    assert dec.starts == [] and dec.reasons[2] == Reason.PRIORITY
+    assert dec.starts == [] and dec.reason_texts[2] == Reason.PRIORITY
 
 
 def test_unplannable_top_job_does_not_block() -> None:
@@ -341,7 +341,7 @@ def test_unplannable_top_job_does_not_block() -> None:
                                    NodeAlloc("node-2", 4, 4096, [0, 1])], INFINITE_TIME)]
     pend = [job(4, num_nodes=4, num_tasks=4, exclusive=True), job(9, time_limit=60), job(8)]
     dec = schedule(snap(views, pend, running, def_mem_per_cpu=1024))
-    assert dec.reasons[4] == Reason.NODES_DOWN
+    assert dec.reason_texts[4] == Reason.NODES_DOWN
     assert 4 not in dec.planned
     assert set(started(dec)) == {8, 9}
 
@@ -352,7 +352,7 @@ def test_exclusive_waits_for_idle_nodes_and_gets_a_plan() -> None:
     running = [occupy(by_name, 1, [NodeAlloc("node-1", 1, 0)], NOW + 300)]
     dec = schedule(snap(views, [job(2, num_nodes=2, num_tasks=2, exclusive=True, time_limit=60),
                                 job(3, time_limit=600)], running))
-    assert dec.reasons[2] == Reason.NODES_DOWN
+    assert dec.reason_texts[2] == Reason.NODES_DOWN
     assert dec.planned[2] == (NOW + 300, ["node-1", "node-2"])
     assert 3 not in started(dec)  # it would overlap the exclusive reservation on both nodes
     dec = schedule(snap(views, [job(2, num_nodes=2, num_tasks=2, exclusive=True, time_limit=60),
@@ -381,14 +381,14 @@ def test_req_node_not_available_reason() -> None:
     views[1].usable = False
     views[2].usable = False
     dec = schedule(snap(views, [job(1, req_nodes=("node-2", "node-3"))]))
-    assert dec.reasons[1] == "ReqNodeNotAvail, UnavailableNodes:node-[2-3]"
+    assert dec.reason_texts[1] == "ReqNodeNotAvail, UnavailableNodes:node-[2-3]"
 
 
 def test_nodes_down_reason() -> None:
     views = nodes(4, gpus=0)
     views[3].usable = False
     dec = schedule(snap(views, [job(1, num_nodes=4, num_tasks=4), job(2)]))
-    assert dec.reasons[1] == Reason.NODES_DOWN
+    assert dec.reason_texts[1] == Reason.NODES_DOWN
     assert 1 not in dec.planned
     assert 2 in started(dec)
 
@@ -399,12 +399,12 @@ def test_impossible_jobs_get_partition_reasons_and_block_nothing() -> None:
             job(16, gpus_per_node=9, priority=8), job(17, priority=1)]
     parts = [Partition(name="debug", nodes=[v.name for v in views])]
     dec = schedule(snap(views, pend, partitions=parts))
-    assert dec.reasons[14] == Reason.PARTITION_NODE_LIMIT
-    assert dec.reasons[15] == Reason.PARTITION_NODE_LIMIT
-    assert dec.reasons[16] == PARTITION_CONFIG
+    assert dec.reason_texts[14] == Reason.PARTITION_NODE_LIMIT
+    assert dec.reason_texts[15] == Reason.PARTITION_NODE_LIMIT
+    assert dec.reason_texts[16] == PARTITION_CONFIG
     assert list(started(dec)) == [17]
     dec = schedule(snap(views, [job(18, num_tasks=257, num_nodes=4)], partitions=parts))
-    assert dec.reasons[18] == PARTITION_CONFIG
+    assert dec.reason_texts[18] == PARTITION_CONFIG
 
 
 def test_partition_states_and_time_limit() -> None:
@@ -412,12 +412,12 @@ def test_partition_states_and_time_limit() -> None:
     for state, reason in (("DOWN", Reason.PARTITION_DOWN), ("INACTIVE", PARTITION_INACTIVE)):
         parts = [Partition(name="debug", nodes=["node-1"], state=state)]
         dec = schedule(snap(views, [job(1)], partitions=parts))
-        assert dec.starts == [] and dec.reasons[1] == reason
+        assert dec.starts == [] and dec.reason_texts[1] == reason
     parts = [Partition(name="debug", nodes=["node-1"], state="DRAIN")]
     assert started(schedule(snap(views, [job(1)], partitions=parts)))
     parts = [Partition(name="debug", nodes=["node-1"], max_time=3600)]
     dec = schedule(snap(views, [job(1, time_limit=7200), job(2, time_limit=60)], partitions=parts))
-    assert dec.reasons[1] == Reason.PARTITION_TIME_LIMIT and list(started(dec)) == [2]
+    assert dec.reason_texts[1] == Reason.PARTITION_TIME_LIMIT and list(started(dec)) == [2]
 
 
 def test_priority_tier_and_shared_nodes() -> None:
@@ -429,7 +429,7 @@ def test_priority_tier_and_shared_nodes() -> None:
             job(2, partition="high", priority=1, cpus_per_task=4)]
     dec = schedule(snap(views, pend, partitions=parts))
     assert list(started(dec)) == [2]
-    assert dec.reasons[1] == Reason.RESOURCES
+    assert dec.reason_texts[1] == Reason.RESOURCES
 
 
 def test_reservation_in_one_partition_protects_shared_nodes() -> None:
@@ -445,7 +445,7 @@ def test_reservation_in_one_partition_protects_shared_nodes() -> None:
             job(3, partition="b", num_tasks=4, time_limit=50)]
     dec = schedule(snap(views, pend, running, partitions=parts))
     assert list(started(dec)) == [3]
-    assert dec.reasons[2] == Reason.RESOURCES  # first blocked job of partition b
+    assert dec.reason_texts[2] == Reason.RESOURCES  # first blocked job of partition b
 
 
 def test_same_priority_orders_by_submit_then_id() -> None:
@@ -453,7 +453,7 @@ def test_same_priority_orders_by_submit_then_id() -> None:
     pend = [job(5, submit_time=NOW - 10), job(3, submit_time=NOW - 10), job(4, submit_time=NOW - 20)]
     dec = schedule(snap(views, pend))
     assert list(started(dec)) == [4]
-    assert dec.reasons == {3: Reason.RESOURCES, 5: Reason.PRIORITY}
+    assert dec.reason_texts == {3: Reason.RESOURCES, 5: Reason.PRIORITY}
 
 
 def test_planned_multi_node_start_uses_end_times() -> None:
@@ -483,7 +483,7 @@ def test_failed_shape_cache_still_lets_shorter_jobs_backfill() -> None:
     s.pending.append(job(3, priority=0, num_tasks=2, time_limit=100))
     dec = schedule(s)
     assert list(started(dec)) == [3]
-    assert dec.reasons[2] == Reason.PRIORITY
+    assert dec.reason_texts[2] == Reason.PRIORITY
 
 
 def test_max_planned_budget() -> None:
@@ -494,7 +494,7 @@ def test_max_planned_budget() -> None:
     dec = schedule(snap(views, pend, running), max_planned=3)
     assert sorted(dec.planned) == [2, 3, 4, 5]
     assert [dec.planned[i][0] for i in (2, 3, 4, 5)] == [NOW + 10, NOW + 20, NOW + 30, NOW + 40]
-    assert all(dec.reasons[i] == Reason.PRIORITY for i in range(3, 12))
+    assert all(dec.reason_texts[i] == Reason.PRIORITY for i in range(3, 12))
 
 
 def _random_cluster(rng: random.Random) -> tuple[list[NodeView], dict[str, NodeView]]:

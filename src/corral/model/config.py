@@ -50,6 +50,8 @@ GLOBAL_DEFAULTS: dict[str, str] = {
     "TaskPlugin": "task/cgroup,task/affinity",
     "MpiDefault": "none",
 }
+# Keys Corral reads that have no default shown by `scontrol show config` when unset.
+OPTIONAL_KEYS = {"SchedulerParameters"}
 # Keys accepted from real slurm.conf files that Corral has no use for; quietly ignored.
 IGNORED_KEYS = {
     "SlurmctldHost", "ControlMachine", "SlurmctldPort", "SlurmdPort", "AuthType",
@@ -156,7 +158,7 @@ def parse_config(text: str) -> ClusterConfig:
             _add_partition(cfg, value, {**part_defaults, **attrs}, lineno)
         else:
             for k, v in pairs:
-                if k in GLOBAL_DEFAULTS:
+                if k in GLOBAL_DEFAULTS or k in OPTIONAL_KEYS:
                     cfg.options[k] = v
                 elif k not in IGNORED_KEYS:
                     cfg.options[k] = v

@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from corral.model.hostlists import compress
-from corral.model.job import NodeAlloc, Reason
+from corral.model.job import NodeAlloc
 from corral.model.node import Partition
+from corral.model.reasons import PendingReason, ReasonCode, reason
 
 from .select import (
     NodeLike,
@@ -35,10 +35,11 @@ from .select import (
     natural_key,
     select_nodes,
 )
-from .snapshot import INFINITE_TIME, Decision, NodeView, PendingView, Snapshot
+from .snapshot import INFINITE_TIME, NodeView, PendingView, Placement, Snapshot
 
-PARTITION_INACTIVE = Reason.PARTITION_INACTIVE
-PARTITION_CONFIG = Reason.PARTITION_CONFIG
+PARTITION_INACTIVE = ReasonCode.PARTITION_INACTIVE
+PARTITION_CONFIG = ReasonCode.PARTITION_CONFIG
+_NEVER_HERE = (ReasonCode.PARTITION_CONFIG, ReasonCode.PARTITION_NODE_LIMIT)
 DEFAULT_MAX_PLANNED = 64
 
 # Event deltas on a node: (time, cpus, mem, gpus, jobs, exclusive holds)
@@ -221,11 +222,14 @@ def _feasible_starts(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
 
 
 class _Pass:
-    def __init__(self, snap: Snapshot, max_planned: int) -> None:
+    def __init__(self, snap: Snapshot, max_planned: int,
+                 priorities: dict[int, int] | None = None) -> None:
         self.snap = snap
         self.now = snap.now
         self.max_planned = max_planned
-        self.decision = Decision()
+        self.priorities = priorities
+        self.decision = Placement()
+        self._most_free: dict[str, tuple[int, int, int]] = {}
         names = sorted(snap.nodes, key=natural_key)
         self.by_rank = [_Node(snap.nodes[name], i) for i, name in enumerate(names)]
         self.nodes = {n.name: n for n in self.by_rank}
@@ -263,7 +267,7 @@ class _Pass:
         self.requests: dict[tuple[Any, ...], Request] = {}
         self.failed_now: dict[tuple[Any, ...], float] = {}  # shape -> shortest duration that failed
         self.plan_failed: dict[tuple[Any, ...], float] = {}
-        self.static: dict[tuple[Any, ...], str | None] = {}
+        self.static: dict[tuple[Any, ...], PendingReason | None] = {}
         self.planned_count = 0
         self._groups: dict[tuple[str, str], list[list[NodeView]]] = {}
 
@@ -388,25 +392,46 @@ class _Pass:
             node.plan_cache.clear()
 
     # ---- why a job waits --------------------------------------------------------------
-    def static_reason(self, job: PendingView, req: Request, part: Partition) -> str | None:
+    def static_reason(self, job: PendingView, req: Request, part: Partition) -> PendingReason | None:
         """A reason that does not depend on other jobs, or None."""
         members = self.part_nodes.get(part.name, [])
         if req.num_nodes > len(members) or req.num_nodes < part.min_nodes \
                 or (part.max_nodes is not None and req.num_nodes > part.max_nodes):
-            return Reason.PARTITION_NODE_LIMIT
+            most = len(members) if part.max_nodes is None else min(len(members), part.max_nodes)
+            return reason(ReasonCode.PARTITION_NODE_LIMIT, requested=(("nodes", req.num_nodes),),
+                          available=(("nodes", most),), per_node=False)
         job_any = replace(job, partition="")
         def_mem = self._def_mem(part)
         if select_nodes(job_any, self._sample(part.name, req, "all"), def_mem) is None:
-            return PARTITION_CONFIG
+            return reason(PARTITION_CONFIG)
         down = [name for name in req.req_nodes
                 if name not in self.snap.nodes or not self.snap.nodes[name].usable]
         if down:
-            return f"{Reason.REQ_NODE_NOT_AVAIL}, UnavailableNodes:{compress(down)}"
+            return reason(ReasonCode.REQ_NODE_NOT_AVAIL, nodes=tuple(down))
         # Slurm counts only idle nodes as available to a whole-node job.
         kind = "idle" if req.exclusive else "usable"
         if select_nodes(job_any, self._sample(part.name, req, kind), def_mem) is None:
-            return Reason.NODES_DOWN
+            return reason(ReasonCode.NODES_DOWN)
         return None
+
+    def resources_reason(self, req: Request, part: str) -> PendingReason:
+        """Resources, with what one node must give and the most free on any usable node of
+        the partition now (after the starts made earlier in this pass)."""
+        per_node = req.tasks_per_node or -(-req.tasks // req.num_nodes)
+        demand = req.node_independent_demand(per_node)
+        most = self._most_free.get(part)
+        if most is None:
+            c = m = g = 0
+            for node in self.part_nodes.get(part, ()):
+                if node.usable and not node.exclusive:
+                    c = max(c, node.free_cpus)
+                    m = max(m, node.free_mem)
+                    g = max(g, len(node.free_gpus))
+            most = self._most_free[part] = (c, m, g)
+        requested = () if demand is None else (
+            ("cpus", demand[0]), ("mem", demand[1]), ("gpus", demand[2]), ("nodes", req.num_nodes))
+        return PendingReason(ReasonCode.RESOURCES, requested=requested,
+                             available=(("cpus", most[0]), ("mem", most[1]), ("gpus", most[2])))
 
     def _sample(self, part: str, req: Request, kind: str) -> list[NodeView]:
         """Idle copies of the partition's nodes of one kind ("all", "usable" or "idle" =
@@ -433,31 +458,33 @@ class _Pass:
         return part.def_mem_per_cpu if part.def_mem_per_cpu is not None else self.snap.def_mem_per_cpu
 
     # ---- the pass -------------------------------------------------------------------
-    def run(self) -> Decision:
+    def run(self) -> Placement:
         snap = self.snap
         now = self.now
         parts = snap.partitions
         dec = self.decision
+        prio = self.priorities
 
         def order(j: PendingView) -> tuple[int, int, float, int]:
             p = parts.get(j.partition)
-            return (-(p.priority_tier if p else 0), -j.priority, j.submit_time, j.job_id)
+            pr = j.priority if prio is None else prio.get(j.job_id, j.priority)
+            return (-(p.priority_tier if p else 0), -pr, j.submit_time, j.job_id)
 
         blocked: set[str] = set()
         for pos, job in enumerate(sorted(snap.pending, key=order)):
             part = parts.get(job.partition)
             if part is None or part.state == "DOWN":
-                dec.reasons[job.job_id] = Reason.PARTITION_DOWN
+                dec.reasons[job.job_id] = reason(ReasonCode.PARTITION_DOWN)
                 continue
             if part.state == "INACTIVE":
-                dec.reasons[job.job_id] = PARTITION_INACTIVE
+                dec.reasons[job.job_id] = reason(PARTITION_INACTIVE)
                 continue
             if part.max_time != -1 and job.time_limit > part.max_time:
-                dec.reasons[job.job_id] = Reason.PARTITION_TIME_LIMIT
+                dec.reasons[job.job_id] = reason(ReasonCode.PARTITION_TIME_LIMIT)
                 continue
             p_blocked = job.partition in blocked
             if p_blocked and (not snap.backfill or pos >= snap.max_backfill_jobs):
-                dec.reasons[job.job_id] = Reason.PRIORITY
+                dec.reasons[job.job_id] = reason(ReasonCode.PRIORITY)
                 continue
             shape = (job.partition, job.num_nodes, job.num_tasks, job.ntasks_per_node,
                      job.cpus_per_task, job.mem_per_node, job.mem_per_cpu, job.gpus,
@@ -473,21 +500,23 @@ class _Pass:
                 allocs = self.try_start(req, job.partition, end)
                 if allocs is not None:
                     self.commit(allocs, end, req.exclusive)
+                    self._most_free.pop(job.partition, None)
                     dec.starts.append((job.job_id, allocs))
                     continue
                 self.failed_now[shape] = duration
             if shape not in self.static:
                 self.static[shape] = self.static_reason(job, req, part)
-            reason = self.static[shape]
-            if reason in (PARTITION_CONFIG, Reason.PARTITION_NODE_LIMIT):
+            why = self.static[shape]
+            if why is not None and why.code in _NEVER_HERE:
                 # It can never run here, so it holds nothing back.
-                dec.reasons[job.job_id] = reason
+                dec.reasons[job.job_id] = why
                 continue
             first = not p_blocked
             blocked.add(job.partition)
-            if reason is None:
-                reason = Reason.RESOURCES if first else Reason.PRIORITY
-            dec.reasons[job.job_id] = reason
+            if why is None:
+                why = self.resources_reason(req, job.partition) if first \
+                    else reason(ReasonCode.PRIORITY)
+            dec.reasons[job.job_id] = why
             if not first and (not snap.backfill or self.planned_count >= self.max_planned):
                 continue
             failed_plan = self.plan_failed.get(shape)
@@ -505,8 +534,10 @@ class _Pass:
         return dec
 
 
-def schedule(snap: Snapshot, *, max_planned: int = DEFAULT_MAX_PLANNED) -> Decision:
+def schedule(snap: Snapshot, *, max_planned: int = DEFAULT_MAX_PLANNED,
+             priorities: dict[int, int] | None = None) -> Placement:
     """One pass over the pending jobs: which start now (and where), why the others wait,
     and when the planned ones are expected to start.  `max_planned` bounds how many jobs
-    behind each partition's first blocked job get a reservation."""
-    return _Pass(snap, max_planned).run()
+    behind each partition's first blocked job get a reservation.  `priorities` (job id →
+    priority, from the priority stage) overrides each view's own `priority`."""
+    return _Pass(snap, max_planned, priorities).run()

@@ -13,8 +13,11 @@ returning no records means satisfied.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Protocol
 
 from corral.model.job import FINISHED_STATES, JobState
 
@@ -265,3 +268,140 @@ def format_dependency(dep: Dependency, lookup: Lookup | None = None, now: float 
         out.append(sep + text)
         sep = "?" if dep.any_of else ","
     return "".join(out)
+
+
+# ---- the per-pass index ----------------------------------------------------------------
+
+class DepJob(Protocol):
+    """What dependencies read of a job record (a `Job` has all of it)."""
+
+    @property
+    def job_id(self) -> int: ...
+    @property
+    def array_job_id(self) -> int | None: ...
+    @property
+    def array_task_id(self) -> int | None: ...
+    @property
+    def array_tasks(self) -> list[int] | None: ...
+    @property
+    def state(self) -> JobState: ...
+    @property
+    def exit_code(self) -> int: ...
+    @property
+    def start_time(self) -> float | None: ...
+    @property
+    def uid(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class GoneRecord:
+    """The final state of a job no longer held in the controller's memory."""
+
+    job_id: int
+    array_job_id: int | None
+    array_task_id: int | None
+    state: str
+    exit_code: int
+    start_time: float | None
+
+    @staticmethod
+    def of(job: DepJob) -> GoneRecord:
+        return GoneRecord(job.job_id, job.array_job_id, job.array_task_id, job.state.value,
+                          job.exit_code, job.start_time)
+
+
+class GoneJobs:
+    """Final states of finished jobs that left memory, for dependencies that still name them.
+
+    The controller fills it outside scheduling passes (when a job expires while a pending
+    job depends on it, or once from the store when a dependency names a job not in memory),
+    so a pass never reads the store.  `known` records ids looked up in the store and not
+    found there either: the dependency on them is lifted, as Slurm does."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, GoneRecord] = {}
+        self.by_array: dict[int, dict[int, GoneRecord]] = {}
+        self.missing: set[int] = set()
+
+    def add(self, rec: GoneRecord) -> None:
+        self.by_id[rec.job_id] = rec
+        if rec.array_job_id is not None:
+            self.by_array.setdefault(rec.array_job_id, {})[rec.job_id] = rec
+        self.missing.discard(rec.job_id)
+
+    def knows(self, job_id: int) -> bool:
+        return job_id in self.by_id or job_id in self.by_array or job_id in self.missing
+
+    def lookup(self, job_id: int, task_id: int | None) -> list[tuple[str, int, float | None]]:
+        recs: list[GoneRecord] = []
+        members = self.by_array.get(job_id, {})
+        if task_id is None:
+            own = self.by_id.get(job_id)
+            if own is not None:
+                recs.append(own)
+            recs.extend(r for r in members.values() if r.job_id != job_id)
+        else:
+            recs.extend(r for r in members.values() if r.array_task_id == task_id)
+        return [(r.state, r.exit_code, r.start_time) for r in recs]
+
+    def __len__(self) -> int:
+        return len(self.by_id)
+
+
+class DepIndex:
+    """Every job the dependencies of one pass may name, indexed once: O(1) lookups instead
+    of a scan of all jobs per dependency."""
+
+    def __init__(self, jobs: Iterable[DepJob], gone: GoneJobs | None = None) -> None:
+        self.gone = gone
+        self.by_id: dict[int, DepJob] = {}
+        self.by_array: dict[int, list[DepJob]] = {}
+        self.active: set[tuple[int, str]] = set()  # (uid, name) of running/suspended jobs
+        self.pending: dict[tuple[int, str], list[DepJob]] = {}
+        for j in jobs:
+            self.by_id[j.job_id] = j
+            if j.array_job_id is not None:
+                self.by_array.setdefault(j.array_job_id, []).append(j)
+            st = j.state
+            if st.active:
+                self.active.add((j.uid, j.name))
+            elif st is JobState.PENDING:
+                self.pending.setdefault((j.uid, j.name), []).append(j)
+
+    def lookup(self, job_id: int, task_id: int | None) -> list[tuple[str, int, float | None]]:
+        js: list[DepJob] = []
+        members = self.by_array.get(job_id, ())
+        if task_id is None:
+            own = self.by_id.get(job_id)
+            if own is not None:
+                js.append(own)
+            js.extend(j for j in members if j.job_id != job_id)
+        else:
+            for j in members:
+                if j.array_task_id == task_id:
+                    js.append(j)
+                elif j.array_tasks:
+                    tasks = j.array_tasks
+                    k = bisect_left(tasks, task_id)
+                    if k < len(tasks) and tasks[k] == task_id:
+                        js.append(j)
+        if not js and self.gone is not None:
+            return self.gone.lookup(job_id, task_id)
+        return [(j.state.value, j.exit_code, j.start_time) for j in js]
+
+    def singleton_blocked(self, job: DepJob) -> bool:
+        """Another job of this user with this name runs, or waits ahead of it."""
+        key = (job.uid, job.name)
+        if key in self.active:
+            return True
+        return any(j.job_id < job.job_id and j.array_job_id != job.array_job_id
+                   for j in self.pending.get(key, ()))
+
+
+@lru_cache(maxsize=65536)
+def parse_cached(text: str) -> Dependency:
+    """parse_dependency for the scheduler: the same text is parsed once, not every pass.
+    Raises DependencyError like parse_dependency (errors are not cached)."""
+    return parse_dependency(text)

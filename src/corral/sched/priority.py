@@ -2,13 +2,33 @@
 
 priority = Σ weight_i × factor_i − nice, every factor in [0, 1], truncated to an integer and
 never below 1 (Slurm keeps 0 for held jobs; holding is the controller's business).
-Only the age and partition factors are computed today; fairshare, QOS and job size have
+`pass_priorities` is the pipeline's priority stage.  Only the age and partition factors are
+computed today; fairshare, QOS and job size have
 their weights and factor slots so that adding them does not change any caller.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
+
+from corral.model.node import Partition
+
+
+class PriorityJob(Protocol):
+    """What the priority stage reads of a pending job (a `Job` record has all of it)."""
+
+    @property
+    def job_id(self) -> int: ...
+    @property
+    def partition(self) -> str: ...
+    @property
+    def nice(self) -> int: ...
+    @property
+    def held(self) -> str | None: ...
+    @property
+    def eligible_time(self) -> float | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +101,37 @@ def job_priority(
     )
     weights = PriorityWeights(age=weight_age, partition=weight_partition)
     return multifactor(weights, factors, nice)
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityParams:
+    """What priority/multifactor reads from slurm.conf (PriorityWeight*, PriorityMaxAge)."""
+
+    weights: PriorityWeights = PriorityWeights()
+    max_age_s: int = 7 * 86400
+
+
+def pass_priorities(jobs: Iterable[PriorityJob], now: float, params: PriorityParams,
+                    partitions: Mapping[str, Partition]) -> dict[int, int]:
+    """The priority/multifactor stage: every pending job's priority at `now`.
+
+    Recomputed on every pass (Slurm recomputes every PriorityCalcPeriod; a pass runs at
+    least every SchedulerInterval), so the age factor grows until PriorityMaxAge.  A job
+    ages from the time it became eligible (Slurm: from its begin time once eligible); one
+    not yet eligible has age 0.  Held jobs have priority 0, as in Slurm."""
+    max_factor = max((p.priority_job_factor for p in partitions.values()), default=1) or 1
+    part_factor = {name: partition_factor(p.priority_job_factor, max_factor)
+                   for name, p in partitions.items()}
+    w = params.weights
+    base_other = 0.0  # fairshare, QOS and job size factors arrive with accounts
+    out: dict[int, int] = {}
+    for j in jobs:
+        if j.held:
+            out[j.job_id] = 0
+            continue
+        age = 0.0
+        if j.eligible_time is not None:
+            age = age_factor(j.eligible_time, now, params.max_age_s)
+        total = w.age * age + w.partition * part_factor.get(j.partition, 0.0) + base_other
+        out[j.job_id] = max(1, int(total) - j.nice)
+    return out

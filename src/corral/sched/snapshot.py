@@ -1,7 +1,10 @@
-"""What the scheduler sees and what it decides.
+"""What the scheduler's stages see and what they decide.
 
-The controller builds a `Snapshot` from its state; `sched.backfill.schedule()` turns it
-into a `Decision`.  Nothing here does I/O or reads a clock: `now` is in the snapshot.
+`Snapshot` is what node selection and backfill (`sched.backfill.schedule()`) work on: the
+eligible jobs, already ordered by the earlier stages, and the nodes' free resources; their
+answer is a `Placement`.  The whole pipeline (`sched.pipeline`) starts from the controller's
+`ClusterSnapshot` (`sched.pipeline`) and ends in a `Decision`.  Nothing here does I/O or
+reads a clock: `now` is in the snapshot.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from dataclasses import dataclass, field
 
 from corral.model.job import NodeAlloc
 from corral.model.node import Partition
+from corral.model.reasons import PendingReason
 
 INFINITE_TIME = float("inf")
 
@@ -37,6 +41,7 @@ class RunningView:
     end_time: float  # start + time limit; INFINITE_TIME for no limit
     alloc: list[NodeAlloc]
     exclusive: bool = False
+    array_job_id: int | None = None  # counts against the array's % throttle
 
 
 @dataclass(slots=True)
@@ -77,9 +82,15 @@ class Snapshot:
 
 
 @dataclass(slots=True)
-class Decision:
+class Placement:
+    """What node selection and backfill decide for the eligible jobs."""
+
     starts: list[tuple[int, list[NodeAlloc]]] = field(default_factory=list)
-    # pending reason for every pending job that does not start (Resources, Priority, …)
-    reasons: dict[int, str] = field(default_factory=dict)
+    # pending reason for every eligible job that does not start (Resources, Priority, …)
+    reasons: dict[int, PendingReason] = field(default_factory=dict)
     # backfill's plan: expected start time and nodes for jobs that wait
     planned: dict[int, tuple[float, list[str]]] = field(default_factory=dict)
+
+    @property
+    def reason_texts(self) -> dict[int, str]:
+        return {k: r.text() for k, r in self.reasons.items()}

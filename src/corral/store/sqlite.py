@@ -7,6 +7,7 @@ one write (group commit), so durability costs one fsync per batch, not per job.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from typing import Any, NamedTuple
@@ -56,10 +57,31 @@ class PreparedBatch(NamedTuple):
     next_job_id: int | None
 
 
+def _private(path: str) -> None:
+    """The store and its -wal/-shm files hold every job's script and environment: root's
+    (or the cluster owner's) only.  Created 0600, and fixed when an older file is opened."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    for extra in (path + "-wal", path + "-shm", path + "-journal"):
+        try:
+            fd = os.open(extra, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            os.fchmod(fd, 0o600)
+        finally:
+            os.close(fd)
+
+
 class SqliteStore:
     def __init__(self, path: str) -> None:
         self.path = path
         self._lock = threading.Lock()
+        if path != ":memory:":
+            _private(path)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
@@ -69,6 +91,8 @@ class SqliteStore:
             self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         elif int(row[0]) > SCHEMA_VERSION:
             raise RuntimeError(f"state database {path} is from a newer Corral (schema {row[0]})")
+        if path != ":memory:":
+            _private(path)  # SQLite creates -wal and -shm with the database's mode; make sure
 
     # ---- writes ----------------------------------------------------------
     def write(self, batch: WriteBatch) -> None:

@@ -1,0 +1,171 @@
+"""Agent links and node liveness: registration, heartbeats, silence, and the agents'
+reports of jobs that ended.
+
+Everything an agent says is untrusted: a report for an unknown job, for a job that does
+not run on that agent's nodes, with a state no batch step ends in, or a duplicate, is
+refused alone (logged), never raises, and never releases resources twice."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+from corral.controller.cluster import NOT_RESPONDING_REASON
+from corral.controller.lifecycle import AGENT_END_STATES
+from corral.controller.usecases import UseCases
+from corral.model.job import Job
+from corral.model.node import Node
+
+log = logging.getLogger("corral.controller")
+
+Send = Callable[[dict[str, Any]], None]
+
+
+class AgentLinks(UseCases):
+    def agent_registered(self, node_names: list[str], send: Send,
+                         hw: dict[str, Any], running: list[int]) -> None:
+        now = self.clock()
+        for name in node_names:
+            n = self.nodes[name]
+            was_down = not n.responding
+            n.responding = True
+            n.registered = True
+            n.agent_start_time = hw.get("start_time", now)
+            n.boot_time = hw.get("boot_time")
+            n.arch = hw.get("arch", "")
+            n.os = hw.get("os", "")
+            n.hostname = hw.get("hostname", "")
+            n.addr = n.addr or hw.get("addr", "")
+            n.last_contact = now
+            if n.reason == NOT_RESPONDING_REASON:
+                if n.admin_state == "down" and self.config.get_int("ReturnToService") >= 1:
+                    n.admin_state = "up"  # ReturnToService: down only for silence, it comes back
+                if n.admin_state == "up":
+                    n.reason = n.reason_user = None
+                    n.reason_uid = n.reason_time = None
+                self.mark_node(n)
+            if was_down:
+                self.node_event(n, "registered")
+            self.agent_senders[name] = send
+        # a job we think runs on these nodes but the agent does not know: it was lost
+        alive = {j for j in running if isinstance(j, int)}
+        for job in list(self.running.values()):
+            if job.batch and job.batch_host in node_names and job.job_id not in alive:
+                log.warning("job %d unknown to the agent of %s after restart", job.job_id, job.batch_host)
+                job.kill_reason = job.kill_reason or "NODE_FAIL"
+                self.job_ended(job.job_id, "NODE_FAIL", 0, 0, now)
+        # and one the agent still runs that we gave up on (node failed, job requeued elsewhere)
+        for jid in alive:
+            known = self.jobs.get(jid)
+            if known is None or not known.state.active or known.batch_host not in node_names:
+                log.warning("agent still runs job %d which ended here; killing it", jid)
+                send({"type": "control", "job_id": jid, "control": {"op": "cancel"}})
+        self.request_schedule()
+
+    def agent_job_ended(self, ev: Any, node_names: list[str]) -> Job | None:
+        """An agent's `ended` report, validated: applied only for a job that runs on one
+        of that agent's nodes, with a state a batch step ends in; anything else is logged
+        and refused alone (None), never raised."""
+        if not isinstance(ev, dict):
+            log.warning("malformed end report from %s refused", node_names)
+            return None
+        jid, state = ev.get("job_id"), ev.get("state", "FAILED")
+        code, sig, end = ev.get("exit_code", 0), ev.get("signal", 0), ev.get("end_time")
+        if isinstance(jid, bool) or not isinstance(jid, int) or not isinstance(state, str) \
+                or state not in AGENT_END_STATES \
+                or isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 255 \
+                or isinstance(sig, bool) or not isinstance(sig, int) or not 0 <= sig < 128 \
+                or (end is not None and (not isinstance(end, int | float) or not math.isfinite(end))):
+            log.warning("invalid end report from %s refused: %.200r", node_names, ev)
+            return None
+        job = self.jobs.get(jid)
+        if job is None:
+            log.warning("end report from %s for unknown job %d refused", node_names, jid)
+            return None
+        if job.batch_host not in node_names:
+            log.warning("end report from %s for job %d refused: it runs on %s", node_names,
+                        jid, job.batch_host)
+            return None
+        if not job.state.active:
+            log.info("duplicate end report for job %d (already %s) ignored", jid, job.state.value)
+            return None
+        return self.job_ended(jid, state, code, sig, float(end) if end else self.clock())
+
+    def add_dynamic_node(self, name: str, hw: dict[str, Any]) -> Node:
+        """A node that joined (`corral join`) without being in the configuration.
+
+        It gets the hardware its agent detected (memory less 5% for the OS, as `corral up`
+        writes it) and joins the default partition. It lives in memory only: after a
+        controller restart its agent re-joins when it reconnects.
+        """
+        if name in self.nodes:
+            return self.nodes[name]
+        if not name or len(name) > 64 or not all(c.isalnum() or c in "-_." for c in name) \
+                or not name[0].isalnum():
+            raise ValueError(f"Invalid node name specified: {name!r}")
+        cpus = max(1, int(hw.get("cpus") or 1))
+        gpus = hw.get("gpus") or 0
+        sockets = max(1, int(hw.get("sockets") or 1))
+        threads = max(1, int(hw.get("threads_per_core") or 1))
+        node = Node(name=name, cpus=cpus,
+                    real_memory=max(1, int(int(hw.get("memory_mb") or 1) * 0.95)),
+                    gpus=len(gpus) if isinstance(gpus, list) else int(gpus),
+                    gpu_type=hw.get("gpu_type") or None, sockets=sockets,
+                    cores_per_socket=max(1, int(hw.get("cores_per_socket")
+                                                or cpus // (sockets * threads))),
+                    threads_per_core=threads,
+                    addr=str(hw.get("addr") or ""), hostname=str(hw.get("hostname") or ""))
+        part = self.config.default_partition()
+        if part is not None:
+            part.nodes.append(name)
+            node.partitions.append(part.name)
+            self._idle_views.pop(part.name, None)
+        self.nodes[name] = node
+        # jobs recovered after a controller restart may still hold resources here
+        self.cluster.charge_new_node(node, list(self.running.values()))
+        self.node_event(node, "joined")
+        return node
+
+    def agent_contact(self, node_names: list[str]) -> None:
+        now = self.clock()
+        for name in node_names:
+            self.nodes[name].last_contact = now
+
+    def heartbeat_interval(self) -> float:
+        return max(0.5, min(10.0, self.config.get_int("SlurmdTimeout") / 3))
+
+    def check_node_health(self, now: float) -> None:
+        """Nodes silent for SlurmdTimeout: NOT_RESPONDING, their jobs NODE_FAIL or requeued."""
+        timeout = self.config.get_int("SlurmdTimeout")
+        if timeout <= 0:
+            return
+        for n in self.nodes.values():
+            if not n.registered or n.last_contact is None or now - n.last_contact < timeout:
+                continue
+            if n.name in self.agent_senders and n.responding:
+                continue  # connected and heartbeating
+            if n.responding:
+                n.responding = False
+                self.node_event(n, "not responding")
+            victims = [j for j in self.running.values() if n.name in j.nodes]
+            for job in victims:
+                log.warning("node %s not responding for %ds: job %d fails", n.name, timeout, job.job_id)
+                if job.batch:
+                    job.kill_reason = "NODE_FAIL"
+                    self.job_ended(job.job_id, "NODE_FAIL", 0, 0, now)
+                else:
+                    self.end_allocation(job, "NODE_FAIL")
+            if self.config.get_int("ReturnToService") == 0 and n.admin_state == "up":
+                n.admin_state = "down"
+                n.reason, n.reason_user, n.reason_uid, n.reason_time = NOT_RESPONDING_REASON, "root", 0, now
+                self.node_event(n, "down")
+                self.mark_node(n)
+
+    def agent_lost(self, node_names: list[str], send: Send) -> None:
+        for name in node_names:
+            if self.agent_senders.get(name) is send:
+                del self.agent_senders[name]
+                self.nodes[name].responding = False
+

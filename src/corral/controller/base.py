@@ -1,0 +1,332 @@
+"""What every part of the controller shares: configuration, the clock, the cluster, the
+job table and state machine, the dependency memory, and the group-commit writer.
+
+The parts (use cases, scheduling, job lifecycle, launch records, agent links) are mixins
+over this base, each in its own module; `controller.state.Controller` puts them together.
+All methods run on the controller's event loop thread."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import pwd
+import time
+from collections.abc import Callable
+from typing import Any
+
+from corral.controller.cluster import NOT_RESPONDING_REASON, Cluster
+from corral.controller.errors import SlurmError, access_denied, invalid_job
+from corral.controller.jobs import JobEvent, JobEventKind, JobTable
+from corral.controller.persist import GroupCommitWriter
+from corral.model.arrays import ArraySpecError, parse_array_spec
+from corral.model.config import ClusterConfig
+from corral.model.job import Job, JobState
+from corral.model.jobspec import DEFAULT_MAX_SCRIPT_SIZE, max_script_size
+from corral.model.node import Node, Partition
+from corral.model.reasons import PendingReason
+from corral.sched import deps as sched_deps
+from corral.sched.pipeline import SchedParams
+from corral.sched.priority import PriorityParams, PriorityWeights
+from corral.store.base import Store
+
+log = logging.getLogger("corral.controller")
+events_log = logging.getLogger("corral.controller.events")
+
+Clock = Callable[[], float]
+
+
+class Identity:
+    __slots__ = ("uid", "gid", "user", "operator")
+
+    def __init__(self, uid: int, gid: int, user: str, operator: bool) -> None:
+        self.uid, self.gid, self.user, self.operator = uid, gid, user, operator
+
+
+@functools.lru_cache(maxsize=4096)
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+@functools.lru_cache(maxsize=4096)
+def group_name(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def sched_params(config: ClusterConfig) -> SchedParams:
+    return SchedParams(
+        priority=PriorityParams(
+            weights=PriorityWeights(age=config.get_int("PriorityWeightAge"),
+                                    partition=config.get_int("PriorityWeightPartition")),
+            max_age_s=config.get_seconds("PriorityMaxAge")),
+        def_mem_per_cpu=config.get_int("DefMemPerCPU"),
+    )
+
+
+class ControllerBase:
+    def __init__(self, config: ClusterConfig, store: Store, *, config_path: str = "",
+                 home: str = "", clock: Clock | None = None) -> None:
+        self.clock: Clock = clock or time.time
+        self.config = config
+        self.config_path = config_path
+        self.home = home
+        self.store = store
+        self.started = self.clock()
+        self.cluster_name = config.cluster_name
+        self.kill_wait = config.get_int("KillWait")
+        self.min_job_age = config.get_int("MinJobAge")
+        self.def_mem_per_cpu = config.get_int("DefMemPerCPU")
+        self.max_array_size = config.get_int("MaxArraySize")
+        self.max_script_size = max_script_size(config.options.get("SchedulerParameters", "")) \
+            or DEFAULT_MAX_SCRIPT_SIZE
+        self.sched_params = sched_params(config)
+        self.cluster = Cluster(config.nodes, config.partitions)
+        self.nodes: dict[str, Node] = self.cluster.nodes
+        self.partitions: dict[str, Partition] = self.cluster.partitions
+        self.table = JobTable()
+        self.jobs: dict[int, Job] = self.table.jobs
+        self.pending: dict[int, Job] = self.table.pending
+        self.running: dict[int, Job] = self.table.running
+        # final states of jobs gone from memory that pending dependencies still name
+        self.gone = sched_deps.GoneJobs()
+        # the typed reason behind each pending job's reason text (for explanations)
+        self.pending_reasons: dict[int, PendingReason] = {}
+        self.next_id = 1
+        self.own_uid = os.geteuid()
+        self.operators = self._operator_uids()
+        # agent links: node name -> callable sending one message to its agent
+        self.agent_senders: dict[str, Callable[[dict[str, Any]], None]] = {}
+        self.writer = GroupCommitWriter(store, self.cluster.node_record, lambda: self.next_id)
+        # callbacks(event, job) with the event's kind as a string: "started", "ending",
+        # "ended", … (the step manager listens); typed subscribers use table.subscribe
+        self.listeners: list[Callable[[str, Job], None]] = []
+        self.table.subscribe(self._to_listeners)
+        self.table.subscribe(self._log_event)
+        self.stats = {"submitted": 0, "started": 0, "completed": 0, "failed": 0,
+                      "cancelled": 0, "timeout": 0}
+
+    # ---- to be provided by the scheduling part --------------------------------
+    def request_schedule(self, delay: float = 0.0) -> None:
+        raise NotImplementedError
+
+    # ---- identity ----------------------------------------------------------------
+    def _operator_uids(self) -> set[int]:
+        uids = {0, self.own_uid}
+        for name in [self.config.options.get("SlurmUser", "root"),
+                     *self.config.options.get("AdminUsers", "").split(",")]:
+            name = name.strip()
+            if not name:
+                continue
+            try:
+                uids.add(pwd.getpwnam(name).pw_uid)
+            except KeyError:
+                if name.isdigit():
+                    uids.add(int(name))
+        return uids
+
+    def identity(self, uid: int, gid: int) -> Identity:
+        return Identity(uid, gid, user_name(uid), uid in self.operators)
+
+    def check_owner(self, who: Identity, job: Job) -> None:
+        if not who.operator and who.uid != job.uid:
+            raise access_denied()
+
+    # ---- events ------------------------------------------------------------------
+    def set_state(self, job: Job, state: JobState, now: float,
+                  kind: JobEventKind | None = None) -> JobEvent:
+        return self.table.transition(job, state, now, kind)
+
+    def notify(self, event: str, job: Job) -> None:
+        """Tell the (event, job) listeners of something that is not a state change."""
+        for cb in list(self.listeners):
+            try:
+                cb(event, job)
+            except Exception:
+                log.exception("listener failed on %s of job %d", event, job.job_id)
+
+    def _to_listeners(self, ev: JobEvent) -> None:
+        self.notify(ev.kind.value, ev.job)
+
+    @staticmethod
+    def _log_event(ev: JobEvent) -> None:
+        """One line per job event in the controller's log (slurmctld logs the same)."""
+        j = ev.job
+        kind = ev.kind
+        if kind is JobEventKind.SUBMITTED:
+            events_log.info("job %d submitted by %s (uid %d) to partition %s", j.job_id, j.user,
+                            j.uid, j.partition)
+        elif kind is JobEventKind.STARTED:
+            events_log.info("job %s started on %s", j.display_id(), ",".join(j.nodes))
+        elif kind is JobEventKind.ENDED:
+            events_log.info("job %s ended %s exit %d:%d", j.display_id(), j.state.value,
+                            j.exit_code, j.term_signal)
+        else:
+            events_log.info("job %s %s (%s)", j.display_id(), kind.value, j.state.value)
+
+    def node_event(self, node: Node, what: str) -> None:
+        events_log.info("node %s %s%s", node.name, what,
+                        f": {node.reason}" if node.reason else "")
+
+    # ---- persistence -------------------------------------------------------------
+    def mark(self, job: Job) -> None:
+        self.writer.job(job)
+
+    def mark_node(self, node: Node) -> None:
+        self.writer.node(node.name)
+
+    async def durable(self) -> None:
+        """Return once every change made so far is committed to the store."""
+        await self.writer.durable()
+
+    def _new_job_id(self) -> int:
+        jid = self.next_id
+        self.next_id += 1
+        self.writer.next_job_id()
+        return jid
+
+    def _send_control(self, job: Job, op: dict[str, Any]) -> None:
+        if job.batch_host is None:
+            return
+        send = self.agent_senders.get(job.batch_host)
+        if send is not None:
+            # Acted on once the decision is durable, and after the caller has its answer:
+            # `scontrol requeue $SLURM_JOB_ID` inside the job must not be killed mid-request.
+            self.writer.after_commit(send, {"type": "control", "job_id": job.job_id, "control": op})
+
+    # ---- recovery ----------------------------------------------------------------
+    def recover(self) -> None:
+        """Load what the store holds after a restart."""
+        for rec in self.store.load_nodes():
+            n = self.nodes.get(rec.name)
+            if n is None:
+                continue
+            n.admin_state, n.reason = rec.admin_state, rec.reason
+            n.reason_user, n.reason_uid, n.reason_time = rec.reason_user, rec.reason_uid, rec.reason_time
+        for job in self.store.load_active_jobs():
+            self.table.load(job)
+            if job.state.active:
+                self.cluster.charge(job)
+        for job in self.store.load_recent_finished(self.clock() - self.min_job_age):
+            self.table.load(job)
+        for n in self.nodes.values():
+            if n.reason is None and not n.registered:
+                # configured, no agent yet: down, and sinfo -R says why
+                n.reason, n.reason_user, n.reason_uid, n.reason_time = \
+                    NOT_RESPONDING_REASON, "root", 0, self.started
+        self.next_id = self.store.next_job_id()
+        self.remember_gone(self.unknown_dependencies(self.pending.values()))
+        log.info("recovered %d pending and %d running jobs; next job id %d",
+                 len(self.pending), len(self.running), self.next_id)
+
+    # ---- dependencies on jobs gone from memory -------------------------------------
+    def unknown_dependencies(self, jobs: Any) -> set[int]:
+        """Ids that dependencies of `jobs` name and that neither memory nor `gone` knows."""
+        out: set[int] = set()
+        for job in jobs:
+            if not job.dependency:
+                continue
+            try:
+                dep = sched_deps.parse_cached(job.dependency)
+            except sched_deps.DependencyError:
+                continue
+            for jid in dep.job_ids():
+                if jid not in self.jobs and not self.gone.knows(jid):
+                    out.add(jid)
+        return out
+
+    def remember_gone(self, ids: set[int]) -> None:
+        """Read the final state of jobs no longer in memory once, so no pass reads the store."""
+        if not ids:
+            return
+        self.gone_records(ids, self.store.query_jobs(ids=sorted(ids), array_ids=sorted(ids)))
+
+    def gone_records(self, ids: set[int], found: list[Job]) -> None:
+        seen: set[int] = set()
+        for job in found:
+            if job.job_id in self.jobs:
+                continue
+            self.gone.add(sched_deps.GoneRecord.of(job))
+            seen.add(job.job_id)
+            if job.array_job_id is not None:
+                seen.add(job.array_job_id)
+        for jid in ids - seen:
+            self.gone.missing.add(jid)
+
+    # ---- lookups -----------------------------------------------------------------
+    def find_jobs(self, spec: str, *, split: bool = False) -> list[Job]:
+        """Jobs named by "12", "7" (a whole array), "7_2", "7_[1-3]"; [] if unknown.
+
+        A task range is checked against MaxArraySize before anything is enumerated.
+        With `split`, tasks named one by one that are still part of a pending array record
+        are split off into records of their own, so an action touches only them.
+        """
+        spec = spec.strip()
+        if "_" in spec:
+            head, _, tail = spec.partition("_")
+            if not head.isdigit():
+                raise invalid_job()
+            arr = int(head)
+            tail = tail.strip("[]")
+            try:
+                wanted = set(parse_array_spec(tail, max(self.max_array_size, 1))[0])
+            except ArraySpecError:
+                raise invalid_job() from None
+            out = []
+            now = self.clock()
+            for j in list(self.jobs.values()):
+                if j.array_job_id != arr:
+                    continue
+                if j.array_tasks is not None:
+                    named = wanted.intersection(j.array_tasks)
+                    if not named:
+                        continue
+                    if split and j.state == JobState.PENDING:
+                        if named == set(j.array_tasks):
+                            out.append(j)  # every task left: act on the array record itself
+                        else:
+                            out.extend(self.split_array_task(j, now, t) for t in sorted(named))
+                    else:
+                        out.append(j)
+                elif j.array_task_id in wanted:
+                    out.append(j)
+            return out
+        if not spec.isdigit():
+            raise invalid_job()
+        jid = int(spec)
+        job = self.jobs.get(jid)
+        out = [job] if job is not None else []
+        out.extend(j for j in self.jobs.values() if j.array_job_id == jid and j.job_id != jid)
+        return out
+
+    def split_array_task(self, meta: Job, now: float, task_id: int | None = None) -> Job:
+        """Take a task (the next one by default) off a pending array record.
+
+        The last task keeps the array record's own job id, as in Slurm."""
+        assert meta.array_tasks
+        if task_id is None:
+            task_id = meta.array_tasks.pop(0)
+        else:
+            meta.array_tasks.remove(task_id)
+        if not meta.array_tasks:
+            meta.array_tasks = None
+            meta.array_task_id = task_id
+            return meta
+        d = meta.to_dict()
+        d.update(job_id=self._new_job_id(), array_tasks=None, array_task_id=task_id,
+                 array_max_running=None)
+        task = Job.from_dict(d)
+        task.array_max_running = meta.array_max_running
+        self.table.load(task)  # a record split off, not a new submission: no event
+        self.mark(meta)
+        return task
+
+
+__all__ = ["ControllerBase", "Identity", "SlurmError", "user_name", "group_name"]

@@ -1,0 +1,82 @@
+"""Cluster state: nodes, partitions, and the ledger of what each job holds on them.
+
+A job's allocation is charged to its nodes once when it starts (or is recovered) and
+released once when it ends; the ledger remembers which jobs are charged, so a duplicate or
+forged end report can never release twice, and a node's free CPUs, memory and GPUs never go
+negative."""
+
+from __future__ import annotations
+
+import logging
+
+from corral.model.job import Job
+from corral.model.node import Node, Partition
+from corral.store.base import NodeRecord
+
+log = logging.getLogger("corral.controller")
+
+NOT_RESPONDING_REASON = "Not responding"
+
+
+class Cluster:
+    def __init__(self, nodes: list[Node], partitions: list[Partition]) -> None:
+        self.nodes: dict[str, Node] = {n.name: n for n in nodes}
+        self.partitions: dict[str, Partition] = {p.name: p for p in partitions}
+        self.charged: set[int] = set()  # jobs whose allocation is held on the nodes
+
+    def node_record(self, name: str) -> NodeRecord:
+        n = self.nodes[name]
+        return NodeRecord(n.name, n.admin_state, n.reason, n.reason_user, n.reason_uid, n.reason_time)
+
+    def charge(self, job: Job) -> None:
+        if job.job_id in self.charged:
+            log.error("job %d is already charged to its nodes; not charged twice", job.job_id)
+            return
+        self.charged.add(job.job_id)
+        for a in job.alloc:
+            n = self.nodes.get(a.node)
+            if n is not None:
+                self._take(n, job, a.cpus, a.mem_mb, a.gpus)
+
+    @staticmethod
+    def _take(n: Node, job: Job, cpus: int, mem: int, gpus: list[int]) -> None:
+        n.alloc_cpus += cpus
+        n.alloc_mem += mem
+        n.alloc_gpus.extend(gpus)
+        n.job_count += 1
+        if job.exclusive:
+            n.exclusive_job = job.job_id
+
+    def charge_new_node(self, node: Node, running: list[Job]) -> None:
+        """Jobs recovered after a restart may hold resources on a node that joins later."""
+        for job in running:
+            for a in job.alloc:
+                if a.node == node.name:
+                    self._take(node, job, a.cpus, a.mem_mb, a.gpus)
+
+    def release(self, job: Job, now: float) -> bool:
+        """Give back what `job` holds; False (and nothing changes) if it holds nothing."""
+        if job.job_id not in self.charged:
+            return False
+        self.charged.discard(job.job_id)
+        for a in job.alloc:
+            n = self.nodes.get(a.node)
+            if n is None:
+                continue
+            n.alloc_cpus -= a.cpus
+            n.alloc_mem -= a.mem_mb
+            for g in a.gpus:
+                if g in n.alloc_gpus:
+                    n.alloc_gpus.remove(g)
+            n.job_count -= 1
+            if n.exclusive_job == job.job_id:
+                n.exclusive_job = None
+            n.last_busy = now
+            if n.alloc_cpus < 0 or n.alloc_mem < 0 or n.job_count < 0:
+                # cannot happen with the ledger; never show negative free resources anyway
+                log.error("node %s accounting went negative releasing job %d; reset",
+                          n.name, job.job_id)
+                n.alloc_cpus = max(0, n.alloc_cpus)
+                n.alloc_mem = max(0, n.alloc_mem)
+                n.job_count = max(0, n.job_count)
+        return True

@@ -1,0 +1,44 @@
+"""Errors the controller refuses requests with: Slurm's errno and message.
+
+Which HTTP status an error maps to is the API layer's business; `status` is kept as a hint
+for it (and for compatibility with the callers that read it)."""
+
+from __future__ import annotations
+
+# Slurm errno values (slurm/slurm_errno.h, 22.05) for the messages clients see
+ESLURM_INVALID_PARTITION_NAME = 2000
+ESLURM_ACCESS_DENIED = 2002
+ESLURM_INVALID_NODE_NAME = 2009
+ESLURM_PATHNAME_TOO_LONG = 2012
+ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE = 2014
+ESLURM_INVALID_JOB_ID = 2017
+ESLURM_DEPENDENCY = 2018
+ESLURM_JOB_PENDING = 2020
+ESLURM_ALREADY_DONE = 2021
+ESLURM_TRANSITION_STATE_NO_UPDATE = 2023
+ESLURM_INVALID_TIME_LIMIT = 2051
+ESLURM_PARTITION_NOT_AVAIL = 2070
+ESLURM_INVALID_ARRAY = 2079
+
+# errno -> the HTTP status the API answers with when the raiser gave none
+_STATUS = {ESLURM_ACCESS_DENIED: 403, ESLURM_INVALID_JOB_ID: 404}
+
+
+class SlurmError(Exception):
+    """A request the controller refuses, with Slurm's wording and errno."""
+
+    def __init__(self, message: str, errno: int = 0, status: int | None = None,
+                 user_msg: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.errno = errno
+        self.status = status if status is not None else _STATUS.get(errno, 400)
+        self.user_msg = user_msg
+
+
+def invalid_job() -> SlurmError:
+    return SlurmError("Invalid job id specified", ESLURM_INVALID_JOB_ID, 404)
+
+
+def access_denied() -> SlurmError:
+    return SlurmError("Access/permission denied", ESLURM_ACCESS_DENIED, 403)

@@ -1,0 +1,111 @@
+"""Launch records: the message that tells an agent to start a job's batch step."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+from typing import Any
+
+from corral.controller.lifecycle import JobLifecycle
+from corral.model.arrays import parse_array_spec
+from corral.model.job import Job
+from corral.model.jobenv import array_environment, batch_environment
+from corral.model.patterns import expand_pattern
+
+log = logging.getLogger("corral.controller")
+
+
+def parse_signal_spec(spec: str | None) -> dict[str, Any] | None:
+    """"[B:|R:]SIG[@secs]" → {"num", "secs", "batch_only"}."""
+    if not spec:
+        return None
+    import signal as _signal
+
+    text = spec
+    batch_only = False
+    if text[:2].upper() in ("B:", "R:"):
+        batch_only = text[0].upper() == "B"
+        text = text[2:]
+    name, _, secs = text.partition("@")
+    if name.isdigit():
+        num = int(name)
+    else:
+        nm = name.upper()
+        if not nm.startswith("SIG"):
+            nm = "SIG" + nm
+        num = int(getattr(_signal, nm, 0)) or int(_signal.SIGUSR1)
+    return {"num": num, "secs": int(secs) if secs.isdigit() else 60, "batch_only": batch_only}
+
+
+class Launching(JobLifecycle):
+    def launch_message(self, job: Job) -> dict[str, Any]:
+        payload = self.store.load_payload(job.job_id)
+        if payload is None and job.array_job_id is not None:
+            payload = self.store.load_payload(job.array_job_id)
+        if payload is None:
+            raise RuntimeError(f"no script stored for job {job.job_id}")
+        first = job.alloc[0]
+        env = dict(payload.env)
+        env.update(batch_environment(job, cluster_name=self.cluster_name,
+                                     submit_host=job.submit_host or os.uname().nodename))
+        if job.array_spec:
+            # validated against MaxArraySize at submission (which may have changed since)
+            ids, _ = parse_array_spec(job.array_spec, 1 << 31)
+            step = ids[1] - ids[0] if len(ids) > 1 else 1
+            env.update(array_environment(len(ids), ids[0], ids[-1], step))
+        env.setdefault("SLURM_CONF", self.config_path)
+        if payload.open_mode == "append":
+            env["SLURM_OPEN_MODE"] = "a"  # srun in the script appends too, as in Slurm
+        is_array = job.array_job_id is not None
+        default_out = "slurm-%A_%a.out" if is_array else "slurm-%j.out"
+
+        def path(pattern: str | None, default: str | None) -> str | None:
+            p = pattern or default
+            if p is None:
+                return None
+            p = expand_pattern(p, job_id=job.job_id, name=job.name, user=job.user,
+                               node=first.node, array_job_id=job.array_job_id,
+                               array_task_id=job.array_task_id)
+            return p if os.path.isabs(p) else os.path.join(job.work_dir, p)
+
+        stdout = path(job.stdout, default_out)
+        stderr = path(job.stderr, None) or stdout
+        try:
+            pw = pwd.getpwuid(job.uid)
+            home = pw.pw_dir
+        except KeyError:
+            home = "/"
+        signal = parse_signal_spec(job.signal)
+        if signal is not None and not signal["batch_only"]:
+            signal = None  # without B: the steps get it, not the batch shell (steps.py times it)
+        return {
+            "type": "launch",
+            "node": first.node,
+            "launch": {
+                "job_id": job.job_id, "step": "batch", "node_name": first.node,
+                "uid": job.uid, "gid": job.gid,
+                "user": job.user, "home": home, "script_text": payload.script,
+                "argv": payload.argv, "work_dir": job.work_dir, "stdout": stdout,
+                "stderr": stderr, "stdin": path(job.stdin, "/dev/null"),
+                "open_mode": payload.open_mode, "env": env, "time_limit": job.time_limit,
+                "kill_wait": self.kill_wait, "signal": signal,
+                "gpus": first.gpus, "cpus_count": first.cpus, "mem_mb": first.mem_mb or None,
+                "restart_count": job.restart_count,
+            },
+        }
+
+    def _launch(self, job: Job) -> None:
+        assert job.batch_host is not None
+        send = self.agent_senders.get(job.batch_host)
+        try:
+            msg = self.launch_message(job)
+        except Exception as e:
+            log.exception("cannot build launch for job %d", job.job_id)
+            self.job_ended(job.job_id, "FAILED", 1, 0, self.clock(), note=str(e))
+            return
+        if send is None:
+            log.warning("no agent for node %s; job %d fails to launch", job.batch_host, job.job_id)
+            self.job_ended(job.job_id, "NODE_FAIL", 0, 0, self.clock())
+            return
+        send(msg)

@@ -1,0 +1,146 @@
+"""The job specification: one list of the fields a submission may set.
+
+The controller validates every submission against `FIELDS` (`validate_spec`); sbatch,
+srun and salloc build their request from the same names (`FIELDS[i].options` are the
+command-line options that set each field), and the store keeps them in the job record
+(`model.job.Job` has an attribute of the same name for each).  Length limits are Slurm's
+(slurmctld's _test_job_desc_fields: 1024 for names and comments, PATH_MAX for paths);
+past them Slurm refuses with ESLURM_PATHNAME_TOO_LONG.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from corral.model import hostlists
+
+PATH_MAX = 4096
+NAME_MAX = 1024
+DEFAULT_MAX_SCRIPT_SIZE = 4 * 1024 * 1024  # Slurm's DEFAULT_BATCH_SCRIPT_LIMIT
+DEFAULT_MAX_SUBMIT_LINE = 1024 * 1024  # Slurm's DEFAULT_MAX_SUBMIT_LINE_SIZE
+TOO_LONG = "Pathname of a file, directory or other parameter too long"
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str
+    kind: str  # int, opt_int, signed_int, time_limit, str, bool, nodes, time, hold
+    options: tuple[str, ...] = ()  # sbatch/srun/salloc options that set it
+    max_len: int = NAME_MAX  # for strings
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("name", "str", ("-J", "--job-name")),
+    Field("partition", "str", ("-p", "--partition")),
+    Field("num_nodes", "int", ("-N", "--nodes")),
+    Field("max_nodes", "opt_int", ("-N", "--nodes")),
+    Field("num_tasks", "int", ("-n", "--ntasks")),
+    Field("ntasks_per_node", "opt_int", ("--ntasks-per-node",)),
+    Field("cpus_per_task", "int", ("-c", "--cpus-per-task")),
+    Field("mem_per_node", "opt_int", ("--mem",)),
+    Field("mem_per_cpu", "opt_int", ("--mem-per-cpu",)),
+    Field("gpus", "int", ("-G", "--gpus")),
+    Field("gpus_per_node", "int", ("--gpus-per-node", "--gres")),
+    Field("gpus_per_task", "int", ("--gpus-per-task",)),
+    Field("gpu_type", "str", ("--gres", "--gpus", "--gpus-per-node", "--gpus-per-task")),
+    Field("time_limit", "time_limit", ("-t", "--time")),
+    Field("time_min", "opt_int", ("--time-min",)),
+    Field("req_nodes", "nodes", ("-w", "--nodelist")),
+    Field("exc_nodes", "nodes", ("-x", "--exclude")),
+    Field("exclusive", "bool", ("--exclusive",)),
+    Field("requeue", "bool", ("--requeue", "--no-requeue")),
+    Field("dependency", "str", ("-d", "--dependency"), 128 * 1024),
+    Field("begin_time", "time", ("-b", "--begin")),
+    Field("signal", "str", ("--signal",)),
+    Field("hint", "str", ("--hint",)),
+    Field("constraint", "str", ("-C", "--constraint")),
+    Field("mail_type", "str", ("--mail-type",)),
+    Field("mail_user", "str", ("--mail-user",)),
+    Field("comment", "str", ("--comment",)),
+    Field("work_dir", "str", ("-D", "--chdir"), PATH_MAX),
+    Field("stdout", "str", ("-o", "--output"), PATH_MAX),
+    Field("stderr", "str", ("-e", "--error"), PATH_MAX),
+    Field("stdin", "str", ("-i", "--input"), PATH_MAX),
+    Field("command", "str", (), PATH_MAX),
+    Field("submit_line", "str", (), DEFAULT_MAX_SUBMIT_LINE),
+    Field("submit_host", "str", (), NAME_MAX),
+    Field("account", "str", ("-A", "--account")),
+    Field("qos", "str", ("-q", "--qos")),
+    Field("nice", "signed_int", ("--nice",)),
+    Field("held", "hold", ("-H", "--hold")),
+    Field("batch", "bool", ()),
+)
+BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
+FIELD_NAMES = frozenset(BY_NAME)
+
+
+class JobSpecError(ValueError):
+    """A submission Slurm would refuse; str() is the message, `too_long` marks
+    ESLURM_PATHNAME_TOO_LONG."""
+
+    def __init__(self, message: str, *, too_long: bool = False) -> None:
+        super().__init__(message)
+        self.too_long = too_long
+
+
+def validate_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The fields of `spec`, checked and converted; None values are dropped."""
+    out: dict[str, Any] = {}
+    for k, v in spec.items():
+        f = BY_NAME.get(k)
+        if f is None:
+            raise JobSpecError(f"Unknown job field {k!r}")
+        if v is None:
+            continue
+        kind = f.kind
+        if kind in ("int", "opt_int", "signed_int", "time_limit"):
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise JobSpecError(f"Invalid value for {k}: {v!r}")
+            v = int(v)
+            if v < 0 and kind != "signed_int" and not (kind == "time_limit" and v == -1):
+                raise JobSpecError(f"Invalid value for {k}: {v}")
+        elif kind == "nodes":
+            if isinstance(v, str):
+                if len(v) > NAME_MAX * 64:
+                    raise JobSpecError(TOO_LONG, too_long=True)
+                try:
+                    v = hostlists.expand(v)
+                except hostlists.HostlistError:
+                    raise JobSpecError(f"Invalid node list for {k}") from None
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                raise JobSpecError(f"Invalid node list for {k}")
+        elif kind == "bool":
+            v = bool(v)
+        elif kind == "time":
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise JobSpecError(f"Invalid value for {k}: {v!r}")
+            v = float(v)
+        elif kind == "hold":
+            if v not in ("user", "admin"):
+                raise JobSpecError("Invalid hold value")
+        else:
+            if not isinstance(v, str):
+                raise JobSpecError(f"Invalid value for {k}: {v!r}")
+            if len(v) > f.max_len:
+                raise JobSpecError(TOO_LONG, too_long=True)
+        out[k] = v
+    return out
+
+
+def script_too_large(script: str, limit: int) -> bool:
+    """Longer than `limit` bytes in UTF-8 (Slurm measures the script with strlen)."""
+    if len(script) > limit:
+        return True
+    if len(script) * 4 <= limit:  # even all 4-byte characters fit
+        return False
+    return len(script.encode("utf-8", "surrogatepass")) > limit
+
+
+def max_script_size(scheduler_parameters: str) -> int:
+    """SchedulerParameters=max_script_size=N (bytes), as slurmctld reads it."""
+    for item in scheduler_parameters.split(","):
+        key, _, value = item.strip().partition("=")
+        if key.lower() == "max_script_size" and value.strip().isdigit():
+            return int(value.strip())
+    return DEFAULT_MAX_SCRIPT_SIZE

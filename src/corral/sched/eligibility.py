@@ -1,0 +1,169 @@
+"""The eligibility stage: which pending jobs may be considered at all this pass.
+
+Tests in Slurm's order (job_independent / job_runnable_test): hold, begin time,
+dependencies, partition state, partition limits, array throttle.  A job that fails one gets
+the typed reason of the first test it fails and is not seen by the later stages (it still
+gets a priority).  Array records that pass are expanded here into one candidate per task
+that may start this pass (the array splitting decision); the controller splits each task
+off only if it starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from corral.model.job import JobState
+from corral.model.node import Partition
+from corral.model.reasons import PendingReason, ReasonCode, reason
+
+from . import deps as sched_deps
+from .snapshot import PendingView
+
+# Virtual ids for the tasks of a pending array record, one candidate each: far below any
+# real job id and increasing with the task's position, so ties keep task order.
+_VIRTUAL_BASE = -(1 << 62)
+
+
+class SchedJob(sched_deps.DepJob, Protocol):
+    """What the pipeline reads of a pending job (a `Job` record has all of it)."""
+
+    @property
+    def partition(self) -> str: ...
+    @property
+    def held(self) -> str | None: ...
+    @property
+    def begin_time(self) -> float | None: ...
+    @property
+    def dependency(self) -> str | None: ...
+    @property
+    def eligible_time(self) -> float | None: ...
+    @property
+    def submit_time(self) -> float: ...
+    @property
+    def nice(self) -> int: ...
+    @property
+    def user(self) -> str: ...
+    @property
+    def array_max_running(self) -> int | None: ...
+    @property
+    def num_nodes(self) -> int: ...
+    @property
+    def max_nodes(self) -> int | None: ...
+    @property
+    def num_tasks(self) -> int: ...
+    @property
+    def ntasks_per_node(self) -> int | None: ...
+    @property
+    def cpus_per_task(self) -> int: ...
+    @property
+    def mem_per_node(self) -> int | None: ...
+    @property
+    def mem_per_cpu(self) -> int | None: ...
+    @property
+    def gpus(self) -> int: ...
+    @property
+    def gpus_per_node(self) -> int: ...
+    @property
+    def gpus_per_task(self) -> int: ...
+    @property
+    def exclusive(self) -> bool: ...
+    @property
+    def req_nodes(self) -> list[str]: ...
+    @property
+    def exc_nodes(self) -> list[str]: ...
+    @property
+    def time_limit(self) -> int: ...
+
+
+@dataclass(slots=True)
+class Eligible:
+    """The stage's answer."""
+
+    candidates: list[PendingView] = field(default_factory=list)
+    reasons: dict[int, PendingReason] = field(default_factory=dict)
+    became_eligible: list[int] = field(default_factory=list)
+    # candidate id -> (array record's job id, task id) for expanded array tasks
+    tasks: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+def held_reason(job: SchedJob) -> PendingReason:
+    return reason(ReasonCode.HELD_ADMIN if job.held == "admin" else ReasonCode.HELD_USER)
+
+
+def check_job(job: SchedJob, now: float, partitions: Mapping[str, Partition],
+              index: sched_deps.DepIndex, running_per_array: Mapping[int, int]) -> PendingReason | None:
+    """The first test `job` fails, or None when it is eligible."""
+    if job.held:
+        return held_reason(job)
+    if job.begin_time and job.begin_time > now:
+        return reason(ReasonCode.BEGIN_TIME)
+    if job.dependency:
+        singleton = "singleton" in job.dependency and index.singleton_blocked(job)
+        try:
+            dep = sched_deps.parse_cached(job.dependency)
+            verdict = sched_deps.evaluate(dep, index.lookup, now, singleton_blocked=singleton)
+        except sched_deps.DependencyError:
+            verdict = sched_deps.NEVER
+        if verdict == sched_deps.WAITING:
+            return reason(ReasonCode.DEPENDENCY)
+        if verdict == sched_deps.NEVER:
+            return reason(ReasonCode.DEPENDENCY_NEVER)
+    part = partitions.get(job.partition)
+    # DRAIN: queued jobs still run (only new submissions are refused); INACTIVE and DOWN
+    # start nothing (slurm.conf(5) State=).
+    if part is None or part.state == "DOWN":
+        return reason(ReasonCode.PARTITION_DOWN)
+    if part.state == "INACTIVE":
+        return reason(ReasonCode.PARTITION_INACTIVE)
+    if part.max_time >= 0 and (job.time_limit < 0 or job.time_limit > part.max_time):
+        return reason(ReasonCode.PARTITION_TIME_LIMIT, requested=(("seconds", job.time_limit),),
+                      available=(("seconds", part.max_time),), per_node=False)
+    if job.num_nodes > len(part.nodes) or (part.max_nodes and job.num_nodes > part.max_nodes):
+        most = len(part.nodes) if not part.max_nodes else min(len(part.nodes), part.max_nodes)
+        return reason(ReasonCode.PARTITION_NODE_LIMIT, requested=(("nodes", job.num_nodes),),
+                      available=(("nodes", most),), per_node=False)
+    if job.array_tasks is not None and job.array_max_running:
+        running = running_per_array.get(job.job_id, 0)
+        if running >= job.array_max_running:
+            return reason(ReasonCode.ARRAY_LIMIT, requested=(("tasks", job.array_max_running),),
+                          used=(("tasks", running),), per_node=False)
+    return None
+
+
+def view_of(job: SchedJob, job_id: int | None = None) -> PendingView:
+    """The candidate node selection and backfill work on."""
+    return PendingView(
+        job.job_id if job_id is None else job_id, 0, job.submit_time, job.partition, job.user,
+        job.num_nodes, job.max_nodes, job.num_tasks, job.ntasks_per_node, job.cpus_per_task,
+        job.mem_per_node, job.mem_per_cpu, job.gpus, job.gpus_per_node, job.gpus_per_task,
+        job.exclusive, tuple(job.req_nodes), tuple(job.exc_nodes), job.time_limit)
+
+
+def eligibility(pending: Iterable[SchedJob], now: float, partitions: Mapping[str, Partition],
+                index: sched_deps.DepIndex, running_per_array: Mapping[int, int],
+                tasks_per_pass: int) -> Eligible:
+    out = Eligible()
+    for job in pending:
+        if job.state is not JobState.PENDING:
+            continue
+        why = check_job(job, now, partitions, index, running_per_array)
+        if why is not None:
+            out.reasons[job.job_id] = why
+            continue
+        if job.eligible_time is None:
+            out.became_eligible.append(job.job_id)
+        tasks = job.array_tasks
+        if tasks is None:
+            out.candidates.append(view_of(job))
+            continue
+        # an array record: one candidate per task that may start now, in task order
+        room = len(tasks)
+        if job.array_max_running:
+            room = min(room, job.array_max_running - running_per_array.get(job.job_id, 0))
+        for task_id in tasks[:min(room, tasks_per_pass)]:
+            vid = _VIRTUAL_BASE + len(out.tasks)
+            out.tasks[vid] = (job.job_id, task_id)
+            out.candidates.append(view_of(job, vid))
+    return out

@@ -1,0 +1,146 @@
+"""One scheduling pass: the whole policy, pure, in fixed stages.
+
+    ClusterSnapshot ──► eligibility ──► priority ──► limits ──► select + backfill ──► Decision
+                        (hold, begin,   (priority/   (QOS and   (select/cons_tres,
+                         dependencies,   multifactor, association sched/backfill)
+                         partition,      aged every   limits:
+                         arrays)         pass)        not yet)
+
+The controller builds a `ClusterSnapshot` (every pending job, the nodes' free resources, the
+running jobs, the partitions, and `now`), calls `run_pass`, and applies the `Decision`:
+which jobs start with exactly which allocation (for an array record, which task), every
+pending job's priority and typed reason, and the expected starts of the jobs backfill
+planned.  Nothing here reads a clock, the store or the network, and nothing in the
+snapshot is changed, so the controller, the test harness and a trace simulator drive the
+same code.  Preemption, when it comes, is a stage after backfill.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from corral.model.job import NodeAlloc
+from corral.model.node import Partition
+from corral.model.reasons import PendingReason, ReasonCode, reason
+
+from . import deps as sched_deps
+from .backfill import DEFAULT_MAX_PLANNED, schedule
+from .eligibility import SchedJob, eligibility
+from .limits import limits
+from .priority import PriorityParams, pass_priorities
+from .snapshot import NodeView, RunningView, Snapshot
+
+# Tasks of one array record considered per pass; the rest come in the next passes.
+ARRAY_TASKS_PER_PASS = 128
+
+
+@dataclass(frozen=True, slots=True)
+class SchedParams:
+    """The slurm.conf settings the pipeline reads."""
+
+    priority: PriorityParams = PriorityParams()
+    def_mem_per_cpu: int = 0
+    backfill: bool = True
+    max_planned: int = DEFAULT_MAX_PLANNED
+    array_tasks_per_pass: int = ARRAY_TASKS_PER_PASS
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """Everything one pass looks at.  The records are read, never written."""
+
+    now: float
+    nodes: dict[str, NodeView]
+    partitions: dict[str, Partition]
+    running: list[RunningView]
+    pending: Sequence[SchedJob]  # every pending job, held ones too
+    jobs: Sequence[sched_deps.DepJob]  # every job in memory: what dependencies may name
+    gone: sched_deps.GoneJobs | None = None  # final states of jobs no longer in memory
+    params: SchedParams = SchedParams()
+
+
+@dataclass(slots=True)
+class Start:
+    job_id: int  # the pending record
+    alloc: list[NodeAlloc]
+    array_task_id: int | None = None  # for an array record: the task that starts
+
+
+@dataclass(slots=True)
+class Decision:
+    starts: list[Start] = field(default_factory=list)
+    priorities: dict[int, int] = field(default_factory=dict)  # every pending job
+    reasons: dict[int, PendingReason] = field(default_factory=dict)  # every job that waits
+    planned: dict[int, tuple[float, list[str]]] = field(default_factory=dict)
+    became_eligible: list[int] = field(default_factory=list)  # eligible from `now` on
+
+    @property
+    def reason_texts(self) -> dict[int, str]:
+        return {k: r.text() for k, r in self.reasons.items()}
+
+
+def run_pass(snap: ClusterSnapshot) -> Decision:
+    now = snap.now
+    params = snap.params
+    dec = Decision()
+    running_per_array: dict[int, int] = {}
+    for r in snap.running:
+        if r.array_job_id is not None:
+            running_per_array[r.array_job_id] = running_per_array.get(r.array_job_id, 0) + 1
+
+    # 1. eligibility (the dependency index is built once for the whole pass)
+    index = sched_deps.DepIndex(snap.jobs, snap.gone)
+    elig = eligibility(snap.pending, now, snap.partitions, index, running_per_array,
+                       params.array_tasks_per_pass)
+    dec.reasons.update(elig.reasons)
+    dec.became_eligible = elig.became_eligible
+
+    # 2. priority/multifactor, recomputed for every pending job
+    dec.priorities = pass_priorities(snap.pending, now, params.priority, snap.partitions)
+    order = dict(dec.priorities)
+    for vid, (meta, _) in elig.tasks.items():
+        order[vid] = dec.priorities.get(meta, 1)
+
+    # 3. limits (not yet: see sched/limits.py)
+    candidates, held_back = limits(elig.candidates)
+    dec.reasons.update(held_back)
+    if not candidates:
+        return dec
+
+    # 4+5. select/cons_tres and sched/backfill
+    placed = schedule(Snapshot(now=now, nodes=snap.nodes, partitions=snap.partitions,
+                               running=snap.running, pending=candidates,
+                               def_mem_per_cpu=params.def_mem_per_cpu, backfill=params.backfill),
+                      max_planned=params.max_planned, priorities=order)
+    tasks = elig.tasks
+    started_tasks: dict[int, int] = {}
+    for cid, alloc in placed.starts:
+        task = tasks.get(cid)
+        if task is None:
+            dec.starts.append(Start(cid, alloc))
+        else:
+            dec.starts.append(Start(task[0], alloc, task[1]))
+            started_tasks[task[0]] = started_tasks.get(task[0], 0) + 1
+    # An array record waits with the reason of its first task that did not start.
+    for cid in sorted(placed.reasons):
+        task = tasks.get(cid)
+        job_id = cid if task is None else task[0]
+        if job_id not in dec.reasons:
+            dec.reasons[job_id] = placed.reasons[cid]
+    for cid in sorted(placed.planned):
+        task = tasks.get(cid)
+        dec.planned.setdefault(cid if task is None else task[0], placed.planned[cid])
+    # an array whose every candidate started but which hit its % throttle waits on it
+    by_id = {j.job_id: j for j in snap.pending if j.job_id in started_tasks}
+    for meta_id, n in started_tasks.items():
+        record = by_id[meta_id]
+        limit = record.array_max_running
+        left = len(record.array_tasks or ()) - n
+        if meta_id not in dec.reasons and left > 0 and limit \
+                and running_per_array.get(meta_id, 0) + n >= limit:
+            dec.reasons[meta_id] = reason(ReasonCode.ARRAY_LIMIT,
+                                          requested=(("tasks", limit),),
+                                          used=(("tasks", running_per_array.get(meta_id, 0) + n),),
+                                          per_node=False)
+    return dec

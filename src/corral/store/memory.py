@@ -1,0 +1,92 @@
+"""An in-memory store with the SQLite store's interface: for the controller harness, tests
+and the trace simulator.  Nothing survives the process; commits are immediate (`inline`:
+the controller's writer calls `commit` on its loop instead of a thread)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from corral.model.job import Job, JobState
+from corral.store.base import JobPayload, NodeRecord, WriteBatch
+
+_FINISHED = frozenset(s.value for s in JobState if s.finished)
+
+
+class MemoryStore:
+    inline = True
+
+    def __init__(self) -> None:
+        self.jobs: dict[int, dict[str, Any]] = {}
+        self.payloads: dict[int, JobPayload] = {}
+        self.nodes: dict[str, NodeRecord] = {}
+        self.meta_next_id: int | None = None
+        self.commits = 0
+
+    def write(self, batch: WriteBatch) -> None:
+        self.commit(self.prepare(batch))
+
+    @staticmethod
+    def prepare(batch: WriteBatch) -> WriteBatch:
+        # records are copied now, as the SQLite store encodes them now
+        return WriteBatch(jobs=[json.loads(json.dumps(j)) for j in batch.jobs],
+                          payloads=list(batch.payloads), nodes=list(batch.nodes),
+                          next_job_id=batch.next_job_id)
+
+    def commit(self, prepared: WriteBatch) -> None:
+        for j in prepared.jobs:
+            self.jobs[int(j["job_id"])] = j
+        for jid, p in prepared.payloads:
+            self.payloads[jid] = p
+        for n in prepared.nodes:
+            self.nodes[n.name] = n
+        if prepared.next_job_id is not None:
+            self.meta_next_id = prepared.next_job_id
+        self.commits += 1
+
+    def load_active_jobs(self) -> list[Job]:
+        return [Job.from_dict(d) for _, d in sorted(self.jobs.items()) if d["state"] not in _FINISHED]
+
+    def load_recent_finished(self, since: float) -> list[Job]:
+        return [Job.from_dict(d) for _, d in sorted(self.jobs.items())
+                if d["state"] in _FINISHED and (d.get("end_time") or 0) >= since]
+
+    def load_payload(self, job_id: int) -> JobPayload | None:
+        return self.payloads.get(job_id)
+
+    def load_nodes(self) -> list[NodeRecord]:
+        return list(self.nodes.values())
+
+    def next_job_id(self) -> int:
+        top = max(self.jobs, default=0)
+        return max(self.meta_next_id or 1, top + 1)
+
+    def query_jobs(self, **filters: Any) -> list[Job]:
+        return [Job.from_dict(json.loads(text)) for _, text in self.query_records(**filters)]
+
+    def query_records(self, *, ids: list[int] | None = None, array_ids: list[int] | None = None,
+                      uids: list[int] | None = None, states: list[str] | None = None,
+                      start: float | None = None, end: float | None = None,
+                      limit: int | None = None) -> list[tuple[int, str]]:
+        out: list[tuple[int, str]] = []
+        id_set = set(ids or ())
+        arr_set = set(array_ids or ())
+        for jid, d in sorted(self.jobs.items()):
+            if (ids is not None or array_ids is not None) \
+                    and jid not in id_set and d.get("array_job_id") not in arr_set:
+                continue
+            if uids is not None and d["uid"] not in uids:
+                continue
+            if states is not None and d["state"] not in states:
+                continue
+            if start is not None and d.get("end_time") is not None and d["end_time"] < start:
+                continue
+            if end is not None and d["submit_time"] > end:
+                continue
+            out.append((jid, json.dumps(d, separators=(",", ":"))))
+            if limit and len(out) >= limit:
+                break
+        return out
+
+    def close(self) -> None:
+        pass
