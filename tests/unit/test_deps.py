@@ -174,3 +174,36 @@ def test_format_matches_scontrol() -> None:
     done = table({1: [(None, "COMPLETED", 0, 1.0)]})
     assert format_dependency(parse_dependency("afterok:1"), done, NOW) == ""
     assert format_dependency(parse_dependency("afterok:3_2")) == "afterok:3_2(unfulfilled)"
+
+
+def test_index_lookup_matches_records_and_gone_jobs() -> None:
+    from corral.model.job import Job, JobState
+    from corral.sched.deps import DepIndex, GoneJobs, GoneRecord
+
+    def rec(jid: int, st: JobState, **kw: object) -> Job:
+        return Job(job_id=jid, name=str(kw.pop("name", "n")), user="u", uid=int(kw.pop("uid", 1)),
+                   gid=1, state=st, **kw)  # type: ignore[arg-type]
+
+    jobs = [
+        rec(1, JobState.COMPLETED),
+        rec(5, JobState.PENDING, array_job_id=5, array_tasks=[3, 4]),
+        rec(6, JobState.COMPLETED, array_job_id=5, array_task_id=1, exit_code=2),
+        rec(8, JobState.RUNNING, name="s"),
+        rec(9, JobState.PENDING, name="s"),
+    ]
+    gone = GoneJobs()
+    gone.add(GoneRecord(2, None, None, "FAILED", 1, 10.0))
+    gone.add(GoneRecord(3, 3, 0, "COMPLETED", 0, 5.0))
+    gone.add(GoneRecord(4, 3, 1, "COMPLETED", 0, 6.0))
+    gone.missing.add(77)
+    idx = DepIndex(jobs, gone)
+    assert idx.lookup(1, None) == [("COMPLETED", 0, None)]
+    assert sorted(idx.lookup(5, None)) == [("COMPLETED", 2, None), ("PENDING", 0, None)]
+    assert idx.lookup(5, 4) == [("PENDING", 0, None)]
+    assert idx.lookup(5, 1) == [("COMPLETED", 2, None)]
+    assert idx.lookup(2, None) == [("FAILED", 1, 10.0)]
+    assert sorted(idx.lookup(3, None)) == [("COMPLETED", 0, 5.0), ("COMPLETED", 0, 6.0)]
+    assert idx.lookup(3, 1) == [("COMPLETED", 0, 6.0)]
+    assert idx.lookup(77, None) == [] and gone.knows(77) and not gone.knows(78)
+    assert idx.singleton_blocked(jobs[4])  # "s" runs as job 8
+    assert not idx.singleton_blocked(jobs[0])

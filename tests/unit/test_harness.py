@@ -186,11 +186,13 @@ def test_requeue_runs_again(h: Harness) -> None:
     h.tick()
     h.call(h.ctl.requeue, h.who(), [h.job(a)], False)
     assert state(h, a) == JobState.COMPLETING and h.controls(a) == ["requeue"]
-    h.end(a, "CANCELLED", signal=15)
+    h.end(a, "REQUEUED", signal=15)  # what the step supervisor reports
     assert state(h, a) == JobState.PENDING and h.job(a).reason == "BeginTime"
     h.advance(2)
     assert state(h, a) == JobState.RUNNING and h.job(a).restart_count == 1
     assert h.launched() == [a, a]
+    h.end(a, "REQUEUED")  # a job cannot requeue itself by writing its status
+    assert state(h, a) == JobState.FAILED
 
 
 def test_array_throttle_and_tasks_split_as_they_start(h: Harness) -> None:

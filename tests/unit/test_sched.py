@@ -6,9 +6,10 @@ import random
 
 import pytest
 
-from corral.model.job import NodeAlloc, Reason
+from corral.model.job import Job, JobState, NodeAlloc, Reason
 from corral.model.node import Partition
 from corral.sched.backfill import PARTITION_CONFIG, PARTITION_INACTIVE, schedule
+from corral.sched.pipeline import ClusterSnapshot, SchedParams, run_pass
 from corral.sched.priority import (
     PriorityFactors,
     PriorityWeights,
@@ -553,3 +554,89 @@ def test_schedule_places_like_select_nodes_and_never_overcommits(seed: int) -> N
         assert used[v.name][0] <= free_c and used[v.name][1] <= free_m
         assert len(gpus_used[v.name]) == len(set(gpus_used[v.name]))
         assert set(gpus_used[v.name]) <= set(free_g)
+
+
+# ---- the pipeline (sched/pipeline.py) and its stages -------------------------------------
+
+def _pending_job(job_id: int, **kw: object) -> Job:
+    kw.setdefault("partition", "debug")
+    kw.setdefault("submit_time", NOW - 100)
+    return Job(job_id=job_id, name=str(kw.pop("name", "j")), user="u", uid=1000, gid=1000,
+               **kw)  # type: ignore[arg-type]
+
+
+def _cluster(pending: list[Job], others: list[Job] | None = None, *, n: int = 2,
+             part_state: str = "UP", now: float = NOW, **params: object) -> ClusterSnapshot:
+    views = nodes(n, gpus=0, cpus=4, mem=8000)
+    return ClusterSnapshot(
+        now=now, nodes={v.name: v for v in views},
+        partitions={"debug": Partition(name="debug", nodes=[v.name for v in views],
+                                       state=part_state)},
+        running=[], pending=pending, jobs=[*pending, *(others or [])],
+        params=SchedParams(**params))  # type: ignore[arg-type]
+
+
+def test_pipeline_eligibility_reasons_in_slurms_order() -> None:
+    jobs = [
+        _pending_job(1, held="admin", begin_time=NOW + 60),
+        _pending_job(2, begin_time=NOW + 60, dependency="afterok:99"),
+        _pending_job(3, dependency="afterok:10"),
+        _pending_job(4, dependency="afternotok:11"),
+        _pending_job(5, time_limit=-1),
+    ]
+    ran = Job(job_id=10, name="x", user="u", uid=1, gid=1, state=JobState.RUNNING)
+    ok = Job(job_id=11, name="x", user="u", uid=1, gid=1, state=JobState.COMPLETED)
+    dec = run_pass(_cluster(jobs, [ran, ok]))
+    assert dec.reason_texts == {1: "JobHeldAdmin", 2: "BeginTime", 3: "Dependency",
+                                4: "DependencyNeverSatisfied"}
+    assert [s.job_id for s in dec.starts] == [5]
+    assert dec.priorities[1] == 0 and dec.became_eligible == [5]
+
+
+def test_pipeline_partition_states() -> None:
+    for st, want in (("DOWN", "PartitionDown"), ("INACTIVE", "PartitionInactive")):
+        dec = run_pass(_cluster([_pending_job(1)], part_state=st))
+        assert dec.starts == [] and dec.reason_texts == {1: want}
+    dec = run_pass(_cluster([_pending_job(1)], part_state="DRAIN"))
+    assert [s.job_id for s in dec.starts] == [1]  # queued jobs of a DRAIN partition run
+
+
+def test_pipeline_priority_ages_every_pass() -> None:
+    from corral.sched.priority import PriorityParams, PriorityWeights
+
+    prio = PriorityParams(PriorityWeights(age=1000, partition=1000), max_age_s=86400)
+    job = _pending_job(1, eligible_time=NOW, cpus_per_task=64, nice=10)  # never fits
+    ages = [run_pass(_cluster([job], now=NOW + h * 3600, priority=prio)).priorities[1]
+            for h in (0, 6, 12, 24, 48)]
+    assert ages == [990, 1240, 1490, 1990, 1990]
+
+
+def test_pipeline_arrays_expand_and_throttle() -> None:
+    meta = _pending_job(7, array_job_id=7, array_tasks=[0, 1, 2, 3, 4], array_max_running=3)
+    dec = run_pass(_cluster([meta]))
+    assert [(s.job_id, s.array_task_id) for s in dec.starts] == [(7, 0), (7, 1), (7, 2)]
+    assert dec.reason_texts == {7: "JobArrayTaskLimit"}
+    free = _pending_job(8, array_job_id=8, array_tasks=list(range(20)), cpus_per_task=1)
+    dec = run_pass(_cluster([free]))
+    assert len(dec.starts) == 8 and dec.reason_texts == {8: "Resources"}
+
+
+def test_pipeline_limits_stage_is_a_pass_through_today() -> None:
+    from corral.sched.limits import limits
+
+    views = [job(1), job(2)]
+    assert limits(views) == (views, {})
+
+
+def test_reason_rendering_is_byte_exact() -> None:
+    from corral.model.reasons import PendingReason, ReasonCode, from_text
+
+    r = PendingReason(ReasonCode.REQ_NODE_NOT_AVAIL, nodes=("node-2", "node-3"))
+    assert r.text() == "ReqNodeNotAvail, UnavailableNodes:node-[2-3]"
+    assert from_text(r.text()) == r
+    assert PendingReason(ReasonCode.NODES_DOWN).text() == Reason.NODES_DOWN
+    assert all(getattr(Reason, c.name) == c.value for c in ReasonCode)
+    gpu = PendingReason(ReasonCode.RESOURCES, requested=(("cpus", 8), ("gpus", 8)),
+                        available=(("cpus", 64), ("gpus", 6)))
+    assert gpu.text() == "Resources"
+    assert gpu.explain() == "needs 8 GPUs on one node; the most free on any node is 6"

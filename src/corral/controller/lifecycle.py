@@ -14,8 +14,9 @@ from corral.sched import deps as sched_deps
 log = logging.getLogger("corral.controller")
 
 # what an agent may report a batch step ended as
+# (REQUEUED: the step was killed for a requeue the controller asked for)
 AGENT_END_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
-                              "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"})
+                              "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REQUEUED"})
 
 
 class JobLifecycle(ControllerBase):
@@ -78,7 +79,9 @@ class JobLifecycle(ControllerBase):
             final = reason
             job.exit_code, job.term_signal = 0, 0
         else:
-            final = state
+            # a step says REQUEUED only when the controller asked for a requeue (handled
+            # above); a job cannot requeue itself by writing it
+            final = "FAILED" if state == "REQUEUED" else state
             job.exit_code, job.term_signal = exit_code, signal
             if final == "TIMEOUT":
                 job.exit_code, job.term_signal = 0, 0

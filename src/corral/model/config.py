@@ -80,9 +80,8 @@ class ClusterConfig:
     def get_seconds(self, key: str) -> int:
         """A time option in Slurm's time-limit syntax (PriorityMaxAge=7-0)."""
         v = self.options.get(key, GLOBAL_DEFAULTS.get(key, "0"))
-        if v.isdigit():
-            return int(v)
-        return parse_time_limit(v)
+        # Slurm's syntax: a bare number is minutes (PriorityMaxAge=1440 is one day)
+        return max(0, parse_time_limit(v))
 
     def default_partition(self) -> Partition | None:
         for p in self.partitions:
