@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import pwd
@@ -38,6 +39,15 @@ def parse_signal_spec(spec: str | None) -> dict[str, Any] | None:
     return {"num": num, "secs": int(secs) if secs.isdigit() else 60, "batch_only": batch_only}
 
 
+@functools.lru_cache(maxsize=4096)
+def home_of(uid: int) -> str:
+    """A user's home directory (cached: an NSS lookup per launch costs more than the rest)."""
+    try:
+        return pwd.getpwuid(uid).pw_dir
+    except KeyError:
+        return "/"
+
+
 class Launching(JobLifecycle):
     def launch_message(self, job: Job) -> dict[str, Any]:
         payload = self.store.load_payload(job.job_id)
@@ -71,11 +81,7 @@ class Launching(JobLifecycle):
 
         stdout = path(job.stdout, default_out)
         stderr = path(job.stderr, None) or stdout
-        try:
-            pw = pwd.getpwuid(job.uid)
-            home = pw.pw_dir
-        except KeyError:
-            home = "/"
+        home = home_of(job.uid)
         signal = parse_signal_spec(job.signal)
         if signal is not None and not signal["batch_only"]:
             signal = None  # without B: the steps get it, not the batch shell (steps.py times it)

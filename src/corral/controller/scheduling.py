@@ -100,7 +100,8 @@ class Scheduling(Launching):
         for job_id in decision.became_eligible:
             job = pending.get(job_id)
             if job is not None and job.eligible_time is None:
-                job.eligible_time = now
+                job.eligible_time = now  # written once: a restart must not reset its age
+                self.mark(job)
         more = False
         for start in decision.starts:
             found = pending.get(start.job_id)
