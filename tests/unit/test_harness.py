@@ -309,3 +309,30 @@ def test_every_transition_emits_one_typed_event(h: Harness) -> None:
         (JobEventKind.ENDED, JobState.COMPLETING, JobState.CANCELLED),
     ]
     assert legacy == [("submitted", a), ("started", a), ("ending", a), ("ended", a)]
+
+
+def test_memory_store_answers_like_sqlite(tmp_path: object) -> None:
+    from corral.model.job import Job
+    from corral.store.base import JobPayload, NodeRecord, WriteBatch
+
+    jobs = [Job(job_id=i, name=f"j{i}", user="u", uid=1000 + i % 2, gid=1,
+                state=[JobState.PENDING, JobState.RUNNING, JobState.COMPLETED][i % 3],
+                submit_time=100.0 + i, end_time=200.0 + i if i % 3 == 2 else None,
+                array_job_id=4 if i in (4, 5) else None) for i in range(1, 9)]
+    batch = WriteBatch(jobs=[j.to_dict() for j in jobs], payloads=[(1, JobPayload("s", {"A": "1"}))],
+                       nodes=[NodeRecord("n1", "drain", "why", "root", 0, 5.0)], next_job_id=20)
+    sql = SqliteStore(os.path.join(str(tmp_path), "s.db"))
+    mem = MemoryStore()
+    for store in (sql, mem):
+        store.write(batch)
+    try:
+        for q in ({}, {"ids": [4], "array_ids": [4]}, {"uids": [1000]}, {"states": ["COMPLETED"]},
+                  {"start": 204.0}, {"end": 103.0}, {"limit": 2}):
+            assert [j for j, _ in mem.query_records(**q)] == [j for j, _ in sql.query_records(**q)], q  # type: ignore[arg-type]
+        assert [j.job_id for j in mem.load_active_jobs()] == [j.job_id for j in sql.load_active_jobs()]
+        assert [j.job_id for j in mem.load_recent_finished(204.0)] == \
+            [j.job_id for j in sql.load_recent_finished(204.0)]
+        assert mem.load_payload(1) == sql.load_payload(1) and mem.load_payload(2) is None
+        assert mem.load_nodes() == sql.load_nodes() and mem.next_job_id() == sql.next_job_id() == 20
+    finally:
+        sql.close()
