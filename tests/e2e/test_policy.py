@@ -88,3 +88,20 @@ def test_partition_states_on_restart(policy_cluster: Cluster) -> None:
     out = c.ok("squeue", "-h", "-j", f"{new},{down_queued}", "-o", "%T %r")
     assert out.splitlines() == ["PENDING PartitionDown"] * 2
     c.ok("scancel", str(new), str(down_queued))
+
+
+def test_unbounded_requests_are_refused_cheaply(policy_cluster: Cluster) -> None:
+    c = policy_cluster
+    t0 = time.monotonic()
+    r = c.run("scancel", "1_[0-2147483646]", timeout=20)
+    assert time.monotonic() - t0 < 10 and "Traceback" not in r.stderr
+    r = c.run("scontrol", "hold", "1_[0-2147483646]", timeout=20)
+    assert r.returncode != 0 and "Invalid job id specified" in r.stderr, r.stderr
+    script = c.workdir / "big.sh"
+    script.write_text("#!/bin/sh\n" + "#" * (4 * 1024 * 1024) + "\ntrue\n")
+    r = c.run("sbatch", str(script), timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.endswith("Batch job submission failed: "
+                             "Pathname of a file, directory or other parameter too long\n"), r.stderr
+    jid = c.sbatch("--wrap", "true")  # the controller is still fine
+    c.wait_state(jid, "COMPLETED")
