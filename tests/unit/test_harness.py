@@ -336,3 +336,25 @@ def test_memory_store_answers_like_sqlite(tmp_path: object) -> None:
         assert mem.load_nodes() == sql.load_nodes() and mem.next_job_id() == sql.next_job_id() == 20
     finally:
         sql.close()
+
+
+def test_controller_log_has_one_line_per_job_and_node_event(
+        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="corral.controller.events")
+    a = h.submit()
+    h.tick()
+    h.end(a, "FAILED", exit_code=3)
+    h.call(h.ctl.update_nodes, h.who(0), ["n2"], "drain", "disk full")
+    h.call(h.ctl.update_nodes, h.who(0), ["n2"], "resume", None)
+    h.silent.add("n1")
+    h.advance(31)
+    h.advance(31)  # still silent: not logged again
+    lines = [r.getMessage() for r in caplog.records if r.name == "corral.controller.events"]
+    assert lines == [
+        f"job {a} submitted by user1000 (uid 1000) to partition debug",
+        f"job {a} started on n1",
+        f"job {a} ended FAILED exit 3:0",
+        "node n2 drained: disk full",
+        "node n2 resumed",
+        "node n1 not responding",
+    ]

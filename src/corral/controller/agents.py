@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from corral.controller.cluster import NOT_RESPONDING_REASON
+from corral.controller.cluster import NOT_RESPONDING_REASON, NodeEventKind
 from corral.controller.lifecycle import AGENT_END_STATES
 from corral.controller.usecases import UseCases
 from corral.model.job import Job
@@ -24,6 +24,7 @@ Send = Callable[[dict[str, Any]], None]
 
 
 class AgentLinks(UseCases):
+    silent_nodes: set[str]  # nodes reported not responding, until their agent registers
     def agent_registered(self, node_names: list[str], send: Send,
                          hw: dict[str, Any], running: list[int]) -> None:
         now = self.clock()
@@ -47,7 +48,8 @@ class AgentLinks(UseCases):
                     n.reason_uid = n.reason_time = None
                 self.mark_node(n)
             if was_down:
-                self.node_event(n, "registered")
+                self.silent_nodes.discard(name)
+                self.node_event(n, NodeEventKind.REGISTERED)
             self.agent_senders[name] = send
         # a job we think runs on these nodes but the agent does not know: it was lost
         alive = {j for j in running if isinstance(j, int)}
@@ -125,7 +127,7 @@ class AgentLinks(UseCases):
         self.nodes[name] = node
         # jobs recovered after a controller restart may still hold resources here
         self.cluster.charge_new_node(node, list(self.running.values()))
-        self.node_event(node, "joined")
+        self.node_event(node, NodeEventKind.JOINED)
         return node
 
     def agent_contact(self, node_names: list[str]) -> None:
@@ -146,9 +148,10 @@ class AgentLinks(UseCases):
                 continue
             if n.name in self.agent_senders and n.responding:
                 continue  # connected and heartbeating
-            if n.responding:
-                n.responding = False
-                self.node_event(n, "not responding")
+            n.responding = False
+            if n.name not in self.silent_nodes:  # once per silence, however it was noticed
+                self.silent_nodes.add(n.name)
+                self.node_event(n, NodeEventKind.NOT_RESPONDING)
             victims = [j for j in self.running.values() if n.name in j.nodes]
             for job in victims:
                 log.warning("node %s not responding for %ds: job %d fails", n.name, timeout, job.job_id)
@@ -160,7 +163,7 @@ class AgentLinks(UseCases):
             if self.config.get_int("ReturnToService") == 0 and n.admin_state == "up":
                 n.admin_state = "down"
                 n.reason, n.reason_user, n.reason_uid, n.reason_time = NOT_RESPONDING_REASON, "root", 0, now
-                self.node_event(n, "down")
+                self.node_event(n, NodeEventKind.DOWN)
                 self.mark_node(n)
 
     def agent_lost(self, node_names: list[str], send: Send) -> None:

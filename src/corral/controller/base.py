@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from corral.controller.cluster import NOT_RESPONDING_REASON, Cluster
+from corral.controller.cluster import NOT_RESPONDING_REASON, Cluster, NodeEvent, NodeEventKind
 from corral.controller.errors import SlurmError, access_denied, invalid_job
 from corral.controller.jobs import JobEvent, JobEventKind, JobTable
 from corral.controller.persist import GroupCommitWriter
@@ -110,6 +110,7 @@ class ControllerBase:
         self.listeners: list[Callable[[str, Job], None]] = []
         self.table.subscribe(self._to_listeners)
         self.table.subscribe(self._log_event)
+        self.cluster.subscribers.append(self._log_node_event)
         self.stats = {"submitted": 0, "started": 0, "completed": 0, "failed": 0,
                       "cancelled": 0, "timeout": 0}
 
@@ -171,9 +172,18 @@ class ControllerBase:
         else:
             events_log.info("job %s %s (%s)", j.display_id(), kind.value, j.state.value)
 
-    def node_event(self, node: Node, what: str) -> None:
-        events_log.info("node %s %s%s", node.name, what,
-                        f": {node.reason}" if node.reason else "")
+    def node_event(self, node: Node, kind: NodeEventKind) -> None:
+        self.cluster.emit(kind, node, self.clock())
+
+    @staticmethod
+    def _log_node_event(ev: NodeEvent) -> None:
+        events_log.info("node %s %s%s", ev.node.name, ev.kind.value,
+                        f": {ev.reason}" if ev.reason and ev.kind is not NodeEventKind.RESUMED else "")
+
+    def explain_pending(self, job_id: int) -> str | None:
+        """Why a pending job waits, in words with the numbers behind it (not Slurm text)."""
+        why = self.pending_reasons.get(job_id)
+        return why.explain() if why is not None else None
 
     # ---- persistence -------------------------------------------------------------
     def mark(self, job: Job) -> None:

@@ -8,6 +8,9 @@ negative."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
 
 from corral.model.job import Job
 from corral.model.node import Node, Partition
@@ -18,11 +21,38 @@ log = logging.getLogger("corral.controller")
 NOT_RESPONDING_REASON = "Not responding"
 
 
+class NodeEventKind(StrEnum):
+    REGISTERED = "registered"  # its agent connected
+    JOINED = "joined"  # a node not in the configuration joined (corral join)
+    NOT_RESPONDING = "not responding"
+    DRAINED = "drained"
+    DOWN = "down"
+    RESUMED = "resumed"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    kind: NodeEventKind
+    node: Node
+    reason: str | None
+    time: float
+
+
 class Cluster:
     def __init__(self, nodes: list[Node], partitions: list[Partition]) -> None:
         self.nodes: dict[str, Node] = {n.name: n for n in nodes}
         self.partitions: dict[str, Partition] = {p.name: p for p in partitions}
         self.charged: set[int] = set()  # jobs whose allocation is held on the nodes
+        self.subscribers: list[Callable[[NodeEvent], None]] = []
+
+    def emit(self, kind: NodeEventKind, node: Node, now: float) -> None:
+        """Tell every subscriber about a change of a node's availability."""
+        ev = NodeEvent(kind, node, node.reason, now)
+        for cb in list(self.subscribers):
+            try:
+                cb(ev)
+            except Exception:
+                log.exception("subscriber failed on %s of node %s", kind, node.name)
 
     def node_record(self, name: str) -> NodeRecord:
         n = self.nodes[name]

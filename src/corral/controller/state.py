@@ -50,6 +50,7 @@ class Controller(AgentLinks):
                  home: str = "", clock: Clock | None = None) -> None:
         super().__init__(config, store, config_path=config_path, home=home, clock=clock)
         self._idle_views: dict[str, list[NodeView]] = {}  # per partition, for feasibility checks
+        self.silent_nodes: set[str] = set()
 
 
 __all__ = [

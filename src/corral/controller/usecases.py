@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 from corral.controller.base import Identity, group_name
+from corral.controller.cluster import NodeEventKind
 from corral.controller.errors import (
     ESLURM_ACCESS_DENIED,
     ESLURM_ALREADY_DONE,
@@ -375,6 +376,7 @@ class UseCases(Scheduling):
                 n.reason_uid = n.reason_time = None
             else:
                 n.reason, n.reason_user, n.reason_uid, n.reason_time = reason, who.user, who.uid, now
-            self.node_event(n, {"drain": "drained", "down": "down"}.get(n.admin_state, "resumed"))
+            self.node_event(n, {"drain": NodeEventKind.DRAINED, "down": NodeEventKind.DOWN}
+                            .get(n.admin_state, NodeEventKind.RESUMED))
             self.mark_node(n)
         self.request_schedule()

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
+from corral.model.reasons import ReasonCode
+
 
 class JobState(StrEnum):
     PENDING = "PENDING"
@@ -78,26 +80,27 @@ def parse_state(text: str) -> JobState:
 
 
 class Reason:
-    """Pending reasons, spelled as squeue prints them."""
+    """Pending reasons, spelled as squeue prints them (the typed ones, with the numbers
+    behind them, are `model.reasons.PendingReason`)."""
 
-    NONE = "None"
-    RESOURCES = "Resources"
-    PRIORITY = "Priority"
-    DEPENDENCY = "Dependency"
-    DEPENDENCY_NEVER = "DependencyNeverSatisfied"
-    BEGIN_TIME = "BeginTime"
-    HELD_USER = "JobHeldUser"
-    HELD_ADMIN = "JobHeldAdmin"
-    PARTITION_TIME_LIMIT = "PartitionTimeLimit"
-    PARTITION_NODE_LIMIT = "PartitionNodeLimit"
-    PARTITION_DOWN = "PartitionDown"
-    REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"
-    NODES_DOWN = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"
-    ARRAY_LIMIT = "JobArrayTaskLimit"
-    PARTITION_CONFIG = "PartitionConfig"
-    PARTITION_INACTIVE = "PartitionInactive"
-    BAD_CONSTRAINTS = "BadConstraints"
-    NODE_FAIL_REQUEUED = "NodeFail"
+    NONE = ReasonCode.NONE.value
+    RESOURCES = ReasonCode.RESOURCES.value
+    PRIORITY = ReasonCode.PRIORITY.value
+    DEPENDENCY = ReasonCode.DEPENDENCY.value
+    DEPENDENCY_NEVER = ReasonCode.DEPENDENCY_NEVER.value
+    BEGIN_TIME = ReasonCode.BEGIN_TIME.value
+    HELD_USER = ReasonCode.HELD_USER.value
+    HELD_ADMIN = ReasonCode.HELD_ADMIN.value
+    PARTITION_TIME_LIMIT = ReasonCode.PARTITION_TIME_LIMIT.value
+    PARTITION_NODE_LIMIT = ReasonCode.PARTITION_NODE_LIMIT.value
+    PARTITION_DOWN = ReasonCode.PARTITION_DOWN.value
+    REQ_NODE_NOT_AVAIL = ReasonCode.REQ_NODE_NOT_AVAIL.value
+    NODES_DOWN = ReasonCode.NODES_DOWN.value
+    ARRAY_LIMIT = ReasonCode.ARRAY_LIMIT.value
+    PARTITION_CONFIG = ReasonCode.PARTITION_CONFIG.value
+    PARTITION_INACTIVE = ReasonCode.PARTITION_INACTIVE.value
+    BAD_CONSTRAINTS = ReasonCode.BAD_CONSTRAINTS.value
+    NODE_FAIL_REQUEUED = ReasonCode.NODE_FAIL_REQUEUED.value
 
 
 @dataclass(slots=True)

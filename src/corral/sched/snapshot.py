@@ -76,7 +76,7 @@ class Snapshot:
     partitions: dict[str, Partition]
     running: list[RunningView]
     pending: list[PendingView]
-    def_mem_per_cpu: int = 0  # MB; 0 = a job without --mem gets all of each node's memory? no: see select
+    def_mem_per_cpu: int = 0  # MB per CPU for jobs without --mem; 0 = memory not counted
     backfill: bool = True
     max_backfill_jobs: int = 10_000
 
