@@ -57,6 +57,7 @@ OUTPUT_FAILED_SIGNAL = 53
 MAX_DATAGRAM = 65536
 SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes with the terminating NUL
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 REAP_TIMEOUT = 5.0  # seconds to wait for the last processes of a finished step to vanish
 
 # The states a status file may hold (what _final_status writes); anything else is garbage.
@@ -157,13 +158,26 @@ def read_status(job_dir: str) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        log.warning("%s: ignored: %s", os.path.join(job_dir, STATUS_FILE), e)
+        _warn_once(os.path.join(job_dir, STATUS_FILE), str(e))
         return None
     try:
         return validate_status(json.loads(data))
     except ValueError as e:  # json.JSONDecodeError included
-        log.warning("%s: ignored: %s", os.path.join(job_dir, STATUS_FILE), e)
+        _warn_once(os.path.join(job_dir, STATUS_FILE), str(e))
         return None
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_once(path: str, problem: str) -> None:
+    """Log an unusable file once (the agent re-reads status files every second)."""
+    if (path, problem) in _warned:
+        return
+    if len(_warned) > 1000:
+        _warned.clear()
+    _warned.add((path, problem))
+    log.warning("%s: ignored: %s", path, problem)
 
 
 def validate_status(obj: Any) -> dict[str, Any]:
@@ -354,6 +368,17 @@ def _set_child_subreaper() -> bool:
         return False
 
 
+def _set_not_dumpable() -> None:
+    """After a switch from root to a user: that user may not ptrace this process (and take
+    our descriptors) before its exec, whatever fs.suid_dumpable says.  exec resets it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError, ImportError):
+        pass
+
+
 def _strerror(err: int) -> str:
     return os.strerror(err) if err else "Unknown error"
 
@@ -475,6 +500,7 @@ class Supervisor:
         self.fd_sock: socket.socket | None = None
         self.out_fd: int | None = None
         self.pending_lines: list[str] = []
+        self.writers: list[int] = []  # forked writers of our lines into the job's stderr
         self.launch: dict[str, Any] = {}
         self.ctl: socket.socket | None = None
         self.cgroup: StepCgroup | None = None
@@ -553,12 +579,42 @@ class Supervisor:
             regular = fd is not None and stat_mod.S_ISREG(os.fstat(fd).st_mode)
             if regular:
                 assert fd is not None
-                os.write(fd, "".join(lines).encode())
+                self._write_detached(fd, "".join(lines).encode())
                 return
         except OSError as e:
             self.note(f"cannot write to the job's stderr: {e.strerror}")
         for line in lines:
             self.note(line.rstrip("\n"))
+
+    def _write_detached(self, fd: int, data: bytes) -> None:
+        """Write to the job's file from a forked writer: even a regular file may block for
+        good (a FUSE file system of the user's), and the supervisor must not.  The writer
+        is our child, so the step's end kills it if it is stuck."""
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.write(fd, data)
+            finally:
+                os._exit(0)
+        self.writers.append(pid)
+
+    def _wait_writers(self, timeout: float = 2.0) -> None:
+        deadline = time.monotonic() + timeout
+        for pid in self.writers:
+            while True:
+                try:
+                    done, _ = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    break  # reaped by _reap() already
+                if done:
+                    break
+                if time.monotonic() > deadline:
+                    self.note("a write to the job's stderr did not finish; abandoned")
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    break
+                time.sleep(0.005)
+        self.writers = []
 
     def _open_as_owner(self, path: str, flags: int) -> int | None:
         """Open `path` as the job's user (a forked helper switches identity, opens, and
@@ -616,6 +672,7 @@ class Supervisor:
         os.setgroups([int(g) for g in groups])
         os.setgid(gid)
         os.setuid(uid)
+        _set_not_dumpable()
 
     # -- set-up -------------------------------------------------------------------------
     def bind(self) -> None:
@@ -720,6 +777,10 @@ class Supervisor:
 
         _reset_signals()
         os.setsid()
+        # the supervisor's directory and control socket are no business of the job's
+        os.close(self.dir_fd)
+        if self.ctl is not None:
+            self.ctl.close()
         if self.cgroup is not None:
             try:
                 self.cgroup.add_self()
@@ -739,9 +800,9 @@ class Supervisor:
                 fail("identity", e.errno or 0, f"cannot become uid {uid}: {e.strerror}", 1)
         umask = launch.get("umask")
         if umask is None:
-            env_umask = (launch.get("env") or {}).get("SLURM_UMASK", "")
-            umask = int(env_umask, 8) if env_umask.isdigit() else 0o022
-        os.umask(int(umask))
+            env_umask = str((launch.get("env") or {}).get("SLURM_UMASK", ""))
+            umask = int(env_umask, 8) if re.fullmatch(r"[0-7]{1,4}", env_umask) else 0o022
+        os.umask(int(umask) & 0o777)
         self._open_job_io(fail)
         try:
             socket.send_fds(fd_sock, [b"e"], [2])
@@ -1143,6 +1204,7 @@ class Supervisor:
         status = self._final_status()
         self._close_control()
         self._flush_job_lines(final=True)
+        self._wait_writers()
         if self.out_fd is not None:
             os.close(self.out_fd)
             self.out_fd = None
