@@ -107,6 +107,16 @@ for n in ctl.sock stepd.pid launch.json script; do
   mv "$d/$n" "$d/$n.x" 2>/dev/null && echo "MOVED $n"
 done
 chmod 777 "$d" 2>/dev/null && echo "CHMODDED"
+kill -KILL $PPID 2>/dev/null && echo "KILLED the supervisor"
+# leave the job's cgroups or lift their limits
+while IFS=: read -r _ ctrl path; do
+  base=/sys/fs/cgroup/${ctrl#name=}
+  [ -n "$ctrl" ] || base=/sys/fs/cgroup/unified
+  echo $$ > "$base/cgroup.procs" 2>/dev/null && echo "ESCAPED $ctrl"
+  for f in pids.max memory.limit_in_bytes memory.max; do
+    [ -e "$base$path/$f" ] && { echo max > "$base$path/$f"; } 2>/dev/null && echo "LIFTED $f"
+  done
+done < /proc/self/cgroup
 cat "$d/launch.json" >/dev/null 2>&1 && echo "READ launch.json"
 $PY -c '
 import socket, sys, json
@@ -126,8 +136,9 @@ sleep 300
 
 def test_job_cannot_touch_its_supervisors_state(sec_cluster: Cluster,
                                                 users: dict[str, pwd.struct_passwd]) -> None:  # noqa: F811
-    """Rules 1, 3: the job directory is root's (0711); the job can plant no link there, write
-    no status, replace no control socket, reach no supervisor or agent socket."""
+    """Rules 1, 3, 5: the job directory is root's (0711); the job can plant no link there,
+    write no status, replace no control socket, reach no supervisor or agent socket, kill
+    its supervisor, leave its cgroups or lift their limits."""
     c, alice = sec_cluster, users["corral-alice"]
     script = Path(alice.pw_dir) / "attack.sh"
     script.write_text("#!/bin/bash\n" + ATTACK)
@@ -138,7 +149,8 @@ def test_job_cannot_touch_its_supervisors_state(sec_cluster: Cluster,
     out = Path(alice.pw_dir) / name
     c.wait_for(lambda: out.exists() and "ATTACKED" in out.read_text(), what="the attack")
     text = out.read_text()
-    for marker in ("LINKED", "WROTE", "REMOVED", "MOVED", "CHMODDED", "READ", "SENT"):
+    for marker in ("LINKED", "WROTE", "REMOVED", "MOVED", "CHMODDED", "READ", "SENT", "KILLED",
+                   "ESCAPED", "LIFTED"):
         assert marker not in text, text
     assert not list(Path("/etc").glob("corral-pwned-*"))
     d = _job_dir(c, jid)
