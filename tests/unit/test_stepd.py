@@ -740,10 +740,14 @@ def test_read_status_and_is_alive_without_a_step(tmp_path: Any) -> None:
     assert not stepd.is_alive(str(tmp_path))
 
 
-def test_status_file_is_world_readable(jobs: Jobs) -> None:
+def test_supervisor_files_are_private(jobs: Jobs) -> None:
+    """Nothing the supervisor writes is readable by other users (the job's own user
+    included: it reaches the job directory only to run its script)."""
     d = jobs.start("true\n")
     wait_status(d)
-    assert stat.S_IMODE(os.stat(os.path.join(d, stepd.STATUS_FILE)).st_mode) & 0o044
+    for name in (stepd.STATUS_FILE, stepd.PID_FILE, stepd.LOG_FILE):
+        st = os.stat(os.path.join(d, name))
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (os.geteuid(), 0o600), name
 
 
 def test_cgroup_conf_keys_and_defaults(tmp_path: Any) -> None:

@@ -455,7 +455,8 @@ def _supervise(job_dir: str, report_fd: int | None, detached: bool) -> int:
     try:
         supervisor.bind()
         stat = _proc_stat(os.getpid())
-        write_atomic(dir_fd, PID_FILE, f"{os.getpid()} {stat[2] if stat else 0}\n".encode())
+        write_atomic(dir_fd, PID_FILE, f"{os.getpid()} {stat[2] if stat else 0}\n".encode(),
+                     0o600)
     except BaseException as e:
         supervisor.note(f"cannot start: {e}")
         raise
@@ -1208,7 +1209,7 @@ class Supervisor:
         if self.out_fd is not None:
             os.close(self.out_fd)
             self.out_fd = None
-        write_atomic(self.dir_fd, STATUS_FILE, (json.dumps(status) + "\n").encode())
+        write_atomic(self.dir_fd, STATUS_FILE, (json.dumps(status) + "\n").encode(), 0o600)
         self._notify({"event": "exited", **{k: status[k] for k in
                                             ("state", "exit_code", "signal")}})
         if self.cgroup is not None and not self.cgroup.remove():
