@@ -772,3 +772,26 @@ def test_cgroup_conf_keys_and_defaults(tmp_path: Any) -> None:
     path.write_text("ConstrainRAMSpace=no\nCorralPidsMax=infinity\n")
     conf = CgroupConf.load(str(path))
     assert conf.memory_limit_mb(1000, 8000, 24000) is None and conf.pids_max is None
+
+
+@pytest.mark.parametrize(("fields", "problem"), [
+    ({"step": "../../escape"}, "is not a step name"),
+    ({"job_id": "1/../../x"}, "is not an integer"),
+    ({"uid": "0"}, "is not a user or group id"),
+    ({"gid": None}, "uid without gid"),
+    ({"groups": [0, "wheel"]}, "are not group ids"),
+    ({"stdout": ["/etc/passwd"]}, "stdout is not a path"),
+])
+def test_launch_fields_that_name_identities_or_paths_are_checked(
+        jobs: Jobs, fields: dict[str, Any], problem: str) -> None:
+    d = jobs.make("echo never > ran\n")
+    launch = json.loads(read(d, "launch.json"))
+    launch.update(fields)
+    if launch.get("gid", 0) is None:
+        del launch["gid"]
+    with open(os.path.join(d, "launch.json"), "w") as f:
+        json.dump(launch, f)
+    stepd.spawn_step(d)
+    assert wait_status(d)["state"] == "FAILED"
+    assert problem in read(d, stepd.LOG_FILE)
+    assert not os.path.exists(os.path.join(d, "ran"))

@@ -702,6 +702,12 @@ class Supervisor:
         for key in ("uid", "gid"):
             if key in launch and (type(launch[key]) is not int or launch[key] < 0):
                 raise ValueError(f"{key} {launch[key]!r} is not a user or group id")
+        if "uid" in launch and "gid" not in launch:
+            raise ValueError("uid without gid")  # else the job would keep our group
+        groups = launch.get("groups")
+        if groups is not None and (not isinstance(groups, list)
+                                   or any(type(g) is not int or g < 0 for g in groups)):
+            raise ValueError(f"groups {str(groups)[:80]} are not group ids")
         if not STEP_NAME.match(str(launch.get("step", "batch"))):
             raise ValueError(f"step {launch.get('step')!r} is not a step name")
         for key in ("script", "stdout", "stderr", "stdin", "work_dir"):
