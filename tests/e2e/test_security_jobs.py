@@ -154,8 +154,10 @@ def test_job_cannot_touch_its_supervisors_state(sec_cluster: Cluster,
         assert marker not in text, text
     assert not list(Path("/etc").glob("corral-pwned-*"))
     d = _job_dir(c, jid)
-    st = d.lstat()
-    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o711)
+    for path, mode in ((d.parent, 0o711), (d, 0o711), (d / "ctl.sock", 0o600),
+                       (d.parent / "notify.sock", 0o600), (d / "stepd.pid", 0o600)):
+        st = path.lstat()
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, mode), path
     time.sleep(1.5)  # the agent's scan has run: the job did not end itself
     assert c.state(jid) == "RUNNING"
     c.ok("scancel", str(jid))

@@ -102,8 +102,11 @@ class Agent:
         self._dgram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         if os.path.exists(self.notify_path):
             os.unlink(self.notify_path)
-        self._dgram.bind(self.notify_path)
-        os.chmod(self.notify_path, 0o600)
+        old_umask = os.umask(0o177)  # only we may send: no window before a chmod
+        try:
+            self._dgram.bind(self.notify_path)
+        finally:
+            os.umask(old_umask)
         self._dgram.setblocking(False)
         loop.add_reader(self._dgram.fileno(), self._on_notify)
         scan = loop.create_task(self._scan_loop())
