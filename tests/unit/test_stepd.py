@@ -449,21 +449,167 @@ def other_user() -> Iterator[pwd.struct_passwd]:
         subprocess.run(["userdel", name], capture_output=True)
 
 
+def _owner_dir(jobs: Jobs, user: pwd.struct_passwd) -> str:
+    """A directory of `user` for its job's output (the job directory is the supervisor's)."""
+    path = tempfile.mkdtemp(prefix="out-", dir=jobs.base)
+    os.chown(path, user.pw_uid, user.pw_gid)
+    return path
+
+
+def _as_owner(jobs: Jobs, body: str, user: pwd.struct_passwd, **fields: Any) -> tuple[str, str]:
+    out_dir = _owner_dir(jobs, user)
+    fields = {"stdout": os.path.join(out_dir, "out"), "stderr": os.path.join(out_dir, "err"),
+              "work_dir": out_dir, **fields}
+    d = jobs.make(body, uid=user.pw_uid, gid=user.pw_gid, user=user.pw_name, **fields)
+    os.chown(os.path.join(d, "script.sh"), user.pw_uid, user.pw_gid)
+    return d, out_dir
+
+
 def test_runs_as_the_owner_when_root(jobs: Jobs, other_user: pwd.struct_passwd) -> None:
-    d = jobs.make("id -u\nid -g\n", uid=other_user.pw_uid, gid=other_user.pw_gid,
-                  user=other_user.pw_name)
-    os.chown(d, other_user.pw_uid, other_user.pw_gid)  # the owner creates its output here
-    os.chown(os.path.join(d, "script.sh"), other_user.pw_uid, other_user.pw_gid)
+    d, out_dir = _as_owner(jobs, "id -u\nid -g\n", other_user)
     stepd.spawn_step(d)
     assert wait_status(d)["state"] == "COMPLETED"
-    assert read(d, "out") == f"{other_user.pw_uid}\n{other_user.pw_gid}\n"
-    assert os.stat(os.path.join(d, "out")).st_uid == other_user.pw_uid
+    assert read(out_dir, "out") == f"{other_user.pw_uid}\n{other_user.pw_gid}\n"
+    assert os.stat(os.path.join(out_dir, "out")).st_uid == other_user.pw_uid
+
+
+@pytest.mark.parametrize("how", ["other owner", "group writable", "symlink"])
+def test_job_dir_others_can_write_is_refused(jobs: Jobs, other_user: pwd.struct_passwd,
+                                             how: str) -> None:
+    """Rule: the supervisor writes only into a directory that is its own and no one else's."""
+    d = jobs.make("echo never\n")
+    if how == "other owner":
+        os.chown(d, other_user.pw_uid, other_user.pw_gid)
+    elif how == "group writable":
+        os.chmod(d, 0o775)
+    else:
+        real = d + ".real"
+        os.rename(d, real)
+        os.symlink(real, d)
+    with pytest.raises(RuntimeError, match="did not start"):
+        stepd.spawn_step(d)
+    assert stepd.read_status(d) is None and not os.path.exists(os.path.join(d, "out"))
+
+
+def test_write_atomic_does_not_follow_a_planted_link(jobs: Jobs) -> None:
+    victim = os.path.join(jobs.base, "victim")
+    with open(victim, "w") as f:
+        f.write("precious\n")
+    d = jobs.make("true\n")
+    os.symlink(victim, os.path.join(d, f".{stepd.STATUS_FILE}.tmp.{os.getpid()}"))
+    fd = stepd.open_job_dir(d)
+    try:
+        stepd.write_atomic(fd, stepd.STATUS_FILE, b'{"state": "COMPLETED"}\n')
+    finally:
+        os.close(fd)
+    assert read(jobs.base, "victim") == "precious\n"
+    assert stepd.read_status(d) == {"state": "COMPLETED", "exit_code": 0, "signal": 0}
+
+
+@pytest.mark.parametrize("content", [
+    '{"state": "BOGUS"}', '{"state": "COMPLETED", "exit_code": "3"}',
+    '{"state": "COMPLETED", "signal": 1e9}', '{"state": "FAILED", "end_time": "x"}',
+    '["COMPLETED"]', '{not json', "\xff\xfe",
+])
+def test_garbage_status_is_ignored(jobs: Jobs, content: str) -> None:
+    d = jobs.make("true\n")
+    with open(os.path.join(d, stepd.STATUS_FILE), "w", encoding="latin-1") as f:
+        f.write(content)
+    assert stepd.read_status(d) is None
+
+
+def test_status_and_pid_files_that_are_not_regular_files_are_ignored(jobs: Jobs) -> None:
+    d = jobs.make("true\n")
+    os.symlink("/etc/hostname", os.path.join(d, stepd.STATUS_FILE))
+    os.mkfifo(os.path.join(d, stepd.PID_FILE))  # would block a reader without O_NONBLOCK
+    t0 = time.monotonic()
+    assert stepd.read_status(d) is None
+    assert not stepd.is_alive(d)
+    assert time.monotonic() - t0 < 1
+
+
+def test_cancel_line_goes_through_the_descriptor_not_the_path(
+        jobs: Jobs, other_user: pwd.struct_passwd) -> None:
+    """The job swaps its output for a link to a root-owned file; the supervisor's CANCELLED
+    line still lands in the file the job opened, and the root-owned file is untouched."""
+    victim = os.path.join(jobs.base, "victim")
+    with open(victim, "w") as f:
+        f.write("precious\n")
+    d, out_dir = _as_owner(jobs, f"echo ready\nmv err err.opened\nln -s {victim} err\n"
+                           "echo swapped\nsleep 300\n", other_user)
+    stepd.spawn_step(d)
+    _wait_for(lambda: read(out_dir, "out") == "ready\nswapped\n", 10, "the swap")
+    assert stepd.send_control(d, {"op": "cancel"})
+    assert wait_status(d)["state"] == "CANCELLED"
+    assert read(jobs.base, "victim") == "precious\n"
+    assert "CANCELLED AT" in read(out_dir, "err.opened")
+
+
+def test_fifo_output_without_reader_fails_at_once(jobs: Jobs) -> None:
+    fifo = os.path.join(jobs.base, f"fifo-{uuid.uuid4().hex[:6]}")
+    os.mkfifo(fifo)
+    d = jobs.start("echo never\n", stdout=fifo, stderr=fifo)
+    status = wait_status(d, timeout=5)
+    assert (status["state"], status["signal"]) == ("FAILED", stepd.OUTPUT_FAILED_SIGNAL)
+    assert "Could not open stdout file" in read(d, stepd.LOG_FILE)
+
+
+def test_full_fifo_as_stderr_does_not_block_the_supervisor(jobs: Jobs) -> None:
+    """A reader that never reads: the job blocks writing, but cancel still ends the step
+    (the supervisor writes its own lines only to regular files)."""
+    fifo = os.path.join(jobs.base, f"fifo-{uuid.uuid4().hex[:6]}")
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        d = jobs.start("echo ready > ready\nhead -c 200000 /dev/zero >&2\nsleep 300\n",
+                       stderr=fifo, kill_wait=1)
+        _wait_for(lambda: read(d, "ready") == "ready\n", 10, "the job to start")
+        time.sleep(0.2)
+        assert stepd.send_control(d, {"op": "cancel"})
+        assert wait_status(d, timeout=10)["state"] == "CANCELLED"
+        assert "CANCELLED AT" in read(d, stepd.LOG_FILE)  # noted where it could go
+    finally:
+        os.close(reader)
+
+
+def test_launch_failure_output_is_opened_as_the_owner(jobs: Jobs,
+                                                      other_user: pwd.struct_passwd) -> None:
+    """A job that cannot start gets its error line in its stderr file, opened as its user:
+    a path the user may not create stays uncreated (root would have created it)."""
+    private = tempfile.mkdtemp(prefix="private-", dir=jobs.base)  # root's, 0700
+    target = os.path.join(private, "err")
+    d, out_dir = _as_owner(jobs, "echo never\n", other_user, stderr=target,
+                           time_limit="not a number")
+    stepd.spawn_step(d)
+    assert wait_status(d)["state"] == "FAILED"
+    assert not os.path.exists(target)
+    log_text = read(d, stepd.LOG_FILE)
+    assert "bad launch description" in log_text and "Permission denied" in log_text
+    # the same failure with a path the user may write: the line is there
+    d, out_dir = _as_owner(jobs, "echo never\n", other_user, time_limit="not a number")
+    stepd.spawn_step(d)
+    assert wait_status(d)["state"] == "FAILED"
+    assert "bad launch description" in read(out_dir, "err")
+    assert os.stat(os.path.join(out_dir, "err")).st_uid == other_user.pw_uid
+
+
+@pytest.mark.skipif(not HAVE_V1, reason="needs a writable cgroup v1 pids controller (root)")
+def test_pids_limit_contains_a_bounded_fork_bomb(jobs: Jobs) -> None:
+    # Bounded (at most 200 processes even if the limit failed): safe on a shared machine.
+    body = ('$PYTHON -c "\nimport os, time\nmade = 0\nfor _ in range(200):\n'
+            '    try:\n        pid = os.fork()\n    except BlockingIOError:\n        break\n'
+            '    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    made += 1\n'
+            'print(made)"\n')
+    d = jobs.start(body, cgroup_root=V1_ROOT, pids_max=20)
+    assert wait_status(d, timeout=30)["state"] == "COMPLETED"
+    made = int(read(d, "out"))
+    assert 5 < made < 20  # bash, python and the children share the 20
 
 
 def test_non_root_supervisor_refuses_other_uid(jobs: Jobs,
                                                other_user: pwd.struct_passwd) -> None:
     d = jobs.make("echo never\n", uid=0, gid=0)
-    os.chown(d, other_user.pw_uid, other_user.pw_gid)
+    os.chown(d, other_user.pw_uid, other_user.pw_gid)  # the non-root supervisor's own
     # Supervise in the foreground from a forked process that dropped root; the job asks
     # for root.  (A fresh interpreter may not be able to read root's Python installation.)
     pid = os.fork()
@@ -594,7 +740,58 @@ def test_read_status_and_is_alive_without_a_step(tmp_path: Any) -> None:
     assert not stepd.is_alive(str(tmp_path))
 
 
-def test_status_file_is_world_readable(jobs: Jobs) -> None:
+def test_supervisor_files_are_private(jobs: Jobs) -> None:
+    """Nothing the supervisor writes is readable by other users (the job's own user
+    included: it reaches the job directory only to run its script)."""
     d = jobs.start("true\n")
     wait_status(d)
-    assert stat.S_IMODE(os.stat(os.path.join(d, stepd.STATUS_FILE)).st_mode) & 0o044
+    for name in (stepd.STATUS_FILE, stepd.PID_FILE, stepd.LOG_FILE):
+        st = os.stat(os.path.join(d, name))
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (os.geteuid(), 0o600), name
+
+
+def test_cgroup_conf_keys_and_defaults(tmp_path: Any) -> None:
+    from corral.agent.cgroup import DEFAULT_PIDS_MAX, CgroupConf
+
+    conf = CgroupConf.load(str(tmp_path / "missing.conf"))
+    assert conf.pids_max == DEFAULT_PIDS_MAX and conf.constrain_ram and not conf.notes
+    # a job without --mem gets the node's memory, capped by the machine's
+    assert conf.memory_limit_mb(None, 64000, 24000) == 24000
+    assert conf.memory_limit_mb(None, 8000, 24000) == 8000
+    assert conf.memory_limit_mb(512, 8000, 24000) == 512
+    path = tmp_path / "cgroup.conf"
+    path.write_text("# comment\nConstrainCores=yes\nAllowedRAMSpace=150\nmaxrampercent=50\n"
+                    "MinRAMSpace=100\nCorralPidsMax=64  # per step\nCorralPidsMax=lots\n"
+                    "MaxRAMPercent=0\nnonsense\n")
+    conf = CgroupConf.load(str(path))
+    assert conf.pids_max == 64 and conf.allowed_ram_percent == 150
+    assert conf.memory_limit_mb(1000, 8000, 24000) == 1500
+    assert conf.memory_limit_mb(None, 64000, 24000) == 12000  # MaxRAMPercent=50
+    assert conf.memory_limit_mb(10, 8000, 24000) == 100  # MinRAMSpace
+    assert [n.split(":")[1] for n in conf.notes] == ["7", "8", "9"]  # bad lines, defaults kept
+    path.write_text("ConstrainRAMSpace=no\nCorralPidsMax=infinity\n")
+    conf = CgroupConf.load(str(path))
+    assert conf.memory_limit_mb(1000, 8000, 24000) is None and conf.pids_max is None
+
+
+@pytest.mark.parametrize(("fields", "problem"), [
+    ({"step": "../../escape"}, "is not a step name"),
+    ({"job_id": "1/../../x"}, "is not an integer"),
+    ({"uid": "0"}, "is not a user or group id"),
+    ({"gid": None}, "uid without gid"),
+    ({"groups": [0, "wheel"]}, "are not group ids"),
+    ({"stdout": ["/etc/passwd"]}, "stdout is not a path"),
+])
+def test_launch_fields_that_name_identities_or_paths_are_checked(
+        jobs: Jobs, fields: dict[str, Any], problem: str) -> None:
+    d = jobs.make("echo never > ran\n")
+    launch = json.loads(read(d, "launch.json"))
+    launch.update(fields)
+    if launch.get("gid", 0) is None:
+        del launch["gid"]
+    with open(os.path.join(d, "launch.json"), "w") as f:
+        json.dump(launch, f)
+    stepd.spawn_step(d)
+    assert wait_status(d)["state"] == "FAILED"
+    assert problem in read(d, stepd.LOG_FILE)
+    assert not os.path.exists(os.path.join(d, "ran"))

@@ -1,7 +1,8 @@
 """Per-step cgroups: confine a job step's processes, limit memory and CPUs, freeze, count OOM kills.
 
-One `StepCgroup` per step, at `<hierarchy>/corral/job_<id>/step_<step>`; the memory and CPU
-limits are set on the step group.  Two layouts are handled:
+One `StepCgroup` per step, at `<hierarchy>/corral/job_<id>/step_<step>`; the memory, CPU and
+process-count (pids) limits are set on the step group.  `CgroupConf` reads the limits an
+administrator sets in `$CORRAL_HOME/cgroup.conf` (Slurm's keys, plus Corral's own pids limit).  Two layouts are handled:
 
 - cgroup v2: `root` is a unified mount (it has `cgroup.controllers`); one directory holds
   everything.  Freezing (`cgroup.freeze`) and killing (`cgroup.kill`) are core v2 features, so
@@ -87,12 +88,24 @@ class StepCgroup:
         self.frozen = False
 
     # -- set-up -------------------------------------------------------------------------
-    def create(self, cpus: list[int] | None = None, mem_mb: int | None = None) -> list[str]:
+    def create(self, cpus: list[int] | None = None, mem_mb: int | None = None,
+               pids_max: int | None = None) -> list[str]:
         """Make the step group(s) and set limits.  Returns notes about limits that could not
         be applied (the group itself is usable); raises CgroupError if no group could be made."""
         if self.version == 2:
-            return self._create_v2(cpus, mem_mb)
-        return self._create_v1(cpus, mem_mb)
+            notes = self._create_v2(cpus, mem_mb)
+            step = self.dirs[""]
+            enabled = set(_read(os.path.join(step, "cgroup.controllers")).split())
+            pids_dir = step if "pids" in enabled else None
+        else:
+            notes = self._create_v1(cpus, mem_mb)
+            pids_dir = self.dirs.get("pids")
+        if pids_max is not None and pids_max > 0:
+            if pids_dir is None:
+                notes.append("pids controller not available: process count not limited")
+            else:
+                self._try_write(notes, os.path.join(pids_dir, "pids.max"), str(pids_max))
+        return notes
 
     def _mkdirs(self, base: str, rel: str) -> str:
         path = os.path.join(base, rel)
@@ -183,6 +196,15 @@ class StepCgroup:
             notes.append(f"cannot write {value} to {path}: {e.strerror}")
 
     # -- membership ---------------------------------------------------------------------
+    def pids_max(self) -> int | None:
+        """The process-count limit in force (None: none, or no pids controller)."""
+        path = self.dirs.get("" if self.version == 2 else "pids")
+        try:
+            value = _read(os.path.join(path, "pids.max")).strip() if path else "max"
+        except OSError:
+            return None
+        return int(value) if value.isdigit() else None
+
     def add_pid(self, pid: int) -> None:
         for path in self.dirs.values():
             try:
@@ -315,3 +337,101 @@ def remove_cluster_groups(root: str, cluster: str) -> None:
             os.rmdir(path)
         except OSError:
             pass
+
+
+# ---------------------------------------------------------------------------------------
+# cgroup.conf
+# ---------------------------------------------------------------------------------------
+
+DEFAULT_PIDS_MAX = 4096  # per job step: generous for threads, fatal to a fork bomb
+
+
+class CgroupConf:
+    """The limits of `$CORRAL_HOME/cgroup.conf`, in Slurm's format (`Key=Value` lines, `#`
+    comments, keys case-insensitive).  Slurm's keys that Corral applies:
+
+    - ConstrainRAMSpace (yes|no; Corral's default yes, Slurm's no): limit each job's memory
+    - AllowedRAMSpace (percent of the job's memory, default 100)
+    - MaxRAMPercent (percent of the machine's memory, default 100): upper bound of any limit
+    - MinRAMSpace (MB, default 30): lower bound of any limit
+
+    and Corral's own (Slurm 22.05 has no process-count limit):
+
+    - CorralPidsMax (default 4096; 0 or "infinity" for none): processes and threads per job
+      step (cgroup pids.max), so a fork bomb is contained.
+
+    Other Slurm keys are accepted and ignored.  A bad value is reported in `notes` and the
+    default kept."""
+
+    def __init__(self) -> None:
+        self.constrain_ram = True
+        self.allowed_ram_percent = 100.0
+        self.max_ram_percent = 100.0
+        self.min_ram_mb = 30
+        self.pids_max: int | None = DEFAULT_PIDS_MAX
+        self.notes: list[str] = []
+
+    @classmethod
+    def load(cls, path: str) -> CgroupConf:
+        conf = cls()
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read(1 << 20)
+        except FileNotFoundError:
+            return conf
+        except OSError as e:
+            conf.notes.append(f"{path}: {e.strerror}; defaults used")
+            return conf
+        conf.parse(text, path)
+        return conf
+
+    def parse(self, text: str, where: str = "cgroup.conf") -> None:
+        for n, raw in enumerate(text.splitlines(), 1):
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            key, sep, value = line.partition("=")
+            key, value = key.strip().lower(), value.strip()
+            try:
+                if not sep:
+                    raise ValueError("not Key=Value")
+                if key == "constrainramspace":
+                    if value.lower() not in ("yes", "no"):
+                        raise ValueError("not yes or no")
+                    self.constrain_ram = value.lower() == "yes"
+                elif key == "allowedramspace":
+                    self.allowed_ram_percent = _percent(value, upper=None)
+                elif key == "maxrampercent":
+                    self.max_ram_percent = _percent(value, upper=100.0)
+                elif key == "minramspace":
+                    self.min_ram_mb = _count(value)
+                elif key == "corralpidsmax":
+                    limit = 0 if value.lower() in ("infinity", "unlimited") else _count(value)
+                    self.pids_max = limit or None
+            except ValueError as e:
+                self.notes.append(f"{where}:{n}: {raw.strip()[:80]}: {e}; default kept")
+
+    def memory_limit_mb(self, mem_mb: int | None, node_mem_mb: int,
+                        total_mem_mb: int) -> int | None:
+        """The memory limit of a job step: its memory (the node's memory for a job without
+        one, as Slurm gives it the whole node) times AllowedRAMSpace, between MinRAMSpace and
+        MaxRAMPercent of the machine.  None when ConstrainRAMSpace=no."""
+        if not self.constrain_ram:
+            return None
+        base = mem_mb if mem_mb else node_mem_mb
+        limit = int(base * self.allowed_ram_percent / 100)
+        cap = int(total_mem_mb * self.max_ram_percent / 100)
+        return max(1, max(self.min_ram_mb, min(limit, cap)))
+
+
+def _percent(value: str, upper: float | None) -> float:
+    number = float(value)
+    if not number == number or number <= 0 or (upper is not None and number > upper):
+        raise ValueError("not a percentage" + (f" in (0, {upper:g}]" if upper else ""))
+    return number
+
+
+def _count(value: str) -> int:
+    if not value.isdigit():
+        raise ValueError("not a non-negative integer")
+    return int(value)

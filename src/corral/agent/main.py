@@ -28,7 +28,7 @@ from yarl import URL
 from corral import paths
 from corral.agent import hw, stepd
 from corral.agent import remote as remote_mod
-from corral.agent.cgroup import cluster_group_name
+from corral.agent.cgroup import CgroupConf, cluster_group_name
 from corral.agent.proxy import Proxy
 from corral.agent.remote import JoinError, RemoteController, fingerprint_mismatch
 from corral.agent.spawner import Spawner
@@ -54,7 +54,7 @@ class Agent:
         self._registered = asyncio.Event()
         self.auth_failures = 0  # consecutive refusals of the join token
         self.spool = paths.spool_dir(home)
-        os.makedirs(self.spool, exist_ok=True)
+        _private_dir(self.spool)
         self.notify_path = os.path.join(self.spool, "notify.sock")
         self.hw = hw.detect()
         self.start_time = time.time()
@@ -63,6 +63,9 @@ class Agent:
         self.cgroup_root = _cgroup_root()
         # one cgroup subtree per agent home: clusters side by side never share a job's group
         self.cgroup_cluster = cluster_group_name(home)
+        self.cgroup_conf = CgroupConf.load(os.path.join(home, "cgroup.conf"))
+        for note in self.cgroup_conf.notes:
+            log.warning("%s", note)
         self.stop = asyncio.Event()
         self._dgram: socket.socket | None = None
 
@@ -84,7 +87,8 @@ class Agent:
             if job_id in self.launching:
                 return None  # its supervisor is being started: not there yet, not lost
             if os.path.exists(os.path.join(d, "launch.json")) and not stepd.is_alive(d):
-                # the supervisor vanished without a word (machine reboot, kill -9)
+                # the supervisor vanished without a word (machine reboot, kill -9), or left
+                # a status that read_status() refused (logged there)
                 return {"type": "ended", "job_id": job_id, "state": "NODE_FAIL", "exit_code": 0,
                         "signal": 0, "end_time": time.time()}
             return None
@@ -98,8 +102,11 @@ class Agent:
         self._dgram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         if os.path.exists(self.notify_path):
             os.unlink(self.notify_path)
-        self._dgram.bind(self.notify_path)
-        os.chmod(self.notify_path, 0o600)
+        old_umask = os.umask(0o177)  # only we may send: no window before a chmod
+        try:
+            self._dgram.bind(self.notify_path)
+        finally:
+            os.umask(old_umask)
         self._dgram.setblocking(False)
         loop.add_reader(self._dgram.fileno(), self._on_notify)
         scan = loop.create_task(self._scan_loop())
@@ -261,28 +268,37 @@ class Agent:
         job_id = int(spec["job_id"])
         d = self.job_dir(job_id)
         try:
-            if os.path.exists(d):
+            if os.path.lexists(d):
                 if stepd.is_alive(d):
                     log.warning("job %d is already running here; launch ignored", job_id)
                     return
-                shutil.rmtree(d)
-            os.makedirs(d, mode=0o755)
-            script = os.path.join(d, "script")
-            fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
-            with os.fdopen(fd, "w") as f:
-                f.write(spec["script_text"])
+                shutil.rmtree(d)  # fd-based on Linux: does not follow links inside
             uid, gid = int(spec["uid"]), int(spec["gid"])
-            if os.geteuid() == 0:
-                os.chown(script, uid, gid)
-                os.chown(d, uid, gid)
-            launch = {k: v for k, v in spec.items() if k != "script_text"}
-            launch.update(script=script, notify_socket=self.notify_path,
-                          cgroup_root=self.cgroup_root, cgroup_cluster=self.cgroup_cluster,
-                          cpus=self._pick_cpus(job_id, int(spec.get("cpus_count") or 0)))
-            tmp = os.path.join(d, "launch.json.tmp")
-            with open(tmp, "w") as f:
-                json.dump(launch, f)
-            os.rename(tmp, os.path.join(d, "launch.json"))
+            # The job directory is the supervisor's (status, control socket, environment):
+            # ours, 0711.  The job reaches only its script, by name, read-only.
+            os.mkdir(d, 0o711)
+            os.chmod(d, 0o711)  # whatever the umask
+            dir_fd = stepd.open_job_dir(d)
+            try:
+                fd = os.open("script", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o500, dir_fd=dir_fd)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(str(spec["script_text"]).encode("utf-8", "surrogateescape"))
+                    f.flush()
+                    # the owner reads and runs it; no one else reads it (it may hold secrets)
+                    if os.geteuid() == 0:
+                        os.fchown(f.fileno(), uid, gid)
+                    os.fchmod(f.fileno(), 0o500)
+                launch = {k: v for k, v in spec.items() if k != "script_text"}
+                cpus = int(spec.get("cpus_count") or 0)
+                launch.update(script=os.path.join(d, "script"), notify_socket=self.notify_path,
+                              cgroup_root=self.cgroup_root, cgroup_cluster=self.cgroup_cluster,
+                              cpus=self._pick_cpus(job_id, cpus),
+                              **self._limits(spec))
+                # the job's whole environment: readable by root only
+                stepd.write_atomic(dir_fd, "launch.json", json.dumps(launch).encode(), 0o600)
+            finally:
+                os.close(dir_fd)
             if self.spawner is not None:
                 await self.spawner.spawn(d)
             else:
@@ -290,6 +306,16 @@ class Agent:
         except Exception as e:
             log.exception("launch of job %d failed", job_id)
             self._send({"type": "launch_failed", "job_id": job_id, "error": str(e)})
+
+    def _limits(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The cgroup limits of a job (cgroup.conf): its memory limit, a default for a job
+        without --mem (the node's memory, as Slurm gives it the whole node), and its pids."""
+        mem = spec.get("mem_mb")
+        node_mem = spec.get("node_mem_mb")
+        limit = self.cgroup_conf.memory_limit_mb(
+            int(mem) if mem else None,
+            int(node_mem) if node_mem else self.hw.memory_mb, self.hw.memory_mb)
+        return {"mem_limit_mb": limit, "pids_max": self.cgroup_conf.pids_max}
 
     def _pick_cpus(self, job_id: int, count: int) -> list[int] | None:
         """Real CPU ids for a job, or None where CPU binding would be fiction.
@@ -306,9 +332,11 @@ class Agent:
             if jid == job_id:
                 continue
             try:
-                with open(os.path.join(self.job_dir(jid), "launch.json")) as f:
-                    used.update(json.load(f).get("cpus") or [])
-            except (OSError, ValueError):
+                data = stepd.read_private_file(os.path.join(self.job_dir(jid), "launch.json"),
+                                               stepd.MAX_LAUNCH_FILE)
+                cpus = json.loads(data).get("cpus") or []
+                used.update(c for c in cpus if type(c) is int)
+            except (OSError, ValueError, AttributeError, TypeError):
                 continue
         free = [c for c in available if c not in used]
         return free[:count] if len(free) >= count else None
@@ -325,10 +353,10 @@ class Agent:
                 return
             try:
                 msg = json.loads(data)
-            except ValueError:
-                continue
-            if msg.get("event") == "exited":
-                self._report(int(msg["job_id"]))
+                if msg.get("event") == "exited":
+                    self._report(int(msg["job_id"]))
+            except (ValueError, TypeError, AttributeError, KeyError):
+                log.warning("ignored a bad notification %r", data[:200])
 
     def _report(self, job_id: int) -> None:
         if job_id in self.reported or self.ws is None:
@@ -347,6 +375,18 @@ class Agent:
             for jid in self.job_ids():
                 if jid not in self.reported:
                     self._report(jid)
+
+
+def _private_dir(path: str) -> None:
+    """Make `path` a directory of ours that no one else may write (0711 when root: the
+    jobs' users reach their scripts through it), refusing a symlink in its place."""
+    os.makedirs(path, mode=0o711, exist_ok=True)
+    st = os.lstat(path)
+    if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.geteuid():
+        raise SystemExit(f"corral-agent: {path} must be a directory owned by uid"
+                         f" {os.geteuid()}")
+    if st.st_mode & 0o7777 != 0o711 and (os.geteuid() == 0 or st.st_mode & 0o022):
+        os.chmod(path, 0o711)
 
 
 def _cgroup_root() -> str | None:

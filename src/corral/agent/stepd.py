@@ -8,6 +8,14 @@ The agent calls `spawn_step(job_dir)`; everything the supervisor needs is in
 - `status.json` the final state, written atomically; `read_status()` returns it
 - `stepd.log`   the supervisor's own notes (cgroup fall-backs, errors); never the job's output
 
+Privilege separation (docs/SECURITY.md): `job_dir` belongs to the supervisor's uid and is
+writable by nobody else (the supervisor refuses to start otherwise), and every file of it is
+reached through one descriptor of the directory with O_NOFOLLOW.  The job never holds a way
+to write the status, the pid file or the control socket.  Everything opened for the job
+(its output, input, working directory, script) is opened by the job's process after it has
+become the job's user; the supervisor writes its own lines into the job's output only
+through the descriptor that process opened, never by name.
+
 The supervisor is a double-forked copy of the caller, in its own session and reparented to
 init, so it outlives the agent; it depends on nothing from the agent after the fork.  Within
 it, one loop waits on the control socket, the job's exec-status pipe and SIGCHLD, and runs the
@@ -23,10 +31,13 @@ from __future__ import annotations
 import errno
 import gc
 import json
+import logging
 import os
+import re
 import select
 import signal
 import socket
+import stat as stat_mod
 import sys
 import time
 from typing import Any, NoReturn
@@ -46,7 +57,17 @@ OUTPUT_FAILED_SIGNAL = 53
 MAX_DATAGRAM = 65536
 SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes with the terminating NUL
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 REAP_TIMEOUT = 5.0  # seconds to wait for the last processes of a finished step to vanish
+
+# The states a status file may hold (what _final_status writes); anything else is garbage.
+STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "REQUEUED", "OUT_OF_MEMORY"})
+MAX_STATE_FILE = 65536  # status.json and stepd.pid are small; more is not ours
+MAX_LAUNCH_FILE = 64 * 1024 * 1024  # launch.json holds the script's environment
+STEP_NAME = re.compile(r"^[A-Za-z0-9_]{1,32}$")  # a cgroup path component
+OPEN_AS_USER_TIMEOUT = 5.0  # seconds for a helper to open a file as the job's user
+
+log = logging.getLogger("corral.agent.stepd")
 
 _SIGNALS_IGNORED_BY_SUPERVISOR = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE,
                                   signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -101,6 +122,8 @@ def spawn_step(job_dir: str) -> int:
         os.close(report_r)
     _reap_middles()
     text = b"".join(chunks).decode(errors="replace").strip()
+    if text.startswith("ERR "):
+        raise RuntimeError(f"step supervisor for {job_dir} did not start: {text[4:]}")
     if not text.isdigit():
         raise RuntimeError(f"step supervisor for {job_dir} did not start"
                            f" (see {os.path.join(job_dir, LOG_FILE)})")
@@ -125,22 +148,102 @@ def send_control(job_dir: str, message: dict[str, Any]) -> bool:
 
 
 def read_status(job_dir: str) -> dict[str, Any] | None:
-    """The final status of the step, or None while it has not ended."""
+    """The final status of the step, or None while it has not ended.
+
+    What the file holds is checked (a known state, integer codes, numeric times): anything
+    else is logged and treated as no status, never raised to the caller."""
     _reap_middles()
     try:
-        with open(os.path.join(job_dir, STATUS_FILE)) as f:
-            status: dict[str, Any] = json.load(f)
-    except (FileNotFoundError, json.JSONDecodeError):
+        data = read_private_file(os.path.join(job_dir, STATUS_FILE), MAX_STATE_FILE)
+    except FileNotFoundError:
         return None
-    return status
+    except OSError as e:
+        _warn_once(os.path.join(job_dir, STATUS_FILE), str(e))
+        return None
+    try:
+        return validate_status(json.loads(data))
+    except ValueError as e:  # json.JSONDecodeError included
+        _warn_once(os.path.join(job_dir, STATUS_FILE), str(e))
+        return None
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_once(path: str, problem: str) -> None:
+    """Log an unusable file once (the agent re-reads status files every second)."""
+    if (path, problem) in _warned:
+        return
+    if len(_warned) > 1000:
+        _warned.clear()
+    _warned.add((path, problem))
+    log.warning("%s: ignored: %s", path, problem)
+
+
+def validate_status(obj: Any) -> dict[str, Any]:
+    """`obj` as a status dict with checked fields; ValueError if it is not one."""
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    state = obj.get("state")
+    if state not in STATES:
+        raise ValueError(f"unknown state {str(state)[:40]!r}")
+    out = dict(obj)
+    for key in ("exit_code", "signal"):
+        value = obj.get(key, 0)
+        if type(value) is not int or not 0 <= value <= 255:
+            raise ValueError(f"{key} is not an integer 0-255: {str(value)[:40]!r}")
+        out[key] = value
+    for key in ("start_time", "end_time"):
+        value = obj.get(key)
+        if value is not None and (type(value) not in (int, float) or value != value
+                                  or not 0 <= value < 1e11):
+            raise ValueError(f"{key} is not a time: {str(value)[:40]!r}")
+    return out
+
+
+def read_private_file(path: str, limit: int, dir_fd: int | None = None) -> bytes:
+    """Read a small regular file that only this uid (or root) can have written.
+
+    O_NOFOLLOW and O_NONBLOCK: a symlink, a FIFO or a device planted in its place is refused
+    without following or blocking; a file owned by another user is refused."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                 dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat_mod.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"{path}: not a regular file")
+        if st.st_uid not in (0, os.geteuid()) and st.st_uid != _dir_owner(path, dir_fd):
+            # not ours, nor of the directory's owner (a non-root agent's supervisor)
+            raise OSError(errno.EPERM, f"{path}: owned by uid {st.st_uid}")
+        if st.st_size > limit:
+            raise OSError(errno.EFBIG, f"{path}: larger than {limit} bytes")
+        chunks = []
+        size = 0
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise OSError(errno.EFBIG, f"{path}: larger than {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _dir_owner(path: str, dir_fd: int | None) -> int:
+    try:
+        parent = os.path.dirname(path) or "."
+        return (os.stat(parent, dir_fd=dir_fd) if dir_fd is not None and parent == "."
+                else os.lstat(parent)).st_uid
+    except OSError:
+        return -1
 
 
 def is_alive(job_dir: str) -> bool:
     """True while the supervisor recorded in `job_dir/stepd.pid` runs (not a reused pid)."""
     _reap_middles()
     try:
-        with open(os.path.join(job_dir, PID_FILE)) as f:
-            pid_text, start_text = f.read().split()
+        pid_text, start_text = read_private_file(os.path.join(job_dir, PID_FILE),
+                                                 MAX_STATE_FILE).decode().split()
         pid = int(pid_text)
     except (OSError, ValueError):
         return False
@@ -218,14 +321,39 @@ def _descendants(root_pid: int) -> list[int]:
 OUTPUT_FILE_MODE = 0o600
 
 
-def _write_atomic(path: str, text: str, mode: int = 0o644) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+def write_atomic(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> None:
+    """Replace `name` in the directory `dir_fd` with `data` (readers see old or new).
+
+    The temporary name is created with O_EXCL|O_NOFOLLOW: whatever stands there (a link
+    planted by someone) is removed, never followed."""
+    tmp = f".{name}.tmp.{os.getpid()}"
     try:
-        os.write(fd, text.encode())
+        os.unlink(tmp, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 mode, dir_fd=dir_fd)
+    try:
+        os.fchmod(fd, mode)  # the umask does not decide who may read it
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
     finally:
         os.close(fd)
-    os.rename(tmp, path)
+    os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def open_job_dir(job_dir: str) -> int:
+    """A descriptor of `job_dir`, checked to be a real directory owned by this
+    uid and writable by no one else: the supervisor writes there, a user must not."""
+    fd = os.open(job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        os.close(fd)
+        raise OSError(errno.EPERM, f"{job_dir}: must be owned by uid {os.geteuid()} and not"
+                      f" writable by group or others (owner {st.st_uid},"
+                      f" mode {stat_mod.S_IMODE(st.st_mode):04o})")
+    return fd
 
 
 def _set_child_subreaper() -> bool:
@@ -238,6 +366,17 @@ def _set_child_subreaper() -> bool:
         return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError, ImportError):
         return False
+
+
+def _set_not_dumpable() -> None:
+    """After a switch from root to a user: that user may not ptrace this process (and take
+    our descriptors) before its exec, whatever fs.suid_dumpable says.  exec resets it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError, ImportError):
+        pass
 
 
 def _strerror(err: int) -> str:
@@ -288,8 +427,17 @@ def _supervise(job_dir: str, report_fd: int | None, detached: bool) -> int:
         os.closerange(report_fd + 1, 1 << 20)
     else:
         _reset_signals(ignored=(signal.SIGPIPE, signal.SIGHUP))
-    log_fd = os.open(os.path.join(job_dir, LOG_FILE),
-                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        dir_fd = open_job_dir(job_dir)
+        log_fd = os.open(LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                         | os.O_NONBLOCK | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        if not stat_mod.S_ISREG(os.fstat(log_fd).st_mode):
+            raise OSError(errno.EINVAL, f"{os.path.join(job_dir, LOG_FILE)}: not a regular file")
+    except OSError as e:
+        # Nowhere safe to write a log: tell the caller why (spawn_step raises with it).
+        if report_fd is not None:
+            os.write(report_fd, f"ERR {e.strerror if e.filename is None else e}".encode()[:4000])
+        raise
     if detached:
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
@@ -303,11 +451,12 @@ def _supervise(job_dir: str, report_fd: int | None, detached: bool) -> int:
             f.write(PROC_NAME)
     except OSError:
         pass
-    supervisor = Supervisor(job_dir, log_fd)
+    supervisor = Supervisor(job_dir, log_fd, dir_fd)
     try:
         supervisor.bind()
         stat = _proc_stat(os.getpid())
-        _write_atomic(os.path.join(job_dir, PID_FILE), f"{os.getpid()} {stat[2] if stat else 0}\n")
+        write_atomic(dir_fd, PID_FILE, f"{os.getpid()} {stat[2] if stat else 0}\n".encode(),
+                     0o600)
     except BaseException as e:
         supervisor.note(f"cannot start: {e}")
         raise
@@ -342,9 +491,17 @@ class LaunchError(Exception):
 class Supervisor:
     """Supervises one step: starts it, answers control messages, enforces limits."""
 
-    def __init__(self, job_dir: str, log_fd: int) -> None:
+    def __init__(self, job_dir: str, log_fd: int, dir_fd: int | None = None) -> None:
         self.job_dir = job_dir
         self.log_fd = log_fd
+        # every file of the job directory is reached through this (no path is re-resolved)
+        self.dir_fd = open_job_dir(job_dir) if dir_fd is None else dir_fd
+        # The job's stderr as the job's process opened it (as the job's user), passed to us
+        # over fd_sock before its exec: our own lines go there, never through a path.
+        self.fd_sock: socket.socket | None = None
+        self.out_fd: int | None = None
+        self.pending_lines: list[str] = []
+        self.writers: list[int] = []  # forked writers of our lines into the job's stderr
         self.launch: dict[str, Any] = {}
         self.ctl: socket.socket | None = None
         self.cgroup: StepCgroup | None = None
@@ -379,46 +536,183 @@ class Supervisor:
             pass
 
     def _job_stderr_message(self, text: str, create: bool = False) -> None:
-        """Append a `slurmstepd: error:` line to the job's stderr file (if it exists, or
-        `create`: when the job never ran, the file holds only this line)."""
-        path = self.launch.get("stderr") or self.launch.get("stdout")
-        if not path:
-            self.note(text)
+        """Add a `slurmstepd: error:` line to the job's stderr.
+
+        Written through the descriptor the job's process opened as the job's user (never by
+        path: the job may have swapped its output for a link by now); queued until that
+        descriptor arrives.  `create`: the job never ran, so the file is opened here, by a
+        helper process that has become the job's user."""
+        line = f"slurmstepd: error: {text}\n"
+        if create and self.out_fd is None:
+            path = self.launch.get("stderr") or self.launch.get("stdout")
+            if path:
+                flags = os.O_WRONLY | os.O_CREAT | (
+                    os.O_APPEND if self.launch.get("open_mode") == "append" else os.O_TRUNC)
+                self.out_fd = self._open_as_owner(str(path), flags)
+        self.pending_lines.append(line)
+        self._flush_job_lines()
+
+    def _job_output_fd(self) -> int | None:
+        """The job's stderr descriptor once its process has sent it (None before)."""
+        if self.out_fd is None and self.fd_sock is not None:
+            try:
+                _, fds, _, _ = socket.recv_fds(self.fd_sock, 16, 1)
+            except (BlockingIOError, InterruptedError):
+                return None
+            except OSError as e:
+                self.note(f"cannot receive the job's stderr: {e}")
+                fds = []
+            self.fd_sock.close()
+            self.fd_sock = None
+            if fds:
+                self.out_fd = fds[0]
+        return self.out_fd
+
+    def _flush_job_lines(self, final: bool = False) -> None:
+        if not self.pending_lines:
             return
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
-        if create:
-            flags |= os.O_CREAT | (os.O_TRUNC if self.launch.get("open_mode") != "append" else 0)
-        try:
-            fd = os.open(path, flags, OUTPUT_FILE_MODE)
-        except OSError:
-            self.note(text)
+        fd = self._job_output_fd()
+        if fd is None and not final:
             return
+        lines, self.pending_lines = self.pending_lines, []
         try:
-            os.write(fd, f"slurmstepd: error: {text}\n".encode())
+            # A FIFO, a terminal or a socket could block the supervisor: regular files only.
+            regular = fd is not None and stat_mod.S_ISREG(os.fstat(fd).st_mode)
+            if regular:
+                assert fd is not None
+                self._write_detached(fd, "".join(lines).encode())
+                return
+        except OSError as e:
+            self.note(f"cannot write to the job's stderr: {e.strerror}")
+        for line in lines:
+            self.note(line.rstrip("\n"))
+
+    def _write_detached(self, fd: int, data: bytes) -> None:
+        """Write to the job's file from a forked writer: even a regular file may block for
+        good (a FUSE file system of the user's), and the supervisor must not.  The writer
+        is our child, so the step's end kills it if it is stuck."""
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.write(fd, data)
+            finally:
+                os._exit(0)
+        self.writers.append(pid)
+
+    def _wait_writers(self, timeout: float = 2.0) -> None:
+        deadline = time.monotonic() + timeout
+        for pid in self.writers:
+            while True:
+                try:
+                    done, _ = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    break  # reaped by _reap() already
+                if done:
+                    break
+                if time.monotonic() > deadline:
+                    self.note("a write to the job's stderr did not finish; abandoned")
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    break
+                time.sleep(0.005)
+        self.writers = []
+
+    def _open_as_owner(self, path: str, flags: int) -> int | None:
+        """Open `path` as the job's user (a forked helper switches identity, opens, and
+        passes the descriptor back); None if that fails."""
+        uid = self.launch.get("uid")
+        if type(uid) is not int:
+            return None
+        flags |= os.O_NONBLOCK | os.O_CLOEXEC
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    parent.close()
+                    if os.geteuid() == 0 and uid != 0:
+                        self._become_owner()
+                    fd = os.open(path, flags, OUTPUT_FILE_MODE)
+                    if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+                        raise OSError(errno.EINVAL, "not a regular file")
+                    socket.send_fds(child, [b"f"], [fd])
+                    code = 0
+                except OSError as e:
+                    self.note(f"cannot open {path} as uid {uid}: {e.strerror}")
+                finally:
+                    os._exit(code)
+            child.close()
+            parent.settimeout(OPEN_AS_USER_TIMEOUT)
+            try:
+                _, fds, _, _ = socket.recv_fds(parent, 16, 1)
+            except OSError:
+                fds = []
+            if not fds:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            os.waitpid(pid, 0)
+            return fds[0] if fds else None
         finally:
-            os.close(fd)
+            parent.close()
+            child.close()
+
+    def _become_owner(self) -> None:
+        """Switch this (forked) process to the job's user and groups; OSError if impossible."""
+        launch = self.launch
+        uid = int(launch["uid"])
+        gid = int(launch.get("gid", os.getgid()))
+        groups = launch.get("groups")
+        if groups is None:
+            try:
+                groups = os.getgrouplist(str(launch.get("user") or uid), gid)
+            except OSError:
+                groups = [gid]
+        os.setgroups([int(g) for g in groups])
+        os.setgid(gid)
+        os.setuid(uid)
+        _set_not_dumpable()
 
     # -- set-up -------------------------------------------------------------------------
     def bind(self) -> None:
-        path = os.path.join(self.job_dir, CTL_SOCKET)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        with _socket_address(path) as address:
-            try:
-                os.unlink(path)  # left by an earlier attempt of the same step
-            except FileNotFoundError:
-                pass
-            old_umask = os.umask(0o177)  # only the agent's uid may control the step
-            try:
-                sock.bind(address)
-            finally:
-                os.umask(old_umask)
+        try:
+            os.unlink(CTL_SOCKET, dir_fd=self.dir_fd)  # left by an earlier attempt of the step
+        except FileNotFoundError:
+            pass
+        old_umask = os.umask(0o177)  # only the agent's uid may control the step
+        try:
+            # through the directory's descriptor: the path is not resolved again
+            sock.bind(f"/proc/self/fd/{self.dir_fd}/{CTL_SOCKET}")
+        finally:
+            os.umask(old_umask)
         sock.setblocking(False)
         self.ctl = sock
 
     def _load_launch(self) -> None:
-        with open(os.path.join(self.job_dir, LAUNCH_FILE)) as f:
-            self.launch = json.load(f)
-        launch = self.launch
+        launch = json.loads(read_private_file(LAUNCH_FILE, MAX_LAUNCH_FILE, dir_fd=self.dir_fd))
+        if not isinstance(launch, dict):
+            raise ValueError("not a JSON object")
+        self.launch = launch
+        # What decides identity, paths and cgroup names must have the right type.
+        if type(launch.get("job_id")) is not int:
+            raise ValueError(f"job_id {launch.get('job_id')!r} is not an integer")
+        for key in ("uid", "gid"):
+            if key in launch and (type(launch[key]) is not int or launch[key] < 0):
+                raise ValueError(f"{key} {launch[key]!r} is not a user or group id")
+        if "uid" in launch and "gid" not in launch:
+            raise ValueError("uid without gid")  # else the job would keep our group
+        groups = launch.get("groups")
+        if groups is not None and (not isinstance(groups, list)
+                                   or any(type(g) is not int or g < 0 for g in groups)):
+            raise ValueError(f"groups {str(groups)[:80]} are not group ids")
+        if not STEP_NAME.match(str(launch.get("step", "batch"))):
+            raise ValueError(f"step {launch.get('step')!r} is not a step name")
+        for key in ("script", "stdout", "stderr", "stdin", "work_dir"):
+            if launch.get(key) is not None and not isinstance(launch[key], str):
+                raise ValueError(f"{key} is not a path")
         limit = launch.get("time_limit")
         self.time_limit = -1.0 if limit is None else float(limit)
         kill_wait = launch.get("kill_wait")
@@ -435,7 +729,13 @@ class Supervisor:
         try:
             cgroup = StepCgroup(root, self.launch["job_id"], str(self.launch.get("step", "batch")),
                                 str(self.launch.get("cgroup_cluster") or ""))
-            for note in cgroup.create(self.launch.get("cpus"), self.launch.get("mem_mb")):
+            # mem_limit_mb: what the agent worked out from --mem and cgroup.conf (a default
+            # for a job without --mem); mem_mb alone where no agent did (tests, debugging)
+            mem = self.launch.get("mem_limit_mb", self.launch.get("mem_mb"))
+            pids = self.launch.get("pids_max")
+            for note in cgroup.create(self.launch.get("cpus"),
+                                      int(mem) if mem is not None else None,
+                                      int(pids) if pids is not None else None):
                 self.note(f"cgroup: {note}")
         except OSError as e:
             self.note(f"cgroups not used ({e}); falling back to process tracking")
@@ -451,21 +751,27 @@ class Supervisor:
                 f"cannot run job {launch.get('job_id')} as uid {uid}: this agent runs as uid "
                 f"{os.geteuid()}, not root, and can only run jobs of uid {os.geteuid()}")
         exec_r, exec_w = os.pipe()  # both ends close on exec: EOF on exec_r means exec worked
+        # the job's process passes its stderr back through this (closed on its exec)
+        fd_sock, fd_sock_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.start_time = time.time()
         self.start_mono = time.monotonic()
         pid = os.fork()
         if pid == 0:
             try:
                 os.close(exec_r)
-                self._exec_job(exec_w)
+                fd_sock.close()
+                self._exec_job(exec_w, fd_sock_child)
             finally:
                 os._exit(1)
         os.close(exec_w)
+        fd_sock_child.close()
+        fd_sock.setblocking(False)
+        self.fd_sock = fd_sock
         self.job_pid = pid
         self.exec_r = exec_r
         os.set_blocking(exec_r, False)
 
-    def _exec_job(self, exec_w: int) -> NoReturn:
+    def _exec_job(self, exec_w: int, fd_sock: socket.socket) -> NoReturn:
         """In the forked job process: confine, become the owner, set up I/O, exec."""
         launch = self.launch
 
@@ -478,6 +784,10 @@ class Supervisor:
 
         _reset_signals()
         os.setsid()
+        # the supervisor's directory and control socket are no business of the job's
+        os.close(self.dir_fd)
+        if self.ctl is not None:
+            self.ctl.close()
         if self.cgroup is not None:
             try:
                 self.cgroup.add_self()
@@ -490,26 +800,22 @@ class Supervisor:
             except OSError as e:
                 self.note(f"cannot bind to CPUs {cpus}: {e.strerror}")
         uid = int(launch.get("uid", os.getuid()))
-        gid = int(launch.get("gid", os.getgid()))
         if os.geteuid() == 0 and uid != os.geteuid():
             try:
-                groups = launch.get("groups")
-                if groups is None:
-                    try:
-                        groups = os.getgrouplist(launch.get("user") or str(uid), gid)
-                    except OSError:
-                        groups = [gid]
-                os.setgroups([int(g) for g in groups])
-                os.setgid(gid)
-                os.setuid(uid)
+                self._become_owner()
             except OSError as e:
                 fail("identity", e.errno or 0, f"cannot become uid {uid}: {e.strerror}", 1)
         umask = launch.get("umask")
         if umask is None:
-            env_umask = (launch.get("env") or {}).get("SLURM_UMASK", "")
-            umask = int(env_umask, 8) if env_umask.isdigit() else 0o022
-        os.umask(int(umask))
+            env_umask = str((launch.get("env") or {}).get("SLURM_UMASK", ""))
+            umask = int(env_umask, 8) if re.fullmatch(r"[0-7]{1,4}", env_umask) else 0o022
+        os.umask(int(umask) & 0o777)
         self._open_job_io(fail)
+        try:
+            socket.send_fds(fd_sock, [b"e"], [2])
+        except OSError as e:
+            self.note(f"cannot pass the job's stderr to the supervisor: {e.strerror}")
+        fd_sock.close()
         work_dir = launch.get("work_dir") or "/tmp"
         try:
             os.chdir(work_dir)
@@ -558,7 +864,11 @@ class Supervisor:
                 fds.append(os.dup(fds[1]))
                 continue
             try:
-                fds.append(os.open(path, mode, OUTPUT_FILE_MODE))
+                # O_NONBLOCK for the open only: a FIFO with no reader fails at once (ENXIO)
+                # instead of leaving the job hanging before it starts.
+                fd = os.open(path, mode | os.O_NONBLOCK | os.O_CLOEXEC, OUTPUT_FILE_MODE)
+                os.set_blocking(fd, True)
+                fds.append(fd)
             except OSError as e:
                 self.note(f"Could not open {name} file {path}: {e.strerror}")
                 fail("output", e.errno or 0, f"Could not open {name} file {path}: {e.strerror}",
@@ -619,6 +929,7 @@ class Supervisor:
             self._read_control()
         self._reap()
         self._run_timers()
+        self._flush_job_lines()
 
     def _read_exec_pipe(self) -> None:
         """Collect the job's exec report; EOF without a report means the exec succeeded."""
@@ -899,7 +1210,12 @@ class Supervisor:
     def _finish(self) -> None:
         status = self._final_status()
         self._close_control()
-        _write_atomic(os.path.join(self.job_dir, STATUS_FILE), json.dumps(status) + "\n")
+        self._flush_job_lines(final=True)
+        self._wait_writers()
+        if self.out_fd is not None:
+            os.close(self.out_fd)
+            self.out_fd = None
+        write_atomic(self.dir_fd, STATUS_FILE, (json.dumps(status) + "\n").encode(), 0o600)
         self._notify({"event": "exited", **{k: status[k] for k in
                                             ("state", "exit_code", "signal")}})
         if self.cgroup is not None and not self.cgroup.remove():
@@ -910,7 +1226,7 @@ class Supervisor:
             self.ctl.close()
             self.ctl = None
             try:
-                os.unlink(os.path.join(self.job_dir, CTL_SOCKET))
+                os.unlink(CTL_SOCKET, dir_fd=self.dir_fd)
             except OSError:
                 pass
 
