@@ -37,16 +37,20 @@ import errno
 import fcntl
 import logging
 import os
-import pwd
 import shutil
 import signal
-import stat
 import struct
 import subprocess
 import termios
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from corral.agent import launch as launch_mod
+from corral.agent.cgroup import StepCgroup
+from corral.agent.launch import Identity as _Identity
+from corral.agent.launch import LaunchFailure as _TaskFailure
+from corral.agent.launch import as_user as _as_user
 
 log = logging.getLogger("corral.agent.tasks")
 
@@ -59,10 +63,15 @@ EARLY_STEPS = 64
 EARLY_TTL = 60.0
 ENDED_MEMORY = 256
 POLL_INTERVAL = 0.02  # child polling where pidfd_open is missing (Linux < 5.3)
+GROUP_REMOVE_TRIES = 20  # a step group still busy at the step's end: retried every 0.5 s
+_UNSET: Any = object()
 
-# $0: env(1); $1: umask or ""; $2: working directory; then NAME=VALUE... CMD ARGS...
+# $0: env(1); $1: umask or ""; $2: working directory; $3: the gate's fd or ""; then
+# NAME=VALUE... CMD ARGS...  The gate holds the task until the agent has put it in its cgroup
+# and bound its CPUs (posix_spawn runs no code of ours in the child): one byte, then EOF.
 _WRAPPER = (
-    'u=$1 d=$2; shift 2; '
+    'u=$1 d=$2 g=$3; shift 3; '
+    'if [ -n "$g" ]; then eval "read -r g <&$g; exec $g<&-" || exit 1; fi; '
     '[ -z "$u" ] || umask "$u"; '
     'if ! CDPATH= cd -- "$d" 2>/dev/null; then '
     'if [ ! -e "$d" ]; then e="No such file or directory"; '
@@ -84,28 +93,6 @@ def _b64(data: bytes) -> str:
 
 def _strerror(err: int) -> str:
     return os.strerror(err) if err else "Unknown error"
-
-
-class _TaskFailure(Exception):
-    """A task that cannot start: `message` goes to its stderr, `exit_code` (or `signal`)
-    is reported as its end."""
-
-    def __init__(self, message: str, exit_code: int, signal_num: int = 0) -> None:
-        super().__init__(message)
-        self.message = message
-        self.exit_code = exit_code
-        self.signal_num = signal_num
-
-
-@dataclass
-class _Identity:
-    uid: int
-    gid: int
-    user: str
-    switch: bool  # the agent is root and the task belongs to someone else
-    groups: list[int] = field(default_factory=list)
-    prefix: list[str] = field(default_factory=list)  # setpriv argv, empty when not switching
-    error: str | None = None
 
 
 class _Input:
@@ -189,6 +176,7 @@ class _Task:
     input: _Input | None = None
     stderr_file: int | None = None  # where pre-exec errors go when stderr is a file
     reported: bool = False
+    cpus: list[int] | None = None  # CPUs it is bound to
 
 
 @dataclass
@@ -201,6 +189,11 @@ class _Step:
     pty_master: int | None = None
     drain_timer: asyncio.TimerHandle | None = None
     killing: bool = False
+    group: StepCgroup | None = None  # the job's cgroup the tasks join
+    group_created: bool = False  # made for this step (emptied and removed at its end)
+    group_checked: bool = False
+    cpus: list[int] | None = None  # the step's CPUs on this node (None: not bound)
+    paused: bool = False  # output flow control: the client is behind, pipes are not read
 
 
 @dataclass
@@ -216,9 +209,12 @@ class _Early:
 
 
 class TaskManager:
-    def __init__(self, send: Callable[[dict[str, Any]], None], *, kill_wait: float = 30.0) -> None:
+    def __init__(self, send: Callable[[dict[str, Any]], None], *, kill_wait: float = 30.0,
+                 cgroup_root: str | None = _UNSET, cgroup_cluster: str = "") -> None:
         self.send = send
         self.kill_wait = kill_wait
+        self._cgroup_arg: tuple[str | None, str] | None = (
+            None if cgroup_root is _UNSET else (cgroup_root, cgroup_cluster))
         self._steps: dict[tuple[int, int], _Step] = {}
         self._early: dict[tuple[int, int], _Early] = {}
         self._ended: dict[tuple[int, int], None] = {}  # recent steps: late requests are dropped
@@ -253,6 +249,8 @@ class TaskManager:
         if early is not None and early.cancelled:
             step.killing = True
         ident = self._identity(msg)
+        if not step.group_checked and specs and ident.error is None:
+            self._join_job_group(step, msg, specs)
         cwd = str(msg.get("cwd") or "/tmp")
         argv = [str(a) for a in msg.get("argv") or []]
         stdin_mode = str(msg.get("stdin") or "0")
@@ -278,10 +276,15 @@ class TaskManager:
                         os.fchown(pty_slave, ident.uid, -1)
         files = self._open_outputs(specs, ident, msg) if failure is None else {}
         resolved: dict[tuple[str, str, str], tuple[str, None] | tuple[None, _TaskFailure]] = {}
+        local_tasks = len(specs)
+        cpt = int(msg.get("cpus_per_task") or 1)
         try:
             for spec in specs:
                 task = _Task(int(spec["task_id"]), int(spec.get("local_id", 0)))
+                task.cpus = launch_mod.task_cpus(step.cpus, task.local_id, cpt, local_tasks)
                 step.tasks[task.task_id] = task
+                if spec.get("notice"):
+                    self._error_output(step, task, str(spec["notice"]))
                 pty = pty_slave if (task.task_id == 0 and pty_spec) else None
                 if failure is not None:
                     self._fail(loop, step, task, failure)
@@ -360,6 +363,22 @@ class TaskManager:
     def steps(self) -> list[tuple[int, int]]:
         return list(self._steps)
 
+    def flow(self, job_id: int, step_id: int, pause: bool) -> None:
+        """Output flow control (`task_flow`): while paused, the step's output pipes are not
+        read, so its tasks block on write once a pipe is full instead of the output piling
+        up in the agent or the controller; resuming reads them again."""
+        step = self._steps.get((job_id, step_id))
+        if step is None or step.paused == pause:
+            return
+        step.paused = pause
+        loop = asyncio.get_running_loop()
+        for task in step.tasks.values():
+            for fd in task.streams:
+                if pause:
+                    loop.remove_reader(fd)
+                else:
+                    loop.add_reader(fd, self._on_output, step, task, fd)
+
     async def kill_job(self, job_id: int) -> None:
         await asyncio.gather(*(self.kill(j, s) for (j, s) in list(self._steps) if j == job_id))
 
@@ -376,31 +395,65 @@ class TaskManager:
     # ---- identity and files ------------------------------------------------------
     def _identity(self, msg: dict[str, Any]) -> _Identity:
         euid, egid = os.geteuid(), os.getegid()
-        uid = int(msg.get("uid", euid))
-        gid = int(msg.get("gid", egid))
-        user = str(msg.get("user") or "")
-        if euid != 0 or (uid, gid) == (euid, egid):
-            ident = _Identity(uid, gid, user, switch=False)
-            if uid != euid:
-                ident.error = (f"cannot run tasks of uid {uid}: this agent runs as uid {euid}, "
-                               f"not root")
-            return ident
-        try:
-            pw_name: str | None = pwd.getpwuid(uid).pw_name
-        except KeyError:
-            pw_name = None
-        user = user or pw_name or str(uid)
-        key = (user, gid)
-        if key not in self._groups:
-            try:
-                self._groups[key] = os.getgrouplist(user, gid) if pw_name else [gid]
-            except OSError:
-                self._groups[key] = [gid]
-        ident = _Identity(uid, gid, user, switch=True, groups=self._groups[key])
-        if self._setpriv:
-            ident.prefix = [self._setpriv, f"--reuid={uid}", f"--regid={gid}",
-                            "--init-groups" if pw_name else "--clear-groups", "--"]
-        return ident
+        return launch_mod.task_identity(int(msg.get("uid", euid)), int(msg.get("gid", egid)),
+                                        str(msg.get("user") or ""), self._setpriv, self._groups)
+
+    # ---- the job's cgroup and CPUs -------------------------------------------------
+    def _cgroup_config(self) -> tuple[str | None, str]:
+        if self._cgroup_arg is None:
+            # Not given: the agent that owns `send` knows them (it sets them after making
+            # this manager); see docs/STEPS.md on how agent/main.py should pass them.
+            owner = getattr(self.send, "__self__", None)
+            root = getattr(owner, "cgroup_root", None)
+            cluster = getattr(owner, "cgroup_cluster", "")
+            return (root if isinstance(root, str) else None,
+                    cluster if isinstance(cluster, str) else "")
+        return self._cgroup_arg
+
+    def _join_job_group(self, step: _Step, msg: dict[str, Any],
+                        specs: list[dict[str, Any]]) -> None:
+        """Find (the batch step's) or make the job's cgroup here, and the step's CPUs."""
+        step.group_checked = True
+        root, cluster = self._cgroup_config()
+        nodes = {str(t.get("node") or "") for t in specs}
+        mem = [int(v) for n, v in (msg.get("node_mem_mb") or {}).items() if n in nodes and v]
+        joined, notes = launch_mod.job_cgroup(root, cluster, step.job_id, step.step_id, None,
+                                              sum(mem) if mem else None)
+        for note in notes:
+            log.info("step %d.%d: cgroup: %s", step.job_id, step.step_id, note)
+        if joined is None:
+            return
+        step.group, step.group_created = joined.group, joined.created
+        job_cpus = launch_mod.group_cpus(joined.group)
+        count = sum(int(v) for n, v in (msg.get("node_cpus") or {}).items() if n in nodes)
+        busy = {c for other in self._steps.values()
+                if other is not step and other.job_id == step.job_id and other.cpus
+                and other.cpus != job_cpus for c in other.cpus}
+        step.cpus = launch_mod.step_cpus(job_cpus, count, busy)
+
+    def _place(self, step: _Step, task: _Task) -> None:
+        """Put a spawned task (held at its gate) in the job's cgroup and on its CPUs."""
+        assert task.pid is not None
+        if step.group is not None:
+            err = launch_mod.add_to_group(step.group, task.pid)
+            if err:
+                log.warning("step %d.%d task %d not confined: %s", step.job_id, step.step_id,
+                            task.task_id, err)
+        err = launch_mod.bind_cpus(task.pid, task.cpus)
+        if err:
+            log.warning("step %d.%d task %d: %s", step.job_id, step.step_id, task.task_id, err)
+
+    def _release_group(self, step: _Step, tries: int = GROUP_REMOVE_TRIES) -> None:
+        group = step.group
+        if group is None or not step.group_created:
+            return
+        for pid in group.pids():  # what the tasks left behind, as slurmstepd ends a step
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if group.remove(timeout=0) or tries <= 1:
+            step.group = None
+            return
+        asyncio.get_running_loop().call_later(0.5, self._release_group, step, tries - 1)
 
     def _open_outputs(self, specs: list[dict[str, Any]], ident: _Identity,
                       msg: dict[str, Any]) -> dict[str, int | OSError]:
@@ -444,6 +497,7 @@ class TaskManager:
         env = {str(k): str(v) for k, v in (spec.get("env") or {}).items()
                if k != "SLURM_TASK_PID" and k and "=" not in str(k)}
         child_fds: list[int] = []  # our copies of the child's ends, closed after the spawn
+        gate_w: int | None = None
         try:
             stdout_path, stderr_path = spec.get("stdout"), spec.get("stderr")
             if stderr_path and isinstance(files.get(stderr_path), int):
@@ -462,7 +516,7 @@ class TaskManager:
                                    errno.ENOENT)
             rkey = (argv[0], env.get("PATH", ""), cwd)
             if rkey not in resolved:
-                resolved[rkey] = _resolve(argv[0], env.get("PATH"), cwd, ident)
+                resolved[rkey] = launch_mod.resolve_program(argv[0], env.get("PATH"), cwd, ident)
             program, failure = resolved[rkey]
             if failure is not None:
                 raise failure
@@ -476,7 +530,9 @@ class TaskManager:
                 stdio = [("open", os.ttyname(pty_slave), os.O_RDWR), ("dup", 0), ("dup", 0)]
                 task.input = _Input(loop, step.pty_master, owns_fd=False)
                 task.streams[step.pty_master] = "stdout"
-                loop.add_reader(step.pty_master, self._on_output, step, task, step.pty_master)
+                if not step.paused:
+                    loop.add_reader(step.pty_master, self._on_output, step, task,
+                                    step.pty_master)
             else:
                 in_path = spec.get("stdin")
                 if in_path:
@@ -506,12 +562,24 @@ class TaskManager:
                         stdio.append(("fd", w))
                         os.set_blocking(r, False)
                         task.streams[r] = name
-                        loop.add_reader(r, self._on_output, step, task, r)
+                        if not step.paused:
+                            loop.add_reader(r, self._on_output, step, task, r)
+            gate = ""
+            if step.group is not None or task.cpus:
+                gate_r, gate_w = os.pipe()
+                child_fds.append(gate_r)
+                stdio.append(("fd", gate_r))
+                # posix_spawn puts it on fd 3; subprocess keeps its number (pass_fds)
+                gate = str(gate_r) if ident.switch and not ident.prefix else "3"
             umask = _umask_of(env)
             pairs = [f"{k}={v}" for k, v in env.items()]
             cmd = [self._shell, "-c", _WRAPPER, self._env,
-                   "" if umask is None else f"{umask:04o}", cwd, *pairs, program, *argv[1:]]
+                   "" if umask is None else f"{umask:04o}", cwd, gate, *pairs, program,
+                   *argv[1:]]
             self._spawn(task, ident, cmd, stdio, pty_slave is not None)
+            if gate_w is not None:
+                self._place(step, task)
+                os.write(gate_w, b"\n")
         except _TaskFailure as f:
             self._fail(loop, step, task, f)
         except OSError as e:  # no fds left, no memory for a process...
@@ -520,6 +588,8 @@ class TaskManager:
         finally:
             for fd in child_fds:
                 os.close(fd)
+            if gate_w is not None:
+                os.close(gate_w)
         if task.pid is not None:
             self._watch(loop, step, task)
 
@@ -565,6 +635,7 @@ class TaskManager:
             preexec = _acquire_ctty if pty else None
             task.popen = subprocess.Popen(
                 cmd, stdin=fds[0], stdout=fds[1], stderr=fds[2], env={}, close_fds=True,
+                pass_fds=tuple(fds[3:]),
                 start_new_session=True, user=ident.uid, group=ident.gid,
                 extra_groups=ident.groups, preexec_fn=preexec)
             task.pid = task.popen.pid
@@ -627,6 +698,9 @@ class TaskManager:
         """Output pipes held open by processes that left the task's process group."""
         step.drain_timer = None
         loop = asyncio.get_running_loop()
+        if step.paused:  # the client is behind: drained once it catches up
+            step.drain_timer = loop.call_later(DRAIN_GRACE, self._drain_now, step)
+            return
         for task in list(step.tasks.values()):
             for fd in list(task.streams):
                 for _ in range(64):  # what is already in the pipe, bounded
@@ -717,6 +791,7 @@ class TaskManager:
             self._ended[key] = None
             if len(self._ended) > ENDED_MEMORY:
                 del self._ended[next(iter(self._ended))]
+        self._release_group(step)
         step.done.set()
 
     def _end_processes(self, step: _Step) -> None:
@@ -804,82 +879,3 @@ def _ensure_std_fds() -> None:
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
-
-
-@contextlib.contextmanager
-def _as_user(ident: _Identity) -> Iterator[None]:
-    """Open files with the task owner's rights (a root agent must not follow a user's
-    symlink to a file the user may not write)."""
-    if not ident.switch:
-        yield
-        return
-    groups, egid = os.getgroups(), os.getegid()
-    os.setgroups(ident.groups)
-    os.setegid(ident.gid)
-    os.seteuid(ident.uid)
-    try:
-        yield
-    finally:
-        os.seteuid(0)
-        os.setegid(egid)
-        os.setgroups(groups)
-
-
-def _may_execute(st: os.stat_result, ident: _Identity) -> bool:
-    if not ident.switch:
-        return True  # checked with os.access by the caller
-    if st.st_uid == ident.uid:
-        return bool(st.st_mode & stat.S_IXUSR)
-    if st.st_gid in ident.groups or st.st_gid == ident.gid:
-        return bool(st.st_mode & stat.S_IXGRP)
-    return bool(st.st_mode & stat.S_IXOTH)
-
-
-def _resolve(name: str, path_env: str | None, cwd: str, ident: _Identity,
-             ) -> tuple[str, None] | tuple[None, _TaskFailure]:
-    """The program slurmstepd would exec (its _build_path), or how the exec would fail."""
-
-    def absolute(p: str) -> str:
-        return p if p.startswith("/") else os.path.join(cwd, p)
-
-    candidate: str | None = None
-    if "/" in name:
-        candidate = name
-    else:
-        for d in (path_env or "").split(":"):
-            if not d:
-                continue
-            p = os.path.join(d, name)
-            with contextlib.suppress(OSError):
-                if not stat.S_ISDIR(os.stat(absolute(p)).st_mode):
-                    candidate = absolute(p)
-                    break
-    if candidate is None:
-        return None, _TaskFailure(f"slurmstepd: error: execve(): {name}: "
-                                  f"No such file or directory\n", errno.ENOENT)
-    try:
-        st = os.stat(absolute(candidate))
-    except OSError as e:
-        err = e.errno or errno.ENOENT
-        return None, _TaskFailure(f"slurmstepd: error: execve(): {candidate}: "
-                                  f"{_strerror(err)}\n", err)
-    executable = (_may_execute(st, ident) if ident.switch
-                  else os.access(absolute(candidate), os.X_OK))
-    if stat.S_ISDIR(st.st_mode) or not executable:
-        return None, _TaskFailure(f"slurmstepd: error: execve(): {candidate}: "
-                                  f"{_strerror(errno.EACCES)}\n", errno.EACCES)
-    try:
-        with open(absolute(candidate), "rb") as f:
-            head = f.read(256)
-    except OSError:
-        head = b""
-    if head.startswith(b"#!"):
-        interp = head[2:].split(b"\n", 1)[0].strip().split(None, 1)
-        if interp and not os.path.exists(interp[0]):
-            shown = interp[0].decode(errors="replace")
-            return None, _TaskFailure(f"slurmstepd: error: execve(): bad interpreter({shown}): "
-                                      f"No such file or directory\n", errno.ENOENT)
-    if "=" in candidate:  # env(1) would take it for a variable
-        return None, _TaskFailure(f"slurmstepd: error: execve(): {candidate}: not supported: "
-                                  f"this agent cannot start a program whose path holds '='\n", 1)
-    return candidate, None

@@ -66,6 +66,7 @@ SRUN_ENV_VARS: tuple[tuple[str, str], ...] = (
     ("SLURM_GPUS", "gpus"),
     ("SLURM_GPUS_PER_NODE", "gpus-per-node"),
     ("SLURM_GPUS_PER_TASK", "gpus-per-task"),
+    ("SLURM_GPU_BIND", "gpu-bind"),
     ("SLURM_GRES", "gres"),
     ("SLURM_JOB_ID", "jobid"),
     ("SLURM_JOBID", "jobid"),
@@ -149,6 +150,8 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
             fail(PROG, f"--{name} is not supported by Corral")
         if key in _FLAGS:
             value: Any = True
+        elif key == "gpu-bind":
+            value = _gpu_bind(arg or "")
         elif key in ALLOC_NO_EFFECT and key not in ("wait-srun",):
             req.ignored.append(name)
             return
@@ -172,6 +175,16 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
         fail(PROG, e.message, e.code)
     req.v[key] = value
     req.src[key] = source
+
+
+def _gpu_bind(arg: str) -> str:
+    from corral.model.jobenv import GpuBindError, parse_gpu_bind
+
+    try:
+        parse_gpu_bind(arg)
+    except GpuBindError:
+        fail(PROG, f"Invalid --gpu-bind argument: {arg}")
+    return arg
 
 
 def _mpi(arg: str) -> str:
@@ -287,6 +300,7 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         "cpus_per_task": v.get("cpus-per-task", 1),
         "gpus_per_task": gpus[2] if "gpus-per-task" in v else None,
         "gpus_per_node": per_node_gpus,
+        "gpu_bind": v.get("gpu-bind"),
         "nodelist": req_nodes,
         "exclude": exc_nodes,
         "overlap": bool(v.get("overlap")),
@@ -1058,6 +1072,7 @@ GPU scheduling options:
   -G, --gpus=n                count of GPUs required for the job
       --gpus-per-node=n       number of GPUs required per allocated node
       --gpus-per-task=n       number of GPUs required per spawned task
+      --gpu-bind=...          task to gpu binding options
       --gres=list             required generic resources (gpu[:type][:count],
                               gpu:0 or none for a step without GPUs)
 
@@ -1068,8 +1083,7 @@ Help options:
 Other options:
   -V, --version               output version information and exit
 
-Accepted without effect under Corral: --cpu-bind, -m/--distribution, --gpu-bind,
---mem-bind, --hint, -X/--disable-status, --exact, --whole and other placement and
+Accepted without effect under Corral: --cpu-bind, -m/--distribution, --mem-bind, --hint, -X/--disable-status, --exact, --whole and other placement and
 tuning options.  Other Slurm options are refused with an error.
 """
 

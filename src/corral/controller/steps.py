@@ -22,7 +22,14 @@ from aiohttp import ClientConnectionResetError, WSMsgType, web
 from corral.controller.state import Controller, Identity, SlurmError, parse_signal_spec
 from corral.model import hostlists
 from corral.model.job import Job, JobState, Step
-from corral.model.jobenv import allocation_environment, step_environment
+from corral.model.jobenv import (
+    GpuBindError,
+    allocation_environment,
+    bind_task_gpus,
+    gpu_bind_line,
+    parse_gpu_bind,
+    step_environment,
+)
 from corral.model.patterns import expand_pattern
 
 log = logging.getLogger("corral.controller")
@@ -321,6 +328,7 @@ class StepManager:
                         session: dict[str, Any]) -> None:
         if not isinstance(req.get("argv"), list) or not req["argv"]:
             raise SlurmError("No command given")
+        _gpu_binding(req)  # an invalid --gpu-bind is refused before anything starts
         said_waiting = False
         while True:
             if job.state != JobState.RUNNING:
@@ -369,18 +377,24 @@ class StepManager:
         cwd = str(req.get("cwd") or job.work_dir)
         base_env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
         alloc = {a.node: a for a in job.alloc}
+        verbose, bind_kind, bind_numbers = _gpu_binding(req)
+        gpt = req.get("gpus_per_task")
         by_sender: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
         task_id = 0
         submit_host = job.submit_host or os.uname().nodename
         for idx, (node, count) in enumerate(zip(step.nodes, step.tasks_per_node, strict=True)):
             sender = ctl.agent_senders.get(node)
+            node_gpus = step.gpus.get(node)
             for local in range(count):
+                task_gpus = bind_task_gpus(bind_kind, bind_numbers, local, node_gpus) \
+                    if node_gpus else None
                 env = dict(base_env)
                 env.update(step_environment(
                     job, cluster_name=ctl.cluster_name, submit_host=submit_host, step_id=step.step_id,
                     step_nodes=step.nodes, tasks_per_node=step.tasks_per_node, node_index=idx,
-                    task_id=task_id, local_id=local, gpus=step.gpus.get(node),
-                    cpus_on_node=alloc[node].cpus, ntasks=step.ntasks))
+                    task_id=task_id, local_id=local, gpus=node_gpus,
+                    cpus_on_node=alloc[node].cpus, ntasks=step.ntasks, task_gpus=task_gpus,
+                    gpus_per_task=int(gpt) if gpt else None))
                 env.setdefault("SLURM_CONF", ctl.config_path)
 
                 def path(p: Any, tid: int = task_id, nidx: int = idx, nname: str = node) -> str | None:
@@ -395,6 +409,8 @@ class StepManager:
                 task = {"task_id": task_id, "local_id": local, "node": node, "env": env,
                         "stdout": path(req.get("output")), "stderr": path(req.get("error") or req.get("output")),
                         "stdin": path(req.get("input"))}
+                if verbose and node_gpus:
+                    task["notice"] = gpu_bind_line(node_gpus, task_gpus)
                 if sender is None:
                     step.exits[task_id] = (1, 0)
                     step.send({"type": "output", "task": task_id, "stream": "stderr",
@@ -407,7 +423,13 @@ class StepManager:
                   "gid": job.gid, "user": job.user, "home": home, "cwd": cwd, "argv": list(req["argv"]),
                   "pty": bool(req.get("pty")), "window": req.get("window"), "stdin": step.stdin,
                   "kill_wait": ctl.kill_wait,
-                  "open_mode": "append" if str(req.get("open_mode") or "").startswith("a") else "truncate"}
+                  "open_mode": "append" if str(req.get("open_mode") or "").startswith("a") else "truncate",
+                  # for the agent's binding: CPUs per task, the step's CPUs on each node (0:
+                  # --overlap, any of the job's), the job's memory there (its cgroup's limit)
+                  "cpus_per_task": max(1, int(req.get("cpus_per_task") or 1)),
+                  "node_cpus": {n: step.cpus.get(n, 0) for n in step.nodes},
+                  "node_mem_mb": {n: alloc[n].mem_mb if job.mem_per_node is not None
+                                  or job.mem_per_cpu is not None else 0 for n in step.nodes}}
         for sender, tasks in by_sender.values():
             sender({**common, "tasks": tasks})
         self._maybe_finish(step)
@@ -510,3 +532,17 @@ class StepManager:
 
 class _Busy(Exception):
     pass
+
+
+def _gpu_binding(req: dict[str, Any]) -> tuple[bool, str, list[int]]:
+    """--gpu-bind, or per_task:N implied by --gpus-per-task=N (srun(1))."""
+    text = req.get("gpu_bind")
+    if text:
+        try:
+            return parse_gpu_bind(str(text))
+        except GpuBindError:
+            raise SlurmError(f"Invalid --gpu-bind argument: {text}") from None
+    gpt = req.get("gpus_per_task")
+    if gpt:
+        return False, "per_task", [int(gpt)]
+    return False, "none", []
