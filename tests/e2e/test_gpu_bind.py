@@ -95,3 +95,32 @@ def test_srun_task_runs_in_its_jobs_cgroup(cluster: Cluster) -> None:
     assert r.returncode == 0, r.stderr
     job = r.stdout.split()[0]
     assert re.search(rf"/{group}/job_{job}/step_0\b", r.stdout), r.stdout
+
+
+ONE_NODE = """\
+ClusterName=onenode
+KillWait=2
+SchedulerInterval=1
+NodeName=node-1 CPUs={cpus} RealMemory=4000
+PartitionName=debug Nodes=node-1 Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def test_srun_tasks_bound_to_the_jobs_cpus(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # an agent serving one node binds jobs to real CPUs; its srun tasks get the job's
+    if os.geteuid() != 0 or not os.access("/sys/fs/cgroup", os.W_OK):
+        pytest.skip("needs a writable cgroup hierarchy (root)")
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 2:
+        pytest.skip("needs two CPUs")
+    c = Cluster(tmp_path_factory.mktemp("onenode"), ONE_NODE.format(cpus=cpus))
+    try:
+        c.start()
+        out = c.workdir / "cpus.out"
+        show = "grep Cpus_allowed_list /proc/self/status"
+        jid = c.sbatch("-n1", "-o", str(out), "--wrap", f"{show}; srun {show}")
+        assert c.wait_state(jid, "COMPLETED", 60) == "COMPLETED"
+        batch, task = [ln.split()[-1] for ln in out.read_text().splitlines()]
+        assert batch == task and "," not in task and "-" not in task  # one CPU, the job's
+    finally:
+        c.stop()
