@@ -51,6 +51,7 @@ from corral.agent.cgroup import StepCgroup
 from corral.agent.launch import Identity as _Identity
 from corral.agent.launch import LaunchFailure as _TaskFailure
 from corral.agent.launch import as_user as _as_user
+from corral.model import messages as m
 
 log = logging.getLogger("corral.agent.tasks")
 
@@ -85,6 +86,8 @@ _WRAPPER = (
 )
 
 _DEFAULT_SIGNALS = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
+_TASK_MESSAGES = frozenset({"launch_tasks", "task_stdin", "task_stdin_eof", "signal_tasks",
+                            "kill_tasks", "resize_tasks", "task_flow"})
 
 
 def _b64(data: bytes) -> str:
@@ -227,22 +230,56 @@ class TaskManager:
         _ensure_std_fds()
 
     # ---- public API ----------------------------------------------------------------
-    async def launch(self, msg: dict[str, Any]) -> None:
-        """Start the tasks of a `launch_tasks` message (returns once all are spawned)."""
+    def handle(self, raw: dict[str, Any]) -> bool:
+        """Dispatch one controller message meant for srun tasks (launch_tasks, task_stdin,
+        task_stdin_eof, signal_tasks, kill_tasks, resize_tasks, task_flow); False for any
+        other kind.  A malformed one is logged and refused alone."""
+        kind = raw.get("type") if isinstance(raw, dict) else None
+        if kind not in _TASK_MESSAGES:
+            return False
+        try:
+            msg = m.decode(raw, m.TO_AGENT)
+        except m.MessageError as e:
+            log.warning("refused %s", e)
+            return True
         loop = asyncio.get_running_loop()
-        job_id, step_id = int(msg["job_id"]), int(msg["step_id"])
+        if isinstance(msg, m.LaunchTasks):
+            loop.create_task(self.launch(msg))
+        elif isinstance(msg, m.TaskStdin):
+            self.stdin(msg.job_id, msg.step_id, base64.b64decode(msg.data))
+        elif isinstance(msg, m.TaskStdinEof):
+            self.stdin(msg.job_id, msg.step_id, None)
+        elif isinstance(msg, m.SignalTasks):
+            self.signal(msg.job_id, msg.step_id, msg.signal)
+        elif isinstance(msg, m.KillTasks):
+            loop.create_task(self.kill(msg.job_id, msg.step_id))
+        elif isinstance(msg, m.ResizeTasks):
+            self.resize(msg.job_id, msg.step_id, msg.rows, msg.cols)
+        elif isinstance(msg, m.TaskFlow):
+            self.flow(msg.job_id, msg.step_id, msg.pause)
+        return True
+
+    async def launch(self, raw: dict[str, Any] | m.LaunchTasks) -> None:
+        """Start the tasks of a `launch_tasks` message (returns once all are spawned)."""
+        try:
+            msg = raw if isinstance(raw, m.LaunchTasks) else m.LaunchTasks.from_dict(raw)
+        except m.MessageError as e:
+            log.warning("refused %s", e)
+            return
+        loop = asyncio.get_running_loop()
+        job_id, step_id = msg.job_id, msg.step_id
         key = (job_id, step_id)
-        specs = [t for t in msg.get("tasks") or []]
+        specs = list(msg.tasks)
         self._ended.pop(key, None)
         step = self._steps.get(key)
         if step is None:
             if not specs:
                 return
-            kill_wait = msg.get("kill_wait")
+            kill_wait = msg.kill_wait
             step = _Step(job_id, step_id, self.kill_wait if kill_wait is None else float(kill_wait),
                          asyncio.Event())
             self._steps[key] = step
-        specs = [t for t in specs if int(t["task_id"]) not in step.tasks]
+        specs = [t for t in specs if t.task_id not in step.tasks]
         early = self._early.pop(key, None)
         if early is not None and early.expiry is not None:
             early.expiry.cancel()
@@ -251,10 +288,10 @@ class TaskManager:
         ident = self._identity(msg)
         if not step.group_checked and specs and ident.error is None:
             self._join_job_group(step, msg, specs)
-        cwd = str(msg.get("cwd") or "/tmp")
-        argv = [str(a) for a in msg.get("argv") or []]
-        stdin_mode = str(msg.get("stdin") or "0")
-        pty_spec = bool(msg.get("pty")) and any(int(t["task_id"]) == 0 for t in specs)
+        cwd = msg.cwd or "/tmp"
+        argv = list(msg.argv)
+        stdin_mode = msg.stdin
+        pty_spec = msg.pty and any(t.task_id == 0 for t in specs)
         pty_slave: int | None = None
         failure: _TaskFailure | None = None  # what stops every task of this message
         if pty_spec and step.pty_master is None:
@@ -265,26 +302,25 @@ class TaskManager:
                                        f"{_strerror(e.errno or 0)}\n", 1)
             else:
                 os.set_blocking(step.pty_master, False)
-                window = msg.get("window") or {}
+                window = (msg.window.rows, msg.window.cols) if msg.window else None
                 if early is not None and early.window is not None:
-                    window = {"rows": early.window[0], "cols": early.window[1]}
-                if window:
-                    _set_window(step.pty_master, int(window.get("rows") or 24),
-                                int(window.get("cols") or 80))
+                    window = early.window
+                if window:  # a size unknown (0) is the usual 24x80
+                    _set_window(step.pty_master, window[0] or 24, window[1] or 80)
                 if ident.switch:
                     with contextlib.suppress(OSError):
                         os.fchown(pty_slave, ident.uid, -1)
         files = self._open_outputs(specs, ident, msg) if failure is None else {}
         resolved: dict[tuple[str, str, str], tuple[str, None] | tuple[None, _TaskFailure]] = {}
         local_tasks = len(specs)
-        cpt = int(msg.get("cpus_per_task") or 1)
+        cpt = msg.cpus_per_task
         try:
             for spec in specs:
-                task = _Task(int(spec["task_id"]), int(spec.get("local_id", 0)))
+                task = _Task(spec.task_id, spec.local_id)
                 task.cpus = launch_mod.task_cpus(step.cpus, task.local_id, cpt, local_tasks)
                 step.tasks[task.task_id] = task
-                if spec.get("notice"):
-                    self._error_output(step, task, str(spec["notice"]))
+                if spec.notice:
+                    self._error_output(step, task, spec.notice)
                 pty = pty_slave if (task.task_id == 0 and pty_spec) else None
                 if failure is not None:
                     self._fail(loop, step, task, failure)
@@ -341,6 +377,7 @@ class TaskManager:
                 early.cancelled = True
             return
         step.killing = True
+        self.flow(job_id, step_id, False)  # its output must drain for its end to show
         self._signal_step(step, signal.SIGCONT)
         self._signal_step(step, signal.SIGTERM)
         if await self._wait_done(step, step.kill_wait):
@@ -358,7 +395,7 @@ class TaskManager:
                 early.window = (int(rows), int(cols))
             return
         if step.pty_master is not None:
-            _set_window(step.pty_master, int(rows), int(cols))
+            _set_window(step.pty_master, int(rows) or 24, int(cols) or 80)
 
     def steps(self) -> list[tuple[int, int]]:
         return list(self._steps)
@@ -393,10 +430,8 @@ class TaskManager:
             self._poller = None
 
     # ---- identity and files ------------------------------------------------------
-    def _identity(self, msg: dict[str, Any]) -> _Identity:
-        euid, egid = os.geteuid(), os.getegid()
-        return launch_mod.task_identity(int(msg.get("uid", euid)), int(msg.get("gid", egid)),
-                                        str(msg.get("user") or ""), self._setpriv, self._groups)
+    def _identity(self, msg: m.LaunchTasks) -> _Identity:
+        return launch_mod.task_identity(msg.uid, msg.gid, msg.user, self._setpriv, self._groups)
 
     # ---- the job's cgroup and CPUs -------------------------------------------------
     def _cgroup_config(self) -> tuple[str | None, str]:
@@ -410,13 +445,13 @@ class TaskManager:
                     cluster if isinstance(cluster, str) else "")
         return self._cgroup_arg
 
-    def _join_job_group(self, step: _Step, msg: dict[str, Any],
-                        specs: list[dict[str, Any]]) -> None:
+    def _join_job_group(self, step: _Step, msg: m.LaunchTasks,
+                        specs: list[m.TaskSpec]) -> None:
         """Find (the batch step's) or make the job's cgroup here, and the step's CPUs."""
         step.group_checked = True
         root, cluster = self._cgroup_config()
-        nodes = {str(t.get("node") or "") for t in specs}
-        mem = [int(v) for n, v in (msg.get("node_mem_mb") or {}).items() if n in nodes and v]
+        nodes = {t.node for t in specs}
+        mem = [v for n, v in msg.node_mem_mb.items() if n in nodes and v]
         joined, notes = launch_mod.job_cgroup(root, cluster, step.job_id, step.step_id, None,
                                               sum(mem) if mem else None)
         for note in notes:
@@ -425,7 +460,7 @@ class TaskManager:
             return
         step.group, step.group_created = joined.group, joined.created
         job_cpus = launch_mod.group_cpus(joined.group)
-        count = sum(int(v) for n, v in (msg.get("node_cpus") or {}).items() if n in nodes)
+        count = sum(v for n, v in msg.node_cpus.items() if n in nodes)
         busy = {c for other in self._steps.values()
                 if other is not step and other.job_id == step.job_id and other.cpus
                 and other.cpus != job_cpus for c in other.cpus}
@@ -455,13 +490,13 @@ class TaskManager:
             return
         asyncio.get_running_loop().call_later(0.5, self._release_group, step, tries - 1)
 
-    def _open_outputs(self, specs: list[dict[str, Any]], ident: _Identity,
-                      msg: dict[str, Any]) -> dict[str, int | OSError]:
+    def _open_outputs(self, specs: list[m.TaskSpec], ident: _Identity,
+                      msg: m.LaunchTasks) -> dict[str, int | OSError]:
         """Open each distinct output file once (tasks writing one file share its offset)."""
         paths: list[str] = []
         for spec in specs:
             for name in ("stdout", "stderr"):
-                path = spec.get(name)
+                path = spec.stdout if name == "stdout" else spec.stderr
                 if path and path not in paths:
                     paths.append(str(path))
         files: dict[str, int | OSError] = {}
@@ -472,9 +507,9 @@ class TaskManager:
                 pass
         except OSError as e:  # cannot take the user's rights: refuse rather than open as root
             return {path: e for path in paths}
-        append = msg.get("open_mode") == "append"
+        append = msg.open_mode == "append"
         flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
-        umask = _umask_of(specs[0].get("env") or {})
+        umask = _umask_of(specs[0].env)
         old_umask = os.umask(umask) if umask is not None else None
         try:
             with _as_user(ident):
@@ -490,16 +525,16 @@ class TaskManager:
 
     # ---- starting one task -------------------------------------------------------
     def _start(self, loop: asyncio.AbstractEventLoop, step: _Step, task: _Task,
-               spec: dict[str, Any], ident: _Identity, cwd: str, argv: list[str],
+               spec: m.TaskSpec, ident: _Identity, cwd: str, argv: list[str],
                stdin_mode: str, files: dict[str, int | OSError], pty_slave: int | None,
                resolved: dict[tuple[str, str, str], tuple[str, None] | tuple[None, _TaskFailure]],
                ) -> None:
-        env = {str(k): str(v) for k, v in (spec.get("env") or {}).items()
-               if k != "SLURM_TASK_PID" and k and "=" not in str(k)}
+        env = {k: v for k, v in spec.env.items()
+               if k != "SLURM_TASK_PID" and k and "=" not in k}
         child_fds: list[int] = []  # our copies of the child's ends, closed after the spawn
         gate_w: int | None = None
         try:
-            stdout_path, stderr_path = spec.get("stdout"), spec.get("stderr")
+            stdout_path, stderr_path = spec.stdout, spec.stderr
             if stderr_path and isinstance(files.get(stderr_path), int):
                 task.stderr_file = os.dup(_fd(files[stderr_path]))
             if step.killing:  # cancelled before it started
@@ -534,7 +569,7 @@ class TaskManager:
                     loop.add_reader(step.pty_master, self._on_output, step, task,
                                     step.pty_master)
             else:
-                in_path = spec.get("stdin")
+                in_path = spec.stdin
                 if in_path:
                     try:
                         with _as_user(ident):
@@ -662,10 +697,13 @@ class TaskManager:
             with contextlib.suppress(OSError):
                 os.write(task.stderr_file, data)
             return
-        self.send({"type": "task_output", "job_id": step.job_id, "step_id": step.step_id,
-                   "task_id": task.task_id, "stream": "stderr", "data": _b64(data)})
+        self._send_output(step, task, "stderr", data)
 
     # ---- output ------------------------------------------------------------------
+    def _send_output(self, step: _Step, task: _Task, stream: str, data: bytes) -> None:
+        self.send(m.TaskOutput(job_id=step.job_id, step_id=step.step_id, task_id=task.task_id,
+                               stream=stream, data=_b64(data)).to_dict())
+
     def _on_output(self, step: _Step, task: _Task, fd: int) -> None:
         try:
             data = os.read(fd, READ_SIZE)
@@ -674,9 +712,7 @@ class TaskManager:
         except OSError:  # EIO: a pty whose last slave closed
             data = b""
         if data:
-            self.send({"type": "task_output", "job_id": step.job_id, "step_id": step.step_id,
-                       "task_id": task.task_id, "stream": task.streams[fd],
-                       "data": _b64(data)})
+            self._send_output(step, task, task.streams[fd], data)
             return
         self._close_stream(asyncio.get_running_loop(), step, task, fd)
         self._check_task(step, task)
@@ -710,9 +746,7 @@ class TaskManager:
                         break
                     if not data:
                         break
-                    self.send({"type": "task_output", "job_id": step.job_id,
-                               "step_id": step.step_id, "task_id": task.task_id,
-                               "stream": task.streams[fd], "data": _b64(data)})
+                    self._send_output(step, task, task.streams[fd], data)
                 self._close_stream(loop, step, task, fd)
             self._check_task(step, task)
 
@@ -768,9 +802,10 @@ class TaskManager:
             if task.stderr_file is not None:
                 os.close(task.stderr_file)
                 task.stderr_file = None
-            self.send({"type": "task_exit", "job_id": step.job_id, "step_id": step.step_id,
-                       "task_id": task.task_id, "exit_code": task.status[0],
-                       "signal": task.status[1]})
+            # exit codes as a wait status holds them (an exec errno is one too)
+            self.send(m.TaskExit(job_id=step.job_id, step_id=step.step_id,
+                                 task_id=task.task_id, exit_code=task.status[0] & 0xFF,
+                                 signal=task.status[1]).to_dict())
         self._check_step(step)
 
     def _check_step(self, step: _Step) -> None:
