@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from typing import Any
@@ -231,3 +232,80 @@ def test_constructor_refuses_unknown_and_missing_fields() -> None:
         m.Ack()  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         m.Ack(job_id=1, nope=2)  # type: ignore[call-arg]
+
+
+# ---- the controller's use of them (controller/steps.py) -------------------------------------
+
+def _live_step(sent: list[m.Message]) -> Any:
+    from corral.controller.steps import LiveStep
+    from corral.model.job import Step
+
+    return LiveStep(job_id=5, step_id=0, send=sent.append, nodes=["n1", "n2"],
+                    tasks_per_node=[2, 1], cpus={}, gpus={}, record=Step("0", "x"))
+
+
+def _manager() -> Any:
+    from corral.controller.steps import StepManager
+
+    class Ctl:
+        listeners: list[Any] = []
+        jobs: dict[int, Any] = {}
+        agent_senders: dict[str, Any] = {}
+
+        def mark(self, job: Any) -> None:
+            pass
+
+    return StepManager(Ctl())  # type: ignore[arg-type]
+
+
+def test_agent_messages_are_checked_before_they_reach_a_step() -> None:
+    mgr = _manager()
+    sent: list[m.Message] = []
+    mgr.live[(5, 0)] = step = _live_step(sent)
+    for bad in ({"type": "task_exit", "job_id": "5", "step_id": 0, "task_id": 0},
+                {"type": "task_output", "job_id": 5, "step_id": 0, "task_id": 0, "data": "!"},
+                {"type": "task_exit", "job_id": 5, "step_id": 0, "task_id": 3},  # no task 3
+                {"type": "nonsense"}, {"no": "type"}):
+        mgr.agent_message(bad)  # never raises
+    # task 2 runs on n2: an agent of n1 cannot end it
+    mgr.agent_message({"type": "task_exit", "job_id": 5, "step_id": 0, "task_id": 2},
+                      nodes=["n1"])
+    assert sent == [] and step.exits == {}
+    mgr.agent_message({"type": "task_output", "job_id": 5, "step_id": 0, "task_id": 2,
+                       "data": "eA=="}, nodes=["n2"])
+    mgr.agent_message({"type": "task_exit", "job_id": 5, "step_id": 0, "task_id": 2,
+                       "exit_code": 3}, nodes=["n2"])
+    mgr.agent_message({"type": "task_exit", "job_id": 5, "step_id": 0, "task_id": 2,
+                       "exit_code": 0}, nodes=["n2"])  # a second end is not counted
+    assert sent == [m.Output(task=2, stream="stdout", data="eA=="),
+                    m.TaskEnded(task=2, exit_code=3, signal=0)]
+    assert step.exits == {2: (3, 0)}
+
+
+def test_session_output_queue_pauses_resumes_and_is_capped(monkeypatch: Any) -> None:
+    from corral.controller import steps
+
+    monkeypatch.setattr(steps, "OUTPUT_HIGH", 100)
+    monkeypatch.setattr(steps, "OUTPUT_LOW", 40)
+    monkeypatch.setattr(steps, "OUTPUT_HARD", 300)
+    flows: list[bool] = []
+
+    async def body() -> None:
+        s = steps.Session()
+        s.flow = lambda step, pause: flows.append(pause)
+        s.step = _live_step([])
+        chunk = m.Output(task=0, data="A" * 60)
+        s.send(chunk)
+        assert flows == []
+        s.send(chunk)  # 120 queued > 100: pause
+        assert flows == [True]
+        for _ in range(4):
+            s.send(chunk)  # up to 300, then dropped
+        assert s.queued == 300 and s.dropped == 60 and s.queue.qsize() == 5
+        for _ in range(4):
+            s.sent(s.queue.get_nowait())
+        assert flows == [True]  # 60 queued: not yet below 40
+        s.sent(s.queue.get_nowait())
+        assert flows == [True, False] and s.queued == 0
+
+    asyncio.run(body())

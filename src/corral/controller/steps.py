@@ -544,9 +544,12 @@ class StepManager:
             self._to_agents(step, m.SignalTasks(job_id=job_id, step_id=step_id, signal=signum))
 
     # ---- from the agents -------------------------------------------------------
-    def agent_message(self, raw: dict[str, Any] | m.Message) -> None:
+    def agent_message(self, raw: dict[str, Any] | m.Message,
+                      nodes: list[str] | None = None) -> None:
         """A task's output or exit from an agent.  A malformed one is logged and dropped:
-        it never raises into the agent's link."""
+        it never raises into the agent's link.  With `nodes` (those the sending agent
+        serves), a message about a task on another node is refused too: one node cannot
+        speak for another's tasks."""
         try:
             msg = raw if isinstance(raw, m.Message) else m.decode(raw, m.TO_CONTROLLER_FROM_AGENT)
         except m.MessageError as e:
@@ -560,6 +563,11 @@ class StepManager:
         if msg.task_id >= step.ntasks:
             log.warning("refused %s for task %d of step %d.%d, which has %d tasks", msg.TYPE,
                         msg.task_id, msg.job_id, msg.step_id, step.ntasks)
+            return
+        if nodes is not None and step.task_node(msg.task_id) not in nodes:
+            log.warning("refused %s for task %d of step %d.%d from an agent of %s: the task "
+                        "runs on %s", msg.TYPE, msg.task_id, msg.job_id, msg.step_id,
+                        hostlists.compress(nodes) or "no node", step.task_node(msg.task_id))
             return
         if isinstance(msg, m.TaskOutput):
             step.send(m.Output(task=msg.task_id, stream=msg.stream, data=msg.data))
