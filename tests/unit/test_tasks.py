@@ -8,7 +8,6 @@ import os
 import pwd
 import shutil
 import signal
-import stat
 import subprocess
 import tempfile
 import time
@@ -558,10 +557,132 @@ def test_non_root_cannot_run_other_uid() -> None:
     assert col.exits() == {0: (1, 0)}
 
 
-def test_may_execute_owner_group_other() -> None:
-    # the check for another user's program mirrors the kernel's owner/group/other rule
-    ident = tasks_mod._Identity(uid=1234, gid=99, user="u", switch=True, groups=[99, 5])
-    st = os.stat_result((stat.S_IFREG | 0o010, 0, 0, 1, 4321, 5, 0, 0, 0, 0))
-    assert tasks_mod._may_execute(st, ident)
-    st = os.stat_result((stat.S_IFREG | 0o001, 0, 0, 1, 1234, 5, 0, 0, 0, 0))
-    assert not tasks_mod._may_execute(st, ident)  # the owner's bit decides for the owner
+@pytest.mark.parametrize("with_setpriv", [True, False])
+def test_program_resolved_with_the_users_rights(other_user: pwd.struct_passwd,
+                                                with_setpriv: bool) -> None:
+    # root's private directory: whether a program exists there must not show (Slurm resolves
+    # the program in the task, after it became the user)
+    private = tempfile.mkdtemp()
+    os.chmod(private, 0o700)
+    prog = os.path.join(private, "prog")
+    with open(prog, "w") as f:
+        f.write("#!/bin/sh\necho ran\n")
+    os.chmod(prog, 0o755)
+    public = tempfile.mkdtemp()
+    os.chmod(public, 0o755)
+    mine = os.path.join(public, "mine")
+    with open(mine, "w") as f:
+        f.write("#!/bin/sh\necho mine\n")
+    os.chmod(mine, 0o700)  # root's, not executable for the user
+    ident: dict[str, Any] = {"uid": other_user.pw_uid, "gid": other_user.pw_gid,
+                             "user": other_user.pw_name}
+    try:
+        async def body(tm: TaskManager, col: Collector) -> None:
+            if not with_setpriv:
+                tm._setpriv = None
+            await tm.launch(launch_msg([prog], step_id=0, **ident))
+            await tm.launch(launch_msg([os.path.join(private, "absent")], step_id=1, **ident))
+            await tm.launch(launch_msg(["prog"], step_id=2,
+                                       env={"PATH": f"{private}:{PATH}"}, **ident))
+            await tm.launch(launch_msg([mine], step_id=3, **ident))
+            await wait_idle(tm)
+
+        col = run(body)
+        assert col.output(0, "stderr", 0) == \
+            f"slurmstepd: error: execve(): {prog}: Permission denied\n".encode()
+        absent = os.path.join(private, "absent")
+        assert col.output(0, "stderr", 1) == \
+            f"slurmstepd: error: execve(): {absent}: Permission denied\n".encode()
+        # not found on PATH for the user (root would have found it first in PATH)
+        assert col.output(0, "stderr", 2) == \
+            b"slurmstepd: error: execve(): prog: No such file or directory\n"
+        assert col.output(0, "stderr", 3) == \
+            f"slurmstepd: error: execve(): {mine}: Permission denied\n".encode()
+        assert col.exits(0) == {0: (13, 0)} and col.exits(2) == {0: (2, 0)}
+        assert col.output(0, "stdout", 0) == b""
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+        shutil.rmtree(public, ignore_errors=True)
+
+
+# ---- cgroups, CPUs, flow control --------------------------------------------------------
+
+def _cgroup_root() -> str:
+    from corral.agent import launch
+
+    root = launch.cgroup_root()
+    if root is None:
+        pytest.skip("needs a writable cgroup hierarchy (root)")
+    return root
+
+
+def _job_dirs(root: str, cluster: str) -> list[str]:
+    return [p for c in ("memory", "freezer", "pids", "cpuset", "")
+            if os.path.isdir(p := os.path.join(root, c, "corral", cluster, "job_7"))]
+
+
+def test_tasks_join_the_batch_steps_cgroup_and_its_cpus() -> None:
+    from corral.agent.cgroup import StepCgroup, remove_cluster_groups
+
+    root = _cgroup_root()
+    cluster = f"ttasks{os.getpid()}"
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    batch = StepCgroup(root, 7, "batch", cluster)
+    batch.create([cpu], None)  # what the batch step's supervisor makes
+    try:
+        async def body(tm: TaskManager, col: Collector) -> None:
+            await tm.launch(launch_msg(["sh", "-c", "cat /proc/self/cgroup; "
+                                        "grep Cpus_allowed_list /proc/self/status"],
+                                       node_cpus={"node-1": 1}))
+            await wait_idle(tm)
+
+        col = run(body, cgroup_root=root, cgroup_cluster=cluster)
+        out = col.output(0).decode()
+        assert f"/corral/{cluster}/job_7/step_batch" in out, out
+        assert out.strip().splitlines()[-1].split()[-1] == str(cpu)
+        assert col.exits() == {0: (0, 0)}
+        assert _job_dirs(root, cluster)  # the batch step's group: not the tasks' to remove
+    finally:
+        batch.remove()
+        remove_cluster_groups(root, cluster)
+
+
+def test_tasks_of_an_allocation_get_a_job_group_removed_at_the_end() -> None:
+    from corral.agent.cgroup import remove_cluster_groups
+
+    root = _cgroup_root()
+    cluster = f"ttasks{os.getpid()}b"
+    try:
+        async def body(tm: TaskManager, col: Collector) -> None:
+            await tm.launch(launch_msg(["sh", "-c", "cat /proc/self/cgroup; "
+                                        "setsid sleep 30 >/dev/null 2>&1 & echo"],
+                                       step_id=4, node_mem_mb={"node-1": 300}))
+            await wait_idle(tm)
+            deadline = time.monotonic() + 5
+            while _job_dirs(root, cluster) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)  # the escaped `sleep` is killed with the group
+
+        col = run(body, cgroup_root=root, cgroup_cluster=cluster)
+        assert f"/corral/{cluster}/job_7/step_4" in col.output(0).decode()
+        assert col.exits() == {0: (0, 0)}
+        assert _job_dirs(root, cluster) == []
+    finally:
+        remove_cluster_groups(root, cluster)
+
+
+def test_paused_output_blocks_the_task_until_resumed() -> None:
+    async def body(tm: TaskManager, col: Collector) -> None:
+        await tm.launch(launch_msg(["sh", "-c", "head -c 2000000 /dev/zero; echo done >&2"]))
+        tm.flow(7, 0, True)
+        await asyncio.sleep(0.5)
+        held = len(col.output(0))
+        assert held < 2000000 and col.exits() == {}  # blocked on its full pipe
+        await asyncio.sleep(0.3)
+        assert len(col.output(0)) == held  # nothing read while paused
+        tm.flow(7, 0, False)
+        await wait_idle(tm)
+
+    col = run(body)
+    assert len(col.output(0)) == 2000000
+    assert col.output(0, "stderr") == b"done\n"
+    assert col.exits() == {0: (0, 0)}

@@ -37,16 +37,21 @@ import errno
 import fcntl
 import logging
 import os
-import pwd
 import shutil
 import signal
-import stat
 import struct
 import subprocess
 import termios
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from corral.agent import launch as launch_mod
+from corral.agent.cgroup import StepCgroup
+from corral.agent.launch import Identity as _Identity
+from corral.agent.launch import LaunchFailure as _TaskFailure
+from corral.agent.launch import as_user as _as_user
+from corral.model import messages as m
 
 log = logging.getLogger("corral.agent.tasks")
 
@@ -59,10 +64,15 @@ EARLY_STEPS = 64
 EARLY_TTL = 60.0
 ENDED_MEMORY = 256
 POLL_INTERVAL = 0.02  # child polling where pidfd_open is missing (Linux < 5.3)
+GROUP_REMOVE_TRIES = 20  # a step group still busy at the step's end: retried every 0.5 s
+_UNSET: Any = object()
 
-# $0: env(1); $1: umask or ""; $2: working directory; then NAME=VALUE... CMD ARGS...
+# $0: env(1); $1: umask or ""; $2: working directory; $3: the gate's fd or ""; then
+# NAME=VALUE... CMD ARGS...  The gate holds the task until the agent has put it in its cgroup
+# and bound its CPUs (posix_spawn runs no code of ours in the child): one byte, then EOF.
 _WRAPPER = (
-    'u=$1 d=$2; shift 2; '
+    'u=$1 d=$2 g=$3; shift 3; '
+    'if [ -n "$g" ]; then eval "read -r g <&$g; exec $g<&-" || exit 1; fi; '
     '[ -z "$u" ] || umask "$u"; '
     'if ! CDPATH= cd -- "$d" 2>/dev/null; then '
     'if [ ! -e "$d" ]; then e="No such file or directory"; '
@@ -76,6 +86,8 @@ _WRAPPER = (
 )
 
 _DEFAULT_SIGNALS = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
+_TASK_MESSAGES = frozenset({"launch_tasks", "task_stdin", "task_stdin_eof", "signal_tasks",
+                            "kill_tasks", "resize_tasks", "task_flow"})
 
 
 def _b64(data: bytes) -> str:
@@ -84,28 +96,6 @@ def _b64(data: bytes) -> str:
 
 def _strerror(err: int) -> str:
     return os.strerror(err) if err else "Unknown error"
-
-
-class _TaskFailure(Exception):
-    """A task that cannot start: `message` goes to its stderr, `exit_code` (or `signal`)
-    is reported as its end."""
-
-    def __init__(self, message: str, exit_code: int, signal_num: int = 0) -> None:
-        super().__init__(message)
-        self.message = message
-        self.exit_code = exit_code
-        self.signal_num = signal_num
-
-
-@dataclass
-class _Identity:
-    uid: int
-    gid: int
-    user: str
-    switch: bool  # the agent is root and the task belongs to someone else
-    groups: list[int] = field(default_factory=list)
-    prefix: list[str] = field(default_factory=list)  # setpriv argv, empty when not switching
-    error: str | None = None
 
 
 class _Input:
@@ -189,6 +179,7 @@ class _Task:
     input: _Input | None = None
     stderr_file: int | None = None  # where pre-exec errors go when stderr is a file
     reported: bool = False
+    cpus: list[int] | None = None  # CPUs it is bound to
 
 
 @dataclass
@@ -201,6 +192,11 @@ class _Step:
     pty_master: int | None = None
     drain_timer: asyncio.TimerHandle | None = None
     killing: bool = False
+    group: StepCgroup | None = None  # the job's cgroup the tasks join
+    group_created: bool = False  # made for this step (emptied and removed at its end)
+    group_checked: bool = False
+    cpus: list[int] | None = None  # the step's CPUs on this node (None: not bound)
+    paused: bool = False  # output flow control: the client is behind, pipes are not read
 
 
 @dataclass
@@ -216,9 +212,12 @@ class _Early:
 
 
 class TaskManager:
-    def __init__(self, send: Callable[[dict[str, Any]], None], *, kill_wait: float = 30.0) -> None:
+    def __init__(self, send: Callable[[dict[str, Any]], None], *, kill_wait: float = 30.0,
+                 cgroup_root: str | None = _UNSET, cgroup_cluster: str = "") -> None:
         self.send = send
         self.kill_wait = kill_wait
+        self._cgroup_arg: tuple[str | None, str] | None = (
+            None if cgroup_root is _UNSET else (cgroup_root, cgroup_cluster))
         self._steps: dict[tuple[int, int], _Step] = {}
         self._early: dict[tuple[int, int], _Early] = {}
         self._ended: dict[tuple[int, int], None] = {}  # recent steps: late requests are dropped
@@ -231,32 +230,68 @@ class TaskManager:
         _ensure_std_fds()
 
     # ---- public API ----------------------------------------------------------------
-    async def launch(self, msg: dict[str, Any]) -> None:
-        """Start the tasks of a `launch_tasks` message (returns once all are spawned)."""
+    def handle(self, raw: dict[str, Any]) -> bool:
+        """Dispatch one controller message meant for srun tasks (launch_tasks, task_stdin,
+        task_stdin_eof, signal_tasks, kill_tasks, resize_tasks, task_flow); False for any
+        other kind.  A malformed one is logged and refused alone."""
+        kind = raw.get("type") if isinstance(raw, dict) else None
+        if kind not in _TASK_MESSAGES:
+            return False
+        try:
+            msg = m.decode(raw, m.TO_AGENT)
+        except m.MessageError as e:
+            log.warning("refused %s", e)
+            return True
         loop = asyncio.get_running_loop()
-        job_id, step_id = int(msg["job_id"]), int(msg["step_id"])
+        if isinstance(msg, m.LaunchTasks):
+            loop.create_task(self.launch(msg))
+        elif isinstance(msg, m.TaskStdin):
+            self.stdin(msg.job_id, msg.step_id, base64.b64decode(msg.data))
+        elif isinstance(msg, m.TaskStdinEof):
+            self.stdin(msg.job_id, msg.step_id, None)
+        elif isinstance(msg, m.SignalTasks):
+            self.signal(msg.job_id, msg.step_id, msg.signal)
+        elif isinstance(msg, m.KillTasks):
+            loop.create_task(self.kill(msg.job_id, msg.step_id))
+        elif isinstance(msg, m.ResizeTasks):
+            self.resize(msg.job_id, msg.step_id, msg.rows, msg.cols)
+        elif isinstance(msg, m.TaskFlow):
+            self.flow(msg.job_id, msg.step_id, msg.pause)
+        return True
+
+    async def launch(self, raw: dict[str, Any] | m.LaunchTasks) -> None:
+        """Start the tasks of a `launch_tasks` message (returns once all are spawned)."""
+        try:
+            msg = raw if isinstance(raw, m.LaunchTasks) else m.LaunchTasks.from_dict(raw)
+        except m.MessageError as e:
+            log.warning("refused %s", e)
+            return
+        loop = asyncio.get_running_loop()
+        job_id, step_id = msg.job_id, msg.step_id
         key = (job_id, step_id)
-        specs = [t for t in msg.get("tasks") or []]
+        specs = list(msg.tasks)
         self._ended.pop(key, None)
         step = self._steps.get(key)
         if step is None:
             if not specs:
                 return
-            kill_wait = msg.get("kill_wait")
+            kill_wait = msg.kill_wait
             step = _Step(job_id, step_id, self.kill_wait if kill_wait is None else float(kill_wait),
                          asyncio.Event())
             self._steps[key] = step
-        specs = [t for t in specs if int(t["task_id"]) not in step.tasks]
+        specs = [t for t in specs if t.task_id not in step.tasks]
         early = self._early.pop(key, None)
         if early is not None and early.expiry is not None:
             early.expiry.cancel()
         if early is not None and early.cancelled:
             step.killing = True
         ident = self._identity(msg)
-        cwd = str(msg.get("cwd") or "/tmp")
-        argv = [str(a) for a in msg.get("argv") or []]
-        stdin_mode = str(msg.get("stdin") or "0")
-        pty_spec = bool(msg.get("pty")) and any(int(t["task_id"]) == 0 for t in specs)
+        if not step.group_checked and specs and ident.error is None:
+            self._join_job_group(step, msg, specs)
+        cwd = msg.cwd or "/tmp"
+        argv = list(msg.argv)
+        stdin_mode = msg.stdin
+        pty_spec = msg.pty and any(t.task_id == 0 for t in specs)
         pty_slave: int | None = None
         failure: _TaskFailure | None = None  # what stops every task of this message
         if pty_spec and step.pty_master is None:
@@ -267,21 +302,25 @@ class TaskManager:
                                        f"{_strerror(e.errno or 0)}\n", 1)
             else:
                 os.set_blocking(step.pty_master, False)
-                window = msg.get("window") or {}
+                window = (msg.window.rows, msg.window.cols) if msg.window else None
                 if early is not None and early.window is not None:
-                    window = {"rows": early.window[0], "cols": early.window[1]}
-                if window:
-                    _set_window(step.pty_master, int(window.get("rows") or 24),
-                                int(window.get("cols") or 80))
+                    window = early.window
+                if window:  # a size unknown (0) is the usual 24x80
+                    _set_window(step.pty_master, window[0] or 24, window[1] or 80)
                 if ident.switch:
                     with contextlib.suppress(OSError):
                         os.fchown(pty_slave, ident.uid, -1)
         files = self._open_outputs(specs, ident, msg) if failure is None else {}
         resolved: dict[tuple[str, str, str], tuple[str, None] | tuple[None, _TaskFailure]] = {}
+        local_tasks = len(specs)
+        cpt = msg.cpus_per_task
         try:
             for spec in specs:
-                task = _Task(int(spec["task_id"]), int(spec.get("local_id", 0)))
+                task = _Task(spec.task_id, spec.local_id)
+                task.cpus = launch_mod.task_cpus(step.cpus, task.local_id, cpt, local_tasks)
                 step.tasks[task.task_id] = task
+                if spec.notice:
+                    self._error_output(step, task, spec.notice)
                 pty = pty_slave if (task.task_id == 0 and pty_spec) else None
                 if failure is not None:
                     self._fail(loop, step, task, failure)
@@ -338,6 +377,7 @@ class TaskManager:
                 early.cancelled = True
             return
         step.killing = True
+        self.flow(job_id, step_id, False)  # its output must drain for its end to show
         self._signal_step(step, signal.SIGCONT)
         self._signal_step(step, signal.SIGTERM)
         if await self._wait_done(step, step.kill_wait):
@@ -355,10 +395,26 @@ class TaskManager:
                 early.window = (int(rows), int(cols))
             return
         if step.pty_master is not None:
-            _set_window(step.pty_master, int(rows), int(cols))
+            _set_window(step.pty_master, int(rows) or 24, int(cols) or 80)
 
     def steps(self) -> list[tuple[int, int]]:
         return list(self._steps)
+
+    def flow(self, job_id: int, step_id: int, pause: bool) -> None:
+        """Output flow control (`task_flow`): while paused, the step's output pipes are not
+        read, so its tasks block on write once a pipe is full instead of the output piling
+        up in the agent or the controller; resuming reads them again."""
+        step = self._steps.get((job_id, step_id))
+        if step is None or step.paused == pause:
+            return
+        step.paused = pause
+        loop = asyncio.get_running_loop()
+        for task in step.tasks.values():
+            for fd in task.streams:
+                if pause:
+                    loop.remove_reader(fd)
+                else:
+                    loop.add_reader(fd, self._on_output, step, task, fd)
 
     async def kill_job(self, job_id: int) -> None:
         await asyncio.gather(*(self.kill(j, s) for (j, s) in list(self._steps) if j == job_id))
@@ -374,41 +430,73 @@ class TaskManager:
             self._poller = None
 
     # ---- identity and files ------------------------------------------------------
-    def _identity(self, msg: dict[str, Any]) -> _Identity:
-        euid, egid = os.geteuid(), os.getegid()
-        uid = int(msg.get("uid", euid))
-        gid = int(msg.get("gid", egid))
-        user = str(msg.get("user") or "")
-        if euid != 0 or (uid, gid) == (euid, egid):
-            ident = _Identity(uid, gid, user, switch=False)
-            if uid != euid:
-                ident.error = (f"cannot run tasks of uid {uid}: this agent runs as uid {euid}, "
-                               f"not root")
-            return ident
-        try:
-            pw_name: str | None = pwd.getpwuid(uid).pw_name
-        except KeyError:
-            pw_name = None
-        user = user or pw_name or str(uid)
-        key = (user, gid)
-        if key not in self._groups:
-            try:
-                self._groups[key] = os.getgrouplist(user, gid) if pw_name else [gid]
-            except OSError:
-                self._groups[key] = [gid]
-        ident = _Identity(uid, gid, user, switch=True, groups=self._groups[key])
-        if self._setpriv:
-            ident.prefix = [self._setpriv, f"--reuid={uid}", f"--regid={gid}",
-                            "--init-groups" if pw_name else "--clear-groups", "--"]
-        return ident
+    def _identity(self, msg: m.LaunchTasks) -> _Identity:
+        return launch_mod.task_identity(msg.uid, msg.gid, msg.user, self._setpriv, self._groups)
 
-    def _open_outputs(self, specs: list[dict[str, Any]], ident: _Identity,
-                      msg: dict[str, Any]) -> dict[str, int | OSError]:
+    # ---- the job's cgroup and CPUs -------------------------------------------------
+    def _cgroup_config(self) -> tuple[str | None, str]:
+        if self._cgroup_arg is None:
+            # Not given: the agent that owns `send` knows them (it sets them after making
+            # this manager); see docs/STEPS.md on how agent/main.py should pass them.
+            owner = getattr(self.send, "__self__", None)
+            root = getattr(owner, "cgroup_root", None)
+            cluster = getattr(owner, "cgroup_cluster", "")
+            return (root if isinstance(root, str) else None,
+                    cluster if isinstance(cluster, str) else "")
+        return self._cgroup_arg
+
+    def _join_job_group(self, step: _Step, msg: m.LaunchTasks,
+                        specs: list[m.TaskSpec]) -> None:
+        """Find (the batch step's) or make the job's cgroup here, and the step's CPUs."""
+        step.group_checked = True
+        root, cluster = self._cgroup_config()
+        nodes = {t.node for t in specs}
+        mem = [v for n, v in msg.node_mem_mb.items() if n in nodes and v]
+        joined, notes = launch_mod.job_cgroup(root, cluster, step.job_id, step.step_id, None,
+                                              sum(mem) if mem else None)
+        for note in notes:
+            log.info("step %d.%d: cgroup: %s", step.job_id, step.step_id, note)
+        if joined is None:
+            return
+        step.group, step.group_created = joined.group, joined.created
+        job_cpus = launch_mod.group_cpus(joined.group)
+        count = sum(v for n, v in msg.node_cpus.items() if n in nodes)
+        busy = {c for other in self._steps.values()
+                if other is not step and other.job_id == step.job_id and other.cpus
+                and other.cpus != job_cpus for c in other.cpus}
+        step.cpus = launch_mod.step_cpus(job_cpus, count, busy)
+
+    def _place(self, step: _Step, task: _Task) -> None:
+        """Put a spawned task (held at its gate) in the job's cgroup and on its CPUs."""
+        assert task.pid is not None
+        if step.group is not None:
+            err = launch_mod.add_to_group(step.group, task.pid)
+            if err:
+                log.warning("step %d.%d task %d not confined: %s", step.job_id, step.step_id,
+                            task.task_id, err)
+        err = launch_mod.bind_cpus(task.pid, task.cpus)
+        if err:
+            log.warning("step %d.%d task %d: %s", step.job_id, step.step_id, task.task_id, err)
+
+    def _release_group(self, step: _Step, tries: int = GROUP_REMOVE_TRIES) -> None:
+        group = step.group
+        if group is None or not step.group_created:
+            return
+        for pid in group.pids():  # what the tasks left behind, as slurmstepd ends a step
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if group.remove(timeout=0) or tries <= 1:
+            step.group = None
+            return
+        asyncio.get_running_loop().call_later(0.5, self._release_group, step, tries - 1)
+
+    def _open_outputs(self, specs: list[m.TaskSpec], ident: _Identity,
+                      msg: m.LaunchTasks) -> dict[str, int | OSError]:
         """Open each distinct output file once (tasks writing one file share its offset)."""
         paths: list[str] = []
         for spec in specs:
             for name in ("stdout", "stderr"):
-                path = spec.get(name)
+                path = spec.stdout if name == "stdout" else spec.stderr
                 if path and path not in paths:
                     paths.append(str(path))
         files: dict[str, int | OSError] = {}
@@ -419,9 +507,9 @@ class TaskManager:
                 pass
         except OSError as e:  # cannot take the user's rights: refuse rather than open as root
             return {path: e for path in paths}
-        append = msg.get("open_mode") == "append"
+        append = msg.open_mode == "append"
         flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
-        umask = _umask_of(specs[0].get("env") or {})
+        umask = _umask_of(specs[0].env)
         old_umask = os.umask(umask) if umask is not None else None
         try:
             with _as_user(ident):
@@ -437,15 +525,16 @@ class TaskManager:
 
     # ---- starting one task -------------------------------------------------------
     def _start(self, loop: asyncio.AbstractEventLoop, step: _Step, task: _Task,
-               spec: dict[str, Any], ident: _Identity, cwd: str, argv: list[str],
+               spec: m.TaskSpec, ident: _Identity, cwd: str, argv: list[str],
                stdin_mode: str, files: dict[str, int | OSError], pty_slave: int | None,
                resolved: dict[tuple[str, str, str], tuple[str, None] | tuple[None, _TaskFailure]],
                ) -> None:
-        env = {str(k): str(v) for k, v in (spec.get("env") or {}).items()
-               if k != "SLURM_TASK_PID" and k and "=" not in str(k)}
+        env = {k: v for k, v in spec.env.items()
+               if k != "SLURM_TASK_PID" and k and "=" not in k}
         child_fds: list[int] = []  # our copies of the child's ends, closed after the spawn
+        gate_w: int | None = None
         try:
-            stdout_path, stderr_path = spec.get("stdout"), spec.get("stderr")
+            stdout_path, stderr_path = spec.stdout, spec.stderr
             if stderr_path and isinstance(files.get(stderr_path), int):
                 task.stderr_file = os.dup(_fd(files[stderr_path]))
             if step.killing:  # cancelled before it started
@@ -462,7 +551,7 @@ class TaskManager:
                                    errno.ENOENT)
             rkey = (argv[0], env.get("PATH", ""), cwd)
             if rkey not in resolved:
-                resolved[rkey] = _resolve(argv[0], env.get("PATH"), cwd, ident)
+                resolved[rkey] = launch_mod.resolve_program(argv[0], env.get("PATH"), cwd, ident)
             program, failure = resolved[rkey]
             if failure is not None:
                 raise failure
@@ -476,9 +565,11 @@ class TaskManager:
                 stdio = [("open", os.ttyname(pty_slave), os.O_RDWR), ("dup", 0), ("dup", 0)]
                 task.input = _Input(loop, step.pty_master, owns_fd=False)
                 task.streams[step.pty_master] = "stdout"
-                loop.add_reader(step.pty_master, self._on_output, step, task, step.pty_master)
+                if not step.paused:
+                    loop.add_reader(step.pty_master, self._on_output, step, task,
+                                    step.pty_master)
             else:
-                in_path = spec.get("stdin")
+                in_path = spec.stdin
                 if in_path:
                     try:
                         with _as_user(ident):
@@ -506,12 +597,24 @@ class TaskManager:
                         stdio.append(("fd", w))
                         os.set_blocking(r, False)
                         task.streams[r] = name
-                        loop.add_reader(r, self._on_output, step, task, r)
+                        if not step.paused:
+                            loop.add_reader(r, self._on_output, step, task, r)
+            gate = ""
+            if step.group is not None or task.cpus:
+                gate_r, gate_w = os.pipe()
+                child_fds.append(gate_r)
+                stdio.append(("fd", gate_r))
+                # posix_spawn puts it on fd 3; subprocess keeps its number (pass_fds)
+                gate = str(gate_r) if ident.switch and not ident.prefix else "3"
             umask = _umask_of(env)
             pairs = [f"{k}={v}" for k, v in env.items()]
             cmd = [self._shell, "-c", _WRAPPER, self._env,
-                   "" if umask is None else f"{umask:04o}", cwd, *pairs, program, *argv[1:]]
+                   "" if umask is None else f"{umask:04o}", cwd, gate, *pairs, program,
+                   *argv[1:]]
             self._spawn(task, ident, cmd, stdio, pty_slave is not None)
+            if gate_w is not None:
+                self._place(step, task)
+                os.write(gate_w, b"\n")
         except _TaskFailure as f:
             self._fail(loop, step, task, f)
         except OSError as e:  # no fds left, no memory for a process...
@@ -520,6 +623,8 @@ class TaskManager:
         finally:
             for fd in child_fds:
                 os.close(fd)
+            if gate_w is not None:
+                os.close(gate_w)
         if task.pid is not None:
             self._watch(loop, step, task)
 
@@ -565,6 +670,7 @@ class TaskManager:
             preexec = _acquire_ctty if pty else None
             task.popen = subprocess.Popen(
                 cmd, stdin=fds[0], stdout=fds[1], stderr=fds[2], env={}, close_fds=True,
+                pass_fds=tuple(fds[3:]),
                 start_new_session=True, user=ident.uid, group=ident.gid,
                 extra_groups=ident.groups, preexec_fn=preexec)
             task.pid = task.popen.pid
@@ -591,10 +697,13 @@ class TaskManager:
             with contextlib.suppress(OSError):
                 os.write(task.stderr_file, data)
             return
-        self.send({"type": "task_output", "job_id": step.job_id, "step_id": step.step_id,
-                   "task_id": task.task_id, "stream": "stderr", "data": _b64(data)})
+        self._send_output(step, task, "stderr", data)
 
     # ---- output ------------------------------------------------------------------
+    def _send_output(self, step: _Step, task: _Task, stream: str, data: bytes) -> None:
+        self.send(m.TaskOutput(job_id=step.job_id, step_id=step.step_id, task_id=task.task_id,
+                               stream=stream, data=_b64(data)).to_dict())
+
     def _on_output(self, step: _Step, task: _Task, fd: int) -> None:
         try:
             data = os.read(fd, READ_SIZE)
@@ -603,9 +712,7 @@ class TaskManager:
         except OSError:  # EIO: a pty whose last slave closed
             data = b""
         if data:
-            self.send({"type": "task_output", "job_id": step.job_id, "step_id": step.step_id,
-                       "task_id": task.task_id, "stream": task.streams[fd],
-                       "data": _b64(data)})
+            self._send_output(step, task, task.streams[fd], data)
             return
         self._close_stream(asyncio.get_running_loop(), step, task, fd)
         self._check_task(step, task)
@@ -627,6 +734,9 @@ class TaskManager:
         """Output pipes held open by processes that left the task's process group."""
         step.drain_timer = None
         loop = asyncio.get_running_loop()
+        if step.paused:  # the client is behind: drained once it catches up
+            step.drain_timer = loop.call_later(DRAIN_GRACE, self._drain_now, step)
+            return
         for task in list(step.tasks.values()):
             for fd in list(task.streams):
                 for _ in range(64):  # what is already in the pipe, bounded
@@ -636,9 +746,7 @@ class TaskManager:
                         break
                     if not data:
                         break
-                    self.send({"type": "task_output", "job_id": step.job_id,
-                               "step_id": step.step_id, "task_id": task.task_id,
-                               "stream": task.streams[fd], "data": _b64(data)})
+                    self._send_output(step, task, task.streams[fd], data)
                 self._close_stream(loop, step, task, fd)
             self._check_task(step, task)
 
@@ -694,9 +802,10 @@ class TaskManager:
             if task.stderr_file is not None:
                 os.close(task.stderr_file)
                 task.stderr_file = None
-            self.send({"type": "task_exit", "job_id": step.job_id, "step_id": step.step_id,
-                       "task_id": task.task_id, "exit_code": task.status[0],
-                       "signal": task.status[1]})
+            # exit codes as a wait status holds them (an exec errno is one too)
+            self.send(m.TaskExit(job_id=step.job_id, step_id=step.step_id,
+                                 task_id=task.task_id, exit_code=task.status[0] & 0xFF,
+                                 signal=task.status[1]).to_dict())
         self._check_step(step)
 
     def _check_step(self, step: _Step) -> None:
@@ -717,6 +826,7 @@ class TaskManager:
             self._ended[key] = None
             if len(self._ended) > ENDED_MEMORY:
                 del self._ended[next(iter(self._ended))]
+        self._release_group(step)
         step.done.set()
 
     def _end_processes(self, step: _Step) -> None:
@@ -804,82 +914,3 @@ def _ensure_std_fds() -> None:
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
-
-
-@contextlib.contextmanager
-def _as_user(ident: _Identity) -> Iterator[None]:
-    """Open files with the task owner's rights (a root agent must not follow a user's
-    symlink to a file the user may not write)."""
-    if not ident.switch:
-        yield
-        return
-    groups, egid = os.getgroups(), os.getegid()
-    os.setgroups(ident.groups)
-    os.setegid(ident.gid)
-    os.seteuid(ident.uid)
-    try:
-        yield
-    finally:
-        os.seteuid(0)
-        os.setegid(egid)
-        os.setgroups(groups)
-
-
-def _may_execute(st: os.stat_result, ident: _Identity) -> bool:
-    if not ident.switch:
-        return True  # checked with os.access by the caller
-    if st.st_uid == ident.uid:
-        return bool(st.st_mode & stat.S_IXUSR)
-    if st.st_gid in ident.groups or st.st_gid == ident.gid:
-        return bool(st.st_mode & stat.S_IXGRP)
-    return bool(st.st_mode & stat.S_IXOTH)
-
-
-def _resolve(name: str, path_env: str | None, cwd: str, ident: _Identity,
-             ) -> tuple[str, None] | tuple[None, _TaskFailure]:
-    """The program slurmstepd would exec (its _build_path), or how the exec would fail."""
-
-    def absolute(p: str) -> str:
-        return p if p.startswith("/") else os.path.join(cwd, p)
-
-    candidate: str | None = None
-    if "/" in name:
-        candidate = name
-    else:
-        for d in (path_env or "").split(":"):
-            if not d:
-                continue
-            p = os.path.join(d, name)
-            with contextlib.suppress(OSError):
-                if not stat.S_ISDIR(os.stat(absolute(p)).st_mode):
-                    candidate = absolute(p)
-                    break
-    if candidate is None:
-        return None, _TaskFailure(f"slurmstepd: error: execve(): {name}: "
-                                  f"No such file or directory\n", errno.ENOENT)
-    try:
-        st = os.stat(absolute(candidate))
-    except OSError as e:
-        err = e.errno or errno.ENOENT
-        return None, _TaskFailure(f"slurmstepd: error: execve(): {candidate}: "
-                                  f"{_strerror(err)}\n", err)
-    executable = (_may_execute(st, ident) if ident.switch
-                  else os.access(absolute(candidate), os.X_OK))
-    if stat.S_ISDIR(st.st_mode) or not executable:
-        return None, _TaskFailure(f"slurmstepd: error: execve(): {candidate}: "
-                                  f"{_strerror(errno.EACCES)}\n", errno.EACCES)
-    try:
-        with open(absolute(candidate), "rb") as f:
-            head = f.read(256)
-    except OSError:
-        head = b""
-    if head.startswith(b"#!"):
-        interp = head[2:].split(b"\n", 1)[0].strip().split(None, 1)
-        if interp and not os.path.exists(interp[0]):
-            shown = interp[0].decode(errors="replace")
-            return None, _TaskFailure(f"slurmstepd: error: execve(): bad interpreter({shown}): "
-                                      f"No such file or directory\n", errno.ENOENT)
-    if "=" in candidate:  # env(1) would take it for a variable
-        return None, _TaskFailure(f"slurmstepd: error: execve(): {candidate}: not supported: "
-                                  f"this agent cannot start a program whose path holds '='\n", 1)
-    return candidate, None

@@ -40,6 +40,7 @@ from corral.cli.options import (
     parse_alloc_value,
     parse_int,
 )
+from corral.model import messages as m
 
 TYPE_CHECKING = False  # annotations only: `typing` would cost every srun ~3 ms
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ SRUN_ENV_VARS: tuple[tuple[str, str], ...] = (
     ("SLURM_GPUS", "gpus"),
     ("SLURM_GPUS_PER_NODE", "gpus-per-node"),
     ("SLURM_GPUS_PER_TASK", "gpus-per-task"),
+    ("SLURM_GPU_BIND", "gpu-bind"),
     ("SLURM_GRES", "gres"),
     ("SLURM_JOB_ID", "jobid"),
     ("SLURM_JOBID", "jobid"),
@@ -149,6 +151,8 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
             fail(PROG, f"--{name} is not supported by Corral")
         if key in _FLAGS:
             value: Any = True
+        elif key == "gpu-bind":
+            value = _gpu_bind(arg or "")
         elif key in ALLOC_NO_EFFECT and key not in ("wait-srun",):
             req.ignored.append(name)
             return
@@ -172,6 +176,16 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
         fail(PROG, e.message, e.code)
     req.v[key] = value
     req.src[key] = source
+
+
+def _gpu_bind(arg: str) -> str:
+    from corral.model.jobenv import GpuBindError, parse_gpu_bind
+
+    try:
+        parse_gpu_bind(arg)
+    except GpuBindError:
+        fail(PROG, f"Invalid --gpu-bind argument: {arg}")
+    return arg
 
 
 def _mpi(arg: str) -> str:
@@ -287,6 +301,7 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         "cpus_per_task": v.get("cpus-per-task", 1),
         "gpus_per_task": gpus[2] if "gpus-per-task" in v else None,
         "gpus_per_node": per_node_gpus,
+        "gpu_bind": v.get("gpu-bind"),
         "nodelist": req_nodes,
         "exclude": exc_nodes,
         "overlap": bool(v.get("overlap")),
@@ -353,12 +368,13 @@ def _output_path(mode: Any) -> str | None:
 
 
 def start_message(req: SrunRequest) -> dict[str, Any]:
-    """The first message on the WebSocket."""
-    msg: dict[str, Any] = {"type": "start", "job_id": req.job_id, "alloc": req.alloc,
-                           "step": req.step}
-    if req.alloc_env is not None:
-        msg["alloc_env"] = req.alloc_env
-    return msg
+    """The first message on the WebSocket (checked as the controller will check it)."""
+    try:
+        step = m.StepSpec.from_dict(req.step, "step")
+    except m.MessageError as e:
+        fail(PROG, f"invalid step request: {e}")
+    return m.Start(job_id=req.job_id, alloc=req.alloc, step=step,
+                   alloc_env=req.alloc_env).to_dict()
 
 
 # --------------------------------------------------------------------------
@@ -598,57 +614,58 @@ class Session:
         self.err.write(f"{PROG}: error: {line}\n")
         self.err.flush()
 
-    def send(self, msg: dict[str, Any]) -> None:
+    def send(self, msg: m.Message) -> None:
         from corral.cli.ws import ConnectionClosed
         try:
-            self.ws.send_json(msg)
+            self.ws.send_json(msg.to_dict())
         except ConnectionClosed:
             pass
 
     # ---- controller messages -------------------------------------------------
-    def on_message(self, msg: dict[str, Any]) -> None:
-        kind = msg.get("type")
-        if kind == "output":
-            task = int(msg.get("task", 0))
-            stream = 2 if msg.get("stream") == "stderr" else 1
-            data = binascii.a2b_base64(msg.get("data") or "")
-            self.router.output(task, stream, data)
+    def on_message(self, raw: Any) -> None:
+        try:
+            msg = m.decode(raw, m.TO_CLIENT)
+        except m.MessageError as e:
+            self.router.flush_all()
+            self.error(f"malformed message from the controller: {e}")
+            self.rc = 1
+            return
+        if isinstance(msg, m.Output):
+            stream = 2 if msg.stream == "stderr" else 1
+            self.router.output(msg.task, stream, binascii.a2b_base64(msg.data))
             if self.router.broken:
                 self.on_broken_pipe()
-        elif kind == "exit":
-            self.on_exit(int(msg.get("task", 0)), int(msg.get("exit_code") or 0),
-                         int(msg.get("signal") or 0))
-        elif kind == "step_end":
+        elif isinstance(msg, m.TaskEnded):
+            self.on_exit(msg.task, msg.exit_code, msg.signal)
+        elif isinstance(msg, m.StepEnd):
             self.router.flush_all()
-            code = msg.get("exit_code")
-            if code is None and self.step is not None:
-                code = step_exit_code(self.step.exits)
-            self.rc = int(code or 0)
-        elif kind == "step":
+            self.rc = msg.exit_code
+        elif isinstance(msg, m.StepStarted):
             self.on_step(msg)
-        elif kind == "pending":
-            self.job_id = int(msg["job_id"])
+        elif isinstance(msg, m.Pending):
+            self.job_id = msg.job_id
+            self.pending_reason = msg.reason
             self.pending_since = self.clock()
             self.info(f"{PROG}: job {self.job_id} queued and waiting for resources")
-        elif kind == "allocated":
-            self.job_id = int(msg["job_id"])
+        elif isinstance(msg, m.Allocated):
+            self.job_id = msg.job_id
             if self.pending_since is not None:
                 self.info(f"{PROG}: job {self.job_id} has been allocated resources")
             self.pending_since = None
             self.allocated = True
-        elif kind == "waiting":
+        elif isinstance(msg, m.Waiting):
             self.waited = True
-            text = str(msg.get("message") or "Requested nodes are busy")
+            text = msg.message or "Requested nodes are busy"
             job = f"Job {self.job_id} " if self.job_id is not None else ""
             if text.startswith("Job step creation"):  # Slurm: "Job 12 step creation …"
                 self.info(f"{PROG}: {job}{text[4:]}")
             else:
                 self.info(f"{PROG}: {text}")
-        elif kind == "error":
+        elif isinstance(msg, m.Error):
             self.router.flush_all()
-            self.error(str(msg.get("message") or "unknown error"))
+            self.error(msg.message or "unknown error")
             self.rc = 1
-        elif kind == "ended":
+        elif isinstance(msg, m.AllocationEnded):
             if self.step is None:
                 self.error(f"Job allocation {self.job_id} has been revoked")
                 self.rc = 1
@@ -656,14 +673,12 @@ class Session:
                 self.info(f"{PROG}: Force Terminated JobId={self.job_id}")
             self.own_alloc = False  # the job is over already
 
-    def on_step(self, msg: dict[str, Any]) -> None:
-        nodes = [str(n) for n in msg.get("nodes") or []]
-        per_node = [int(n) for n in msg.get("tasks_per_node") or []]
-        self.job_id = int(msg.get("job_id", self.job_id or 0))
-        self.step = StepState(self.job_id, int(msg.get("step_id", 0)), nodes, per_node)
-        ntasks = int(msg.get("ntasks") or self.step.ntasks)
-        self.step.ntasks = ntasks
-        self.router.set_ntasks(ntasks)
+    def on_step(self, msg: m.StepStarted) -> None:
+        self.job_id = msg.job_id
+        self.step = StepState(self.job_id, msg.step_id, list(msg.nodes),
+                              list(msg.tasks_per_node))
+        self.step.ntasks = msg.ntasks
+        self.router.set_ntasks(msg.ntasks)
         if self.waited:
             self.info(f"{PROG}: Step created for {self.step.step_name}")
         if self.req.step.get("stdin") != "none":
@@ -685,13 +700,13 @@ class Session:
                 self.err.flush()
         if (exit_code or sig) and self.req.kill_on_bad_exit and not self.bad_exit_handled:
             self.bad_exit_handled = True
-            self.send({"type": "cancel"})
+            self.send(m.Cancel())
 
     def on_broken_pipe(self) -> None:
         # Slurm's _handle_pipe: nobody reads the output any more, end the tasks.
         if not self.broken_pipe_handled:
             self.broken_pipe_handled = True
-            self.send({"type": "cancel"})
+            self.send(m.Cancel())
 
     # ---- signals -------------------------------------------------------------
     def on_signal(self, sig: int) -> None:
@@ -711,7 +726,7 @@ class Session:
                 self.info(f"{PROG}: Quit")
             self.force_termination()
         else:
-            self.send({"type": "signal", "signal": sig})
+            self.send(m.SignalStep(signal=sig))
 
     def abort_before_step(self) -> None:
         if not self.allocated and self.job_id is not None:
@@ -731,13 +746,13 @@ class Session:
         now = self.clock()
         if self.req.v.get("quit-on-interrupt") or now - self.last_intr < 1.0:
             self.info(f"{PROG}: sending Ctrl-C to {step.step_name}")
-            self.send({"type": "signal", "signal": SIGINT})
+            self.send(m.SignalStep(signal=SIGINT))
             self.force_termination()
             return
         self.last_intr = now
         if self.req.v.get("disable-status"):
             self.info(f"{PROG}: sending Ctrl-C to {step.step_name}")
-            self.send({"type": "signal", "signal": SIGINT})
+            self.send(m.SignalStep(signal=SIGINT))
         elif not self.cancelled:
             self.info(f"{PROG}: interrupt (one more within 1 sec to abort)")
             for line in step.status_lines():
@@ -751,12 +766,12 @@ class Session:
             self.info(f"{PROG}: job abort in progress")
         self.kill_sent += 1
         self.cancelled = True
-        self.send({"type": "cancel"})
+        self.send(m.Cancel())
 
     def send_window(self) -> None:
         size = terminal_size(self.stdin_fd)
         if size is not None and self.step is not None:
-            self.send({"type": "resize", "rows": size[0], "cols": size[1]})
+            self.send(m.Resize(rows=size[0], cols=size[1]))
 
     # ---- stdin ---------------------------------------------------------------
     def on_stdin(self) -> None:
@@ -767,11 +782,10 @@ class Session:
         except OSError:
             data = b""
         if data:
-            self.send({"type": "stdin", "data": binascii.b2a_base64(data, newline=False)
-                       .decode("ascii")})
+            self.send(m.Stdin(data=binascii.b2a_base64(data, newline=False).decode("ascii")))
         else:
             self.stdin_open = False
-            self.send({"type": "stdin_eof"})
+            self.send(m.StdinEof())
 
     # ---- timers --------------------------------------------------------------
     def next_timeout(self) -> float | None:
@@ -850,21 +864,20 @@ class Session:
                         self.own_alloc = False
                         break
                     for msg in msgs:
-                        if isinstance(msg, dict):
-                            if msg.get("type") == "pending":
-                                self.pending_reason = msg.get("reason")
-                            self.on_message(msg)
+                        self.on_message(msg)
+                        if self.rc is not None:
+                            break
                 elif fd == self.stdin_fd:
                     if ev & select.POLLIN:
                         self.on_stdin()
                     elif ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
                         self.stdin_open = False
-                        self.send({"type": "stdin_eof"})
+                        self.send(m.StdinEof())
                 if self.rc is not None:
                     break
         rc = self.rc
         if self.own_alloc and self.allocated:
-            self.send({"type": "release", "exit_code": rc})
+            self.send(m.Release(exit_code=rc))
         self.ws.close()
         return rc
 
@@ -1058,6 +1071,7 @@ GPU scheduling options:
   -G, --gpus=n                count of GPUs required for the job
       --gpus-per-node=n       number of GPUs required per allocated node
       --gpus-per-task=n       number of GPUs required per spawned task
+      --gpu-bind=...          task to gpu binding options
       --gres=list             required generic resources (gpu[:type][:count],
                               gpu:0 or none for a step without GPUs)
 
@@ -1068,8 +1082,7 @@ Help options:
 Other options:
   -V, --version               output version information and exit
 
-Accepted without effect under Corral: --cpu-bind, -m/--distribution, --gpu-bind,
---mem-bind, --hint, -X/--disable-status, --exact, --whole and other placement and
+Accepted without effect under Corral: --cpu-bind, -m/--distribution, --mem-bind, --hint, -X/--disable-status, --exact, --whole and other placement and
 tuning options.  Other Slurm options are refused with an error.
 """
 

@@ -3,13 +3,19 @@
 The client keeps a WebSocket open (`/v1/steps/ws`, protocol in docs/STEPS.md); the
 controller lays the step out inside the job's allocation, asks the agents of the step's
 nodes to start the tasks, and relays output, input, signals and exits.
+
+Every message is parsed into model.messages' typed classes: a malformed one from a client
+is answered with an error to that client alone; one from an agent is logged and dropped.
+Output a client does not read stays bounded: past OUTPUT_HIGH queued bytes the step's agents
+are asked to stop reading its tasks' pipes (`task_flow`), so the tasks block on write, and
+to resume below OUTPUT_LOW; past OUTPUT_HARD (an agent that ignores the request) output is
+dropped rather than held.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import os
 import pwd
@@ -21,13 +27,64 @@ from aiohttp import ClientConnectionResetError, WSMsgType, web
 
 from corral.controller.state import Controller, Identity, SlurmError, parse_signal_spec
 from corral.model import hostlists
+from corral.model import messages as m
 from corral.model.job import Job, JobState, Step
-from corral.model.jobenv import allocation_environment, step_environment
+from corral.model.jobenv import (
+    GpuBindError,
+    allocation_environment,
+    bind_task_gpus,
+    gpu_bind_line,
+    parse_gpu_bind,
+    step_environment,
+)
 from corral.model.patterns import expand_pattern
 
 log = logging.getLogger("corral.controller")
 
-Send = Any  # Callable[[dict[str, Any]], None]
+OUTPUT_HIGH = 1 << 20  # queued output bytes of one client: ask its step's agents to pause
+OUTPUT_LOW = 256 << 10  # ... and to resume once the queue is this small again
+OUTPUT_HARD = 16 << 20  # beyond this (an agent that does not pause), output is dropped
+
+
+class Session:
+    """One client's WebSocket: what it created and what waits to be written to it."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[m.Message | None] = asyncio.Queue()
+        self.alloc: int | None = None
+        self.detached = False
+        self.released = False
+        self.step: LiveStep | None = None
+        self.queued = 0  # bytes of output in the queue
+        self.paused = False  # the step's agents were asked to stop reading its output
+        self.dropped = 0
+        self.flow: Any = None  # Callable[[LiveStep, bool], None]: pause/resume the agents
+
+    def send(self, msg: m.Message) -> None:
+        if isinstance(msg, m.Output):
+            size = len(msg.data)
+            if self.queued + size > OUTPUT_HARD:
+                if not self.dropped:
+                    log.warning("step output for a client that does not read it passed %d "
+                                "bytes: dropping output", OUTPUT_HARD)
+                self.dropped += size
+                return
+            self.queued += size
+            if self.queued > OUTPUT_HIGH and not self.paused and self.step is not None:
+                self.paused = True
+                self.flow(self.step, True)
+        self.queue.put_nowait(msg)
+
+    def sent(self, msg: m.Message) -> None:
+        """`msg` left the queue (written to the client)."""
+        if isinstance(msg, m.Output):
+            self.queued -= len(msg.data)
+            if self.paused and self.queued < OUTPUT_LOW and self.step is not None:
+                self.paused = False
+                self.flow(self.step, False)
+
+
+Send = Any  # Callable[[m.Message], None]
 
 
 @dataclass
@@ -66,12 +123,16 @@ class StepManager:
         self.step_freed: dict[int, asyncio.Event] = {}
         ctl.listeners.append(self._on_job_event)
 
+    def _to_agents(self, step: LiveStep, msg: m.Message) -> None:
+        for s in self._agents_of(step):
+            s(msg.to_dict())
+
     # ---- job events --------------------------------------------------------
     def signal_job_steps(self, job_id: int, signum: int) -> None:
         for (jid, _), step in list(self.live.items()):
             if jid == job_id:
-                for s in self._agents_of(step):
-                    s({"type": "signal_tasks", "job_id": jid, "step_id": step.step_id, "signal": signum})
+                self._to_agents(step, m.SignalTasks(job_id=jid, step_id=step.step_id,
+                                                    signal=signum))
 
     def _arm_step_signal(self, job: Job) -> None:
         """--signal=SIG@secs without B: goes to the job's steps before the time limit."""
@@ -94,29 +155,29 @@ class StepManager:
                     self._kill_step(step)
             send = self.alloc_sessions.get(job.job_id)
             if send is not None and event == "ended":
-                send({"type": "ended", "state": job.state.value})
+                send(m.AllocationEnded(state=job.state.value))
 
     # ---- the client's WebSocket ----------------------------------------------
     async def handle(self, request: web.Request, who: Identity) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(heartbeat=30, max_msg_size=64 * 1024 * 1024)
         await ws.prepare(request)
-        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-
-        def send(msg: dict[str, Any]) -> None:
-            queue.put_nowait(msg)
+        session = Session()
+        session.flow = self._flow
+        send = session.send
 
         async def writer() -> None:
             while True:
-                msg = await queue.get()
+                msg = await session.queue.get()
                 if msg is None:
                     return
                 try:
-                    await ws.send_str(json.dumps(msg, separators=(",", ":")))
+                    await ws.send_str(m.encode(msg))
                 except (ConnectionError, ClientConnectionResetError):
                     return  # the client went away; the session's cleanup follows
+                finally:
+                    session.sent(msg)
 
         writer_task = asyncio.get_running_loop().create_task(writer())
-        session: dict[str, Any] = {"alloc": None, "detached": False, "released": False, "step": None}
         runner: asyncio.Task[None] | None = None
         try:
             async for raw in ws:
@@ -125,66 +186,73 @@ class StepManager:
                         break
                     continue
                 try:
-                    msg = json.loads(raw.data)
-                except ValueError:
-                    send({"type": "error", "message": "malformed message"})
-                    break
-                mtype = msg.get("type")
-                if mtype == "start" and runner is None:
-                    runner = asyncio.get_running_loop().create_task(self._start(msg, who, send, session))
-                elif mtype == "release":
-                    session["released"] = True
-                    self._release(session, int(msg.get("exit_code") or 0))
-                elif mtype == "detach":
-                    session["detached"] = True
+                    msg = m.decode(raw.data, m.TO_CONTROLLER_FROM_CLIENT)
+                except m.MessageError as e:
+                    # refused alone: this client hears why; nothing else is touched
+                    log.warning("uid %d: refused %s", who.uid, e)
+                    send(m.Error(message=f"malformed message: {e}"))
+                    continue
+                if isinstance(msg, m.Start):
+                    if runner is None:
+                        runner = asyncio.get_running_loop().create_task(
+                            self._start(msg, who, send, session))
+                elif isinstance(msg, m.Release):
+                    session.released = True
+                    self._release(session, msg.exit_code)
+                elif isinstance(msg, m.Detach):
+                    session.detached = True
                 else:
                     self._client_message(session, msg)
         finally:
             if runner is not None and not runner.done():
                 runner.cancel()
-            step = session["step"]
+            step = session.step
             if step is not None and (step.job_id, step.step_id) in self.live:
                 self._kill_step(step)  # srun went away: its tasks go too
-            if session["alloc"] is not None and not session["detached"] and not session["released"]:
-                job = self.ctl.jobs.get(session["alloc"])
+            if session.alloc is not None and not session.detached and not session.released:
+                job = self.ctl.jobs.get(session.alloc)
                 if job is not None and job.state == JobState.PENDING:
                     self.ctl.finish_pending(job, JobState.CANCELLED, time.time(), by=who.uid)
                 elif job is not None and job.state.active:
                     self.ctl.end_allocation(job, "CANCELLED")
-            if session["alloc"] is not None:
-                self.alloc_sessions.pop(session["alloc"], None)
-            queue.put_nowait(None)
+            if session.alloc is not None:
+                self.alloc_sessions.pop(session.alloc, None)
+            session.queue.put_nowait(None)
             await writer_task
         return ws
 
-    def _release(self, session: dict[str, Any], exit_code: int) -> None:
-        jid = session["alloc"]
+    def _flow(self, step: LiveStep, pause: bool) -> None:
+        if (step.job_id, step.step_id) in self.live:
+            self._to_agents(step, m.TaskFlow(job_id=step.job_id, step_id=step.step_id,
+                                             pause=pause))
+
+    def _release(self, session: Session, exit_code: int) -> None:
+        jid = session.alloc
         job = self.ctl.jobs.get(jid) if jid is not None else None
         if job is not None and job.state.active:
             self.ctl.end_allocation(job, "COMPLETED" if exit_code == 0 else "FAILED", exit_code)
 
-    async def _start(self, msg: dict[str, Any], who: Identity, send: Send, session: dict[str, Any]) -> None:
+    async def _start(self, msg: m.Start, who: Identity, send: Send, session: Session) -> None:
         try:
-            job_id = msg.get("job_id")
-            if job_id is None:
-                job = await self._allocate(msg.get("alloc") or {}, msg.get("alloc_env") or {}, who, send, session)
+            if msg.job_id is None:
+                job = await self._allocate(msg.alloc or {}, msg.alloc_env or {}, who, send,
+                                           session)
                 if job is None:
                     return
             else:
-                job = self._job_for_step(int(job_id), who)
-            step_req = msg.get("step")
-            if step_req is not None:
+                job = self._job_for_step(msg.job_id, who)
+            if msg.step is not None:
                 try:
-                    await self._run_step(job, step_req, who, send, session)
+                    await self._run_step(job, msg.step, who, send, session)
                 except SlurmError as e:
                     raise SlurmError(f"Unable to create step for job {job.job_id}: {e.message}") from None
         except SlurmError as e:
-            send({"type": "error", "message": e.message})
+            send(m.Error(message=e.message))
         except asyncio.CancelledError:
             raise
         except Exception as e:
             log.exception("step start failed")
-            send({"type": "error", "message": f"internal error: {e}"})
+            send(m.Error(message=f"internal error: {e}"))
 
     def _job_for_step(self, job_id: int, who: Identity) -> Job:
         job = self.ctl.jobs.get(job_id)
@@ -197,18 +265,22 @@ class StepManager:
         return job
 
     async def _allocate(self, spec: dict[str, Any], env: dict[str, str], who: Identity, send: Send,
-                        session: dict[str, Any]) -> Job | None:
+                        session: Session) -> Job | None:
         spec = dict(spec)
         spec["batch"] = False
-        part = self.ctl.partitions.get(spec.get("partition") or "") or self.ctl.config.default_partition()
-        if part is not None and int(spec.get("num_nodes") or 1) > len(part.nodes):
+        part = self.ctl.partitions.get(str(spec.get("partition") or "")) \
+            or self.ctl.config.default_partition()
+        num_nodes = spec.get("num_nodes")
+        if num_nodes is not None and type(num_nodes) is not int:
+            raise SlurmError("Unable to allocate resources: Invalid node count specified")
+        if part is not None and (num_nodes or 1) > len(part.nodes):
             # an interactive request that can never be met fails now rather than wait forever
             raise SlurmError("Unable to allocate resources: Requested partition configuration not available now")
         try:
             job = await self.ctl.submit(who, spec, "", env, [], None)
         except SlurmError as e:
             raise SlurmError(f"Unable to allocate resources: {e.message}") from None
-        session["alloc"] = job.job_id
+        session.alloc = job.job_id
         self.alloc_sessions[job.job_id] = send
         fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.alloc_waiters[job.job_id] = fut
@@ -217,36 +289,35 @@ class StepManager:
                 try:
                     await asyncio.wait_for(asyncio.shield(fut), 0.3)
                 except TimeoutError:
-                    send({"type": "pending", "job_id": job.job_id, "reason": job.reason})
+                    send(m.Pending(job_id=job.job_id, reason=job.reason))
                     await fut
         finally:
             self.alloc_waiters.pop(job.job_id, None)
         if job.state != JobState.RUNNING:
-            send({"type": "error", "message": f"Job allocation {job.job_id} has been revoked"})
+            send(m.Error(message=f"Job allocation {job.job_id} has been revoked"))
             return None
         env_out = allocation_environment(job, cluster_name=self.ctl.cluster_name,
                                          submit_host=job.submit_host or os.uname().nodename)
-        send({"type": "allocated", "job_id": job.job_id, "nodes": hostlists.compress(job.nodes),
-              "env": env_out})
+        send(m.Allocated(job_id=job.job_id, nodes=hostlists.compress(job.nodes), env=env_out))
         return job
 
     # ---- steps ---------------------------------------------------------------
-    def _layout(self, job: Job, req: dict[str, Any]) -> tuple[list[str], list[int], dict[str, int], dict[str, list[int]]]:
+    def _layout(self, job: Job, req: m.StepSpec) -> tuple[list[str], list[int], dict[str, int], dict[str, list[int]]]:
         """Nodes, tasks per node, CPUs and GPUs per node for a step; SlurmError if impossible,
         None-like busy signalled by raising _Busy."""
         alloc = {a.node: a for a in job.alloc}
         nodes = list(job.nodes)
-        if req.get("exclude"):
-            nodes = [n for n in nodes if n not in set(req["exclude"])]
-        if req.get("nodelist"):
-            wanted = list(req["nodelist"])
+        if req.exclude:
+            nodes = [n for n in nodes if n not in set(req.exclude)]
+        if req.nodelist:
+            wanted = list(req.nodelist)
             if not set(wanted) <= set(job.nodes):
                 raise SlurmError("Requested node configuration is not available")
             nodes = [n for n in job.nodes if n in set(wanted)]
-        ntasks = req.get("ntasks")
-        nnodes = req.get("nodes")
-        per_node = req.get("ntasks_per_node")
-        cpt = max(1, int(req.get("cpus_per_task") or 1))
+        ntasks = req.ntasks
+        nnodes = req.nodes
+        per_node = req.ntasks_per_node
+        cpt = req.cpus_per_task
         if nnodes is None and ntasks is None and per_node is None:
             nnodes = len(nodes)
             per_node = job.ntasks_per_node
@@ -287,11 +358,11 @@ class StepManager:
             need = count * cpt
             if need > a.cpus:
                 raise SlurmError("More processors requested than permitted")
-            if not req.get("overlap"):
+            if not req.overlap:
                 if need > a.cpus - used.get(node, 0):
                     busy = True
                 cpus[node] = need
-            gpt, gpn = req.get("gpus_per_task"), req.get("gpus_per_node")
+            gpt, gpn = req.gpus_per_task, req.gpus_per_node
             if gpn == 0:
                 gpus[node] = []
             elif gpt:
@@ -317,10 +388,11 @@ class StepManager:
                     used[node] = used.get(node, 0) + n
         return used
 
-    async def _run_step(self, job: Job, req: dict[str, Any], who: Identity, send: Send,
-                        session: dict[str, Any]) -> None:
-        if not isinstance(req.get("argv"), list) or not req["argv"]:
+    async def _run_step(self, job: Job, req: m.StepSpec, who: Identity, send: Send,
+                        session: Session) -> None:
+        if not req.argv:
             raise SlurmError("No command given")
+        _gpu_binding(req)  # an invalid --gpu-bind is refused before anything starts
         said_waiting = False
         while True:
             if job.state != JobState.RUNNING:
@@ -330,8 +402,8 @@ class StepManager:
                 break
             except _Busy:
                 if not said_waiting:
-                    send({"type": "waiting", "message": "Job step creation temporarily disabled, retrying "
-                                                        "(Requested nodes are busy)"})
+                    send(m.Waiting(message="Job step creation temporarily disabled, retrying "
+                                           "(Requested nodes are busy)"))
                     said_waiting = True
                 ev = self.step_freed.setdefault(job.job_id, asyncio.Event())
                 try:
@@ -340,7 +412,7 @@ class StepManager:
                     pass
                 ev.clear()
         step_id = self._next_step_id(job)
-        name = str(req.get("name") or os.path.basename(str(req["argv"][0])))
+        name = req.name or os.path.basename(req.argv[0])
         now = time.time()
         record = Step(str(step_id), name, JobState.RUNNING.value, start_time=now,
                       cpus=sum(a.cpus for a in job.alloc if a.node in nodes) if not cpus else sum(cpus.values()),
@@ -348,11 +420,11 @@ class StepManager:
         job.steps.append(record)
         self.ctl.mark(job)
         step = LiveStep(job.job_id, step_id, send, nodes, counts, cpus, gpus, record,
-                        stdin=str(req.get("stdin") or "0"))
+                        stdin=req.stdin)
         self.live[(job.job_id, step_id)] = step
-        session["step"] = step
-        send({"type": "step", "job_id": job.job_id, "step_id": step_id, "nodes": nodes,
-              "tasks_per_node": counts, "ntasks": sum(counts)})
+        session.step = step
+        send(m.StepStarted(job_id=job.job_id, step_id=step_id, nodes=nodes,
+                           tasks_per_node=counts, ntasks=sum(counts)))
         self._launch(job, step, req)
 
     @staticmethod
@@ -360,56 +432,70 @@ class StepManager:
         ids = [int(s.step_id) for s in job.steps if s.step_id.isdigit()]
         return max(ids) + 1 if ids else 0
 
-    def _launch(self, job: Job, step: LiveStep, req: dict[str, Any]) -> None:
+    def _launch(self, job: Job, step: LiveStep, req: m.StepSpec) -> None:
         ctl = self.ctl
         try:
             home = pwd.getpwuid(job.uid).pw_dir
         except KeyError:
             home = "/"
-        cwd = str(req.get("cwd") or job.work_dir)
-        base_env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
+        cwd = req.cwd or job.work_dir
         alloc = {a.node: a for a in job.alloc}
-        by_sender: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
+        verbose, bind_kind, bind_numbers = _gpu_binding(req)
+        gpt = req.gpus_per_task
+        by_sender: dict[int, tuple[Any, list[m.TaskSpec]]] = {}
         task_id = 0
         submit_host = job.submit_host or os.uname().nodename
         for idx, (node, count) in enumerate(zip(step.nodes, step.tasks_per_node, strict=True)):
             sender = ctl.agent_senders.get(node)
+            node_gpus = step.gpus.get(node)
             for local in range(count):
-                env = dict(base_env)
+                task_gpus = bind_task_gpus(bind_kind, bind_numbers, local, node_gpus) \
+                    if node_gpus else None
+                env = dict(req.env)
                 env.update(step_environment(
                     job, cluster_name=ctl.cluster_name, submit_host=submit_host, step_id=step.step_id,
                     step_nodes=step.nodes, tasks_per_node=step.tasks_per_node, node_index=idx,
-                    task_id=task_id, local_id=local, gpus=step.gpus.get(node),
-                    cpus_on_node=alloc[node].cpus, ntasks=step.ntasks))
+                    task_id=task_id, local_id=local, gpus=node_gpus,
+                    cpus_on_node=alloc[node].cpus, ntasks=step.ntasks, task_gpus=task_gpus,
+                    gpus_per_task=gpt or None))
                 env.setdefault("SLURM_CONF", ctl.config_path)
 
-                def path(p: Any, tid: int = task_id, nidx: int = idx, nname: str = node) -> str | None:
+                def path(p: str | None, tid: int = task_id, nidx: int = idx, nname: str = node) -> str | None:
                     if not p:
                         return None
-                    out = expand_pattern(str(p), job_id=job.job_id, name=job.name, user=job.user,
+                    out = expand_pattern(p, job_id=job.job_id, name=job.name, user=job.user,
                                          node=nname, array_job_id=job.array_job_id,
                                          array_task_id=job.array_task_id, step=str(step.step_id),
                                          task=tid, node_index=nidx)
                     return out if os.path.isabs(out) else os.path.join(cwd, out)
 
-                task = {"task_id": task_id, "local_id": local, "node": node, "env": env,
-                        "stdout": path(req.get("output")), "stderr": path(req.get("error") or req.get("output")),
-                        "stdin": path(req.get("input"))}
+                task = m.TaskSpec(task_id=task_id, local_id=local, node=node, env=env,
+                                  stdout=path(req.output), stderr=path(req.error or req.output),
+                                  stdin=path(req.input),
+                                  notice=gpu_bind_line(node_gpus, task_gpus)
+                                  if verbose and node_gpus else None)
                 if sender is None:
                     step.exits[task_id] = (1, 0)
-                    step.send({"type": "output", "task": task_id, "stream": "stderr",
-                               "data": base64.b64encode(f"srun: error: {node}: no agent serves this node\n".encode()).decode()})
-                    step.send({"type": "exit", "task": task_id, "exit_code": 1, "signal": 0})
+                    text = f"srun: error: {node}: no agent serves this node\n".encode()
+                    step.send(m.Output(task=task_id, stream="stderr",
+                                       data=base64.b64encode(text).decode()))
+                    step.send(m.TaskEnded(task=task_id, exit_code=1, signal=0))
                 else:
                     by_sender.setdefault(id(sender), (sender, []))[1].append(task)
                 task_id += 1
-        common = {"type": "launch_tasks", "job_id": job.job_id, "step_id": step.step_id, "uid": job.uid,
-                  "gid": job.gid, "user": job.user, "home": home, "cwd": cwd, "argv": list(req["argv"]),
-                  "pty": bool(req.get("pty")), "window": req.get("window"), "stdin": step.stdin,
-                  "kill_wait": ctl.kill_wait,
-                  "open_mode": "append" if str(req.get("open_mode") or "").startswith("a") else "truncate"}
+        has_mem = job.mem_per_node is not None or job.mem_per_cpu is not None
         for sender, tasks in by_sender.values():
-            sender({**common, "tasks": tasks})
+            sender(m.LaunchTasks(
+                job_id=job.job_id, step_id=step.step_id, uid=job.uid, gid=job.gid,
+                user=job.user, home=home, cwd=cwd, argv=list(req.argv), pty=req.pty,
+                window=req.window, stdin=step.stdin, kill_wait=ctl.kill_wait,
+                open_mode=req.open_mode, tasks=tasks,
+                # for the agent's binding: CPUs per task, the step's CPUs on each node (0:
+                # --overlap, any of the job's), the job's memory there (its cgroup's limit)
+                cpus_per_task=req.cpus_per_task,
+                node_cpus={n: step.cpus.get(n, 0) for n in step.nodes},
+                node_mem_mb={n: alloc[n].mem_mb if has_mem else 0 for n in step.nodes},
+            ).to_dict())
         self._maybe_finish(step)
 
     def _agents_of(self, step: LiveStep) -> list[Any]:
@@ -420,36 +506,30 @@ class StepManager:
                 seen[id(s)] = s
         return list(seen.values())
 
-    def _client_message(self, session: dict[str, Any], msg: dict[str, Any]) -> None:
-        step: LiveStep | None = session["step"]
+    def _client_message(self, session: Session, msg: m.Message) -> None:
+        step = session.step
         if step is None:
             return
-        mtype = msg.get("type")
         key = {"job_id": step.job_id, "step_id": step.step_id}
-        if mtype in ("stdin", "stdin_eof"):
+        if isinstance(msg, (m.Stdin, m.StdinEof)):
             if step.stdin == "none":
                 return
             targets = self._agents_of(step) if step.stdin == "all" else \
                 [s for s in [self.ctl.agent_senders.get(step.task_node(0))] if s is not None]
+            out: m.Message = m.TaskStdin(**key, data=msg.data) if isinstance(msg, m.Stdin) \
+                else m.TaskStdinEof(**key)
             for s in targets:
-                if mtype == "stdin":
-                    s({"type": "task_stdin", **key, "data": msg.get("data", "")})
-                else:
-                    s({"type": "task_stdin_eof", **key})
-        elif mtype == "signal":
-            for s in self._agents_of(step):
-                s({"type": "signal_tasks", **key, "signal": int(msg.get("signal") or 2)})
-        elif mtype == "cancel":
+                s(out.to_dict())
+        elif isinstance(msg, m.SignalStep):
+            self._to_agents(step, m.SignalTasks(**key, signal=msg.signal))
+        elif isinstance(msg, m.Cancel):
             self._kill_step(step)
-        elif mtype == "resize":
-            for s in self._agents_of(step):
-                s({"type": "resize_tasks", **key, "rows": int(msg.get("rows") or 24),
-                   "cols": int(msg.get("cols") or 80)})
+        elif isinstance(msg, m.Resize):
+            self._to_agents(step, m.ResizeTasks(**key, rows=msg.rows, cols=msg.cols))
 
     def _kill_step(self, step: LiveStep) -> None:
         step.cancelled = True
-        for s in self._agents_of(step):
-            s({"type": "kill_tasks", "job_id": step.job_id, "step_id": step.step_id})
+        self._to_agents(step, m.KillTasks(job_id=step.job_id, step_id=step.step_id))
 
     def signal_step(self, who: Identity, job_id: int, step_id: int, signum: int | None) -> None:
         """scancel J.S: end the step (signum None) or deliver a signal to its tasks."""
@@ -461,23 +541,39 @@ class StepManager:
         if signum is None:
             self._kill_step(step)
         else:
-            for s in self._agents_of(step):
-                s({"type": "signal_tasks", "job_id": job_id, "step_id": step_id, "signal": signum})
+            self._to_agents(step, m.SignalTasks(job_id=job_id, step_id=step_id, signal=signum))
 
     # ---- from the agents -------------------------------------------------------
-    def agent_message(self, msg: dict[str, Any]) -> None:
-        step = self.live.get((int(msg.get("job_id", -1)), int(msg.get("step_id", -1))))
+    def agent_message(self, raw: dict[str, Any] | m.Message,
+                      nodes: list[str] | None = None) -> None:
+        """A task's output or exit from an agent.  A malformed one is logged and dropped:
+        it never raises into the agent's link.  With `nodes` (those the sending agent
+        serves), a message about a task on another node is refused too: one node cannot
+        speak for another's tasks."""
+        try:
+            msg = raw if isinstance(raw, m.Message) else m.decode(raw, m.TO_CONTROLLER_FROM_AGENT)
+        except m.MessageError as e:
+            log.warning("refused %s", e)
+            return
+        if not isinstance(msg, (m.TaskOutput, m.TaskExit)):
+            return
+        step = self.live.get((msg.job_id, msg.step_id))
         if step is None:
             return
-        mtype = msg.get("type")
-        if mtype == "task_output":
-            step.send({"type": "output", "task": msg.get("task_id"), "stream": msg.get("stream", "stdout"),
-                       "data": msg.get("data", "")})
-        elif mtype == "task_exit":
-            tid = int(msg.get("task_id", 0))
-            code, sig = int(msg.get("exit_code") or 0), int(msg.get("signal") or 0)
-            step.exits[tid] = (code, sig)
-            step.send({"type": "exit", "task": tid, "exit_code": code, "signal": sig})
+        if msg.task_id >= step.ntasks:
+            log.warning("refused %s for task %d of step %d.%d, which has %d tasks", msg.TYPE,
+                        msg.task_id, msg.job_id, msg.step_id, step.ntasks)
+            return
+        if nodes is not None and step.task_node(msg.task_id) not in nodes:
+            log.warning("refused %s for task %d of step %d.%d from an agent of %s: the task "
+                        "runs on %s", msg.TYPE, msg.task_id, msg.job_id, msg.step_id,
+                        hostlists.compress(nodes) or "no node", step.task_node(msg.task_id))
+            return
+        if isinstance(msg, m.TaskOutput):
+            step.send(m.Output(task=msg.task_id, stream=msg.stream, data=msg.data))
+        elif msg.task_id not in step.exits:  # a repeated exit is not a second end
+            step.exits[msg.task_id] = (msg.exit_code, msg.signal)
+            step.send(m.TaskEnded(task=msg.task_id, exit_code=msg.exit_code, signal=msg.signal))
             self._maybe_finish(step)
 
     def _maybe_finish(self, step: LiveStep) -> None:
@@ -502,7 +598,7 @@ class StepManager:
         job = self.ctl.jobs.get(step.job_id)
         if job is not None:
             self.ctl.mark(job)
-        step.send({"type": "step_end", "exit_code": rc})
+        step.send(m.StepEnd(exit_code=min(rc, 255)))
         ev = self.step_freed.get(step.job_id)
         if ev is not None:
             ev.set()
@@ -510,3 +606,15 @@ class StepManager:
 
 class _Busy(Exception):
     pass
+
+
+def _gpu_binding(req: m.StepSpec) -> tuple[bool, str, list[int]]:
+    """--gpu-bind, or per_task:N implied by --gpus-per-task=N (srun(1))."""
+    if req.gpu_bind:
+        try:
+            return parse_gpu_bind(req.gpu_bind)
+        except GpuBindError:
+            raise SlurmError(f"Invalid --gpu-bind argument: {req.gpu_bind}") from None
+    if req.gpus_per_task:
+        return False, "per_task", [req.gpus_per_task]
+    return False, "none", []

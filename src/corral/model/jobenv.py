@@ -1,9 +1,13 @@
-"""The SLURM_* environment of a batch step, as slurmd/slurmstepd set it."""
+"""The SLURM_* environment of a batch step and of srun tasks, as slurmd/slurmstepd set it,
+and srun's per-task GPU binding (`--gpu-bind`, `--gpus-per-task`)."""
 
 from __future__ import annotations
 
 from corral.model.hostlists import compress
-from corral.model.job import Job
+
+TYPE_CHECKING = False  # srun parses --gpu-bind with this module: no typing, no model.job
+if TYPE_CHECKING:
+    from corral.model.job import Job
 
 
 def tasks_per_node_string(counts: list[int]) -> str:
@@ -89,6 +93,7 @@ def batch_environment(job: Job, *, cluster_name: str, submit_host: str) -> dict[
     if first is not None and (first.gpus or job.gpus or job.gpus_per_node or job.gpus_per_task):
         ids = ",".join(str(g) for g in first.gpus)
         env["SLURM_JOB_GPUS"] = ids
+        env["SLURM_STEP_GPUS"] = ids  # the batch step holds the job's GPUs of its node
         env["SLURM_GPUS_ON_NODE"] = str(len(first.gpus))
         env["CUDA_VISIBLE_DEVICES"] = ids
         env["GPU_DEVICE_ORDINAL"] = ids
@@ -116,7 +121,7 @@ def allocation_environment(job: Job, *, cluster_name: str, submit_host: str) -> 
     for key in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_GTIDS", "SLURMD_NODENAME",
                 "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_TOPOLOGY_ADDR",
                 "SLURM_TOPOLOGY_ADDR_PATTERN", "SLURM_CPUS_ON_NODE", "SLURM_GPUS_ON_NODE",
-                "SLURM_JOB_GPUS"):
+                "SLURM_JOB_GPUS", "SLURM_STEP_GPUS"):
         env.pop(key, None)
     return env
 
@@ -124,7 +129,8 @@ def allocation_environment(job: Job, *, cluster_name: str, submit_host: str) -> 
 def step_environment(job: Job, *, cluster_name: str, submit_host: str, step_id: int,
                      step_nodes: list[str], tasks_per_node: list[int], node_index: int,
                      task_id: int, local_id: int, gpus: list[int] | None, cpus_on_node: int,
-                     ntasks: int) -> dict[str, str]:
+                     ntasks: int, task_gpus: list[int] | None = None,
+                     gpus_per_task: int | None = None) -> dict[str, str]:
     """The SLURM_* variables of one srun task (compare env_srun_task0.txt)."""
     env = batch_environment(job, cluster_name=cluster_name, submit_host=submit_host)
     node = step_nodes[node_index]
@@ -150,13 +156,125 @@ def step_environment(job: Job, *, cluster_name: str, submit_host: str, step_id: 
         "SLURM_LAUNCH_NODE_IPADDR": "127.0.0.1",
         "SLURM_SRUN_COMM_HOST": "127.0.0.1",
     })
-    for key in ("SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"):
+    for key in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE", "CUDA_VISIBLE_DEVICES",
+                "GPU_DEVICE_ORDINAL"):
         env.pop(key, None)
-    if gpus is not None:
-        ids = ",".join(str(g) for g in gpus)
-        env["SLURM_STEP_GPUS"] = ids
-        env["CUDA_VISIBLE_DEVICES"] = ids
-        env["GPU_DEVICE_ORDINAL"] = ids
-        env["SLURM_GPUS_ON_NODE"] = str(len(gpus))
-        env["SLURM_JOB_GPUS"] = ids
+    env.update(gpu_variables(gpus, task_gpus))
+    if gpus_per_task:
+        env["SLURM_GPUS_PER_TASK"] = str(gpus_per_task)
     return env
+
+
+def gpu_variables(step_gpus: list[int] | None, task_gpus: list[int] | None) -> dict[str, str]:
+    """The GPU variables of one task: the GPUs it is bound to (`task_gpus`, or all of the
+    step's on its node when not bound), by their global ids.  As slurmstepd's gpu plugin
+    does for a bound task, SLURM_STEP_GPUS names the task's GPUs too."""
+    if step_gpus is None:
+        return {}
+    bound = step_gpus if task_gpus is None else task_gpus
+    ids = ",".join(str(g) for g in bound)
+    return {"SLURM_STEP_GPUS": ids, "CUDA_VISIBLE_DEVICES": ids, "GPU_DEVICE_ORDINAL": ids,
+            "SLURM_GPUS_ON_NODE": str(len(step_gpus)),
+            "SLURM_JOB_GPUS": ",".join(str(g) for g in step_gpus)}
+
+
+# ---- --gpu-bind ----------------------------------------------------------------------------
+
+class GpuBindError(ValueError):
+    """srun: error: Invalid --gpu-bind argument: ..."""
+
+
+GPU_BIND_KINDS = ("closest", "map_gpu", "mask_gpu", "none", "per_task", "single")
+
+
+def _gpu_list(text: str, base: int) -> list[int]:
+    """"0,1*2,0x3" -> [0, 1, 1, 3]: map_gpu/mask_gpu lists, with Slurm's `*count` repeats."""
+    out: list[int] = []
+    for item in text.split(","):
+        value, _, count = item.partition("*")
+        value = value.strip()
+        if not value:
+            raise GpuBindError(text)
+        b = 16 if value.lower().startswith("0x") else base
+        digits = value[2:] if b == 16 and value.lower().startswith("0x") else value
+        if not digits or not all(c in "0123456789abcdefABCDEF"[:b if b == 10 else 22]
+                                 for c in digits):
+            raise GpuBindError(text)
+        reps = 1
+        if count:
+            if not count.isdigit() or int(count) < 1:
+                raise GpuBindError(text)
+            reps = int(count)
+        if reps > 4096 or len(out) + reps > 65536:  # bounded work for any input
+            raise GpuBindError(text)
+        out.extend([int(digits, b)] * reps)
+    return out
+
+
+def parse_gpu_bind(text: str) -> tuple[bool, str, list[int]]:
+    """srun's --gpu-bind value: (verbose, kind, numbers); GpuBindError when invalid.
+
+    [verbose,]closest | none | map_gpu:<list> | mask_gpu:<list> | per_task:<n> | single:<n>
+    """
+    verbose = False
+    rest = text
+    if rest.startswith("verbose"):
+        verbose = True
+        rest = rest[len("verbose"):]
+        if rest.startswith(","):
+            rest = rest[1:]
+        elif rest:
+            raise GpuBindError(text)
+    kind, sep, arg = rest.partition(":")
+    if not rest and verbose:
+        return True, "none", []
+    if kind in ("closest", "none"):
+        if sep:
+            raise GpuBindError(text)
+        return verbose, kind, []
+    if kind in ("per_task", "single"):
+        if not arg.isdigit() or not 0 < int(arg) < 1 << 20:
+            raise GpuBindError(text)
+        return verbose, kind, [int(arg)]
+    if kind in ("map_gpu", "mask_gpu") and arg:
+        values = _gpu_list(arg, 10 if kind == "map_gpu" else 16)
+        return verbose, kind, values
+    raise GpuBindError(text)
+
+
+def bind_task_gpus(kind: str, numbers: list[int], local_id: int,
+                   step_gpus: list[int]) -> list[int] | None:
+    """The GPUs (global ids) task `local_id` of a node is bound to, among the step's GPUs of
+    that node; None: not bound (every step GPU).
+
+    Without GPU topology (gres.conf Cores) every GPU is as close as any other, so `closest`
+    binds to all of them, as Slurm does then.  map_gpu/mask_gpu name global GPU ids (Corral
+    does not constrain devices); a task whose map names none of the step's GPUs gets the
+    step's first GPU, as slurmstepd falls back."""
+    if not step_gpus or kind in ("none", "closest"):
+        return None
+    n = len(step_gpus)
+    if kind == "per_task":
+        per = numbers[0]
+        return [step_gpus[(local_id * per + k) % n] for k in range(min(per, n))]
+    if kind == "single":
+        return [step_gpus[(local_id // numbers[0]) % n]]
+    if kind == "map_gpu":
+        wanted = numbers[local_id % len(numbers)]
+        return [wanted] if wanted in step_gpus else [step_gpus[0]]
+    if kind == "mask_gpu":
+        mask = numbers[local_id % len(numbers)]
+        chosen = [g for g in step_gpus if g < 4096 and mask >> g & 1]
+        return chosen or [step_gpus[0]]
+    return None
+
+
+def gpu_bind_line(step_gpus: list[int], task_gpus: list[int] | None) -> str:
+    """What `--gpu-bind=verbose,...` prints on the task's stderr (slurmstepd's format)."""
+    def hexmask(ids: list[int]) -> str:
+        return hex(sum(1 << g for g in ids if g < 4096))
+
+    bound = step_gpus if task_gpus is None else task_gpus
+    ids = ",".join(str(g) for g in bound)
+    return (f"gpu-bind: usable_gres={hexmask(bound)}; bit_alloc={hexmask(step_gpus)}; "
+            f"local_inx=0; global_list={ids}; local_list={ids}\n")

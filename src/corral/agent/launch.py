@@ -1,0 +1,310 @@
+"""What a job step's process gets on its node before the user's program runs: its identity,
+its cgroup, its CPUs and its GPUs.
+
+One place for these pieces, shared by srun tasks (`agent.tasks`) and, once wired, batch steps
+(`agent.stepd`), so that containers, prolog/epilog and binding are each built once:
+
+- `task_identity()` / `as_user()`: whose rights a task runs with, and a context that takes
+  them for the agent's own checks (opening files, finding the program) so that root never
+  resolves a path for a user.
+- `resolve_program()`: slurmstepd's `_build_path` and exec checks, with Slurm's error texts,
+  done with the task owner's rights.
+- `job_cgroup()`: the cgroup a step's processes join: the batch step's group when the job's
+  batch script runs on this node (so the job's memory and CPU limits cover its srun tasks, and
+  suspending or ending the job reaches them), else a step group `job_<id>/step_<step>` created
+  with the job's limits on this node.
+- `job_cpus()`, `task_cpus()`: the CPUs a step and each of its tasks are bound to.
+- `gpu_environment()`: the variables that name a process's GPUs (model.jobenv's rule).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import pwd
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from corral.agent.cgroup import V1_CONTROLLERS, CgroupError, StepCgroup
+from corral.model.jobenv import gpu_variables
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def gpu_environment(step_gpus: list[int] | None, task_gpus: list[int] | None) -> dict[str, str]:
+    """GPU variables of one process (see model.jobenv.gpu_variables)."""
+    return gpu_variables(step_gpus, task_gpus)
+
+
+# ---- identity ---------------------------------------------------------------------------
+
+@dataclass
+class Identity:
+    uid: int
+    gid: int
+    user: str
+    switch: bool  # the agent is root and the process belongs to someone else
+    groups: list[int] = field(default_factory=list)
+    prefix: list[str] = field(default_factory=list)  # setpriv argv, empty when not switching
+    error: str | None = None
+
+
+def task_identity(uid: int, gid: int, user: str, setpriv: str | None,
+                  group_cache: dict[tuple[str, int], list[int]] | None = None) -> Identity:
+    """Who a step's processes run as; `error` is set when this agent cannot run them."""
+    euid, egid = os.geteuid(), os.getegid()
+    if euid != 0 or (uid, gid) == (euid, egid):
+        ident = Identity(uid, gid, user, switch=False)
+        if uid != euid:
+            ident.error = (f"cannot run tasks of uid {uid}: this agent runs as uid {euid}, "
+                           f"not root")
+        return ident
+    try:
+        pw_name: str | None = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        pw_name = None
+    user = user or pw_name or str(uid)
+    cache = group_cache if group_cache is not None else {}
+    key = (user, gid)
+    if key not in cache:
+        try:
+            cache[key] = os.getgrouplist(user, gid) if pw_name else [gid]
+        except OSError:
+            cache[key] = [gid]
+    ident = Identity(uid, gid, user, switch=True, groups=cache[key])
+    if setpriv:
+        ident.prefix = [setpriv, f"--reuid={uid}", f"--regid={gid}",
+                        "--init-groups" if pw_name else "--clear-groups", "--"]
+    return ident
+
+
+@contextlib.contextmanager
+def as_user(ident: Identity) -> Iterator[None]:
+    """Take the owner's rights (effective ids and groups) for the agent's own file access:
+    a root agent must not open, follow or probe a path the user could not."""
+    if not ident.switch:
+        yield
+        return
+    groups, egid = os.getgroups(), os.getegid()
+    os.setgroups(ident.groups)
+    os.setegid(ident.gid)
+    os.seteuid(ident.uid)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(egid)
+        os.setgroups(groups)
+
+
+# ---- the program --------------------------------------------------------------------------
+
+class LaunchFailure(Exception):
+    """A process that cannot start: `message` goes to its stderr, `exit_code` (or
+    `signal_num`) is reported as its end."""
+
+    def __init__(self, message: str, exit_code: int, signal_num: int = 0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+        self.signal_num = signal_num
+
+
+def _strerror(err: int) -> str:
+    return os.strerror(err) if err else "Unknown error"
+
+
+def resolve_program(name: str, path_env: str | None, cwd: str, ident: Identity,
+                    ) -> tuple[str, None] | tuple[None, LaunchFailure]:
+    """The program slurmstepd would exec (its _build_path), or how the exec would fail.
+
+    Every probe runs with the owner's rights (`as_user`): a program in a directory the user
+    cannot search fails with "Permission denied" whether it exists or not, as it does under
+    Slurm, where the lookup runs in the task after it became the user."""
+    try:
+        with as_user(ident):
+            return _resolve(name, path_env, cwd)
+    except OSError as e:  # cannot take the user's rights: refuse rather than look as root
+        return None, LaunchFailure(f"slurmstepd: error: cannot become uid {ident.uid}: "
+                                   f"{_strerror(e.errno or 0)}\n", 1)
+
+
+def _resolve(name: str, path_env: str | None, cwd: str,
+             ) -> tuple[str, None] | tuple[None, LaunchFailure]:
+    def absolute(p: str) -> str:
+        return p if p.startswith("/") else os.path.join(cwd, p)
+
+    candidate: str | None = None
+    if "/" in name:
+        candidate = name
+    else:
+        for d in (path_env or "").split(":"):
+            if not d:
+                continue
+            p = os.path.join(d, name)
+            with contextlib.suppress(OSError):
+                if not stat.S_ISDIR(os.stat(absolute(p)).st_mode):
+                    candidate = absolute(p)
+                    break
+    if candidate is None:
+        return None, LaunchFailure(f"slurmstepd: error: execve(): {name}: "
+                                   f"No such file or directory\n", errno.ENOENT)
+    try:
+        st = os.stat(absolute(candidate))
+    except OSError as e:
+        err = e.errno or errno.ENOENT
+        return None, LaunchFailure(f"slurmstepd: error: execve(): {candidate}: "
+                                   f"{_strerror(err)}\n", err)
+    # effective ids: the owner's, taken by as_user (access() alone checks the real ids)
+    executable = os.access(absolute(candidate), os.X_OK, effective_ids=True)
+    if stat.S_ISDIR(st.st_mode) or not executable:
+        return None, LaunchFailure(f"slurmstepd: error: execve(): {candidate}: "
+                                   f"{_strerror(errno.EACCES)}\n", errno.EACCES)
+    try:
+        with open(absolute(candidate), "rb") as f:
+            head = f.read(256)
+    except OSError:
+        head = b""
+    if head.startswith(b"#!"):
+        interp = head[2:].split(b"\n", 1)[0].strip().split(None, 1)
+        if interp and not os.path.exists(interp[0]):
+            shown = interp[0].decode(errors="replace")
+            return None, LaunchFailure(f"slurmstepd: error: execve(): bad interpreter({shown}): "
+                                       f"No such file or directory\n", errno.ENOENT)
+    if "=" in candidate:  # env(1) would take it for a variable
+        return None, LaunchFailure(f"slurmstepd: error: execve(): {candidate}: not supported: "
+                                   f"this agent cannot start a program whose path holds '='\n", 1)
+    return candidate, None
+
+
+# ---- cgroups --------------------------------------------------------------------------------
+
+def cgroup_root() -> str | None:
+    """The cgroup hierarchy this agent confines jobs in, or None where it may not write it."""
+    if os.geteuid() != 0 or not os.access(CGROUP_ROOT, os.W_OK):
+        return None
+    return CGROUP_ROOT
+
+
+def existing_group(root: str, job_id: int, step: str, cluster: str) -> StepCgroup | None:
+    """The group of a step that another process made (the batch step's, by its supervisor),
+    without touching its limits; None when it does not exist here."""
+    try:
+        group = StepCgroup(root, job_id, step, cluster)
+    except CgroupError:
+        return None
+    if group.version == 2:
+        path = os.path.join(root, group.rel)
+        if os.path.isfile(os.path.join(path, "cgroup.procs")):
+            group.dirs[""] = path
+    else:
+        for ctrl in V1_CONTROLLERS:
+            path = os.path.join(root, ctrl, group.rel)
+            if os.path.isfile(os.path.join(path, "cgroup.procs")):
+                group.dirs[ctrl] = path
+    return group if group.dirs else None
+
+
+@dataclass
+class JobGroup:
+    group: StepCgroup
+    created: bool  # made for this step (removed at its end), or the batch step's (kept)
+
+
+def job_cgroup(root: str | None, cluster: str, job_id: int, step_id: int,
+               cpus: list[int] | None, mem_mb: int | None,
+               ) -> tuple[JobGroup | None, list[str]]:
+    """The group a step's processes join, and notes about limits not applied: the batch
+    step's group when it runs here, else a new `job_<id>/step_<step_id>` with the job's CPUs
+    and memory on this node.  None where cgroups are not usable (the caller falls back to
+    process groups)."""
+    if not root:
+        return None, []
+    batch = existing_group(root, job_id, "batch", cluster)
+    if batch is not None:
+        return JobGroup(batch, created=False), []
+    try:
+        group = StepCgroup(root, job_id, str(step_id), cluster)
+        notes = group.create(cpus or None, mem_mb)
+    except OSError as e:
+        return None, [f"cgroups not used ({e})"]
+    return JobGroup(group, created=True), notes
+
+
+def group_cpus(group: StepCgroup) -> list[int] | None:
+    """The CPUs a group is confined to by its cpuset (None without one)."""
+    for ctrl in ("cpuset", ""):
+        path = group.dirs.get(ctrl)
+        if path is None:
+            continue
+        try:
+            with open(os.path.join(path, "cpuset.cpus")) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text:
+            return parse_cpus(text)
+    return None
+
+
+def parse_cpus(text: str) -> list[int]:
+    """"0-2,5" -> [0, 1, 2, 5] (the cpuset list format)."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.extend(range(int(lo), int(hi) + 1))
+        else:
+            out.append(int(part))
+    return out
+
+
+def add_to_group(group: StepCgroup, pid: int) -> str | None:
+    """Move `pid` into the group; the reason when it could not be."""
+    try:
+        group.add_pid(pid)
+    except CgroupError as e:
+        return str(e)
+    return None
+
+
+# ---- CPUs -----------------------------------------------------------------------------------
+
+def step_cpus(job_cpus: list[int] | None, count: int, busy: set[int]) -> list[int] | None:
+    """The CPUs of a step: `count` of the job's CPUs on this node that no other step of the
+    job holds (all of them for count 0, an --overlap step); None when unknown."""
+    if not job_cpus:
+        return None
+    if count <= 0:
+        return list(job_cpus)
+    free = [c for c in job_cpus if c not in busy]
+    if len(free) < count:
+        return list(job_cpus)  # the controller's count says it fits: never bind tighter than asked
+    return free[:count]
+
+
+def task_cpus(cpus: list[int] | None, local_id: int, cpus_per_task: int,
+              local_tasks: int) -> list[int] | None:
+    """The CPUs of one task: its block of `cpus_per_task` of the step's CPUs (task/affinity's
+    default binding when tasks fit), else all of the step's CPUs."""
+    if not cpus:
+        return None
+    per = max(1, cpus_per_task)
+    if local_tasks * per > len(cpus):
+        return list(cpus)
+    return cpus[local_id * per:(local_id + 1) * per]
+
+
+def bind_cpus(pid: int, cpus: list[int] | None) -> str | None:
+    if not cpus:
+        return None
+    try:
+        os.sched_setaffinity(pid, cpus)
+    except OSError as e:
+        return f"cannot bind to CPUs {cpus}: {e.strerror}"
+    return None
