@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -125,15 +126,28 @@ class JoinedCluster:
         cfg.write_text(CONFIG)
         r = self.ctl.run("corral", "up", "--config", str(cfg), "--listen", f"{CTL_ADDR}:{PORT}")
         assert r.returncode == 0, r.stdout + r.stderr
-        m = re.search(r"corral join (\S+) --token (\S+) --fingerprint (\S+)", r.stdout)
+        m = re.search(r"corral join (\S+) --fingerprint (\S+) --token-file FILE", r.stdout)
         assert m, r.stdout
         assert m.group(1) == URL
         self.join_line = m.group(0)
-        self.token, self.fingerprint = m.group(2), m.group(3)
+        self.fingerprint = m.group(2)
+        t = re.search(r"token: (\S+)", r.stdout)
+        assert t, r.stdout
+        self.token = t.group(1)
+
+    def new_token(self, *args: str) -> str:
+        out = self.c.ok("corral", "token", "create", *args)
+        m = re.search(r"token: (\S+)", out)
+        assert m, out
+        return m.group(1)
 
     def join(self) -> subprocess.CompletedProcess[str]:
-        # no --name: the node is named after the machine's (namespace's) host name
-        return self.joined.run("corral", "join", URL, "--token", self.token,
+        # no --name: the node is named after the machine's (namespace's) host name; the
+        # token from a root-only file, never the command line
+        token_file = self.root / "token"
+        token_file.write_text(self.token + "\n")
+        token_file.chmod(0o600)
+        return self.joined.run("corral", "join", URL, "--token-file", str(token_file),
                                "--fingerprint", self.fingerprint)
 
     def stop(self) -> None:
@@ -163,18 +177,38 @@ def jc(net: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JoinedCl
 
 def test_a_wrong_token_is_refused_and_logged(jc: JoinedCluster, tmp_path: Path) -> None:
     bad = Machine(jc.c, NS_JOIN, tmp_path / "bad")
-    r = bad.run("corral", "join", URL, "--token", "not-the-token", "--name", "intruder",
-                "--fingerprint", jc.fingerprint)
-    assert r.returncode != 0
-    assert "refused the join token" in r.stderr
-    assert re.search(rf"refused .* from {re.escape(JOIN_ADDR)}", jc.controller_log())
+    wrong = jc.token.split(".")[0] + ".not-the-secret"
+    for token in ("not-the-token", wrong):
+        r = bad.run("corral", "join", URL, "--name", "intruder", "--fingerprint", jc.fingerprint,
+                    input=token + "\n")  # the token on standard input
+        assert r.returncode != 0
+        assert "refused the join token" in r.stderr, r.stderr
+    assert re.search(rf"refused POST /v1/join from {re.escape(JOIN_ADDR)}: missing or wrong "
+                     r"join token", jc.controller_log())
     assert "intruder" not in jc.node_states()
+    assert not (tmp_path / "bad" / "auth" / "machine.key").exists()
+
+
+def test_a_token_on_the_command_line_is_refused(jc: JoinedCluster, tmp_path: Path) -> None:
+    # any local user reads a command line from /proc: nothing is sent, nothing is started
+    r = Machine(jc.c, NS_JOIN, tmp_path / "argv").run(
+        "corral", "join", URL, "--token", jc.token, "--fingerprint", jc.fingerprint)
+    assert r.returncode == 2
+    assert "--token is refused" in r.stderr and "--token-file" in r.stderr
+    assert not (tmp_path / "argv" / "agent.pid").exists()
+
+
+def test_join_without_a_fingerprint_is_refused(jc: JoinedCluster, tmp_path: Path) -> None:
+    r = Machine(jc.c, NS_JOIN, tmp_path / "tofu").run("corral", "join", URL, input=jc.token + "\n")
+    assert r.returncode == 2
+    assert "--fingerprint is required" in r.stderr
+    assert "--insecure-trust-first-use" in r.stderr
 
 
 def test_a_wrong_fingerprint_makes_join_fail(jc: JoinedCluster, tmp_path: Path) -> None:
     wrong = "SHA256:" + "A" * 43
     r = Machine(jc.c, NS_JOIN, tmp_path / "fp").run(
-        "corral", "join", URL, "--token", jc.token, "--name", "spoofed", "--fingerprint", wrong)
+        "corral", "join", URL, "--name", "spoofed", "--fingerprint", wrong, input=jc.token + "\n")
     assert r.returncode != 0
     assert f"has fingerprint {jc.fingerprint}, not the expected {wrong}" in r.stderr
     assert "spoofed" not in jc.node_states()
@@ -184,6 +218,13 @@ def test_the_joined_node_appears_in_sinfo(jc: JoinedCluster) -> None:
     r = jc.join()
     assert r.returncode == 0, r.stdout + r.stderr
     assert "as node joined1" in r.stdout
+    # the machine's key: root's, in a root-only directory; the token is spent
+    key = jc.joined.home / "auth" / "machine.key"
+    assert key.stat().st_uid == 0 and stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
+    tokens = jc.c.ok("corral", "token", "list")
+    assert re.search(rf"^{jc.token.split('.')[0]} +node +used +0 .* joined1$", tokens, re.M), tokens
+    assert re.search(r"^joined1 +node ", jc.c.ok("corral", "node", "list"), re.M)
     states = jc.node_states()
     assert states["joined1"] == "idle"
     assert states["local1"] == "idle"
@@ -227,8 +268,9 @@ def test_the_cli_on_the_joined_machine_goes_through_its_agent(jc: JoinedCluster)
 
 SIGNED_PROBE = """
 import http.client, json, ssl, sys, time
-from corral.auth import derive_cluster_key, sign_request
-host, port, token = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+from corral.auth import Credential, derive_cluster_key, sign_request
+host, port, key_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+cred = Credential.loads(open(key_file).read())
 ctx = ssl.create_default_context()
 ctx.check_hostname = False
 ctx.verify_mode = ssl.CERT_NONE  # the test looks at authentication, not the certificate
@@ -239,36 +281,46 @@ def get(path, headers):
     body = r.read()
     c.close()
     return [r.status, json.loads(body or b"null")]
-key = derive_cluster_key(token)
+def sign(key, uid, key_id=cred.key_id, path="/v1/whoami"):
+    return sign_request(key, "GET", path, b"", uid, 4343, time.time(), key_id=key_id)
 path = "/v1/whoami"
-signed = sign_request(key, "GET", path, b"", 4242, 4343, time.time())
-forged = dict(sign_request(key, "GET", path, b"", 4242, 4343, time.time()), **{"X-Corral-Uid": "0"})
-other = sign_request(derive_cluster_key("guessed"), "GET", path, b"", 0, 0, time.time())
+signed = sign(cred.secret, 4242)
+forged = dict(sign(cred.secret, 4242), **{"X-Corral-Uid": "0"})
+ws = {"Upgrade": "websocket", "Connection": "Upgrade",
+      "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"}
 print(json.dumps({
     "unsigned": get(path, {}),
     "signed": get(path, signed),
     "replayed": get(path, signed),
     "forged": get(path, forged),
-    "other_key": get(path, other),
-    "agent_ws_no_token": get("/v1/agent/ws", {"Upgrade": "websocket", "Connection": "Upgrade",
-                                            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
-                                            "Sec-WebSocket-Version": "13"}),
+    "other_key": get(path, sign(derive_cluster_key("guessed"), 0)),
+    "unknown_key_id": get(path, sign(cred.secret, 0, key_id="0000000000000000")),
+    "old_join_token_as_bearer": get("/v1/agent/ws", dict(ws, Authorization="Bearer x")),
+    "agent_ws_other_node": get("/v1/agent/ws", dict(ws, **sign(cred.secret, 0, path="/v1/agent/ws"),
+                                                    **{"X-Corral-Node": "local1"})),
+    "tokens_over_tcp": get("/v1/tokens", sign(cred.secret, 0, path="/v1/tokens")),
 }))
 """
 
 
 def test_signed_requests_over_tcp(jc: JoinedCluster) -> None:
-    r = jc.joined.run(sys.executable, "-c", SIGNED_PROBE, CTL_ADDR, str(PORT), jc.token)
+    key = str(jc.joined.home / "auth" / "machine.key")
+    r = jc.joined.run(sys.executable, "-c", SIGNED_PROBE, CTL_ADDR, str(PORT), key)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["signed"][0] == 200 and res["signed"][1]["uid"] == 4242
     assert res["signed"][1]["gid"] == 4343
-    for case in ("unsigned", "replayed", "forged", "other_key", "agent_ws_no_token"):
+    for case in ("unsigned", "replayed", "forged", "other_key", "unknown_key_id",
+                 "old_join_token_as_bearer", "agent_ws_other_node"):
         assert res[case][0] == 401, (case, res[case])
     assert "replayed request" in res["replayed"][1]["error"]
     assert "bad request signature" in res["forged"][1]["error"]
+    assert "unknown or revoked machine key" in res["unknown_key_id"][1]["error"]
+    assert "cannot serve node local1" in res["agent_ws_other_node"][1]["error"]
+    # root on a joined machine cannot mint tokens: that is the controller's machine's
+    assert res["tokens_over_tcp"][0] == 403, res["tokens_over_tcp"]
     log = jc.controller_log()
-    assert "replayed request" in log and "missing or wrong join token" in log
+    assert "replayed request" in log and "cannot serve node local1" in log
 
 
 def _run_requeueable_job_on_joined1(jc: JoinedCluster, out_file: Path) -> int:
@@ -334,8 +386,17 @@ def test_a_stale_copy_after_reconnecting_does_not_end_the_rerun(jc: JoinedCluste
 def test_a_login_only_machine_submits_without_being_a_node(jc: JoinedCluster, tmp_path: Path) -> None:
     login = Machine(jc.c, NS_JOIN, tmp_path / "login")
     try:
-        r = login.run("corral", "join", URL, "--token", jc.token, "--fingerprint", jc.fingerprint,
-                      "--login-only")
+        node_token = jc.new_token()
+        r = login.run("corral", "join", URL, "--fingerprint", jc.fingerprint, "--login-only",
+                      "--name", "login1", input=node_token + "\n")
+        assert r.returncode != 0 and "is for a node, not a login host" in r.stderr, r.stderr
+        token = jc.new_token("--login")
+        # a login token cannot make a node
+        r = login.run("corral", "join", URL, "--fingerprint", jc.fingerprint, "--name", "sneaky",
+                      input=token + "\n")
+        assert r.returncode != 0 and "is for a login host, not a node" in r.stderr, r.stderr
+        r = login.run("corral", "join", URL, "--fingerprint", jc.fingerprint, "--login-only",
+                      "--name", "login1", input=token + "\n")
         assert r.returncode == 0, r.stdout + r.stderr
         assert "as a login (submit) host" in r.stdout
         r = login.run("squeue", "-h", "-o", "%i")
