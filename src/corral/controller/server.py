@@ -644,9 +644,8 @@ class AgentLink:
         self.registered = False
         self.refusals = 0
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-
-    def send(self, msg: dict[str, Any]) -> None:
-        self.queue.put_nowait(msg)
+        # one callable for the link's lifetime: the controller tells links apart by identity
+        self.send: Callable[[dict[str, Any]], None] = self.queue.put_nowait
 
     def refuse(self, why: str, msg: Any = None) -> None:
         self.refusals += 1
