@@ -21,6 +21,7 @@ A joined agent forwards a CLI request with these headers::
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -347,22 +348,35 @@ class ConnectionGuard:
     remote address over TCP; `exempt` keys (root, the service's own uid) are never limited.
 
     One user's connections (idle or not) must not use up the server's descriptors and
-    stall everyone else's commands. A connection over the limit is answered at once with
-    HTTP 503 and a JSON error, then closed.  `install` hooks an aiohttp `web.Server`
-    (its connection_made/lost callbacks, which every RequestHandler calls).
+    stall everyone else's commands.  A connection over the limit gets a short fuse
+    (`REFUSED_FUSE` seconds): its request, if one comes at once, is answered with HTTP 503
+    and the reason (`refusal`, called by the server's middleware), then it is closed.
+    `install` hooks an aiohttp `web.Server` (its connection_made/lost callbacks, which
+    every RequestHandler calls).
     """
+
+    REFUSED_FUSE = 1.0
 
     def __init__(self, per_user: int, per_address: int, exempt: set[str] | None = None) -> None:
         self.per_user, self.per_address = per_user, per_address
         self.exempt = exempt or set()
         self.open: dict[str, int] = {}
         self._owner: dict[Any, str] = {}
+        self._over: dict[Any, str] = {}
         self.refused = 0
 
     def limit_for(self, key: str) -> int | None:
         if key in self.exempt:
             return None
         return self.per_user if key.startswith("uid:") else self.per_address
+
+    def refusal(self, protocol: Any) -> str | None:
+        """Why a request on this connection is refused (it is over its owner's limit)."""
+        key = self._over.get(protocol)
+        if key is None:
+            return None
+        return (f"{TOO_MANY} from {key.replace(':', ' ', 1)} (limit {self.limit_for(key)}); "
+                "close some and retry")
 
     def install(self, server: Any) -> None:
         made, lost = server.connection_made, server.connection_lost
@@ -376,19 +390,15 @@ class ConnectionGuard:
             limit = self.limit_for(key)
             if limit is not None and self.open.get(key, 0) >= limit:
                 self.refused += 1
-                body = json.dumps({"error": f"{TOO_MANY} from {key.replace(':', ' ', 1)} "
-                                            f"(limit {limit}); close some and retry",
-                                   "errno": 0}).encode()
-                transport.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
-                                b"\r\nConnection: close\r\nContent-Length: "
-                                + str(len(body)).encode() + b"\r\n\r\n" + body)
-                transport.close()
+                self._over[handler] = key
+                asyncio.get_running_loop().call_later(self.REFUSED_FUSE, transport.close)
                 return
             self.open[key] = self.open.get(key, 0) + 1
             self._owner[handler] = key
 
         def connection_lost(handler: Any, exc: BaseException | None = None) -> None:
             lost(handler, exc)
+            self._over.pop(handler, None)
             key = self._owner.pop(handler, None)
             if key is not None:
                 n = self.open.get(key, 1) - 1

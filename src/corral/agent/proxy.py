@@ -57,17 +57,18 @@ class Proxy:
         self.sock_path = sock_path
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
+        self._guard = ConnectionGuard(CONNECTIONS_PER_USER, CONNECTIONS_PER_USER,
+                                      exempt={"uid:0", f"uid:{os.geteuid()}"})
 
     async def start(self) -> None:
         self._session = self.remote.session()
         app = web.Application(client_max_size=SUBMIT_BODY_LIMIT)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     keepalive_timeout=IDLE_TIMEOUT)
+                                     keepalive_timeout=IDLE_TIMEOUT, lingering_time=1.0)
         await self._runner.setup()
         assert self._runner.server is not None
-        ConnectionGuard(CONNECTIONS_PER_USER, CONNECTIONS_PER_USER,
-                        exempt={"uid:0", f"uid:{os.geteuid()}"}).install(self._runner.server)
+        self._guard.install(self._runner.server)
         if os.path.exists(self.sock_path):
             os.unlink(self.sock_path)
         await web.UnixSite(self._runner, self.sock_path, backlog=1024).start()
@@ -90,6 +91,9 @@ class Proxy:
         if peer is None:
             return _error("Unauthenticated connection", 401)
         uid, gid = peer
+        refusal = self._guard.refusal(request.protocol)
+        if refusal:
+            return _error(refusal, 503)
         if request.headers.get("Upgrade", "").lower() == "websocket":
             return await self._websocket(request, uid, gid)
         assert self._session is not None

@@ -31,6 +31,7 @@ from corral.auth import (
     KIND_LOGIN,
     KIND_NODE,
     AuthError,
+    ConnectionGuard,
     Credential,
     Signed,
     Verifier,
@@ -170,7 +171,8 @@ def _scope_words(scope: str) -> str:
 
 REGISTRY = web.AppKey("corral_registry", Registry)
 VERIFIER = web.AppKey("corral_verifier", Verifier)
-LISTEN = web.AppKey("corral_listen", dict)  # {"url": ..., "fingerprint": ...} when listening
+LISTEN = web.AppKey("corral_listen", dict)
+GUARD = web.AppKey("corral_connection_guard", ConnectionGuard)  # {"url": ..., "fingerprint": ...} when listening
 
 
 def unix_peer(request: web.Request) -> tuple[int, int] | None:

@@ -16,7 +16,7 @@ from aiohttp import web
 from corral import paths
 from corral.auth import ConnectionGuard, Verifier
 from corral.controller import tls
-from corral.controller.auth import LISTEN, REGISTRY, VERIFIER, Registry, signed_requests
+from corral.controller.auth import GUARD, LISTEN, REGISTRY, VERIFIER, Registry, signed_requests
 from corral.controller.server import Api
 from corral.controller.state import Controller
 from corral.model.config import ConfigError, parse_config
@@ -97,11 +97,15 @@ async def serve(home: str, config_path: str, listen: str | None = None) -> int:
                        "fingerprint": tls.certificate_fingerprint(home)}
     raise_open_files_limit()
     idle = config.get_int("MessageTimeout") or DEFAULT_IDLE_TIMEOUT
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=idle)
+    guard = ConnectionGuard(CONNECTIONS_PER_USER, CONNECTIONS_PER_ADDRESS,
+                            exempt={"uid:0", f"uid:{os.geteuid()}"})
+    app[GUARD] = guard
+    # lingering: after refusing a body unread (413), wait this long for the rest, not 10 s
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=idle,
+                           lingering_time=1.0)
     await runner.setup()
     assert runner.server is not None
-    ConnectionGuard(CONNECTIONS_PER_USER, CONNECTIONS_PER_ADDRESS,
-                    exempt={"uid:0", f"uid:{os.geteuid()}"}).install(runner.server)
+    guard.install(runner.server)
     sock_path = paths.socket_path(home)
     if os.path.exists(sock_path):
         os.unlink(sock_path)

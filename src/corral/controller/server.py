@@ -140,6 +140,10 @@ def body_limit(request: web.Request) -> int:
 async def limits_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Bound the body before anything reads it: refused by its declared length at once,
     and a body sent without one stops being read at the route's limit (413)."""
+    guard = request.app.get(door.GUARD)
+    refusal = guard.refusal(request.protocol) if guard is not None else None
+    if refusal:
+        raise SlurmError(refusal, 0, 503)
     limit = body_limit(request)
     length = request.content_length
     if length is not None and length > limit:
