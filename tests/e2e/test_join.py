@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cluster import Cluster
+from tests.e2e.test_users import users  # noqa: F401 - the fixture: two unprivileged users
 
 SUFFIX = str(os.getpid() % 100000)
 NS_CTL, NS_JOIN = f"crl{SUFFIX}c", f"crl{SUFFIX}j"  # controller's machine, joining machine
@@ -47,6 +50,8 @@ PartitionName=debug Nodes=local1,ghost1 Default=YES MaxTime=INFINITE State=UP
 def _why_not() -> str | None:
     if os.geteuid() != 0:
         return "needs root to create network namespaces"
+    if shutil.which("useradd") is None or shutil.which("setpriv") is None:
+        return "needs useradd and setpriv for the test users"
     if shutil.which("ip") is None or shutil.which("unshare") is None:
         return "needs iproute2 (`ip`) and util-linux `unshare`"
     r = subprocess.run(["ip", "netns", "list"], capture_output=True, timeout=10)
@@ -91,6 +96,13 @@ class Machine:
             cmd += ["unshare", "--uts", "sh", "-c", f'hostname {self.hostname} && exec "$@"', "-"]
         return self.cluster.run(*cmd, *args, timeout=timeout, input=input,
                                 env={"CORRAL_HOME": str(self.home)})
+
+    def run_as(self, user: pwd.struct_passwd, *args: str, timeout: float = 60,
+               input: str | None = None) -> subprocess.CompletedProcess[str]:
+        """As an unprivileged user of this machine (no CORRAL_HOME of theirs: the agent's)."""
+        return self.run("setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
+                        "--clear-groups", "env", f"HOME={user.pw_dir}", f"USER={user.pw_name}",
+                        *args, timeout=timeout, input=input)
 
 
 @pytest.fixture(scope="module")
@@ -166,13 +178,17 @@ class JoinedCluster:
 
 
 @pytest.fixture(scope="module")
-def jc(net: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JoinedCluster]:
-    jc = JoinedCluster(Path(tmp_path_factory.mktemp("join")))
+def jc(net: None, users: dict[str, pwd.struct_passwd]) -> Iterator[JoinedCluster]:  # noqa: F811
+    # pytest's tmp dirs are private to root; the test users must reach the agent's socket
+    top = Path(tempfile.mkdtemp(prefix="corral-join-"))
+    top.chmod(0o755)
+    jc = JoinedCluster(top)
     try:
         jc.start()
         yield jc
     finally:
         jc.stop()
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def test_a_wrong_token_is_refused_and_logged(jc: JoinedCluster, tmp_path: Path) -> None:
@@ -247,23 +263,89 @@ def test_a_batch_job_runs_on_the_joined_node(jc: JoinedCluster) -> None:
     assert out_file.read_text().split() == ["joined1", "joined1"]
 
 
-def test_the_cli_on_the_joined_machine_goes_through_its_agent(jc: JoinedCluster) -> None:
-    r = jc.joined.run("sbatch", "--parsable", "-o", str(jc.root / "remote.out"),
-                      "--wrap", "echo submitted remotely")
+def test_the_cli_on_the_joined_machine_goes_through_its_agent(
+        jc: JoinedCluster, users: dict[str, pwd.struct_passwd]) -> None:  # noqa: F811
+    alice = users["corral-alice"]
+    out = Path(alice.pw_dir) / "remote.out"
+    r = jc.joined.run_as(alice, "sbatch", "--parsable", "-o", str(out), "--wrap",
+                         "echo submitted remotely; id -u")
     assert r.returncode == 0, r.stderr
     job = int(r.stdout.strip())
     jc.c.wait_state(job, "COMPLETED", timeout=30)
-    r = jc.joined.run("sacct", "-j", str(job), "-X", "-n", "-P", "-o", "User,State")
-    assert r.stdout.split() == ["root|COMPLETED"]
-    assert (jc.root / "remote.out").read_text() == "submitted remotely\n"
+    # the agent signed for the caller's uid (SO_PEERCRED): the job is alice's and ran as her
+    r = jc.joined.run_as(alice, "sacct", "-j", str(job), "-X", "-n", "-P", "-o", "User,State")
+    assert r.stdout.split() == ["corral-alice|COMPLETED"], r.stdout + r.stderr
+    assert out.read_text() == f"submitted remotely\n{alice.pw_uid}\n"
     # srun's WebSocket goes through the agent too
-    r = jc.joined.run("srun", "-N2", "-w", "local1,joined1", "-l",
-                      "sh", "-c", "read line; echo $line $SLURMD_NODENAME; exit 3",
-                      input="hello\n")
+    r = jc.joined.run_as(alice, "srun", "-N2", "-w", "local1,joined1", "-l",
+                         "sh", "-c", "read line; echo $line $SLURMD_NODENAME; exit 3",
+                         input="hello\n")
     assert r.returncode == 3, r.stderr
     # srun's stdin reaches every task (srun's default), from a machine that runs neither
     assert sorted(r.stdout.splitlines()) == ["0: hello local1", "1: hello joined1"]
     assert "joined1: task 1: Exited with exit code 3" in r.stderr
+
+
+def test_no_user_on_a_joined_machine_gets_its_key_or_roots_powers(
+        jc: JoinedCluster, users: dict[str, pwd.struct_passwd]) -> None:  # noqa: F811
+    bob = users["corral-bob"]
+    key = jc.joined.home / "auth" / "machine.key"
+    r = jc.joined.run_as(bob, "cat", str(key))
+    assert r.returncode != 0 and "Permission denied" in r.stderr
+    r = jc.joined.run_as(bob, "scontrol", "update", "nodename=local1", "state=drain", "reason=x")
+    assert r.returncode != 0 and "Access/permission denied" in r.stderr
+    # root there holds the key: it vouches for that machine's users, but is not the
+    # cluster's root (a job as root would run as root everywhere)
+    r = jc.joined.run("sbatch", "--wrap", "id")
+    assert r.returncode != 0
+    assert "root on a joined machine is not root of the cluster" in r.stderr, r.stderr
+    r = jc.joined.run("scontrol", "update", "nodename=local1", "state=drain", "reason=x")
+    assert r.returncode != 0 and "Access/permission denied" in r.stderr
+    r = jc.joined.run("squeue", "-h")  # reading is fine
+    assert r.returncode == 0, r.stderr
+    assert jc.node_states()["local1"] == "idle"
+
+
+NODE_KEY_PROBE = """
+import asyncio, json, sys, time
+import aiohttp
+from corral.agent.remote import RemoteController
+from corral.auth import H_JOIN_NODE
+url, fp, key_file, victim = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+from corral.auth import parse_fingerprint
+rc = RemoteController(url, parse_fingerprint(fp), open(key_file).read())
+async def main():
+    async with rc.session() as s:
+        headers = rc.sign("GET", "/v1/agent/ws", b"", 0, 0)
+        async with s.ws_connect(rc.target("/v1/agent/ws"), headers=headers) as ws:
+            # joined1's key offers another node, then reports that node's job ended
+            await ws.send_str(json.dumps({"type": "register", "nodes": ["local1"],
+                                          "running": [], "ended": []}))
+            reg = json.loads((await ws.receive(timeout=10)).data)["messages"][0]
+            await ws.send_str(json.dumps({"type": "ended", "job_id": victim,
+                                          "state": "COMPLETED", "exit_code": 0}))
+            ack = json.loads((await ws.receive(timeout=10)).data)["messages"][0]
+            print(json.dumps({"registered": reg["nodes"], "ack": ack}))
+asyncio.run(main())
+"""
+
+
+def test_a_node_key_acts_only_for_its_node(jc: JoinedCluster) -> None:
+    c = jc.c
+    job = c.sbatch("-w", "local1", "--wrap", "sleep 60")
+    c.wait_state(job, "RUNNING")
+    try:
+        key = str(jc.joined.home / "auth" / "machine.key")
+        r = jc.joined.run(sys.executable, "-c", NODE_KEY_PROBE, URL, jc.fingerprint, key, str(job))
+        assert r.returncode == 0, r.stderr
+        res = json.loads(r.stdout)
+        assert res["registered"] == []  # local1 is not joined1's to serve
+        assert res["ack"] == {"type": "ack", "job_id": job}  # acknowledged, and ignored
+        assert c.state(job) == "RUNNING"
+        assert jc.node_states() == {"local1": "mix", "ghost1": "down*", "joined1": "idle"}
+        assert "this agent's key does not serve node 'local1'" in jc.controller_log()
+    finally:
+        c.run("scancel", str(job))
 
 
 SIGNED_PROBE = """
