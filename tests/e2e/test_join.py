@@ -486,3 +486,70 @@ def test_a_login_only_machine_submits_without_being_a_node(jc: JoinedCluster, tm
         assert set(jc.node_states()) == {"local1", "ghost1", "joined1"}
     finally:
         login.run("corral", "down")
+
+
+REPLAY_PROBE = """
+import http.client, json, ssl, sys, time
+from corral.auth import Credential, sign_request
+host, port, key_file, saved = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+def get(headers):
+    c = http.client.HTTPSConnection(host, port, context=ctx, timeout=10)
+    c.request("GET", "/v1/whoami", headers=headers)
+    r = c.getresponse()
+    return [r.status, json.loads(r.read() or b"null")]
+if sys.argv[5] == "sign":
+    cred = Credential.loads(open(key_file).read())
+    headers = sign_request(cred.secret, "GET", "/v1/whoami", b"", 4242, 4242, time.time(),
+                           key_id=cred.key_id)
+    open(saved, "w").write(json.dumps(headers))
+    print(json.dumps(get(headers)))
+else:
+    print(json.dumps(get(json.load(open(saved)))))
+"""
+
+
+def test_a_signed_request_does_not_replay_after_a_controller_restart(jc: JoinedCluster) -> None:
+    key = str(jc.joined.home / "auth" / "machine.key")
+    saved = str(jc.root / "signed.json")
+    r = jc.joined.run(sys.executable, "-c", REPLAY_PROBE, CTL_ADDR, str(PORT), key, saved, "sign")
+    assert json.loads(r.stdout)[0] == 200, r.stdout + r.stderr
+    r = jc.ctl.run("corral", "down", "--keep-jobs")
+    assert r.returncode == 0, r.stderr
+    r = jc.ctl.run("corral", "up", "--config", str(jc.root / "input.conf"),
+                   "--listen", f"{CTL_ADDR}:{PORT}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    # the nonce memory of the last run is gone; its signatures are refused by their age
+    r = jc.joined.run(sys.executable, "-c", REPLAY_PROBE, CTL_ADDR, str(PORT), key, saved, "replay")
+    status, answer = json.loads(r.stdout)
+    assert status == 401 and "signed before the controller started" in answer["error"]
+    # the joined node's agent signs afresh and comes back by itself
+    jc.c.wait_for(lambda: jc.node_states().get("joined1") == "idle", 30, "joined1 back")
+
+
+def test_a_revoked_key_is_shut_out_alone(jc: JoinedCluster, tmp_path: Path) -> None:
+    c = jc.c
+    login = Machine(c, NS_JOIN, tmp_path / "login2")
+    try:
+        r = login.run("corral", "join", URL, "--fingerprint", jc.fingerprint, "--login-only",
+                      "--name", "login2", input=jc.new_token("--login") + "\n")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert login.run("squeue", "-h").returncode == 0
+        out = c.ok("corral", "node", "revoke", "login2")
+        assert "revoked the key of login2" in out
+        r = login.run("squeue", "-h")
+        assert r.returncode != 0 and "unknown or revoked machine key" in r.stderr, r.stderr
+        assert jc.joined.run("squeue", "-h").returncode == 0  # the other machine is untouched
+        # a node's key: its link is cut and it cannot come back
+        c.ok("corral", "node", "revoke", "joined1")
+        c.wait_for(lambda: jc.node_states()["joined1"].endswith("*"), 15, "joined1 shut out")
+        time.sleep(3)
+        assert jc.node_states()["joined1"].endswith("*")
+        assert re.search(r"^joined1 +node +\S+ +\S+ +\d{4}-", c.ok("corral", "node", "list"), re.M)
+        assert "unknown or revoked machine key" in jc.controller_log()
+        job = c.sbatch("-w", "local1", "--wrap", "true")
+        c.wait_state(job, "COMPLETED")
+    finally:
+        login.run("corral", "down")
