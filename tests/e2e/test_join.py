@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cluster import Cluster
+from tests.e2e.test_users import users  # noqa: F401 - the fixture: two unprivileged users
 
 SUFFIX = str(os.getpid() % 100000)
 NS_CTL, NS_JOIN = f"crl{SUFFIX}c", f"crl{SUFFIX}j"  # controller's machine, joining machine
@@ -46,6 +50,8 @@ PartitionName=debug Nodes=local1,ghost1 Default=YES MaxTime=INFINITE State=UP
 def _why_not() -> str | None:
     if os.geteuid() != 0:
         return "needs root to create network namespaces"
+    if shutil.which("useradd") is None or shutil.which("setpriv") is None:
+        return "needs useradd and setpriv for the test users"
     if shutil.which("ip") is None or shutil.which("unshare") is None:
         return "needs iproute2 (`ip`) and util-linux `unshare`"
     r = subprocess.run(["ip", "netns", "list"], capture_output=True, timeout=10)
@@ -91,6 +97,13 @@ class Machine:
         return self.cluster.run(*cmd, *args, timeout=timeout, input=input,
                                 env={"CORRAL_HOME": str(self.home)})
 
+    def run_as(self, user: pwd.struct_passwd, *args: str, timeout: float = 60,
+               input: str | None = None) -> subprocess.CompletedProcess[str]:
+        """As an unprivileged user of this machine (no CORRAL_HOME of theirs: the agent's)."""
+        return self.run("setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
+                        "--clear-groups", "env", f"HOME={user.pw_dir}", f"USER={user.pw_name}",
+                        *args, timeout=timeout, input=input)
+
 
 @pytest.fixture(scope="module")
 def net() -> Iterator[None]:
@@ -125,15 +138,28 @@ class JoinedCluster:
         cfg.write_text(CONFIG)
         r = self.ctl.run("corral", "up", "--config", str(cfg), "--listen", f"{CTL_ADDR}:{PORT}")
         assert r.returncode == 0, r.stdout + r.stderr
-        m = re.search(r"corral join (\S+) --token (\S+) --fingerprint (\S+)", r.stdout)
+        m = re.search(r"corral join (\S+) --fingerprint (\S+) --token-file FILE", r.stdout)
         assert m, r.stdout
         assert m.group(1) == URL
         self.join_line = m.group(0)
-        self.token, self.fingerprint = m.group(2), m.group(3)
+        self.fingerprint = m.group(2)
+        t = re.search(r"token: (\S+)", r.stdout)
+        assert t, r.stdout
+        self.token = t.group(1)
+
+    def new_token(self, *args: str) -> str:
+        out = self.c.ok("corral", "token", "create", *args)
+        m = re.search(r"token: (\S+)", out)
+        assert m, out
+        return m.group(1)
 
     def join(self) -> subprocess.CompletedProcess[str]:
-        # no --name: the node is named after the machine's (namespace's) host name
-        return self.joined.run("corral", "join", URL, "--token", self.token,
+        # no --name: the node is named after the machine's (namespace's) host name; the
+        # token from a root-only file, never the command line
+        token_file = self.root / "token"
+        token_file.write_text(self.token + "\n")
+        token_file.chmod(0o600)
+        return self.joined.run("corral", "join", URL, "--token-file", str(token_file),
                                "--fingerprint", self.fingerprint)
 
     def stop(self) -> None:
@@ -152,29 +178,53 @@ class JoinedCluster:
 
 
 @pytest.fixture(scope="module")
-def jc(net: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JoinedCluster]:
-    jc = JoinedCluster(Path(tmp_path_factory.mktemp("join")))
+def jc(net: None, users: dict[str, pwd.struct_passwd]) -> Iterator[JoinedCluster]:  # noqa: F811
+    # pytest's tmp dirs are private to root; the test users must reach the agent's socket
+    top = Path(tempfile.mkdtemp(prefix="corral-join-"))
+    top.chmod(0o755)
+    jc = JoinedCluster(top)
     try:
         jc.start()
         yield jc
     finally:
         jc.stop()
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def test_a_wrong_token_is_refused_and_logged(jc: JoinedCluster, tmp_path: Path) -> None:
     bad = Machine(jc.c, NS_JOIN, tmp_path / "bad")
-    r = bad.run("corral", "join", URL, "--token", "not-the-token", "--name", "intruder",
-                "--fingerprint", jc.fingerprint)
-    assert r.returncode != 0
-    assert "refused the join token" in r.stderr
-    assert re.search(rf"refused .* from {re.escape(JOIN_ADDR)}", jc.controller_log())
+    wrong = jc.token.split(".")[0] + ".not-the-secret"
+    for token in ("not-the-token", wrong):
+        r = bad.run("corral", "join", URL, "--name", "intruder", "--fingerprint", jc.fingerprint,
+                    input=token + "\n")  # the token on standard input
+        assert r.returncode != 0
+        assert "refused the join token" in r.stderr, r.stderr
+    assert re.search(rf"refused POST /v1/join from {re.escape(JOIN_ADDR)}: missing or wrong "
+                     r"join token", jc.controller_log())
     assert "intruder" not in jc.node_states()
+    assert not (tmp_path / "bad" / "auth" / "machine.key").exists()
+
+
+def test_a_token_on_the_command_line_is_refused(jc: JoinedCluster, tmp_path: Path) -> None:
+    # any local user reads a command line from /proc: nothing is sent, nothing is started
+    r = Machine(jc.c, NS_JOIN, tmp_path / "argv").run(
+        "corral", "join", URL, "--token", jc.token, "--fingerprint", jc.fingerprint)
+    assert r.returncode == 2
+    assert "--token is refused" in r.stderr and "--token-file" in r.stderr
+    assert not (tmp_path / "argv" / "agent.pid").exists()
+
+
+def test_join_without_a_fingerprint_is_refused(jc: JoinedCluster, tmp_path: Path) -> None:
+    r = Machine(jc.c, NS_JOIN, tmp_path / "tofu").run("corral", "join", URL, input=jc.token + "\n")
+    assert r.returncode == 2
+    assert "--fingerprint is required" in r.stderr
+    assert "--insecure-trust-first-use" in r.stderr
 
 
 def test_a_wrong_fingerprint_makes_join_fail(jc: JoinedCluster, tmp_path: Path) -> None:
     wrong = "SHA256:" + "A" * 43
     r = Machine(jc.c, NS_JOIN, tmp_path / "fp").run(
-        "corral", "join", URL, "--token", jc.token, "--name", "spoofed", "--fingerprint", wrong)
+        "corral", "join", URL, "--name", "spoofed", "--fingerprint", wrong, input=jc.token + "\n")
     assert r.returncode != 0
     assert f"has fingerprint {jc.fingerprint}, not the expected {wrong}" in r.stderr
     assert "spoofed" not in jc.node_states()
@@ -184,6 +234,13 @@ def test_the_joined_node_appears_in_sinfo(jc: JoinedCluster) -> None:
     r = jc.join()
     assert r.returncode == 0, r.stdout + r.stderr
     assert "as node joined1" in r.stdout
+    # the machine's key: root's, in a root-only directory; the token is spent
+    key = jc.joined.home / "auth" / "machine.key"
+    assert key.stat().st_uid == 0 and stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
+    tokens = jc.c.ok("corral", "token", "list")
+    assert re.search(rf"^{jc.token.split('.')[0]} +node +used +0 .* joined1$", tokens, re.M), tokens
+    assert re.search(r"^joined1 +node ", jc.c.ok("corral", "node", "list"), re.M)
     states = jc.node_states()
     assert states["joined1"] == "idle"
     assert states["local1"] == "idle"
@@ -206,29 +263,96 @@ def test_a_batch_job_runs_on_the_joined_node(jc: JoinedCluster) -> None:
     assert out_file.read_text().split() == ["joined1", "joined1"]
 
 
-def test_the_cli_on_the_joined_machine_goes_through_its_agent(jc: JoinedCluster) -> None:
-    r = jc.joined.run("sbatch", "--parsable", "-o", str(jc.root / "remote.out"),
-                      "--wrap", "echo submitted remotely")
+def test_the_cli_on_the_joined_machine_goes_through_its_agent(
+        jc: JoinedCluster, users: dict[str, pwd.struct_passwd]) -> None:  # noqa: F811
+    alice = users["corral-alice"]
+    out = Path(alice.pw_dir) / "remote.out"
+    r = jc.joined.run_as(alice, "sbatch", "--parsable", "-o", str(out), "--wrap",
+                         "echo submitted remotely; id -u")
     assert r.returncode == 0, r.stderr
     job = int(r.stdout.strip())
     jc.c.wait_state(job, "COMPLETED", timeout=30)
-    r = jc.joined.run("sacct", "-j", str(job), "-X", "-n", "-P", "-o", "User,State")
-    assert r.stdout.split() == ["root|COMPLETED"]
-    assert (jc.root / "remote.out").read_text() == "submitted remotely\n"
+    # the agent signed for the caller's uid (SO_PEERCRED): the job is alice's and ran as her
+    r = jc.joined.run_as(alice, "sacct", "-j", str(job), "-X", "-n", "-P", "-o", "User,State")
+    assert r.stdout.split() == ["corral-alice|COMPLETED"], r.stdout + r.stderr
+    assert out.read_text() == f"submitted remotely\n{alice.pw_uid}\n"
     # srun's WebSocket goes through the agent too
-    r = jc.joined.run("srun", "-N2", "-w", "local1,joined1", "-l",
-                      "sh", "-c", "read line; echo $line $SLURMD_NODENAME; exit 3",
-                      input="hello\n")
+    r = jc.joined.run_as(alice, "srun", "-N2", "-w", "local1,joined1", "-l",
+                         "sh", "-c", "read line; echo $line $SLURMD_NODENAME; exit 3",
+                         input="hello\n")
     assert r.returncode == 3, r.stderr
     # srun's stdin reaches every task (srun's default), from a machine that runs neither
     assert sorted(r.stdout.splitlines()) == ["0: hello local1", "1: hello joined1"]
     assert "joined1: task 1: Exited with exit code 3" in r.stderr
 
 
+def test_no_user_on_a_joined_machine_gets_its_key_or_roots_powers(
+        jc: JoinedCluster, users: dict[str, pwd.struct_passwd]) -> None:  # noqa: F811
+    bob = users["corral-bob"]
+    key = jc.joined.home / "auth" / "machine.key"
+    r = jc.joined.run_as(bob, "cat", str(key))
+    assert r.returncode != 0 and "Permission denied" in r.stderr
+    r = jc.joined.run_as(bob, "scontrol", "update", "nodename=local1", "state=drain", "reason=x")
+    assert r.returncode != 0 and "Access/permission denied" in r.stderr
+    # root there holds the key: it vouches for that machine's users, but is not the
+    # cluster's root (a job as root would run as root everywhere)
+    r = jc.joined.run("sbatch", "--wrap", "id")
+    assert r.returncode != 0
+    assert "root on a joined machine is not root of the cluster" in r.stderr, r.stderr
+    r = jc.joined.run("scontrol", "update", "nodename=local1", "state=drain", "reason=x")
+    assert r.returncode != 0 and "Access/permission denied" in r.stderr
+    r = jc.joined.run("squeue", "-h")  # reading is fine
+    assert r.returncode == 0, r.stderr
+    assert jc.node_states()["local1"] == "idle"
+
+
+NODE_KEY_PROBE = """
+import asyncio, json, sys, time
+import aiohttp
+from corral.agent.remote import RemoteController
+from corral.auth import H_JOIN_NODE
+url, fp, key_file, victim = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+from corral.auth import parse_fingerprint
+rc = RemoteController(url, parse_fingerprint(fp), open(key_file).read())
+async def main():
+    async with rc.session() as s:
+        headers = rc.sign("GET", "/v1/agent/ws", b"", 0, 0)
+        async with s.ws_connect(rc.target("/v1/agent/ws"), headers=headers) as ws:
+            # joined1's key offers another node, then reports that node's job ended
+            await ws.send_str(json.dumps({"type": "register", "nodes": ["local1"],
+                                          "running": [], "ended": []}))
+            reg = json.loads((await ws.receive(timeout=10)).data)["messages"][0]
+            await ws.send_str(json.dumps({"type": "ended", "job_id": victim,
+                                          "state": "COMPLETED", "exit_code": 0}))
+            ack = json.loads((await ws.receive(timeout=10)).data)["messages"][0]
+            print(json.dumps({"registered": reg["nodes"], "ack": ack}))
+asyncio.run(main())
+"""
+
+
+def test_a_node_key_acts_only_for_its_node(jc: JoinedCluster) -> None:
+    c = jc.c
+    job = c.sbatch("-w", "local1", "--wrap", "sleep 60")
+    c.wait_state(job, "RUNNING")
+    try:
+        key = str(jc.joined.home / "auth" / "machine.key")
+        r = jc.joined.run(sys.executable, "-c", NODE_KEY_PROBE, URL, jc.fingerprint, key, str(job))
+        assert r.returncode == 0, r.stderr
+        res = json.loads(r.stdout)
+        assert res["registered"] == []  # local1 is not joined1's to serve
+        assert res["ack"] == {"type": "ack", "job_id": job}  # acknowledged, and ignored
+        assert c.state(job) == "RUNNING"
+        assert jc.node_states() == {"local1": "mix", "ghost1": "down*", "joined1": "idle"}
+        assert "this agent's key does not serve node 'local1'" in jc.controller_log()
+    finally:
+        c.run("scancel", str(job))
+
+
 SIGNED_PROBE = """
 import http.client, json, ssl, sys, time
-from corral.auth import derive_cluster_key, sign_request
-host, port, token = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+from corral.auth import Credential, derive_cluster_key, sign_request
+host, port, key_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+cred = Credential.loads(open(key_file).read())
 ctx = ssl.create_default_context()
 ctx.check_hostname = False
 ctx.verify_mode = ssl.CERT_NONE  # the test looks at authentication, not the certificate
@@ -239,36 +363,46 @@ def get(path, headers):
     body = r.read()
     c.close()
     return [r.status, json.loads(body or b"null")]
-key = derive_cluster_key(token)
+def sign(key, uid, key_id=cred.key_id, path="/v1/whoami"):
+    return sign_request(key, "GET", path, b"", uid, 4343, time.time(), key_id=key_id)
 path = "/v1/whoami"
-signed = sign_request(key, "GET", path, b"", 4242, 4343, time.time())
-forged = dict(sign_request(key, "GET", path, b"", 4242, 4343, time.time()), **{"X-Corral-Uid": "0"})
-other = sign_request(derive_cluster_key("guessed"), "GET", path, b"", 0, 0, time.time())
+signed = sign(cred.secret, 4242)
+forged = dict(sign(cred.secret, 4242), **{"X-Corral-Uid": "0"})
+ws = {"Upgrade": "websocket", "Connection": "Upgrade",
+      "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"}
 print(json.dumps({
     "unsigned": get(path, {}),
     "signed": get(path, signed),
     "replayed": get(path, signed),
     "forged": get(path, forged),
-    "other_key": get(path, other),
-    "agent_ws_no_token": get("/v1/agent/ws", {"Upgrade": "websocket", "Connection": "Upgrade",
-                                            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
-                                            "Sec-WebSocket-Version": "13"}),
+    "other_key": get(path, sign(derive_cluster_key("guessed"), 0)),
+    "unknown_key_id": get(path, sign(cred.secret, 0, key_id="0000000000000000")),
+    "old_join_token_as_bearer": get("/v1/agent/ws", dict(ws, Authorization="Bearer x")),
+    "agent_ws_other_node": get("/v1/agent/ws", dict(ws, **sign(cred.secret, 0, path="/v1/agent/ws"),
+                                                    **{"X-Corral-Node": "local1"})),
+    "tokens_over_tcp": get("/v1/tokens", sign(cred.secret, 0, path="/v1/tokens")),
 }))
 """
 
 
 def test_signed_requests_over_tcp(jc: JoinedCluster) -> None:
-    r = jc.joined.run(sys.executable, "-c", SIGNED_PROBE, CTL_ADDR, str(PORT), jc.token)
+    key = str(jc.joined.home / "auth" / "machine.key")
+    r = jc.joined.run(sys.executable, "-c", SIGNED_PROBE, CTL_ADDR, str(PORT), key)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["signed"][0] == 200 and res["signed"][1]["uid"] == 4242
     assert res["signed"][1]["gid"] == 4343
-    for case in ("unsigned", "replayed", "forged", "other_key", "agent_ws_no_token"):
+    for case in ("unsigned", "replayed", "forged", "other_key", "unknown_key_id",
+                 "old_join_token_as_bearer", "agent_ws_other_node"):
         assert res[case][0] == 401, (case, res[case])
     assert "replayed request" in res["replayed"][1]["error"]
     assert "bad request signature" in res["forged"][1]["error"]
+    assert "unknown or revoked machine key" in res["unknown_key_id"][1]["error"]
+    assert "cannot serve node local1" in res["agent_ws_other_node"][1]["error"]
+    # root on a joined machine cannot mint tokens: that is the controller's machine's
+    assert res["tokens_over_tcp"][0] == 403, res["tokens_over_tcp"]
     log = jc.controller_log()
-    assert "replayed request" in log and "missing or wrong join token" in log
+    assert "replayed request" in log and "cannot serve node local1" in log
 
 
 def _run_requeueable_job_on_joined1(jc: JoinedCluster, out_file: Path) -> int:
@@ -334,12 +468,88 @@ def test_a_stale_copy_after_reconnecting_does_not_end_the_rerun(jc: JoinedCluste
 def test_a_login_only_machine_submits_without_being_a_node(jc: JoinedCluster, tmp_path: Path) -> None:
     login = Machine(jc.c, NS_JOIN, tmp_path / "login")
     try:
-        r = login.run("corral", "join", URL, "--token", jc.token, "--fingerprint", jc.fingerprint,
-                      "--login-only")
+        node_token = jc.new_token()
+        r = login.run("corral", "join", URL, "--fingerprint", jc.fingerprint, "--login-only",
+                      "--name", "login1", input=node_token + "\n")
+        assert r.returncode != 0 and "is for a node, not a login host" in r.stderr, r.stderr
+        token = jc.new_token("--login")
+        # a login token cannot make a node
+        r = login.run("corral", "join", URL, "--fingerprint", jc.fingerprint, "--name", "sneaky",
+                      input=token + "\n")
+        assert r.returncode != 0 and "is for a login host, not a node" in r.stderr, r.stderr
+        r = login.run("corral", "join", URL, "--fingerprint", jc.fingerprint, "--login-only",
+                      "--name", "login1", input=token + "\n")
         assert r.returncode == 0, r.stdout + r.stderr
         assert "as a login (submit) host" in r.stdout
         r = login.run("squeue", "-h", "-o", "%i")
         assert r.returncode == 0, r.stderr
         assert set(jc.node_states()) == {"local1", "ghost1", "joined1"}
+    finally:
+        login.run("corral", "down")
+
+
+REPLAY_PROBE = """
+import http.client, json, ssl, sys, time
+from corral.auth import Credential, sign_request
+host, port, key_file, saved = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+def get(headers):
+    c = http.client.HTTPSConnection(host, port, context=ctx, timeout=10)
+    c.request("GET", "/v1/whoami", headers=headers)
+    r = c.getresponse()
+    return [r.status, json.loads(r.read() or b"null")]
+if sys.argv[5] == "sign":
+    cred = Credential.loads(open(key_file).read())
+    headers = sign_request(cred.secret, "GET", "/v1/whoami", b"", 4242, 4242, time.time(),
+                           key_id=cred.key_id)
+    open(saved, "w").write(json.dumps(headers))
+    print(json.dumps(get(headers)))
+else:
+    print(json.dumps(get(json.load(open(saved)))))
+"""
+
+
+def test_a_signed_request_does_not_replay_after_a_controller_restart(jc: JoinedCluster) -> None:
+    key = str(jc.joined.home / "auth" / "machine.key")
+    saved = str(jc.root / "signed.json")
+    r = jc.joined.run(sys.executable, "-c", REPLAY_PROBE, CTL_ADDR, str(PORT), key, saved, "sign")
+    assert json.loads(r.stdout)[0] == 200, r.stdout + r.stderr
+    r = jc.ctl.run("corral", "down", "--keep-jobs")
+    assert r.returncode == 0, r.stderr
+    r = jc.ctl.run("corral", "up", "--config", str(jc.root / "input.conf"),
+                   "--listen", f"{CTL_ADDR}:{PORT}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    # the nonce memory of the last run is gone; its signatures are refused by their age
+    r = jc.joined.run(sys.executable, "-c", REPLAY_PROBE, CTL_ADDR, str(PORT), key, saved, "replay")
+    status, answer = json.loads(r.stdout)
+    assert status == 401 and "signed before the controller started" in answer["error"]
+    # the joined node's agent signs afresh and comes back by itself
+    jc.c.wait_for(lambda: jc.node_states().get("joined1") == "idle", 30, "joined1 back")
+
+
+def test_a_revoked_key_is_shut_out_alone(jc: JoinedCluster, tmp_path: Path) -> None:
+    c = jc.c
+    login = Machine(c, NS_JOIN, tmp_path / "login2")
+    try:
+        r = login.run("corral", "join", URL, "--fingerprint", jc.fingerprint, "--login-only",
+                      "--name", "login2", input=jc.new_token("--login") + "\n")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert login.run("squeue", "-h").returncode == 0
+        out = c.ok("corral", "node", "revoke", "login2")
+        assert "revoked the key of login2" in out
+        r = login.run("squeue", "-h")
+        assert r.returncode != 0 and "unknown or revoked machine key" in r.stderr, r.stderr
+        assert jc.joined.run("squeue", "-h").returncode == 0  # the other machine is untouched
+        # a node's key: its link is cut and it cannot come back
+        c.ok("corral", "node", "revoke", "joined1")
+        c.wait_for(lambda: jc.node_states()["joined1"].endswith("*"), 15, "joined1 shut out")
+        time.sleep(3)
+        assert jc.node_states()["joined1"].endswith("*")
+        assert re.search(r"^joined1 +node +\S+ +\S+ +\d{4}-", c.ok("corral", "node", "list"), re.M)
+        assert "unknown or revoked machine key" in jc.controller_log()
+        job = c.sbatch("-w", "local1", "--wrap", "true")
+        c.wait_state(job, "COMPLETED")
     finally:
         login.run("corral", "down")

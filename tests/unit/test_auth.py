@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import stat
+from pathlib import Path
 
 import pytest
 
@@ -12,14 +14,19 @@ from corral.auth import (
     H_SIGNATURE,
     H_TIME,
     H_UID,
+    KIND_LOGIN,
+    KIND_NODE,
     AuthError,
+    Credential,
     Verifier,
     check_token,
     derive_cluster_key,
+    derive_machine_key,
     fingerprint_of_der,
     parse_fingerprint,
     sign_request,
 )
+from corral.controller.auth import Registry
 
 KEY = derive_cluster_key("the-join-token")
 NOW = 1_800_000_000.0
@@ -148,3 +155,105 @@ def test_fingerprints_read_back_in_every_common_spelling() -> None:
         parse_fingerprint("SHA256:tooshort")
     with pytest.raises(ValueError):
         parse_fingerprint("")
+
+
+# ---- per-machine keys, join tokens, restarts ----------------------------------------------
+
+def test_nothing_signed_before_the_controller_started_passes() -> None:
+    v = Verifier(KEY, not_before=NOW)
+    with pytest.raises(AuthError, match="before the controller started"):
+        v.verify("POST", PATH, BODY, signed(now=NOW - 1), NOW + 1)
+    assert v.verify("POST", PATH, BODY, signed(now=NOW + 0.5), NOW + 1) == (1000, 1000)
+
+
+def test_each_machine_signs_with_its_own_key_and_a_revoked_key_fails() -> None:
+    master = b"m" * 32
+    keys = {"aa": derive_machine_key(master, "aa"), "bb": derive_machine_key(master, "bb")}
+    assert keys["aa"] != keys["bb"]
+    v = Verifier(lambda k: keys.get(k))
+    h = sign_request(keys["aa"], "GET", "/v1/ping", b"", 5, 5, NOW, key_id="aa")
+    s = v.verify_signed("GET", "/v1/ping", b"", h, NOW)
+    assert (s.key_id, s.uid) == ("aa", 5)
+    # one machine's key cannot sign for another's id
+    h = sign_request(keys["aa"], "GET", "/v1/ping", b"", 5, 5, NOW, key_id="bb")
+    with pytest.raises(AuthError, match="bad request signature"):
+        v.verify("GET", "/v1/ping", b"", h, NOW)
+    del keys["aa"]  # revoked
+    h = sign_request(derive_machine_key(master, "aa"), "GET", "/v1/ping", b"", 5, 5, NOW, key_id="aa")
+    with pytest.raises(AuthError, match="revoked"):
+        v.verify("GET", "/v1/ping", b"", h, NOW)
+
+
+def test_a_credential_reads_back_and_garbage_is_refused() -> None:
+    c = Credential("0123456789abcdef", KIND_NODE, "gpu7", b"k" * 32, "lab")
+    back = Credential.loads(c.dumps())
+    assert (back.key_id, back.kind, back.name, back.secret, back.cluster) == \
+        ("0123456789abcdef", "node", "gpu7", b"k" * 32, "lab")
+    for bad in ["the-old-join-token", "{}", '{"v": 2, "key_id": "x", "kind": "root", "name": "n", '
+                '"secret": "' + "00" * 32 + '"}']:
+        with pytest.raises(ValueError, match="not a Corral machine key"):
+            Credential.loads(bad)
+
+
+def _registry(tmp_path: Path) -> Registry:
+    return Registry(str(tmp_path))
+
+
+def test_the_registry_is_root_only(tmp_path: Path) -> None:
+    _registry(tmp_path)
+    path = tmp_path / "auth" / "registry.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+
+def test_a_join_token_is_spent_once_for_a_key_of_its_scope(tmp_path: Path) -> None:
+    reg = _registry(tmp_path)
+    token, rec = reg.create_token(KIND_NODE, 3600, 1, None, NOW)
+    never_busy = lambda name: None  # noqa: E731
+    with pytest.raises(AuthError, match="not a login host"):
+        reg.enroll(token, KIND_LOGIN, "login1", "", NOW, never_busy)
+    cred = reg.enroll(token, KIND_NODE, "gpu1", "10.0.0.5", NOW + 1, never_busy)
+    assert cred.kind == KIND_NODE and cred.name == "gpu1"
+    assert reg.key_for(cred.key_id) == cred.secret
+    with pytest.raises(AuthError, match="used up"):
+        reg.enroll(token, KIND_NODE, "gpu2", "", NOW + 2, never_busy)
+    # a registry read back (a controller restart) knows the key and the spent token
+    again = Registry(str(tmp_path))
+    assert again.key_for(cred.key_id) == cred.secret
+    with pytest.raises(AuthError, match="used up"):
+        again.enroll(token, KIND_NODE, "gpu2", "", NOW + 2, never_busy)
+
+
+def test_tokens_expire_are_revoked_and_must_match(tmp_path: Path) -> None:
+    reg = _registry(tmp_path)
+    ok = lambda name: None  # noqa: E731
+    token, rec = reg.create_token(KIND_NODE, 60, 5, None, NOW)
+    with pytest.raises(AuthError, match="expired"):
+        reg.enroll(token, KIND_NODE, "n1", "", NOW + 61, ok)
+    with pytest.raises(AuthError, match="wrong join token"):
+        reg.enroll(token[:-1] + ("A" if token[-1] != "A" else "B"), KIND_NODE, "n1", "", NOW, ok)
+    with pytest.raises(AuthError, match="wrong join token"):
+        reg.enroll("garbage", KIND_NODE, "n1", "", NOW, ok)
+    reg.revoke_token(rec["id"], NOW)
+    with pytest.raises(AuthError, match="revoked"):
+        reg.enroll(token, KIND_NODE, "n1", "", NOW, ok)
+    bound, _ = reg.create_token(KIND_NODE, 60, 5, "gpu3", NOW)
+    with pytest.raises(AuthError, match="for node gpu3"):
+        reg.enroll(bound, KIND_NODE, "gpu4", "", NOW, ok)
+
+
+def test_a_name_with_a_key_or_an_agent_cannot_be_taken_over(tmp_path: Path) -> None:
+    reg = _registry(tmp_path)
+    token, _ = reg.create_token(KIND_NODE, 3600, 5, None, NOW)
+    cred = reg.enroll(token, KIND_NODE, "gpu1", "", NOW, lambda n: None)
+    with pytest.raises(AuthError, match="already joined"):
+        reg.enroll(token, KIND_NODE, "gpu1", "", NOW, lambda n: None)
+    with pytest.raises(AuthError, match="served by a connected agent"):
+        reg.enroll(token, KIND_NODE, "local1", "", NOW,
+                   lambda n: "node local1 is served by a connected agent")
+    # revoked alone: gpu1's key stops working, and only then may the name join again
+    other = reg.enroll(token, KIND_NODE, "gpu2", "", NOW, lambda n: None)
+    assert reg.revoke_machine("gpu1", NOW) == [cred.key_id]
+    assert reg.key_for(cred.key_id) is None
+    assert reg.key_for(other.key_id) == other.secret
+    assert reg.enroll(token, KIND_NODE, "gpu1", "", NOW, lambda n: None).name == "gpu1"

@@ -1,4 +1,9 @@
-"""`corral up | down | status`: start, stop and look at the cluster of $CORRAL_HOME."""
+"""`corral up | down | status | join | token | node`: start, stop, look at and grow the cluster.
+
+`up`, `down` and `join` act on this user's own cluster ($CORRAL_HOME, else the system home
+for root, ~/.corral for others); `status` on the cluster the Slurm commands talk to, which
+for a user without a cluster of their own is the one root started (corral.paths).
+"""
 
 from __future__ import annotations
 
@@ -193,8 +198,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"  logs:   {paths.log_dir(home)}")
     print("  try:    sbatch --wrap 'hostname' && squeue")
     if args.listen:
-        print("  join another machine to this cluster with (run there, as root):")
-        print(f"    {join_command(home, args.listen)}")
+        try:
+            answer = client.post("/v1/tokens", {"scope": "node", "ttl": 3600, "uses": 1})
+        except (client.NotRunning, client.ApiError) as e:
+            print(f"corral: warning: no join token: {e}", file=sys.stderr)
+        else:
+            where = answer.get("listen") or {}
+            print(f"  listen: {where.get('url')} (certificate {where.get('fingerprint')})")
+            print("  a join token for one node, valid 1 h (more: corral token create):")
+            for line in join_hint(where.get("url", ""), where.get("fingerprint", ""),
+                                  answer["token"]):
+                print(line)
     if args.foreground and ctl is not None:
         return _foreground(ctl, agent, home)
     return 0
@@ -228,24 +242,32 @@ def _split_listen(spec: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def join_command(home: str, listen: str) -> str:
-    """What to run on another machine: address, token and certificate fingerprint."""
-    from corral.auth import cert_path, fingerprint_of_pem, join_token_path
+def join_hint(url: str, fingerprint: str, token: str) -> list[str]:
+    """How to join a machine with `token`: never on a command line (/proc shows it)."""
+    return [
+        f"    token: {token}",
+        "  join a machine with (as root there; the token is read from standard input or a",
+        "  root-only file, never from the command line, where every local user can read it):",
+        f"    corral join {url} --fingerprint {fingerprint} --token-file FILE",
+        f"    corral join {url} --fingerprint {fingerprint}      (then paste the token)",
+    ]
 
-    host, port = _split_listen(listen)
-    if host in ("", "0.0.0.0", "::"):
-        host = os.uname().nodename  # listening everywhere: name the machine
-    if ":" in host:
-        host = f"[{host}]"
-    with open(join_token_path(home)) as f:
-        token = f.read().strip()
-    with open(cert_path(home)) as f:
-        fingerprint = fingerprint_of_pem(f.read())
-    return f"corral join https://{host}:{port} --token {token} --fingerprint {fingerprint}"
+
+def _print_token(answer: dict[str, Any]) -> None:
+    what = "a login host" if answer["scope"] == "login" else (
+        f"node {answer['node']}" if answer.get("node") else "a node")
+    uses = answer["uses_left"]
+    print(f"corral: join token {answer['id']} for {what}, {uses} use{'s' if uses != 1 else ''}, "
+          f"expires {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(answer['expires']))}")
+    listen = answer.get("listen") or {}
+    for line in join_hint(listen.get("url", "https://HOST:PORT"),
+                          listen.get("fingerprint", "SHA256:…"), answer["token"]):
+        print(line)
 
 
 def _fetch_fingerprint(url_host: str, port: int) -> str:
-    """Trust on first use: the fingerprint of whatever certificate the address shows."""
+    """Trust on first use (only with --insecure-trust-first-use): whatever certificate the
+    address shows now."""
     import ssl
 
     from corral.auth import fingerprint_of_pem
@@ -253,11 +275,51 @@ def _fetch_fingerprint(url_host: str, port: int) -> str:
     return fingerprint_of_pem(ssl.get_server_certificate((url_host, port), timeout=10))
 
 
+def _read_token(args: argparse.Namespace) -> str | None:
+    """The join token from --token-file or standard input; None (with a message) if none."""
+    if args.token_file:
+        try:
+            st = os.stat(args.token_file)
+            with open(args.token_file) as f:
+                token = f.read().strip()
+        except OSError as e:
+            print(f"corral: error: cannot read the token file: {e}", file=sys.stderr)
+            return None
+        if st.st_mode & 0o077:
+            print(f"corral: warning: {args.token_file} is readable by other users; "
+                  "revoke the token if they are not trusted", file=sys.stderr)
+        return token or None
+    if sys.stdin.isatty():
+        import getpass
+
+        token = getpass.getpass("join token (from `corral token create` on the controller): ")
+    else:
+        token = sys.stdin.readline()
+    token = token.strip()
+    if not token:
+        print("corral: error: no join token: give --token-file FILE or the token on "
+              "standard input", file=sys.stderr)
+        return None
+    return token
+
+
 def cmd_join(args: argparse.Namespace) -> int:
     """Start an agent here that serves this machine as a node of a remote controller."""
     home = paths.corral_home()
-    from corral.auth import join_token_path, parse_fingerprint
+    from corral.auth import (
+        KIND_LOGIN,
+        KIND_NODE,
+        Credential,
+        credential_path,
+        parse_fingerprint,
+        write_private,
+    )
 
+    if args.token is not None:
+        print("corral: error: --token is refused: a command line is readable by every local "
+              "user (/proc); give --token-file FILE (root-only) or the token on standard input",
+              file=sys.stderr)
+        return 2
     if os.path.exists(paths.socket_path(home)) or _read_pid("controller", home) is not None:
         print(f"corral: error: {home} holds a running controller; join from another "
               "CORRAL_HOME (or `corral down` first)", file=sys.stderr)
@@ -273,45 +335,85 @@ def cmd_join(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     host, port = m.group(1).strip("[]"), int(m.group(2))
+    url = f"https://{m.group(1)}:{port}"
     fingerprint = args.fingerprint
+    if not fingerprint and not args.insecure_trust_first_use:
+        print("corral: error: --fingerprint is required: it proves that the controller is the "
+              "one you mean (`corral up --listen` and `corral status` print it on the "
+              "controller's machine); --insecure-trust-first-use trusts whatever answers",
+              file=sys.stderr)
+        return 2
     if not fingerprint:
         try:
             fingerprint = _fetch_fingerprint(host, port)
         except OSError as e:
             print(f"corral: error: cannot reach {args.url}: {e}", file=sys.stderr)
             return 1
-        print(f"corral: warning: no --fingerprint given; trusting the certificate {fingerprint} "
-              "that the controller shows now", file=sys.stderr)
+        print(f"corral: warning: --insecure-trust-first-use: trusting the certificate "
+              f"{fingerprint} that {url} shows now, unverified", file=sys.stderr)
     try:
-        parse_fingerprint(fingerprint)
+        digest = parse_fingerprint(fingerprint)
     except ValueError as e:
         print(f"corral: error: {e}", file=sys.stderr)
         return 1
-    name = None if args.login_only else (args.name or os.uname().nodename.split(".")[0])
-    if name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name):
+    role = KIND_LOGIN if args.login_only else KIND_NODE
+    name = args.name or os.uname().nodename.split(".")[0]
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name):
         print(f"corral: error: Invalid node name specified: {name}", file=sys.stderr)
         return 1
     os.makedirs(home, mode=0o755, exist_ok=True)
     os.makedirs(paths.log_dir(home), exist_ok=True)
-    token_file = join_token_path(home)
-    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(args.token.strip() + "\n")
-    os.chmod(token_file, 0o600)
+    key_file = credential_path(home)
+    stored: Credential | None = None
+    if not args.token_file and os.path.exists(key_file):
+        try:
+            with open(key_file) as f:
+                stored = Credential.loads(f.read())
+        except (OSError, ValueError):
+            stored = None
+        if stored is not None and (stored.kind != role or (args.name and stored.name != name)):
+            print(f"corral: error: this machine joined as {stored.kind} {stored.name}; give a "
+                  "new token (--token-file) to join otherwise", file=sys.stderr)
+            return 1
+    if stored is None:
+        token = _read_token(args)
+        if token is None:
+            return 1
+        import asyncio
+
+        from corral.agent.remote import JoinError, enroll
+
+        try:
+            cred = asyncio.run(enroll(url, digest, token, role, name))
+        except JoinError as e:
+            print(f"corral: error: cannot join: {e}", file=sys.stderr)
+            return 1
+        except OSError as e:
+            print(f"corral: error: cannot reach {url}: {e}", file=sys.stderr)
+            return 1
+        except Exception as e:  # aiohttp's connection errors
+            print(f"corral: error: cannot reach {url}: {e}", file=sys.stderr)
+            return 1
+        # the machine's key: root-only directory, root-only file, never on a command line
+        write_private(key_file, (cred.dumps() + "\n").encode())
+    else:
+        cred = stored
+        print(f"corral: rejoining with this machine's key ({cred.kind} {cred.name})")
+    name = cred.name
     error_file = os.path.join(home, "join.error")
     if os.path.exists(error_file):
         os.unlink(error_file)
-    role = ["--login-only"] if name is None else ["--nodes", name]
+    role_args = ["--login-only"] if cred.kind == KIND_LOGIN else ["--nodes", name]
     agent_log = os.path.join(paths.log_dir(home), "agent.log")
-    agent = _spawn(["corral.agent", "--home", home, "--controller-url", f"https://{m.group(1)}:{port}",
-                    "--fingerprint", fingerprint, "--token-file", token_file, *role],
+    agent = _spawn(["corral.agent", "--home", home, "--controller-url", url,
+                    "--fingerprint", fingerprint, "--token-file", key_file, *role_args],
                    agent_log, False)
     with open(paths.pid_file("agent", home), "w") as f:
         f.write(str(agent.pid))
 
     def ready() -> bool:
         try:
-            if name is None:
+            if cred.kind == KIND_LOGIN:
                 return client.get("/v1/ping") is not None
             nodes = client.get("/v1/nodes", names=name)["nodes"]
         except (client.NotRunning, client.ApiError, OSError):
@@ -337,12 +439,71 @@ def cmd_join(args: argparse.Namespace) -> int:
             pass
         return 1
     ping = client.get("/v1/ping")
-    what = "as a login (submit) host" if name is None else f"as node {name}"
-    print(f"corral: joined cluster {ping['cluster']} at {args.url} {what}")
+    what = "as a login (submit) host" if cred.kind == KIND_LOGIN else f"as node {name}"
+    print(f"corral: joined cluster {ping['cluster']} at {url} {what}")
     print(f"  state:  {home}")
+    print(f"  key:    {key_file} (root only)")
     print(f"  socket: {paths.agent_socket_path(home)} (sbatch, squeue, srun… go through it)")
     print(f"  logs:   {paths.log_dir(home)}")
     print("  leave:  corral down")
+    return 0
+
+
+_TTL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_ttl(text: str) -> float:
+    """`90`, `90s`, `30m`, `12h`, `7d`, `2w` → seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text.lower())
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"invalid --ttl {text!r} (e.g. 30m, 12h, 7d)")
+    return float(m.group(1)) * _TTL_UNITS[m.group(2) or "s"]
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    if args.action == "create":
+        try:
+            ttl = parse_ttl(args.ttl)
+        except ValueError as e:
+            print(f"corral: error: {e}", file=sys.stderr)
+            return 2
+        answer = client.post("/v1/tokens", {"scope": "login" if args.login else "node",
+                                            "ttl": ttl, "uses": args.uses, "node": args.node})
+        _print_token(answer)
+        return 0
+    if args.action == "list":
+        data = client.get("/v1/tokens")
+        print(f"{'ID':<9} {'SCOPE':<6} {'STATUS':<8} {'USES':>4} {'EXPIRES':<19} {'NODE':<12} USED_BY")
+        for t in sorted(data["tokens"], key=lambda t: t["created"]):
+            print(f"{t['id']:<9} {t['scope']:<6} {t['status']:<8} {t['uses_left']:>4} "
+                  f"{_when(t['expires']):<19} {t['node'] or '-':<12} {','.join(t['used_by']) or '-'}")
+        return 0
+    if not args.id:
+        print("corral: error: corral token revoke ID", file=sys.stderr)
+        return 2
+    client.request("DELETE", f"/v1/tokens/{client.quote(args.id, safe='')}")
+    print(f"corral: join token {args.id} revoked")
+    return 0
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        data = client.get("/v1/machines")
+        print(f"{'NAME':<16} {'KIND':<6} {'KEY':<17} {'ISSUED':<19} {'REVOKED':<19} ADDRESS")
+        for k in sorted(data["machines"], key=lambda k: k["issued"]):
+            print(f"{k['name']:<16} {k['kind']:<6} {k['id']:<17} {_when(k['issued']):<19} "
+                  f"{_when(k['revoked']):<19} {k['addr'] or '-'}")
+        return 0
+    if not args.name:
+        print("corral: error: corral node revoke NAME", file=sys.stderr)
+        return 2
+    answer = client.request("DELETE", f"/v1/machines/{client.quote(args.name, safe='')}")
+    print(f"corral: revoked the key of {args.name} ({', '.join(answer['revoked'])}); it can no "
+          "longer act for the cluster, other machines are untouched")
     return 0
 
 
@@ -442,12 +603,37 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 1
     nodes = client.get("/v1/nodes")
     diag = client.get("/v1/diag")
+    cfg = client.get("/v1/config")
+    jobs = client.get("/v1/jobs", fields="state,user")["jobs"]
+    here = os.path.exists(paths.socket_path(home))
     up = sum(1 for n in nodes["nodes"] if n["responding"])
     print(f"cluster {ping['cluster']}: controller up since "
-          f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(diag['started']))}")
-    print(f"  state:  {home}")
+          f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(diag['started']))}"
+          f"{'' if here else ' (on another machine)'}")
+    print(f"  state:  {cfg.get('home') or home}" + ("" if here else f" there; this machine: {home}"))
+    print(f"  config: {cfg.get('config_path')}")
+    listen = cfg.get("listen")
+    if listen:
+        print(f"  listen: {listen['url']} (certificate {listen['fingerprint']})")
     print(f"  nodes:  {up}/{len(nodes['nodes'])} responding")
-    print(f"  jobs:   {diag['running']} running, {diag['pending']} pending")
+    width = max([4, *(len(n["name"]) for n in nodes["nodes"])])
+    print(f"    {'NODE':<{width}}  {'STATE':<14} {'CPUS(A/T)':>9} {'GPUS(A/T)':>9}  REASON")
+    for n in nodes["nodes"]:
+        gpus = f"{len(n.get('alloc_gpus') or [])}/{n.get('gpus', 0)}"
+        print(f"    {n['name']:<{width}}  {n['state'].lower():<14} "
+              f"{n['alloc_cpus']:>4}/{n['cpus']:<4} {gpus:>9}  {n.get('reason') or ''}")
+    counts: dict[str, int] = {}
+    for j in jobs:
+        counts[j["state"]] = counts.get(j["state"], 0) + 1
+    summary = ", ".join(f"{v} {k.lower()}" for k, v in sorted(counts.items())) or "none"
+    print(f"  jobs:   {summary} (squeue lists them)")
+    ctl_logs = os.path.join(cfg.get("home") or home, "log")
+    if here:
+        print(f"  logs:   {os.path.join(ctl_logs, 'controller.log')}, "
+              f"{os.path.join(ctl_logs, 'agent.log')}")
+    else:
+        print(f"  logs:   {os.path.join(ctl_logs, 'controller.log')} on the controller's machine; "
+              f"this machine's agent: {os.path.join(paths.log_dir(home), 'agent.log')}")
     print(f"  scheduler: {diag['sched_passes']} passes, last {diag['last_sched_seconds'] * 1000:.1f} ms")
     return 0
 
@@ -463,18 +649,39 @@ def main(argv: list[str] | None = None) -> int:
     up.set_defaults(fn=cmd_up)
     join = sub.add_parser("join", help="serve this machine as a node of a cluster elsewhere")
     join.add_argument("url", help="the controller, https://HOST:PORT (as `corral up --listen` printed)")
-    join.add_argument("--token", required=True, help="the cluster's join token")
-    join.add_argument("--fingerprint", help="the controller certificate's SHA256:… fingerprint")
+    join.add_argument("--token", help=argparse.SUPPRESS)  # refused with a message: see cmd_join
+    join.add_argument("--token-file", metavar="FILE",
+                      help="file holding the join token (default: read it from standard input)")
+    join.add_argument("--fingerprint", help="the controller certificate's SHA256:… fingerprint "
+                      "(required)")
+    join.add_argument("--insecure-trust-first-use", action="store_true",
+                      help="without --fingerprint: trust whatever certificate answers (unsafe)")
     join.add_argument("--name", help="node name (default: this machine's short host name)")
     join.add_argument("--login-only", action="store_true",
-                      help="register no node: only let this machine's users submit and query")
+                      help="register no node: only let this machine's users submit and query "
+                           "(needs a token made with `corral token create --login`)")
     join.set_defaults(fn=cmd_join)
+    tok = sub.add_parser("token", help="join tokens: create, list, revoke (controller's machine, root)")
+    tok.add_argument("action", choices=["create", "list", "revoke"])
+    tok.add_argument("id", nargs="?", help="the token id to revoke")
+    tok.add_argument("--login", action="store_true", help="for a login (submit-only) host")
+    tok.add_argument("--ttl", default="1h", help="lifetime: 30m, 12h, 7d… (default 1h)")
+    tok.add_argument("--uses", type=int, default=1, help="how many machines may join with it (1)")
+    tok.add_argument("--node", help="only a node of this name may join with it")
+    tok.set_defaults(fn=cmd_token)
+    node = sub.add_parser("node", help="joined machines' keys: list, revoke (controller's machine, root)")
+    node.add_argument("action", choices=["list", "revoke"])
+    node.add_argument("name", nargs="?", help="the node or login host whose key to revoke")
+    node.set_defaults(fn=cmd_node)
     down = sub.add_parser("down", help="stop what `corral up` started")
     down.add_argument("--keep-jobs", action="store_true", help="leave running jobs running")
     down.set_defaults(fn=cmd_down)
-    st = sub.add_parser("status", help="is the cluster up, and how busy")
+    st = sub.add_parser("status", help="the cluster's nodes, jobs, and where its logs are")
     st.set_defaults(fn=cmd_status)
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.cmd in ("up", "down", "join"):
+        # these start and stop this user's own cluster, never the machine's (root's)
+        os.environ["CORRAL_HOME"] = paths.own_home()
     try:
         return int(args.fn(args))
     except (client.NotRunning, client.ApiError) as e:

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import os
+import resource
 import signal
 import sys
 import time
@@ -13,15 +14,39 @@ import time
 from aiohttp import web
 
 from corral import paths
-from corral.auth import Verifier, derive_cluster_key
+from corral.auth import ConnectionGuard, Verifier
 from corral.controller import tls
-from corral.controller.auth import JOIN_TOKEN, VERIFIER, signed_requests
+from corral.controller.auth import GUARD, LISTEN, REGISTRY, VERIFIER, Registry, signed_requests
 from corral.controller.server import Api
 from corral.controller.state import Controller
 from corral.model.config import ConfigError, parse_config
 from corral.store.sqlite import SqliteStore
 
 log = logging.getLogger("corral.controller")
+
+# A connection that has no request in progress for this long is closed (slurm.conf's
+# MessageTimeout, default 10 s, as slurmctld bounds a message's round trip).
+DEFAULT_IDLE_TIMEOUT = 10
+# Open connections per uid on the Unix socket (each srun holds one; root and the
+# controller's own user are not limited) and per remote address over TCP (a joined
+# machine's agent funnels all its users' commands).
+CONNECTIONS_PER_USER = 256
+CONNECTIONS_PER_ADDRESS = 1024
+OPEN_FILES = 65536
+
+
+def raise_open_files_limit(want: int = OPEN_FILES) -> int:
+    """As many descriptors as the hard limit allows, up to `want`: the default 1,024
+    is what a few users' idle connections once used up."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            return target
+        except (ValueError, OSError):
+            pass
+    return soft
 
 
 def drop_silent_agents(ctl: Controller, now: float) -> None:
@@ -63,12 +88,24 @@ async def serve(home: str, config_path: str, listen: str | None = None) -> int:
     ssl_ctx = None
     if listen:
         host, port = tls.parse_listen(listen)
-        token = tls.ensure_token(home)
         ssl_ctx = tls.server_context(*tls.ensure_certificate(home, host))
-        app[JOIN_TOKEN] = token
-        app[VERIFIER] = Verifier(derive_cluster_key(token))
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        registry = Registry(home)
+        app[REGISTRY] = registry
+        # nothing signed before this run started passes: a replay cannot outlive a restart
+        app[VERIFIER] = Verifier(registry.key_for, not_before=ctl.started)
+        app[LISTEN] = {"url": tls.public_url(host, port),
+                       "fingerprint": tls.certificate_fingerprint(home)}
+    raise_open_files_limit()
+    idle = config.get_int("MessageTimeout") or DEFAULT_IDLE_TIMEOUT
+    guard = ConnectionGuard(CONNECTIONS_PER_USER, CONNECTIONS_PER_ADDRESS,
+                            exempt={"uid:0", f"uid:{os.geteuid()}"})
+    app[GUARD] = guard
+    # lingering: after refusing a body unread (413), wait this long for the rest, not 10 s
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=idle,
+                           lingering_time=1.0)
     await runner.setup()
+    assert runner.server is not None
+    guard.install(runner.server)
     sock_path = paths.socket_path(home)
     if os.path.exists(sock_path):
         os.unlink(sock_path)

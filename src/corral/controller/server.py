@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import operator
 import time
 from collections.abc import Awaitable, Callable
@@ -12,6 +13,8 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from corral.auth import KIND_LOGIN, KIND_NODE, AuthError, bearer
+from corral.controller import auth as door
 from corral.controller.auth import admit_agent, request_uid_gid
 from corral.controller.state import Controller, Identity, SlurmError, _invalid_job
 from corral.controller.steps import StepManager
@@ -23,6 +26,25 @@ log = logging.getLogger("corral.controller")
 _DERIVED = {"display_id", "alloc_cpus", "alloc_mem", "alloc_gpus"}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+MB = 1024 * 1024
+# Request bodies, per route. A submission carries a script (the controller refuses more than
+# Slurm's 4 MB itself) JSON-escaped — up to 6 bytes per byte for control characters — plus
+# its environment; nothing else comes near 1 MB.
+SUBMIT_BODY_LIMIT = 32 * MB
+JOIN_BODY_LIMIT = 64 * 1024
+BODY_LIMIT = 1 * MB
+# WebSocket messages from an agent (registrations, task output, exits), and the most the
+# controller packs into one frame to an agent (whose own limit is 64 MB).
+AGENT_MSG_LIMIT = 8 * MB
+AGENT_FRAME_TARGET = 16 * MB
+AGENT_RECEIVE_LIMIT = 64 * MB - 64 * 1024
+# Refusals logged per agent link before the log is thinned out (a flooding node).
+LOGGED_REFUSALS = 20
+
+# How an agent may say a job's batch step ended.
+ENDED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+                          "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"})
+
 
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
@@ -32,13 +54,31 @@ def json_response(obj: Any, status: int = 200) -> web.Response:
     return web.Response(text=_dumps(obj), status=status, content_type="application/json")
 
 
+# What root on a joined machine may ask through its agent: reading, nothing else.
+REMOTE_ROOT_READS = frozenset({"/v1/ping", "/v1/whoami", "/v1/jobs", "/v1/nodes",
+                               "/v1/partitions", "/v1/config", "/v1/accounting", "/v1/diag"})
+
+
 def peer_identity(request: web.Request, ctl: Controller) -> Identity:
-    """The caller: SO_PEERCRED on the Unix socket, or the uid an agent signed for over TCP."""
+    """The caller: SO_PEERCRED on the Unix socket, or the uid an agent signed for over TCP.
+
+    A joined machine's key vouches for that machine's users, not for the cluster: root
+    there (who holds the key) could sign for any uid, so no signed request gets operator
+    rights, and one signed for uid 0 may only read — a job as root would run as root on
+    every node, and a compromised node would act for all of them (docs/SECURITY.md).
+    """
     uid, gid = request_uid_gid(request)
     if ctl.own_uid != 0 and uid != ctl.own_uid:
         # a controller run by an ordinary user runs every job as that user: refuse others
         raise SlurmError("Access/permission denied: this cluster is private to its owner", 0, 403)
-    return ctl.identity(uid, gid)
+    who = ctl.identity(uid, gid)
+    if door.unix_peer(request) is None:
+        if uid == 0 and not (request.method == "GET" and request.path in REMOTE_ROOT_READS):
+            raise SlurmError("Access/permission denied: root on a joined machine is not root of "
+                             "the cluster (run this on the controller's machine)", 2002, 403)
+        if who.operator:
+            who = Identity(who.uid, who.gid, who.user, False)
+    return who
 
 
 def job_view(job: Job, fields: list[str] | None) -> dict[str, Any]:
@@ -89,14 +129,91 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         body: dict[str, Any] = {"error": e.message, "errno": e.errno}
         if e.user_msg:
             body["user_msg"] = e.user_msg
+        body.update(getattr(e, "extra", None) or {})
         return json_response(body, e.status)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return json_response({"error": "Malformed request: body is not JSON", "errno": 0}, 400)
-    except web.HTTPException:
-        raise
+    except web.HTTPRequestEntityTooLarge:
+        return json_response({"error": f"Request too large: more than {body_limit(request)} "
+                                       f"bytes for {request.method} {request.path}", "errno": 0}, 413)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        # aiohttp's own refusals (unknown route, wrong method) in the API's JSON form
+        return json_response({"error": e.reason, "errno": 0}, e.status)
     except Exception as e:  # never a traceback to the client; the log has it
         log.exception("internal error on %s %s", request.method, request.path)
         return json_response({"error": f"internal error: {e}", "errno": 0}, 500)
+
+
+def body_limit(request: web.Request) -> int:
+    if request.method == "POST" and request.path == "/v1/jobs":
+        return SUBMIT_BODY_LIMIT
+    if request.path == door.JOIN_PATH:
+        return JOIN_BODY_LIMIT
+    return BODY_LIMIT
+
+
+@web.middleware
+async def limits_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Bound the body before anything reads it: refused by its declared length at once,
+    and a body sent without one stops being read at the route's limit (413)."""
+    guard = request.app.get(door.GUARD)
+    refusal = guard.refusal(request.protocol) if guard is not None else None
+    if refusal:
+        raise SlurmError(refusal, 0, 503)
+    limit = body_limit(request)
+    length = request.content_length
+    if length is not None and length > limit:
+        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=length)
+    return await handler(request.clone(client_max_size=limit))
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+class BadMessage(Exception):
+    """An agent message refused (logged; the link goes on)."""
+
+
+def _need(cond: bool, why: str) -> None:
+    if not cond:
+        raise BadMessage(why)
+
+
+def check_ended(ev: Any) -> dict[str, Any]:
+    """An `ended` event (alone or in a registration), normalised, or BadMessage."""
+    _need(isinstance(ev, dict), "not an object")
+    _need(_int(ev.get("job_id")) and ev["job_id"] > 0, "job_id must be a positive integer")
+    _need(ev.get("state") in ENDED_STATES, f"invalid end state {str(ev.get('state'))[:40]!r}")
+    code, sig, end = ev.get("exit_code", 0), ev.get("signal", 0), ev.get("end_time")
+    _need(_int(code) and 0 <= code < 1 << 31, "exit_code must be a non-negative integer")
+    _need(_int(sig) and 0 <= sig < 128, "signal must be an integer 0-127")
+    _need(end is None or (_num(end) and end >= 0), "end_time must be a time")
+    return {"job_id": ev["job_id"], "state": ev["state"], "exit_code": code, "signal": sig,
+            "end_time": end}
+
+
+_HW_STR = ("arch", "os", "hostname", "addr")
+_HW_NUM = ("boot_time", "start_time")
+
+
+def check_hw(hw: Any) -> dict[str, Any]:
+    """A registration's hardware description: known fields of the right type only."""
+    _need(isinstance(hw, dict), "hw must be an object")
+    out: dict[str, Any] = {}
+    for k in _HW_STR:
+        if isinstance(hw.get(k), str):
+            out[k] = hw[k][:256]
+    for k in _HW_NUM:
+        if _num(hw.get(k)):
+            out[k] = float(hw[k])
+    return out
 
 
 class Api:
@@ -104,9 +221,12 @@ class Api:
         self.ctl = ctl
         self.on_shutdown = on_shutdown
         self.steps = StepManager(ctl)
+        # open agent links per machine key, to cut them when the key is revoked
+        self.agent_links: dict[str, set[web.WebSocketResponse]] = {}
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[errors_middleware], client_max_size=64 * 1024 * 1024)
+        app = web.Application(middlewares=[errors_middleware, limits_middleware],
+                              client_max_size=SUBMIT_BODY_LIMIT)
         r = app.router
         r.add_get("/v1/ping", self.ping)
         r.add_get("/v1/whoami", self.whoami)
@@ -124,6 +244,12 @@ class Api:
         r.add_post("/v1/shutdown", self.shutdown)
         r.add_get("/v1/agent/ws", self.agent_ws)
         r.add_get("/v1/steps/ws", self.steps_ws)
+        r.add_post(door.JOIN_PATH, self.join)
+        r.add_get("/v1/tokens", self.list_tokens)
+        r.add_post("/v1/tokens", self.create_token)
+        r.add_delete("/v1/tokens/{id}", self.revoke_token)
+        r.add_get("/v1/machines", self.list_machines)
+        r.add_delete("/v1/machines/{name}", self.revoke_machine)
         return app
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
@@ -137,7 +263,8 @@ class Api:
 
     # ---- read endpoints -------------------------------------------------
     async def ping(self, request: web.Request) -> web.Response:
-        return json_response({"ok": True, "cluster": self.ctl.cluster_name, "now": time.time()})
+        return json_response({"ok": True, "cluster": self.ctl.cluster_name, "now": time.time(),
+                              "started": self.ctl.started})
 
     async def whoami(self, request: web.Request) -> web.Response:
         who = peer_identity(request, self.ctl)
@@ -219,9 +346,10 @@ class Api:
         return json_response({"partitions": [p.to_dict() for p in self.ctl.partitions.values()]})
 
     async def get_config(self, request: web.Request) -> web.Response:
+        listen = request.app.get(door.LISTEN)
         return json_response({"cluster_name": self.ctl.cluster_name, "options": self.ctl.config.options,
                               "config_path": self.ctl.config_path, "started": self.ctl.started,
-                              "home": self.ctl.home})
+                              "home": self.ctl.home, "listen": listen})
 
     async def diag(self, request: web.Request) -> web.Response:
         ctl = self.ctl
@@ -284,8 +412,11 @@ class Api:
                 states = [parse_state(s).value for s in q["states"].split(",")]
             except ValueError:
                 raise SlurmError("Invalid job state specified", 0) from None
-        start = float(q["start"]) if q.get("start") else None
-        end = float(q["end"]) if q.get("end") else None
+        try:
+            start = float(q["start"]) if q.get("start") else None
+            end = float(q["end"]) if q.get("end") else None
+        except ValueError:
+            raise SlurmError("Invalid time specification", 0) from None
         loop = asyncio.get_running_loop()
         records = await loop.run_in_executor(None, lambda: self.ctl.store.query_records(
             ids=wanted_ids, array_ids=wanted_ids, uids=uids, states=states, start=start, end=end))
@@ -309,9 +440,14 @@ class Api:
     async def submit(self, request: web.Request) -> web.Response:
         who = peer_identity(request, self.ctl)
         body = await self._body(request)
+        array, open_mode = body.get("array"), body.get("open_mode", "truncate")
+        if array is not None and not isinstance(array, str):
+            raise SlurmError("Invalid job array specification", 0)
+        if open_mode not in ("truncate", "append"):
+            raise SlurmError("Invalid open mode", 0)
         job = await self.ctl.submit(
             who, body.get("spec", {}), body.get("script", ""), body.get("env", {}),
-            body.get("argv", []), body.get("array"), body.get("open_mode", "truncate"))
+            body.get("argv", []), array, open_mode)
         return json_response({"job_id": job.job_id})
 
     def _jobs_for(self, spec: str) -> list[Job]:
@@ -325,17 +461,16 @@ class Api:
         body = await self._body(request)
         spec = request.match_info["id"]
         head, dot, step_part = spec.partition(".")
+        signum = body.get("signal", 15)
+        if not _int(signum) or not 0 < signum < 65:
+            raise SlurmError("Invalid signal", 0)
         if dot:
             if not (head.isdigit() and step_part.isdigit()):
                 raise _invalid_job()
-            signum = body.get("signal", 15)
             self.steps.signal_step(who, int(head), int(step_part),
                                    None if body.get("cancel") else int(signum))
             return json_response({"ok": True})
         jobs = self._jobs_for(spec)
-        signum = body.get("signal", 15)
-        if not isinstance(signum, int) or not 0 < signum < 65:
-            raise SlurmError("Invalid signal", 0)
         cancel = bool(body.get("cancel", False))
         if all(j.state.finished for j in jobs):
             raise SlurmError("Job/step already completing or completed", 2021)
@@ -402,79 +537,289 @@ class Api:
         who = peer_identity(request, self.ctl)
         return await self.steps.handle(request, who)
 
+    # ---- joining machines (docs/SECURITY.md) ----------------------------------------
+    async def join(self, request: web.Request) -> web.Response:
+        """A machine spends a join token for its own key (over TLS, unsigned)."""
+        reg = door.registry_of(request)
+        token = bearer(request.headers.get("Authorization"))
+        body = await self._body(request)
+        role, name = body.get("role"), body.get("name")
+        if role not in (KIND_NODE, KIND_LOGIN) or not isinstance(name, str):
+            raise SlurmError("Malformed join request: role must be node or login, name a string", 0)
+        ctl = self.ctl
+
+        def busy(n: str) -> str | None:
+            if role == KIND_NODE and n in ctl.agent_senders:
+                return f"node {n} is served by a connected agent"
+            return None
+
+        try:
+            cred = reg.enroll(token or "", role, name, request.remote or "", time.time(), busy)
+        except AuthError as e:
+            raise door._refuse(request, str(e)) from None
+        except ValueError as e:
+            raise SlurmError(str(e), 0) from None
+        log.info("%s %s joined from %s with token %s: key %s", role, name, request.remote,
+                 reg.keys[cred.key_id]["token"], cred.key_id)
+        cred.cluster = ctl.cluster_name
+        return json_response({"credential": cred.dumps(), "cluster": ctl.cluster_name})
+
+    async def create_token(self, request: web.Request) -> web.Response:
+        door.require_local_admin(request, self.ctl)
+        reg = door.registry_of(request)
+        body = await self._body(request)
+        scope = body.get("scope", KIND_NODE)
+        ttl, uses, node = body.get("ttl", 3600), body.get("uses", 1), body.get("node")
+        if scope not in (KIND_NODE, KIND_LOGIN):
+            raise SlurmError("Invalid token scope (node or login)", 0)
+        if not _num(ttl) or not 0 < ttl <= door.MAX_TOKEN_TTL:
+            raise SlurmError(f"Invalid token lifetime (1 s to {door.MAX_TOKEN_TTL // 86400} days)", 0)
+        if not _int(uses) or not 0 < uses <= 10_000:
+            raise SlurmError("Invalid number of uses (1-10000)", 0)
+        if node is not None and (not isinstance(node, str) or not door.NAME_RE.fullmatch(node)):
+            raise SlurmError("Invalid node name specified", 0)
+        token, rec = reg.create_token(scope, float(ttl), uses, node, time.time())
+        log.info("join token %s created (%s, %d use(s), expires in %.0f s)", rec["id"], scope,
+                 uses, ttl)
+        return json_response({"token": token, **door.token_view(rec["id"], rec, time.time()),
+                              "listen": request.app.get(door.LISTEN)})
+
+    async def list_tokens(self, request: web.Request) -> web.Response:
+        door.require_local_admin(request, self.ctl)
+        reg = door.registry_of(request)
+        now = time.time()
+        return json_response({"tokens": [door.token_view(k, r, now) for k, r in reg.tokens.items()],
+                              "now": now})
+
+    async def revoke_token(self, request: web.Request) -> web.Response:
+        door.require_local_admin(request, self.ctl)
+        reg = door.registry_of(request)
+        token_id = request.match_info["id"]
+        if not reg.revoke_token(token_id, time.time()):
+            raise SlurmError(f"No join token {token_id}", 0, 404)
+        log.info("join token %s revoked", token_id)
+        return json_response({"ok": True})
+
+    async def list_machines(self, request: web.Request) -> web.Response:
+        door.require_local_admin(request, self.ctl)
+        reg = door.registry_of(request)
+        return json_response({"machines": [door.key_view(k, r) for k, r in reg.keys.items()]})
+
+    async def revoke_machine(self, request: web.Request) -> web.Response:
+        """Revoke a node's or login host's key alone: its signatures stop passing, its
+        agent link is cut, the node stops responding; other machines are untouched."""
+        door.require_local_admin(request, self.ctl)
+        reg = door.registry_of(request)
+        name = request.match_info["name"]
+        ids = reg.revoke_machine(name, time.time())
+        if not ids:
+            raise SlurmError(f"No machine key for {name}", 0, 404)
+        for key_id in ids:
+            for ws in list(self.agent_links.get(key_id, ())):
+                await ws.close(code=4001, message=b"machine key revoked")
+        log.warning("machine key(s) %s of %s revoked", ",".join(ids), name)
+        return json_response({"ok": True, "revoked": ids})
+
     # ---- agents ------------------------------------------------------------
     async def agent_ws(self, request: web.Request) -> web.WebSocketResponse:
-        admit_agent(request, self.ctl)  # operator on the Unix socket, join token over TCP
-        ws = web.WebSocketResponse(heartbeat=30)
+        # operator on the Unix socket; over TCP signed with a node key, for that node only
+        allowed, key_id = admit_agent(request, self.ctl)
+        ws = web.WebSocketResponse(heartbeat=30, max_msg_size=AGENT_MSG_LIMIT)
         await ws.prepare(request)
-        ctl = self.ctl
-        node_names: list[str] = []
-        send_queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-
-        def send(msg: dict[str, Any]) -> None:
-            send_queue.put_nowait(msg)
-
-        async def sender() -> None:
-            while True:
-                msg = await send_queue.get()
-                batch = [msg]
-                while not send_queue.empty():
-                    batch.append(send_queue.get_nowait())
-                await ws.send_str(_dumps({"type": "batch", "messages": batch}))
-
-        sender_task = asyncio.get_running_loop().create_task(sender())
+        link = AgentLink(self, ws, allowed, request.remote or "local")
+        if key_id is not None:
+            self.agent_links.setdefault(key_id, set()).add(ws)
         try:
-            async for raw in ws:
+            await link.run()
+        finally:
+            if key_id is not None:
+                self.agent_links.get(key_id, set()).discard(ws)
+        return ws
+
+    def _agent_ended(self, ev: dict[str, Any], node_names: list[str]) -> bool:
+        """Apply a validated end report; False (logged) when the job is not this agent's."""
+        job = self.ctl.jobs.get(ev["job_id"])
+        if job is None:
+            return False
+        if job.batch_host not in node_names:
+            # a stale copy (the job was given up on this node) or a node lying about another's
+            log.info("ignoring the end of job %s reported by %s: it runs on %s", ev["job_id"],
+                     hostlists.compress(node_names) or "(no node)", job.batch_host)
+            return False
+        now = time.time()
+        end = ev["end_time"] if ev["end_time"] is not None else now
+        # accounting stays sane whatever a node's clock (or a lying node) says
+        end = min(max(end, job.start_time or end), now)
+        self.ctl.job_ended(job.job_id, ev["state"], ev["exit_code"], ev["signal"], end)
+        return True
+
+
+class AgentLink:
+    """One agent's WebSocket: every message validated, a bad one refused alone."""
+
+    def __init__(self, api: Api, ws: web.WebSocketResponse, allowed: set[str] | None,
+                 peer: str) -> None:
+        self.api, self.ctl, self.ws = api, api.ctl, ws
+        self.allowed = allowed  # node names this agent may serve; None: any (the local agent)
+        self.peer = peer
+        self.nodes: list[str] = []
+        self.registered = False
+        self.refusals = 0
+        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        # one callable for the link's lifetime: the controller tells links apart by identity
+        self.send: Callable[[dict[str, Any]], None] = self.queue.put_nowait
+
+    def refuse(self, why: str, msg: Any = None) -> None:
+        self.refusals += 1
+        if self.refusals <= LOGGED_REFUSALS or self.refusals % 1000 == 0:
+            mtype = msg.get("type") if isinstance(msg, dict) else type(msg).__name__
+            log.warning("agent %s (%s): refused message %s: %s (%d refused on this link)",
+                        self.peer, hostlists.compress(self.nodes) or "unregistered",
+                        str(mtype)[:40], why, self.refusals)
+
+    async def sender(self) -> None:
+        while True:
+            msg = await self.queue.get()
+            frame: list[str] = []
+            size = 0
+            while True:
+                text = _dumps(msg)
+                if len(text) > AGENT_RECEIVE_LIMIT:
+                    self._undeliverable(msg, len(text))
+                elif frame and size + len(text) > AGENT_FRAME_TARGET:
+                    await self._send_frame(frame)
+                    frame, size = [text], len(text)
+                else:
+                    frame.append(text)
+                    size += len(text)
+                if self.queue.empty():
+                    break
+                msg = self.queue.get_nowait()
+            if frame:
+                await self._send_frame(frame)
+
+    async def _send_frame(self, frame: list[str]) -> None:
+        await self.ws.send_str('{"type":"batch","messages":[' + ",".join(frame) + "]}")
+
+    def _undeliverable(self, msg: dict[str, Any], size: int) -> None:
+        """Too big for the agent's link: sending it would break the link again and again."""
+        log.error("message %s for job %s to %s is %d bytes, over the agent link's limit: "
+                  "not sent", msg.get("type"), msg.get("job_id"), hostlists.compress(self.nodes),
+                  size)
+        if msg.get("type") == "launch" and _int(msg.get("job_id")):
+            self.ctl.job_ended(msg["job_id"], "FAILED", 1, 0, time.time())
+
+    async def run(self) -> None:
+        sender_task = asyncio.get_running_loop().create_task(self.sender())
+        try:
+            async for raw in self.ws:
                 if raw.type != WSMsgType.TEXT:
                     if raw.type == WSMsgType.ERROR:
                         break
                     continue
-                msg = json.loads(raw.data)
-                mtype = msg.get("type")
-                if node_names:
-                    ctl.agent_contact(node_names)
-                if mtype == "register":
-                    node_names = [n for n in msg.get("nodes", []) if n in ctl.nodes]
-                    unknown = [n for n in msg.get("nodes", []) if n not in ctl.nodes]
-                    if unknown:
-                        log.warning("agent offers unknown nodes %s; ignored", unknown)
-                    # finished jobs the agent reports first, then what still runs
-                    for ev in msg.get("ended", []):
-                        self._agent_ended(ev, node_names)
-                    ctl.agent_registered(node_names, send, msg.get("hw", {}), msg.get("running", []))
-                    await ctl.durable()
-                    send({"type": "registered", "nodes": node_names,
-                          "ack": [ev["job_id"] for ev in msg.get("ended", [])],
-                          "heartbeat": ctl.heartbeat_interval(),
-                          "config": {"cluster_name": ctl.cluster_name, "kill_wait": ctl.kill_wait}})
-                    log.info("agent registered nodes %s", hostlists.compress(node_names))
-                elif mtype == "ended":
-                    self._agent_ended(msg, node_names)
-                    await ctl.durable()
-                    send({"type": "ack", "job_id": msg["job_id"]})
-                elif mtype in ("task_output", "task_exit"):
-                    self.steps.agent_message(msg)
-                elif mtype == "launch_failed":
-                    self._agent_ended({"job_id": msg["job_id"], "state": "FAILED", "exit_code": 1},
-                                      node_names)
-                elif mtype == "heartbeat":
-                    for name in node_names:
-                        n = ctl.nodes[name]
-                        n.cpu_load = msg.get("load", 0.0)
-                        n.free_mem = msg.get("free_mem")
+                try:
+                    msg = json.loads(raw.data)
+                except ValueError:
+                    self.refuse("not JSON")
+                    continue
+                try:
+                    await self.handle(msg)
+                except BadMessage as e:
+                    self.refuse(str(e), msg)
+                except Exception:  # a bug of ours: this message fails, the link goes on
+                    log.exception("agent %s: cannot process a %s message", self.peer,
+                                  str(msg.get("type"))[:40] if isinstance(msg, dict) else "?")
         finally:
             sender_task.cancel()
-            ctl.agent_lost(node_names, send)
-            log.warning("agent for %s disconnected", hostlists.compress(node_names) or "(none)")
-        return ws
+            self.ctl.agent_lost(self.nodes, self.send)
+            log.warning("agent for %s disconnected", hostlists.compress(self.nodes) or "(none)")
 
-    def _agent_ended(self, ev: dict[str, Any], node_names: list[str]) -> None:
-        job = self.ctl.jobs.get(int(ev["job_id"]))
-        if job is not None and job.batch_host not in node_names:
-            # a stale copy: the job was given up on this node (NODE_FAIL, requeued elsewhere)
-            log.info("ignoring the end of job %s reported by %s: it runs on %s", ev["job_id"],
-                     hostlists.compress(node_names), job.batch_host)
+    async def handle(self, msg: Any) -> None:
+        _need(isinstance(msg, dict), "not an object")
+        mtype = msg.get("type")
+        ctl = self.ctl
+        if mtype == "register":
+            await self.register(msg)
             return
-        self.ctl.job_ended(int(ev["job_id"]), str(ev.get("state", "FAILED")), int(ev.get("exit_code", 0)),
-                           int(ev.get("signal", 0)), float(ev.get("end_time") or time.time()))
+        _need(self.registered, f"{str(mtype)[:40]!r} before registering")
+        if self.nodes:
+            ctl.agent_contact(self.nodes)
+        if mtype == "ended":
+            ev = check_ended(msg)
+            self.api._agent_ended(ev, self.nodes)
+            await ctl.durable()
+            self.send({"type": "ack", "job_id": ev["job_id"]})  # ack even a refusal: no resend
+        elif mtype in ("task_output", "task_exit"):
+            self.task_message(msg)
+        elif mtype == "launch_failed":
+            jid = msg.get("job_id")
+            _need(_int(jid), "job_id must be an integer")
+            job = ctl.jobs.get(jid)
+            _need(job is not None and job.state.active and job.batch_host in self.nodes,
+                  f"job {jid} is not running on this agent's nodes")
+            ctl.job_ended(jid, "FAILED", 1, 0, time.time())
+        elif mtype == "heartbeat":
+            load, free = msg.get("load", 0.0), msg.get("free_mem")
+            _need(_num(load) and load >= 0, "load must be a number")
+            _need(free is None or (_int(free) and free >= 0), "free_mem must be an integer")
+            for name in self.nodes:
+                n = ctl.nodes[name]
+                n.cpu_load = float(load)
+                n.free_mem = free
+        else:
+            raise BadMessage(f"unknown message type {str(mtype)[:40]!r}")
 
+    async def register(self, msg: dict[str, Any]) -> None:
+        ctl = self.ctl
+        offered, running, ended = msg.get("nodes", []), msg.get("running", []), msg.get("ended", [])
+        _need(isinstance(offered, list) and all(isinstance(n, str) for n in offered),
+              "nodes must be a list of names")
+        _need(isinstance(running, list) and all(_int(j) for j in running),
+              "running must be a list of job ids")
+        _need(isinstance(ended, list), "ended must be a list")
+        hw = check_hw(msg.get("hw", {}))
+        _need(not self.registered or set(offered) == set(self.nodes), "registered already")
+        events = []
+        for ev in ended:
+            try:
+                events.append(check_ended(ev))
+            except BadMessage as e:
+                self.refuse(f"ended event in the registration: {e}", msg)
+        names = []
+        for n in offered:
+            if n not in ctl.nodes:
+                self.refuse(f"unknown node {n[:64]!r}", msg)
+            elif self.allowed is not None and n not in self.allowed:
+                self.refuse(f"this agent's key does not serve node {n[:64]!r}", msg)
+            else:
+                names.append(n)
+        self.nodes = names
+        self.registered = True
+        # finished jobs the agent reports first, then what still runs
+        for ev in events:
+            self.api._agent_ended(ev, names)
+        ctl.agent_registered(names, self.send, hw, running)
+        await ctl.durable()
+        self.send({"type": "registered", "nodes": names,
+                   "ack": [ev["job_id"] for ev in events],
+                   "heartbeat": ctl.heartbeat_interval(),
+                   "config": {"cluster_name": ctl.cluster_name, "kill_wait": ctl.kill_wait}})
+        log.info("agent registered nodes %s", hostlists.compress(names))
+
+    def task_message(self, msg: dict[str, Any]) -> None:
+        jid, sid, tid = msg.get("job_id"), msg.get("step_id"), msg.get("task_id")
+        if not (isinstance(jid, int) and isinstance(sid, int) and isinstance(tid, int)) \
+                or isinstance(jid, bool) or isinstance(sid, bool) or isinstance(tid, bool):
+            raise BadMessage("job_id, step_id, task_id must be integers")
+        step = self.api.steps.live.get((jid, sid))
+        if step is None:
+            return  # the step ended already: late output is dropped, as before
+        _need(0 <= tid < step.ntasks and step.task_node(tid) in self.nodes,
+              f"task {tid} of step {jid}.{sid} does not run on this agent's nodes")
+        if msg["type"] == "task_output":
+            _need(msg.get("stream", "stdout") in ("stdout", "stderr"), "unknown stream")
+            _need(isinstance(msg.get("data", ""), str), "data must be a string")
+        else:
+            code, sig = msg.get("exit_code") or 0, msg.get("signal") or 0
+            _need(_int(code) and _int(sig) and 0 <= sig < 128, "exit_code and signal must be integers")
+        self.api.steps.agent_message(msg)

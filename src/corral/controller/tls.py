@@ -1,4 +1,4 @@
-"""The controller's TCP endpoint: a self-signed certificate, its fingerprint, the join token.
+"""The controller's TCP endpoint: a self-signed certificate and its fingerprint.
 
 Made once into $CORRAL_HOME/tls/ and kept: agents pin the certificate's SHA-256
 fingerprint, so regenerating it would lock every joined machine out.
@@ -9,11 +9,10 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
-import secrets
 import socket
 import ssl
 
-from corral.auth import cert_path, fingerprint_of_pem, join_token_path
+from corral.auth import cert_path, fingerprint_of_pem
 
 
 def tls_dir(home: str) -> str:
@@ -27,26 +26,20 @@ def key_path(home: str) -> str:
 def _write_private(path: str, data: bytes) -> None:
     """Write a secret readable by its owner only, atomically."""
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     os.chmod(tmp, 0o600)
     os.rename(tmp, path)
 
 
-def ensure_token(home: str) -> str:
-    """The cluster's join token, created (0600) the first time."""
-    path = join_token_path(home)
-    try:
-        with open(path) as f:
-            token = f.read().strip()
-        if token:
-            return token
-    except FileNotFoundError:
-        pass
-    token = secrets.token_urlsafe(32)
-    _write_private(path, (token + "\n").encode())
-    return token
+def public_url(host: str, port: int) -> str:
+    """How other machines reach a listener on host:port (a wildcard: this machine's name)."""
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.gethostname()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"https://{host}:{port}"
 
 
 def ensure_certificate(home: str, host: str) -> tuple[str, str]:
@@ -60,6 +53,7 @@ def ensure_certificate(home: str, host: str) -> tuple[str, str]:
     from cryptography.x509.oid import NameOID
 
     os.makedirs(tls_dir(home), mode=0o700, exist_ok=True)
+    os.chmod(tls_dir(home), 0o700)
     private = ec.generate_private_key(ec.SECP256R1())
     hostname = socket.gethostname()
     names: list[x509.GeneralName] = [x509.DNSName(hostname), x509.DNSName("localhost")]
