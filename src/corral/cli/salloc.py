@@ -16,20 +16,25 @@ from corral.cli import client
 from corral.cli.options import (
     ALLOC_NO_EFFECT,
     ALLOC_UNSUPPORTED,
+    CHECKED_NO_EFFECT,
     EXIT_ERROR,
+    IMMEDIATE_HELD,
     CliExit,
     GetoptError,
     GresError,
     Option,
     OptionValueError,
     allocation_spec,
+    check_no_effect_value,
     fail,
     gpu_request,
+    hetjob_refusal,
     node_list,
     node_task_counts,
     option_table,
     parse_alloc_value,
     parse_int,
+    spec_problem,
 )
 
 TYPE_CHECKING = False
@@ -87,6 +92,10 @@ def _set(req: SallocRequest, option: Option, arg: str | None, now: float, cwd: s
         if key in ALLOC_NO_EFFECT:
             req.ignored.append(option.name)
             return
+        if key in CHECKED_NO_EFFECT:
+            check_no_effect_value(key, arg)
+            req.ignored.append(option.name)
+            return
         value: Any
         if key == "immediate":
             value = 1 if arg is None else parse_int("--immediate", arg, False)
@@ -132,9 +141,12 @@ def parse_salloc(argv: list[str], env: dict[str, str], cwd: str, now: float, *,
         fail(PROG, "don't specify both --verbose (-v) and --quiet (-Q)")
     operands = argv[index:]
     if operands and operands[0] == ":":
-        fail(PROG, "heterogeneous jobs (\":\" between components) are not supported by Corral")
+        raise hetjob_refusal(PROG, "Job submit/allocate failed")
     req.command = operands or [default_shell(env)]
     req.immediate = v.get("immediate")
+    if req.immediate is not None and v.get("hold"):
+        # slurmctld refuses at once: a held job never has the top priority.
+        fail(PROG, f"Job submit/allocate failed: {IMMEDIATE_HELD}")
     try:
         req_nodes = node_list(v["nodelist"], cwd) if "nodelist" in v else []
         exc_nodes = node_list(v["exclude"], cwd) if "exclude" in v else []
@@ -153,6 +165,11 @@ def parse_salloc(argv: list[str], env: dict[str, str], cwd: str, now: float, *,
         v, name=name, cwd=cwd, submit_line=" ".join([PROG, *argv]), req_nodes=req_nodes,
         exc_nodes=exc_nodes, min_nodes=min_nodes, max_nodes=max_nodes, ntasks=ntasks,
         gpus=gpus)
+    problem = spec_problem(req.spec)
+    if problem is not None:
+        first, error = problem
+        raise CliExit(EXIT_ERROR, (f"{PROG}: error: {first}\n" if first else "")
+                      + f"{PROG}: error: Job submit/allocate failed: {error}\n")
     job_env = dict(env)
     job_env["SLURM_SUBMIT_DIR"] = cwd
     job_env["SLURM_SUBMIT_HOST"] = submit_host
