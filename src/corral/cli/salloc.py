@@ -427,9 +427,11 @@ def run_request(req: SallocRequest) -> int:
     from corral.cli.ws import ConnectionClosed, WebSocketError, connect
 
     try:
-        ws = connect(client.cli_socket_path(), STEPS_RESOURCE)
-    except (FileNotFoundError, ConnectionRefusedError):
-        sys.stderr.write(f"{PROG}: error: {client._not_running_message()}\n")
+        # Nothing is sent before the connection is up: safe to try again.
+        ws = client.call_with_retry(lambda: connect(client.cli_socket_path(), STEPS_RESOURCE))
+    except client.NotRunning as e:
+        failed = "Job submit/allocate failed: " if e.timed_out else ""
+        sys.stderr.write(f"{PROG}: error: {failed}{e}\n")
         return 1
     except (OSError, WebSocketError) as e:
         sys.stderr.write(f"{PROG}: error: cannot reach the Corral controller: {e}\n")

@@ -834,7 +834,8 @@ def _run(args: list[str]) -> int:
         reply = client.post("/v1/jobs", build_payload(sub))
         job_id = int(reply["job_id"])
     except client.NotRunning as e:
-        sys.stderr.write(f"{PROG}: error: {e}\n")
+        failed = "Batch job submission failed: " if e.timed_out else ""
+        sys.stderr.write(f"{PROG}: error: {failed}{e}\n")
         return 1
     except client.ApiError as e:
         user_msg = e.payload.get("user_msg")
