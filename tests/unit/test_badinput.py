@@ -180,3 +180,49 @@ def test_immediate_with_hold_refused() -> None:
     assert run("salloc", "--immediate", "--hold", "true") == (
         1, "salloc: error: Job submit/allocate failed: Immediate execution impossible, "
            "insufficient priority\n")
+
+
+# ---- array ranges are bounded before anything is listed ---------------------------
+
+def test_array_ranges_checked_before_enumeration() -> None:
+    import tracemalloc
+
+    from corral.model.arrays import (
+        ArraySpecError,
+        array_spec_contains,
+        parse_array_ranges,
+        parse_array_spec,
+    )
+
+    tracemalloc.start()
+    try:
+        for spec, size in (("0-2147483646", 1 << 31), ("0-2147483646", 1001),
+                           ("0-4000001", 1 << 40), ("5,0-99999999:2", 10**9)):
+            with pytest.raises(ArraySpecError):
+                parse_array_spec(spec, size)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000
+    assert parse_array_spec("0-1000", 1001)[0][-1] == 1000
+    with pytest.raises(ArraySpecError):
+        parse_array_spec("0-1001", 1001)  # MaxArraySize=1001: indices 0..1000
+    ranges, throttle = parse_array_ranges("1-7:3,20%2", 1001)
+    assert throttle == 2 and [list(r) for r in ranges] == [[1, 4, 7], [20]]
+    assert array_spec_contains(ranges, 4) and not array_spec_contains(ranges, 5)
+
+
+def test_sbatch_array_beyond_any_max_array_size() -> None:
+    want = (1, "sbatch: error: Batch job submission failed: Invalid job array specification\n")
+    assert sbatch("--array=0-2147483646") == want
+    assert sbatch("--array=1_[0-2]") == want
+
+
+def test_scancel_huge_array_range_is_refused_without_work() -> None:
+    import time
+    start = time.monotonic()
+    assert run("scancel", "1_[0-2147483646]") == (
+        1, "scancel: error: _parse_single_range: Too many hosts in range `0-2147483646'\n"
+           "scancel: error: Invalid job id 1_[0-2147483646]\n")
+    assert time.monotonic() - start < 10
+    assert run("scancel", "1_[3,0-65536]")[1].endswith("Invalid job id 1_[3,0-65536]\n")

@@ -659,31 +659,14 @@ def _gpu_request(v: dict[str, Any]) -> tuple[int, int, int, str | None]:
                    "specification")
 
 
-_ARRAY_MAX_INDEX = 4_000_000  # Slurm's ceiling for MaxArraySize - 1; the controller
-                              # enforces the cluster's own MaxArraySize.
-
-
 def _check_array(spec: str) -> None:
-    """The syntax of --array, without expanding it (the controller does that)."""
-    text, pct, throttle = spec.partition("%")
-    ok = bool(text) and (not pct or throttle.isdigit())
-    if ok:
-        for part in text.split(","):
-            lo, dash, rest = part.partition("-")
-            hi, colon, step = rest.partition(":")
-            if not lo.isdigit() or (dash and not hi.isdigit()) or (colon and not step.isdigit()):
-                ok = False
-                break
-            if dash and (int(hi) < int(lo) or (colon and int(step) < 1)):
-                ok = False
-                break
-            if colon and not dash:
-                ok = False
-                break
-            if int(hi if dash else lo) > _ARRAY_MAX_INDEX:
-                ok = False
-                break
-    if not ok:
+    """The syntax of --array, without expanding it: indices below Slurm's largest
+    MaxArraySize (the controller enforces the cluster's own)."""
+    from corral.model.arrays import MAX_ARRAY_SIZE_LIMIT, ArraySpecError, parse_array_ranges
+
+    try:
+        parse_array_ranges(spec, MAX_ARRAY_SIZE_LIMIT)
+    except ArraySpecError:
         fail(PROG, "Batch job submission failed: Invalid job array specification")
 
 
