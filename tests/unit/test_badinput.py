@@ -226,3 +226,12 @@ def test_scancel_huge_array_range_is_refused_without_work() -> None:
            "scancel: error: Invalid job id 1_[0-2147483646]\n")
     assert time.monotonic() - start < 10
     assert run("scancel", "1_[3,0-65536]")[1].endswith("Invalid job id 1_[3,0-65536]\n")
+
+
+def test_begin_uses_slurms_time_parser() -> None:
+    assert run("salloc", "--begin=whenever", "true") == (
+        255, "Invalid time specification (pos=0): whenever\n"
+             "salloc: error: Invalid --begin specification\n")
+    assert sbatch("--begin=now+1h") == (
+        255, "Invalid time specification (pos=4): now+1h\n"
+             "sbatch: error: Invalid --begin specification\n")

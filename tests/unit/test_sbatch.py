@@ -527,7 +527,18 @@ def test_begin() -> None:
     assert wrap("--begin=now+1hour")["begin_time"] == NOW + 3600
     assert wrap("-b", "now")["begin_time"] == NOW
     assert error_of(["--begin=whenever", "--wrap=true"]) == (
+        255, "Invalid time specification (pos=0): whenever\n"
+             "sbatch: error: Invalid --begin specification\n")
+    assert error_of(["--begin=", "--wrap=true"]) == (
         255, "sbatch: error: Invalid --begin specification\n")
+    # every form of Slurm's parser, also in #SBATCH lines (model/timeparse.py has the rest)
+    assert wrap("--begin=now+2days")["begin_time"] == NOW + 2 * 86400
+    script = "#!/bin/sh\n#SBATCH --begin=2027-01-02T03:04:05\ntrue\n"
+    import time
+    want = time.mktime((2027, 1, 2, 3, 4, 5, 0, 0, -1))
+    assert parse([], stdin=script).spec["begin_time"] == want
+    assert wrap("--begin=4:00 PM 1/2/27")["begin_time"] == time.mktime(
+        (2027, 1, 2, 16, 0, 0, 0, 0, -1))
 
 
 def test_array_d22() -> None:

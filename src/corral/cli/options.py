@@ -58,10 +58,17 @@ def fatal(prog: str, message: str) -> NoReturn:
 class OptionValueError(ValueError):
     """A bad option value; `message` is Slurm's text, `code` its exit status."""
 
-    def __init__(self, message: str, code: int = EXIT_OPTION):
+    def __init__(self, message: str, code: int = EXIT_OPTION, before: str = ""):
         super().__init__(message)
         self.message = message
         self.code = code
+        self.before = before  # lines Slurm prints first, without the "prog: error:" prefix
+
+
+def option_error(prog: str, e: OptionValueError) -> CliExit:
+    """The CliExit for a bad option value: Slurm's lines and exit status."""
+    message = e.message.replace("{prog}", prog)
+    return CliExit(e.code, f"{e.before}{prog}: error: {message}\n")
 
 
 class GetoptError(Exception):
@@ -424,11 +431,15 @@ def parse_time_limit(text: str, option: str = "--time") -> int:
     return timefmt.INFINITE if secs == 0 else secs
 
 
-def parse_begin(text: str, now: float) -> float:
+def parse_begin(text: str, now: float, option: str = "--begin") -> float:
+    """--begin (and --deadline): any form of Slurm's time parser (model/timeparse)."""
+    from corral.model.timeparse import TimeParseError, parse_time
+
     try:
-        return timefmt.parse_begin(text, now)
-    except timefmt.TimeFormatError:
-        raise OptionValueError("Invalid --begin specification") from None
+        return float(parse_time(text, now))
+    except TimeParseError as e:
+        raise OptionValueError(f"Invalid {option} specification",
+                               before=f"{e.message}\n" if e.message else "") from None
 
 
 def _str_to_nodes(text: str) -> tuple[int, str]:
@@ -1187,11 +1198,6 @@ def check_no_effect_value(key: str, arg: str | None) -> None:
     check = _NO_EFFECT_CHECKS.get(key)
     if check is not None:
         check("" if arg is None else arg)
-
-
-def option_error_text(prog: str, e: OptionValueError) -> str:
-    """The lines Slurm writes for a bad option value."""
-    return f"{prog}: error: {e.message.replace('{prog}', prog)}\n"
 
 
 def parse_priority(arg: str) -> int:

@@ -31,6 +31,7 @@ from corral.cli.options import (
     hetjob_refusal,
     node_list,
     node_task_counts,
+    option_error,
     option_table,
     parse_alloc_value,
     parse_int,
@@ -106,7 +107,7 @@ def _set(req: SallocRequest, option: Option, arg: str | None, now: float, cwd: s
         else:
             value = parse_alloc_value(key, arg, req.v, now, cwd)
     except OptionValueError as e:
-        fail(PROG, e.message, e.code)
+        raise option_error(PROG, e) from None
     req.v[key] = value
 
 

@@ -41,6 +41,7 @@ from corral.cli.options import (
     full_path,
     gpu_request,
     hetjob_refusal,
+    option_error,
     option_table,
     parse_begin,
     parse_int,
@@ -206,7 +207,7 @@ def _apply(req: _Request, option: Option, arg: str | None, source: str) -> None:
     try:
         _set_option(req, key, option, arg, source)
     except OptionValueError as e:
-        fail(PROG, e.message, e.code)
+        raise option_error(PROG, e) from None
     req.shown[option.name] = "set" if arg is None else arg
 
 
