@@ -235,3 +235,30 @@ def test_begin_uses_slurms_time_parser() -> None:
     assert sbatch("--begin=now+1h") == (
         255, "Invalid time specification (pos=4): now+1h\n"
              "sbatch: error: Invalid --begin specification\n")
+
+
+# ---- --help and --usage list what Corral accepts ------------------------------------
+
+@pytest.mark.parametrize("cmd", ["sbatch", "salloc"])
+def test_help_lists_every_accepted_option(cmd: str) -> None:
+    import importlib
+
+    from corral.cli.options import ALLOC_UNSUPPORTED, option_table
+
+    mod = importlib.import_module(f"corral.cli.{cmd}")
+    refused = mod._UNSUPPORTED if cmd == "sbatch" else ALLOC_UNSUPPORTED
+    p = subprocess.run([sys.executable, "-m", f"corral.cli.{cmd}", "--help"],
+                       capture_output=True, text=True, timeout=30,
+                       env={**os.environ, "PYTHONPATH": SRC})
+    code, out = p.returncode, p.stdout
+    assert code == 0
+    aliases = {"cpu_bind", "pack-group", "tasks-per-node"}  # Slurm lists the main name
+    for o in option_table(cmd).options:
+        if o.key in refused or o.name in aliases or o.key == "mem-per-gpu":
+            continue
+        assert f"--{o.name}" in out, f"{cmd} --help does not list --{o.name}"
+    assert " : " not in out.splitlines()[0]  # no het-job components
+    usage = subprocess.run([sys.executable, "-m", f"corral.cli.{cmd}", "--usage"],
+                           capture_output=True, text=True, timeout=30,
+                           env={**os.environ, "PYTHONPATH": SRC}).stdout
+    assert usage.startswith(f"Usage: {cmd} ") and "--priority" in usage

@@ -27,6 +27,7 @@ from corral.cli.options import (
     allocation_spec,
     check_no_effect_value,
     fail,
+    full_path,
     gpu_request,
     hetjob_refusal,
     node_list,
@@ -35,6 +36,7 @@ from corral.cli.options import (
     option_table,
     parse_alloc_value,
     parse_int,
+    read_hostfile,
     spec_problem,
 )
 
@@ -150,6 +152,8 @@ def parse_salloc(argv: list[str], env: dict[str, str], cwd: str, now: float, *,
         fail(PROG, f"Job submit/allocate failed: {IMMEDIATE_HELD}")
     try:
         req_nodes = node_list(v["nodelist"], cwd) if "nodelist" in v else []
+        if "nodefile" in v:
+            req_nodes = list(dict.fromkeys(read_hostfile(full_path(str(v["nodefile"]), cwd))))
         exc_nodes = node_list(v["exclude"], cwd) if "exclude" in v else []
     except OSError:
         fail(PROG, "Failure getting NodeNames from hostfile")
@@ -469,11 +473,15 @@ Usage: salloc [-N numnodes|[min nodes]-[max nodes]] [-n num-processors]
               [-w hosts...] [-x hosts...] [--exclusive] [--mem=MB]
               [--mem-per-cpu=MB] [--gres=list] [--gpus=n] [--gpus-per-node=n]
               [--gpus-per-task=n] [-I[secs]] [-H] [--no-shell] [-v] [-Q]
+              [-A account] [-q qos] [-b time] [-d dependency] [-D path]
+              [-C list] [-F file] [--comment=text] [--nice[=value]]
+              [--priority=value] [--signal=[R:]num[@time]] [--time-min=minutes]
+              [--mail-type=type] [--mail-user=user] [-s] [-h] [--usage] [-V]
               [command [args...]]
 """
 
 HELP_TEXT = """\
-Usage: salloc [OPTIONS(0)...] [ : [OPTIONS(N)...]] [command(0) [args(0)...]]
+Usage: salloc [OPTIONS...] [command [args...]]
 
 Parallel run options:
   -A, --account=name          charge job to specified account
@@ -485,19 +493,29 @@ Parallel run options:
   -H, --hold                  submit job in held state
   -I, --immediate[=secs]      exit if resources not available in "secs"
   -J, --job-name=jobname      name of job
+      --mail-type=type        notify on state change: BEGIN, END, FAIL or ALL
+                              (recorded; Corral does not send mail)
+      --mail-user=user        who to send email notification for job state
+                              changes
   -n, --ntasks=N              number of processors required
+      --nice[=value]          decrease scheduling priority by value
       --ntasks-per-node=n     number of tasks to invoke on each node
   -N, --nodes=N               number of nodes on which to run (N = min[-max])
       --no-shell              immediately exit after allocating resources,
                               without running a command
   -p, --partition=partition   partition requested
+      --priority=value        set the priority of the job to value (operators)
   -q, --qos=qos               quality of service
   -Q, --quiet                 quiet mode (suppress informational messages)
+  -s, --oversubscribe         oversubscribe resources with other jobs
+      --signal=[R:]num[@time] send signal when time limit within time seconds
   -t, --time=minutes          time limit
+      --time-min=minutes      minimum time limit (if distinct)
   -v, --verbose               verbose mode (multiple -v's increase verbosity)
 
 Constraint options:
   -C, --constraint=list       specify a list of constraints
+  -F, --nodefile=filename     request a specific list of hosts
       --mem=MB                minimum amount of real memory
   -w, --nodelist=hosts...     request a specific list of hosts
   -x, --exclude=hosts...      exclude a specific list of hosts
@@ -519,6 +537,14 @@ Help options:
 
 Other options:
   -V, --version               output version information and exit
+
+Accepted without effect under Corral (values checked as Slurm checks them):
+--acctg-freq, --bell, --contiguous, --cpu-freq, --delay-boot, -m/--distribution,
+--get-user-env, --gpu-bind, --gpu-freq, --gres-flags, --hint, -K/--kill-command,
+--mcs-label, --mem-bind, --network, --no-bell, -k/--no-kill, -O/--overcommit,
+--power, --prefer, --profile, --reboot, --spread-job, --use-min-nodes,
+--wait-all-nodes, --wckey, --x11.
+Other Slurm options are refused with an error.
 """
 
 

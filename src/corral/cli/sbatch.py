@@ -858,6 +858,7 @@ Usage: sbatch [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [--hold]
               [--mail-type=type] [--mail-user=user] [-A account] [-q qos]
               [--nice[=value]] [--open-mode=a|t] [-C list] [--comment=name]
               [--time-min=minutes] [-W] [-Q] [-v] [--wrap="command"]
+              [-F file] [--priority=value] [-h] [--usage] [-V]
               executable [args...]
 """
 
@@ -891,6 +892,7 @@ Parallel run options:
       --open-mode={append|truncate} output and error file open mode
   -o, --output=out            file for batch script's standard output
   -p, --partition=partition   partition requested
+      --priority=value        set the priority of the job to value (operators)
       --parsable              outputs only the jobid and cluster name (if present),
                               separated by semicolon, only on successful submission.
   -q, --qos=qos               quality of service
@@ -932,11 +934,12 @@ Help options:
 Other options:
   -V, --version               output version information and exit
 
-Accepted without effect under Corral: --acctg-freq, --contiguous, --cpu-freq,
---delay-boot, -m/--distribution, --get-user-env, --gpu-bind, --gpu-freq,
---gres-flags, --ignore-pbs, --kill-on-invalid-dep, --mcs-label, --mem-bind,
---network, -k/--no-kill, -O/--overcommit, --power, --prefer, --profile,
---propagate, --reboot, --spread-job, --use-min-nodes, --wait-all-nodes, --wckey.
+Accepted without effect under Corral (values checked as Slurm checks them):
+--acctg-freq, --contiguous, --cpu-freq, --delay-boot, -m/--distribution,
+--get-user-env, --gpu-bind, --gpu-freq, --gres-flags, --ignore-pbs,
+--kill-on-invalid-dep, --mcs-label, --mem-bind, --network, -k/--no-kill,
+-O/--overcommit, --power, --prefer, --profile, --propagate, --reboot,
+--spread-job, --use-min-nodes, --wait-all-nodes, --wckey.
 Other Slurm options are refused with an error.
 """
 
