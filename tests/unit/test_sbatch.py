@@ -477,6 +477,10 @@ def test_task_and_node_arithmetic() -> None:
     assert (spec["num_nodes"], spec["num_tasks"]) == (4, 8)
     spec = wrap("-n3")
     assert (spec["num_nodes"], spec["num_tasks"]) == (1, 3)
+    # -n beyond one node's CPUs without -N: no client-side refusal (Slurm's sbatch has
+    # none); the controller spreads the tasks.
+    spec = wrap("-n3000")
+    assert (spec["num_tasks"], spec["max_nodes"]) == (3000, None)
     sub = parse(["-N3", "-n2", "--wrap=true"])
     assert (sub.spec["num_nodes"], sub.spec["num_tasks"]) == (2, 2)
     assert sub.messages == ["sbatch: Warning: can't run 2 processes on 3 nodes, "
