@@ -262,3 +262,13 @@ def test_help_lists_every_accepted_option(cmd: str) -> None:
                            capture_output=True, text=True, timeout=30,
                            env={**os.environ, "PYTHONPATH": SRC}).stdout
     assert usage.startswith(f"Usage: {cmd} ") and "--priority" in usage
+
+
+def test_units_follow_str_to_mbytes() -> None:
+    from corral.model.units import SizeFormatError, parse_mem_mb, str_to_mbytes
+
+    assert [str_to_mbytes(t) for t in ("1025K", "2t", "7mb", "0")] == [2, 2097152, 7, 0]
+    for bad in ("", "1GG", "1.5G", "-5", "5P", "G", "4 G"):
+        assert str_to_mbytes(bad) is None
+        with pytest.raises(SizeFormatError):
+            parse_mem_mb(bad)

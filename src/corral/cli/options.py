@@ -19,6 +19,7 @@ import os
 import re
 
 from corral.model import timefmt
+from corral.model.units import str_to_mbytes
 
 TYPE_CHECKING = False  # `typing` would cost every command start ~3 ms
 if TYPE_CHECKING:
@@ -395,31 +396,8 @@ def parse_int(name: str, value: str, positive: bool) -> int:
 
 
 def parse_mbytes(text: str) -> int | None:
-    """Slurm's str_to_mbytes(): "4G" → 4096, "500" → 500 (MB), None when invalid.
-
-    A number, then nothing or one unit letter (K, M, G, T) optionally followed by "B":
-    "4GB" is 4G, while "", "1GG", "1.5G" and "-5" are invalid, as in Slurm.
-    """
-    parsed = _strtol(text)
-    if parsed is None:
-        return None
-    value, rest = parsed
-    if value < 0:
-        return None
-    unit = rest[:1].upper()
-    if rest and rest[1:] not in ("", "B", "b"):
-        return None
-    if unit in ("", "M"):
-        pass
-    elif unit == "K":
-        value = (value + 1023) // 1024
-    elif unit == "G":
-        value *= 1024
-    elif unit == "T":
-        value *= 1024 * 1024
-    else:
-        return None
-    return value
+    """Slurm's str_to_mbytes() (model/units): "4G" → 4096, None when invalid."""
+    return str_to_mbytes(text)
 
 
 def parse_time_limit(text: str, option: str = "--time") -> int:
