@@ -17,7 +17,8 @@ import pytest
 from corral.cli import client, squeue
 from corral.model.job import STATE_CODES
 
-COMMANDS = ["sbatch", "squeue", "sinfo", "scontrol", "scancel", "sacct", "srun", "salloc"]
+COMMANDS = ["sbatch", "squeue", "sinfo", "scontrol", "scancel", "sacct", "srun", "salloc",
+            "missing"]
 
 # Heavy modules (or whole packages) no command module may import at start.
 FORBIDDEN = [
@@ -58,3 +59,19 @@ def test_squeue_state_codes_match_the_model() -> None:
 @pytest.mark.parametrize("safe", ["/", "", ","])
 def test_quote_matches_urllib(text: str, safe: str) -> None:
     assert client.quote(text, safe=safe) == urllib.parse.quote(text, safe=safe)
+
+
+def test_missing_commands_say_so_in_one_line() -> None:
+    """Every Slurm command Corral lacks has an entry function that prints one line
+    naming itself and exits non-zero (console scripts run `sys.exit(fn())`)."""
+    from corral.cli import missing
+
+    assert "sprio" in missing.MISSING and "sacctmgr" in missing.MISSING
+    assert not set(missing.MISSING) & set(COMMANDS)
+    for name in missing.MISSING:
+        code = f"import sys; from corral.cli.missing import {name}; sys.exit({name}())"
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 1 and p.stdout == ""
+        assert p.stderr.count("\n") == 1
+        assert p.stderr.startswith(f"{name}: error: {name} is not provided by Corral yet")

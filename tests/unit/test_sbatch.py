@@ -477,6 +477,10 @@ def test_task_and_node_arithmetic() -> None:
     assert (spec["num_nodes"], spec["num_tasks"]) == (4, 8)
     spec = wrap("-n3")
     assert (spec["num_nodes"], spec["num_tasks"]) == (1, 3)
+    # -n beyond one node's CPUs without -N: no client-side refusal (Slurm's sbatch has
+    # none); the controller spreads the tasks.
+    spec = wrap("-n3000")
+    assert (spec["num_tasks"], spec["max_nodes"]) == (3000, None)
     sub = parse(["-N3", "-n2", "--wrap=true"])
     assert (sub.spec["num_nodes"], sub.spec["num_tasks"]) == (2, 2)
     assert sub.messages == ["sbatch: Warning: can't run 2 processes on 3 nodes, "
@@ -527,7 +531,18 @@ def test_begin() -> None:
     assert wrap("--begin=now+1hour")["begin_time"] == NOW + 3600
     assert wrap("-b", "now")["begin_time"] == NOW
     assert error_of(["--begin=whenever", "--wrap=true"]) == (
+        255, "Invalid time specification (pos=0): whenever\n"
+             "sbatch: error: Invalid --begin specification\n")
+    assert error_of(["--begin=", "--wrap=true"]) == (
         255, "sbatch: error: Invalid --begin specification\n")
+    # every form of Slurm's parser, also in #SBATCH lines (model/timeparse.py has the rest)
+    assert wrap("--begin=now+2days")["begin_time"] == NOW + 2 * 86400
+    script = "#!/bin/sh\n#SBATCH --begin=2027-01-02T03:04:05\ntrue\n"
+    import time
+    want = time.mktime((2027, 1, 2, 3, 4, 5, 0, 0, -1))
+    assert parse([], stdin=script).spec["begin_time"] == want
+    assert wrap("--begin=4:00 PM 1/2/27")["begin_time"] == time.mktime(
+        (2027, 1, 2, 16, 0, 0, 0, 0, -1))
 
 
 def test_array_d22() -> None:
@@ -818,3 +833,130 @@ def test_main_wait(monkeypatch: pytest.MonkeyPatch, fake: FakeClient,
     monkeypatch.setattr(sbatch, "wait_for_job", lambda job_id: 42 if job_id == 7 else 0)
     assert sbatch.main(["-W", "--wrap=exit 42"]) == 42
     assert capsys.readouterr().out == "Submitted batch job 7\n"
+
+
+def _serve_http(server: socket.socket, received: list[bytes], answer: bytes | None,
+                count: int = 1) -> None:
+    """Accept `count` connections; read each request; answer it (or, with None, close)."""
+    for _ in range(count):
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        received.append(data)
+        if answer is not None:
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(answer), answer))
+        conn.close()
+
+
+def test_main_rides_out_a_controller_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The controller is down (its pid file says one should run) and comes back: the
+    submission waits, is sent once, and says so once."""
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path))
+    monkeypatch.delenv("CORRAL_MESSAGE_TIMEOUT", raising=False)
+    monkeypatch.setattr(client, "_announced", False)
+    (tmp_path / "controller.pid").write_text("1\n")
+    received: list[bytes] = []
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+
+    def come_back() -> None:
+        import time
+        time.sleep(1.0)
+        server.bind(str(tmp_path / "corral.sock"))
+        server.listen(4)
+        _serve_http(server, received, b'{"job_id": 7}')
+
+    thread = threading.Thread(target=come_back, daemon=True)
+    thread.start()
+    try:
+        assert sbatch.main(["--wrap=true"]) == 0
+    finally:
+        thread.join(timeout=10)
+        server.close()
+    out, err = capsys.readouterr()
+    assert out == "Submitted batch job 7\n"
+    assert err == "sbatch: error: Slurm controller not responding, sleeping and retrying.\n"
+    assert len(received) == 1
+
+
+def test_main_gives_up_after_message_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path))
+    (tmp_path / "controller.pid").write_text("1\n")
+    (tmp_path / "slurm.conf").write_text("ClusterName=x\nMessageTimeout=1\n")
+    monkeypatch.delenv("CORRAL_MESSAGE_TIMEOUT", raising=False)
+    monkeypatch.setattr(client, "_announced", False)
+    start = time.monotonic()
+    assert sbatch.main(["--wrap=true"]) == 1
+    assert 0.9 < time.monotonic() - start < 5
+    assert capsys.readouterr().err == (
+        "sbatch: error: Slurm controller not responding, sleeping and retrying.\n"
+        "sbatch: error: Batch job submission failed: Unable to contact slurm controller "
+        "(connect failure)\n")
+
+
+def test_main_without_any_controller_fails_at_once(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """No cluster was ever started here: no waiting."""
+    import time
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path))
+    start = time.monotonic()
+    assert sbatch.main(["--wrap=true"]) == 1
+    assert time.monotonic() - start < 1
+    assert "no Corral controller is running" in capsys.readouterr().err
+
+
+def test_submission_is_never_sent_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A controller that read the request and closed without answering may have acted
+    on it: the POST is not repeated (a GET would be)."""
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path))
+    monkeypatch.setenv("CORRAL_MESSAGE_TIMEOUT", "3")
+    monkeypatch.setattr(client, "_announced", False)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(tmp_path / "corral.sock"))
+    server.listen(4)
+    server.settimeout(2)
+    received: list[bytes] = []
+    thread = threading.Thread(target=_serve_http, args=(server, received, None, 2),
+                              daemon=True)
+    thread.start()
+    try:
+        assert sbatch.main(["--wrap=true"]) == 1
+    finally:
+        thread.join(timeout=10)
+        server.close()
+    assert len(received) == 1 and received[0].startswith(b"POST /v1/jobs")
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_get_is_asked_again_after_a_silent_close(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path))
+    monkeypatch.setenv("CORRAL_MESSAGE_TIMEOUT", "5")
+    monkeypatch.setattr(client, "_announced", True)
+    monkeypatch.setattr(client, "_retry_prog", "squeue")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(tmp_path / "corral.sock"))
+    server.listen(4)
+    received: list[bytes] = []
+
+    def serve() -> None:
+        _serve_http(server, received, None)       # the old controller, going away
+        _serve_http(server, received, b'{"ok": 1}')
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        assert client.get("/v1/ping") == {"ok": 1}
+    finally:
+        thread.join(timeout=10)
+        server.close()
+    assert len(received) == 2

@@ -38,7 +38,15 @@ class ApiError(Exception):
 
 
 class NotRunning(Exception):
-    pass
+    """No controller answered.  `timed_out`: one was expected and did not come back
+    within the retry window (Slurm's "Unable to contact slurm controller")."""
+
+    def __init__(self, message: str, timed_out: bool = False):
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+CONNECT_FAILURE = "Unable to contact slurm controller (connect failure)"
 
 
 def _not_running_message() -> str:
@@ -58,33 +66,120 @@ def cli_socket_path() -> str:
     return agent if os.path.exists(agent) else own
 
 
+# Riding out a controller restart, as Slurm's clients do (slurm_open_controller_conn
+# retries for MessageTimeout seconds, 10 by default).  Only the Slurm commands retry
+# (run_cli turns it on): `corral up` must learn at once that nothing runs.  A request is
+# sent again only when the connection itself failed, so nothing was received: a
+# submission is never duplicated.  GETs, which change nothing, are also retried when
+# the controller closed the connection without answering.
+DEFAULT_MESSAGE_TIMEOUT = 10.0
+_retry_prog: str | None = None  # the command that retries (and names itself in the notice)
+_announced = False
+
+
+def enable_retry(prog: str) -> None:
+    """Let this process's requests wait for a controller that is restarting."""
+    global _retry_prog
+    _retry_prog = prog
+
+
+def _controller_expected() -> bool:
+    """A controller is meant to run here: its socket is left over (refusing), or
+    `corral up` recorded one that has not been taken down with `corral down`."""
+    home = paths.corral_home()
+    return (os.path.exists(paths.socket_path(home))
+            or os.path.exists(paths.pid_file("controller", home))
+            or os.path.exists(paths.agent_socket_path(home)))
+
+
+def retry_window() -> float:
+    """Seconds to keep trying: $CORRAL_MESSAGE_TIMEOUT, else the cluster's MessageTimeout,
+    else Slurm's default (10); 0 when this process does not retry."""
+    if _retry_prog is None or not _controller_expected():
+        return 0.0
+    env = os.environ.get("CORRAL_MESSAGE_TIMEOUT")
+    if env is not None:
+        try:
+            return max(0.0, float(env))
+        except ValueError:
+            return DEFAULT_MESSAGE_TIMEOUT
+    try:
+        with open(paths.config_path(), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, eq, value = line.partition("=")
+                if eq and key.strip().lower() == "messagetimeout":
+                    return max(0.0, float(value.split("#", 1)[0].strip()))
+    except (OSError, ValueError):
+        pass
+    return DEFAULT_MESSAGE_TIMEOUT
+
+
+class _Waiter:
+    """The retry loop's clock: one notice on the first failure, a bounded wait."""
+
+    def __init__(self) -> None:
+        self.deadline: float | None = None
+
+    def again(self) -> bool:
+        """After a failed attempt: sleep and return True to try again, or False."""
+        global _announced
+        import time
+
+        now = time.monotonic()
+        if self.deadline is None:
+            window = retry_window()
+            if window <= 0:
+                return False
+            self.deadline = now + window
+            if not _announced and _retry_prog is not None:
+                _announced = True
+                sys.stderr.write(f"{_retry_prog}: error: Slurm controller not responding, "
+                                 "sleeping and retrying.\n")
+                sys.stderr.flush()
+        if now >= self.deadline:
+            return False
+        time.sleep(min(0.25, self.deadline - now))
+        return True
+
+    @property
+    def waited(self) -> bool:
+        return self.deadline is not None
+
+
+def call_with_retry(connect: Any) -> Any:
+    """Run `connect()` (which opens a connection and may send on it), again while it
+    fails to connect at all (FileNotFoundError, ConnectionRefusedError), within the
+    retry window.  Raises NotRunning when no controller answers."""
+    waiter = _Waiter()
+    while True:
+        try:
+            return connect()
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            if not waiter.again():
+                if waiter.waited:
+                    raise NotRunning(CONNECT_FAILURE, timed_out=True) from e
+                raise NotRunning(_not_running_message()) from e
+
+
 def request(method: str, path: str, body: Any = None, *, timeout: float = 60.0) -> Any:
     """Send one request; return the decoded JSON answer or raise ApiError/NotRunning."""
-    # The C module under `socket`: socket.py's enums and selectors cost ~3 ms of every
-    # command's start, and a plain Unix stream needs none of them.
-    import _socket
-
-    sock_path = cli_socket_path()
     payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
     head = (f"{method} {path} HTTP/1.1\r\nHost: corral\r\nConnection: close\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n")
-    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    try:
+    data = head.encode() + payload
+    waiter = _Waiter()
+    while True:
+        s = call_with_retry(lambda: _open(timeout))
         try:
-            s.connect(sock_path)
-        except (FileNotFoundError, ConnectionRefusedError) as e:
-            raise NotRunning(_not_running_message()) from e
-        s.sendall(head.encode() + payload)
-        chunks = []
-        while True:
-            chunk = s.recv(1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        s.close()
-    raw = b"".join(chunks)
+            raw = _exchange(s, data)
+        except (ConnectionResetError, BrokenPipeError):
+            raw = b""
+        finally:
+            s.close()
+        # A controller going down may accept and then close without an answer: only a
+        # GET is asked again (a POST may have been acted on).
+        if raw or method != "GET" or not waiter.again():
+            break
     header, _, content = raw.partition(b"\r\n\r\n")
     status_line = header.split(b"\r\n", 1)[0]
     try:
@@ -93,11 +188,38 @@ def request(method: str, path: str, body: Any = None, *, timeout: float = 60.0) 
         raise ApiError(502, "malformed answer from the controller") from None
     if b"transfer-encoding: chunked" in header.lower():
         content = _dechunk(content)
-    data: Any = json.loads(content) if content else None
+    answer: Any = json.loads(content) if content else None
     if status >= 400:
-        msg = data.get("error", f"HTTP {status}") if isinstance(data, dict) else f"HTTP {status}"
-        raise ApiError(status, msg, data if isinstance(data, dict) else None)
-    return data
+        msg = answer.get("error", f"HTTP {status}") if isinstance(answer, dict) \
+            else f"HTTP {status}"
+        raise ApiError(status, msg, answer if isinstance(answer, dict) else None)
+    return answer
+
+
+def _open(timeout: float) -> Any:
+    # The C module under `socket`: socket.py's enums and selectors cost ~3 ms of every
+    # command's start, and a plain Unix stream needs none of them.
+    import _socket
+
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(cli_socket_path())
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+def _exchange(s: Any, data: bytes) -> bytes:
+    s.sendall(data)
+    chunks = []
+    while True:
+        chunk = s.recv(1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _dechunk(body: bytes) -> bytes:
@@ -131,7 +253,10 @@ def die(prog: str, message: str, code: int = 1) -> NoReturn:
 
 
 def run_cli(prog: str, fn: Any, argv: list[str] | None = None) -> int:
-    """Run a command's main, turning connection problems into one clear line."""
+    """Run a command's main, turning connection problems into one clear line.
+
+    Its requests ride out a controller restart (see retry_window)."""
+    enable_retry(prog)
     try:
         rc = fn(sys.argv[1:] if argv is None else argv)
         return int(rc or 0)

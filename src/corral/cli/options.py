@@ -19,6 +19,7 @@ import os
 import re
 
 from corral.model import timefmt
+from corral.model.units import str_to_mbytes
 
 TYPE_CHECKING = False  # `typing` would cost every command start ~3 ms
 if TYPE_CHECKING:
@@ -42,7 +43,11 @@ class CliExit(Exception):
 
 
 def fail(prog: str, message: str, code: int = EXIT_ERROR) -> NoReturn:
-    """Slurm's `error(...)` followed by `exit(code)`."""
+    """Slurm's `error(...)` followed by `exit(code)`.
+
+    A message of several lines writes "{prog}" where a later line names the command.
+    """
+    message = message.replace("{prog}", prog)
     raise CliExit(code, f"{prog}: error: {message}\n")
 
 
@@ -54,10 +59,17 @@ def fatal(prog: str, message: str) -> NoReturn:
 class OptionValueError(ValueError):
     """A bad option value; `message` is Slurm's text, `code` its exit status."""
 
-    def __init__(self, message: str, code: int = EXIT_OPTION):
+    def __init__(self, message: str, code: int = EXIT_OPTION, before: str = ""):
         super().__init__(message)
         self.message = message
         self.code = code
+        self.before = before  # lines Slurm prints first, without the "prog: error:" prefix
+
+
+def option_error(prog: str, e: OptionValueError) -> CliExit:
+    """The CliExit for a bad option value: Slurm's lines and exit status."""
+    message = e.message.replace("{prog}", prog)
+    return CliExit(e.code, f"{e.before}{prog}: error: {message}\n")
 
 
 class GetoptError(Exception):
@@ -384,27 +396,8 @@ def parse_int(name: str, value: str, positive: bool) -> int:
 
 
 def parse_mbytes(text: str) -> int | None:
-    """Slurm's str_to_mbytes(): "4G" → 4096, "500" → 500 (MB), None when invalid.
-
-    Only the first character after the number counts as the unit, so "4GB" is 4G;
-    fractions ("1.5G") are invalid, as in Slurm.
-    """
-    parsed = _strtol(text)
-    if parsed is None:
-        return 0 if not text.strip() else None
-    value, rest = parsed
-    unit = rest[:1].upper()
-    if unit in ("", "M"):
-        pass
-    elif unit == "K":
-        value = (value + 1023) // 1024
-    elif unit == "G":
-        value *= 1024
-    elif unit == "T":
-        value *= 1024 * 1024
-    else:
-        return None
-    return value if value >= 0 else None
+    """Slurm's str_to_mbytes() (model/units): "4G" → 4096, None when invalid."""
+    return str_to_mbytes(text)
 
 
 def parse_time_limit(text: str, option: str = "--time") -> int:
@@ -416,11 +409,15 @@ def parse_time_limit(text: str, option: str = "--time") -> int:
     return timefmt.INFINITE if secs == 0 else secs
 
 
-def parse_begin(text: str, now: float) -> float:
+def parse_begin(text: str, now: float, option: str = "--begin") -> float:
+    """--begin (and --deadline): any form of Slurm's time parser (model/timeparse)."""
+    from corral.model.timeparse import TimeParseError, parse_time
+
     try:
-        return timefmt.parse_begin(text, now)
-    except timefmt.TimeFormatError:
-        raise OptionValueError("Invalid --begin specification") from None
+        return float(parse_time(text, now))
+    except TimeParseError as e:
+        raise OptionValueError(f"Invalid {option} specification",
+                               before=f"{e.message}\n" if e.message else "") from None
 
 
 def _str_to_nodes(text: str) -> tuple[int, str]:
@@ -539,6 +536,9 @@ def _gres_count(text: str) -> int | None:
     return int(digits) * mult
 
 
+GRES_HELP = "Valid gres options are:\ngpu[[:type]:count]\n"
+
+
 class GresError(ValueError):
     """A --gres/--gpus value the controller would refuse."""
 
@@ -575,7 +575,8 @@ def parse_gres(text: str) -> tuple[int, str | None]:
             count = c
         elif len(parts) > 3:
             raise GresError(item)
-        if kind == "":
+        if kind == "" or (kind is not None and kind.startswith(("-", "+"))):
+            # "gpu:-1": Slurm reads a type named "-1", which no node has.
             raise GresError(item)
         if kind is not None:
             if gpu_type is not None and gpu_type != kind:
@@ -597,7 +598,7 @@ def parse_gpu_request(text: str) -> tuple[int, str | None]:
     else:
         raise GresError(text)
     count = _gres_count(count_text)
-    if count is None or kind == "":
+    if count is None or kind == "" or (kind or "").startswith(("-", "+")):
         raise GresError(text)
     return count, kind
 
@@ -756,11 +757,10 @@ def expand_hostlist(expr: str) -> list[str]:
 
 # Accepted, and change nothing Corral schedules or runs (sbatch's list, plus srun's
 # binding and I/O tuning options).
+# The options of CHECKED_NO_EFFECT are not listed: parse_alloc_value checks their value.
 ALLOC_NO_EFFECT = frozenset({
-    "acctg-freq", "contiguous", "cpu-freq", "delay-boot", "distribution", "get-user-env",
-    "gpu-bind", "gpu-freq", "gres-flags", "kill-on-invalid-dep", "mcs-label",
-    "mem-bind", "network", "no-kill", "overcommit", "power", "prefer", "profile", "propagate",
-    "reboot", "spread-job", "use-min-nodes", "wait-all-nodes", "wckey", "cpu-bind",
+    "contiguous", "delay-boot", "get-user-env", "gpu-bind", "gpu-freq", "gres-flags",
+    "mcs-label", "network", "no-kill", "overcommit", "power", "prefer", "propagate", "reboot", "spread-job", "use-min-nodes", "wait-all-nodes", "wckey", "cpu-bind",
     "accel-bind", "compress", "msg-timeout", "threads", "treewidth", "bell",
     "no-bell", "wait-srun", "exact", "whole", "unbuffered", "resv-ports", "send-libs",
     "quit-on-interrupt", "disable-status", "slurmd-debug", "kill-command", "x11",
@@ -772,8 +772,8 @@ ALLOC_NO_EFFECT = frozenset({
 ALLOC_UNSUPPORTED = frozenset({
     "autocomplete", "bb", "bbf", "cluster", "cluster-constraint", "clusters",
     "container", "core-spec", "cores-per-socket", "cpus-per-gpu", "deadline",
-    "extra-node-info", "gpus-per-socket", "licenses", "mem-per-gpu", "mincpus",
-    "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket", "ntasks-per-tres", "priority",
+    "extra-node-info", "gpus-per-socket", "licenses", "mincpus",
+    "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket", "ntasks-per-tres",
     "reservation", "sockets-per-node", "switches", "test-only", "thread-spec",
     "threads-per-core", "tmp", "het-group", "multi-prog", "no-allocate", "relative",
     "debugger-test", "interactive",
@@ -803,11 +803,20 @@ def parse_alloc_value(key: str, arg: str | None, v: dict[str, object], now: floa
         if mode in ("user", "mcs"):
             raise OptionValueError(f"--exclusive={arg} is not supported by Corral", EXIT_ERROR)
         raise OptionValueError("Invalid --exclusive specification")
-    if key in ("mem", "mem-per-cpu"):
+    if key in ("mem", "mem-per-cpu", "mem-per-gpu"):
         mb = parse_mbytes(a)
         if mb is None:
             raise OptionValueError(f"Invalid --{key} specification")
+        if key == "mem-per-gpu":  # a valid value, for a request Corral cannot honour
+            raise OptionValueError("--mem-per-gpu is not supported by Corral", EXIT_ERROR)
         return mb
+    if key in CHECKED_NO_EFFECT:
+        check_no_effect_value(key, a)
+        return a
+    if key == "priority":
+        return parse_priority(a)
+    if key == "gres" and a.lower() in ("help", "list"):
+        raise CliExit(0, stdout=GRES_HELP)
     if key == "nodes":
         return parse_node_count(a)
     if key == "signal":
@@ -952,5 +961,315 @@ def allocation_spec(v: dict[str, object], *, name: str, cwd: str, submit_line: s
         "qos": v.get("qos"),
         "nice": v.get("nice", 0),
         "held": "user" if v.get("hold") else None,
+        **({"priority": v["priority"]} if "priority" in v else {}),
         **({"constraint": v["constraint"]} if "constraint" in v else {}),
     }
+
+
+# --------------------------------------------------------------------------
+# Options Corral accepts without acting on them: their values are still checked
+# as Slurm checks them, so a script that Slurm refuses is refused here too.
+# --------------------------------------------------------------------------
+
+_DIST_BASES = frozenset(
+    [a for a in ("block", "cyclic", "arbitrary", "hostfile")]
+    + [f"{a}:{b}" for a in ("block", "cyclic") for b in ("block", "cyclic", "fcyclic")]
+    + [f"{a}:{b}:{c}" for a in ("block", "cyclic") for b in ("block", "cyclic", "fcyclic")
+       for c in ("block", "cyclic", "fcyclic")])
+
+
+def _dist_ok(text: str) -> bool:
+    """Slurm's _parse_dist_base(): node[:socket[:core]] with "*" defaults, then
+    ",pack" or ",nopack"."""
+    if not text or text[0] == ",":
+        return False
+    base, comma, flag = text.partition(",")
+    parts = [p for p in base.split(":") if p]  # strtok drops empty fields
+    if not parts or len(parts) > 3:
+        return False
+    out: list[str] = []
+    sock = ""
+    for i, tok in enumerate(parts):
+        if tok == "*":
+            tok = ("block", "cyclic", sock)[i]
+        if i == 1:
+            sock = tok
+        out.append(tok)
+    if ":".join(out).lower() not in _DIST_BASES:
+        return False
+    return not (comma and flag) or flag.lower() in ("pack", "nopack")
+
+
+def _check_distribution(arg: str) -> None:
+    if arg[:5].lower() == "plane":
+        eq, size = arg.find("="), ""
+        if eq >= 0:
+            size = arg[eq + 1:]
+        parsed = _strtol(size) if size else None
+        if parsed is None or parsed[1] or not 0 < parsed[0] <= _INT_MAX:
+            raise OptionValueError("Invalid plane size or size not specified\n"
+                                   "{prog}: error: Invalid --distribution specification")
+        return
+    if not _dist_ok(arg):
+        raise OptionValueError("Invalid --distribution specification")
+
+
+_GOVERNORS = (("co", "Conservative"), ("perf", "Performance"), ("pow", "PowerSave"),
+              ("user", "UserSpace"), ("onde", "OnDemand"), ("sche", "SchedUtil"))
+# Slurm's default CpuFreqGovernors; Corral has no slurm.conf key to change it.
+_ALLOWED_GOVERNORS = frozenset({"OnDemand", "Performance", "UserSpace"})
+
+
+def _governor(text: str) -> str | None:
+    low = text.lower()
+    for prefix, name in _GOVERNORS:
+        if low.startswith(prefix):
+            return name
+    return None
+
+
+def _cpu_freq_ok(text: str) -> str | None:
+    """A frequency or its synonyms; None (after Slurm's message) when invalid."""
+    low = text.lower()
+    if low.startswith(("lo", "him1", "highm1", "hi", "med")):
+        return text
+    m = re.match(r"\s*\+?(\d+)", text)
+    if m and int(m.group(1)) > 0:
+        return text
+    return None
+
+
+def _check_cpu_freq(arg: str) -> None:
+    """Slurm's cpu_freq_verify_cmdline(): p1[-p2[:p3]]."""
+    bad = "Invalid --cpu-freq argument"
+    colon = arg.find(":")
+    p3 = arg[colon + 1:] if colon >= 0 else None
+    dash = arg.find("-")
+    if dash >= 0:
+        p1 = arg[:dash]
+        p2: str | None = arg[dash + 1:colon] if colon > dash else arg[dash + 1:]
+    else:
+        p1, p2 = (arg[:colon] if colon >= 0 else arg), None
+    govs: list[str] = []
+    gov = _governor(p1)
+    if gov is not None:
+        if p3 is not None:
+            raise OptionValueError(f"governor cannot be specified twice {p1}{{-}}:{p3} in "
+                                   f"--cpu-freq\n{{prog}}: error: {bad}")
+        govs.append(gov)
+    elif _cpu_freq_ok(p1) is None:
+        raise OptionValueError(f'unrecognized --cpu-freq argument "{p1}"\n'
+                               f"{{prog}}: error: {bad}")
+    if p2 is not None and _cpu_freq_ok(p2) is None:
+        raise OptionValueError(f'unrecognized --cpu-freq argument "{p2}"\n'
+                               f"{{prog}}: error: {bad}")
+    if p3 is not None:
+        if p2 is None:
+            raise OptionValueError(f"gov on cpu-frec ({p3}) illegal without max\n"
+                                   f"{{prog}}: error: {bad}")
+        gov = _governor(p3)
+        if gov is None:
+            raise OptionValueError(f"illegal governor: {p3} on --cpu-freq\n"
+                                   f"{{prog}}: error: {bad}")
+        govs.append(gov)
+    if govs and govs[-1] not in _ALLOWED_GOVERNORS:
+        raise OptionValueError(f"governor of {arg} is not allowed in slurm.conf\n"
+                               f"{{prog}}: error: {bad}")
+
+
+def _check_profile(arg: str) -> None:
+    """Slurm's acct_gather_profile_from_string(): a word it knows, anywhere in the text."""
+    low = arg.lower()
+    if not any(w in low for w in ("none", "all", "energy", "task", "lustre", "network")):
+        raise OptionValueError(f"invalid --profile={arg} option")
+
+
+def _freq_int(text: str) -> int:
+    parsed = _strtol(text)
+    return -1 if parsed is None else parsed[0]
+
+
+def _check_acctg_freq(arg: str) -> None:
+    """Slurm's validate_acctg_freq(): each comma item a number or TYPE=number."""
+    bad = []
+    for tok in (t for t in arg.split(",") if t):
+        low = tok.lower()
+        ok = _freq_int(tok) != -1
+        for word in ("energy=", "task=", "filesystem=", "network="):
+            at = low.find(word)
+            if at >= 0 and _freq_int(tok[at + len(word):]) != -1:
+                ok = True
+        if not ok:
+            bad.append(tok)
+    if bad:
+        raise OptionValueError("\n".join(
+            ("{prog}: error: " if i else "") + f"Invalid --acctg-freq specification: {t}"
+            for i, t in enumerate(bad)))
+
+
+MEM_BIND_HELP = """\
+Memory bind options:
+    --mem-bind=         Bind memory to locality domains (ldom)
+        nosort          avoid sorting pages at startup
+        sort            sort pages at startup
+        q[uiet]         quietly bind before task runs (default)
+        v[erbose]       verbosely report binding before task runs
+        no[ne]          don't bind tasks to memory (default)
+        rank            bind by task rank
+        local           bind to memory local to processor
+        map_mem:<list>  specify a memory binding for each task
+                        where <list> is <cpuid1>,<cpuid2>,...<cpuidN>
+        mask_mem:<list> specify a memory binding mask for each tasks
+                        where <list> is <mask1>,<mask2>,...<maskN>
+        help            show this help message
+"""
+
+_MEM_BIND_WORDS = frozenset({"p", "prefer", "nosort", "sort", "q", "quiet", "v", "verbose",
+                             "no", "none", "rank", "local"})
+_BIND_VALUE_RE = re.compile(r"(?:0x)?[0-9a-fA-F]+(?:\*\d+)?")
+
+
+def _check_mem_bind(arg: str) -> None:
+    """Slurm's slurm_verify_mem_bind(): words, or map_mem/mask_mem with a value list."""
+    # A comma followed by a value belongs to a map/mask list, as in Slurm.
+    tokens = re.split(r",(?![0-9a-fA-F]*(?:,|$)|\d)", arg)
+    for tok in tokens:
+        low = tok.lower()
+        if low == "help":
+            raise CliExit(0, stdout=MEM_BIND_HELP)
+        if low in _MEM_BIND_WORDS:
+            continue
+        for kind, prefixes in (("map_mem", ("map_mem", "mapmem")),
+                               ("mask_mem", ("mask_mem", "maskmem"))):
+            if low.startswith(prefixes):
+                fields = re.split(r"[:=]", tok, maxsplit=2)
+                values = fields[1] if len(fields) > 1 else ""
+                if not values:
+                    raise OptionValueError(f'missing list for "--mem-bind={kind}:<list>"')
+                if not all(_BIND_VALUE_RE.fullmatch(x) for x in values.split(",") if x):
+                    raise OptionValueError(f'unrecognized --mem-bind argument "{tok}"')
+                break
+        else:
+            raise OptionValueError(f'unrecognized --mem-bind argument "{tok}"')
+
+
+def _check_kill_on_invalid_dep(arg: str) -> None:
+    if arg.lower() not in ("yes", "no"):
+        raise OptionValueError("Invalid --kill-on-invalid-dep specification")
+
+
+# Accepted without effect, and validated as Slurm validates them.
+_NO_EFFECT_CHECKS = {
+    "acctg-freq": _check_acctg_freq,
+    "cpu-freq": _check_cpu_freq,
+    "distribution": _check_distribution,
+    "kill-on-invalid-dep": _check_kill_on_invalid_dep,
+    "mem-bind": _check_mem_bind,
+    "profile": _check_profile,
+}
+CHECKED_NO_EFFECT = frozenset(_NO_EFFECT_CHECKS)
+
+
+def check_no_effect_value(key: str, arg: str | None) -> None:
+    """Check the value of an option Corral ignores; raises OptionValueError (Slurm's text:
+    a message spanning lines carries "{prog}" for the command's name on the later lines)."""
+    check = _NO_EFFECT_CHECKS.get(key)
+    if check is not None:
+        check("" if arg is None else arg)
+
+
+def parse_priority(arg: str) -> int:
+    """--priority: a number below NO_VAL, or TOP (Slurm's arg_set_priority)."""
+    if arg.strip().upper() == "TOP":
+        return 0xFFFFFFFE - 1
+    parsed = _strtol(arg)
+    value = parsed[0] if parsed is not None else 0
+    if value < 0:
+        raise OptionValueError("Priority must be >= 0")
+    if value >= 0xFFFFFFFE:
+        raise OptionValueError(f"Priority must be < {0xFFFFFFFE}")
+    return value
+
+
+def check_constraint(text: str) -> bool:
+    """Whether a --constraint parses as Slurm's build_feature_list() reads it:
+    features joined by & (or ,) and |, one [..] set of alternatives, (..) groups,
+    and *count after a feature."""
+    text = text.replace(",", "&")
+    feature = False
+    bracket = paren = sets = 0
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "*":
+            m = _STRTOL_RE.match(text, i + 1)
+            if not feature or m is None or int(m.group()) <= 0 or paren:
+                return False
+            i = m.end()
+            continue
+        if ch in "&|":
+            if not feature:
+                return False
+            feature = False
+        elif ch == "[":
+            if feature or bracket:
+                return False
+            bracket += 1
+            sets += 1
+        elif ch == "]":
+            if not feature or not bracket:
+                return False
+            bracket -= 1
+        elif ch == "(":
+            if feature or paren:
+                return False
+            paren += 1
+        elif ch == ")":
+            if not feature or not paren:
+                return False
+            paren -= 1
+        else:
+            feature = True
+        i += 1
+    return sets <= 1 and bracket == 0 and paren == 0
+
+
+# Slurm's job_desc string limits (_test_strlen in slurmctld), checked before sending.
+MAXPATHLEN = 4096
+_FIELD_LIMITS = (("account", 1024), ("comment", 1024), ("constraint", 1024),
+                 ("dependency", 1024 * 128), ("mail_user", 1024), ("name", 1024),
+                 ("partition", 1024), ("qos", 1024), ("stdout", MAXPATHLEN),
+                 ("stderr", MAXPATHLEN), ("stdin", MAXPATHLEN), ("work_dir", MAXPATHLEN),
+                 ("submit_line", 1024 * 1024))
+TOO_LONG = "Pathname of a file, directory or other parameter too long"
+
+
+def too_long_field(spec: dict[str, object]) -> str | None:
+    """The first field of a job spec longer than Slurm allows, or None."""
+    for key, limit in _FIELD_LIMITS:
+        value = spec.get(key)
+        if isinstance(value, str) and len(value.encode("utf-8", "surrogateescape")) > limit:
+            return key
+    return None
+
+
+def spec_problem(spec: dict[str, object]) -> tuple[str, str] | None:
+    """What slurmctld refuses in a job spec before looking at the cluster:
+    (a line to print first, or "", Slurm's error text), or None when fine."""
+    if spec.get("partition") == "":
+        return "invalid partition specified: ", "Invalid partition name specified"
+    if "constraint" in spec and not check_constraint(str(spec["constraint"])):
+        return "", "Invalid feature specification"
+    if too_long_field(spec) is not None:
+        return "", TOO_LONG
+    return None
+
+
+IMMEDIATE_HELD = "Immediate execution impossible, insufficient priority"
+
+
+def hetjob_refusal(prog: str, failed: str) -> CliExit:
+    """Heterogeneous jobs: one line saying why, then Slurm's refusal."""
+    return CliExit(EXIT_ERROR, (
+        f"{prog}: error: heterogeneous jobs are not supported by Corral\n"
+        f"{prog}: error: {failed}: Requested operation not supported on this system\n"))

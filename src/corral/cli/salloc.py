@@ -16,20 +16,28 @@ from corral.cli import client
 from corral.cli.options import (
     ALLOC_NO_EFFECT,
     ALLOC_UNSUPPORTED,
+    CHECKED_NO_EFFECT,
     EXIT_ERROR,
+    IMMEDIATE_HELD,
     CliExit,
     GetoptError,
     GresError,
     Option,
     OptionValueError,
     allocation_spec,
+    check_no_effect_value,
     fail,
+    full_path,
     gpu_request,
+    hetjob_refusal,
     node_list,
     node_task_counts,
+    option_error,
     option_table,
     parse_alloc_value,
     parse_int,
+    read_hostfile,
+    spec_problem,
 )
 
 TYPE_CHECKING = False
@@ -87,6 +95,10 @@ def _set(req: SallocRequest, option: Option, arg: str | None, now: float, cwd: s
         if key in ALLOC_NO_EFFECT:
             req.ignored.append(option.name)
             return
+        if key in CHECKED_NO_EFFECT:
+            check_no_effect_value(key, arg)
+            req.ignored.append(option.name)
+            return
         value: Any
         if key == "immediate":
             value = 1 if arg is None else parse_int("--immediate", arg, False)
@@ -97,7 +109,7 @@ def _set(req: SallocRequest, option: Option, arg: str | None, now: float, cwd: s
         else:
             value = parse_alloc_value(key, arg, req.v, now, cwd)
     except OptionValueError as e:
-        fail(PROG, e.message, e.code)
+        raise option_error(PROG, e) from None
     req.v[key] = value
 
 
@@ -132,11 +144,16 @@ def parse_salloc(argv: list[str], env: dict[str, str], cwd: str, now: float, *,
         fail(PROG, "don't specify both --verbose (-v) and --quiet (-Q)")
     operands = argv[index:]
     if operands and operands[0] == ":":
-        fail(PROG, "heterogeneous jobs (\":\" between components) are not supported by Corral")
+        raise hetjob_refusal(PROG, "Job submit/allocate failed")
     req.command = operands or [default_shell(env)]
     req.immediate = v.get("immediate")
+    if req.immediate is not None and v.get("hold"):
+        # slurmctld refuses at once: a held job never has the top priority.
+        fail(PROG, f"Job submit/allocate failed: {IMMEDIATE_HELD}")
     try:
         req_nodes = node_list(v["nodelist"], cwd) if "nodelist" in v else []
+        if "nodefile" in v:
+            req_nodes = list(dict.fromkeys(read_hostfile(full_path(str(v["nodefile"]), cwd))))
         exc_nodes = node_list(v["exclude"], cwd) if "exclude" in v else []
     except OSError:
         fail(PROG, "Failure getting NodeNames from hostfile")
@@ -153,6 +170,11 @@ def parse_salloc(argv: list[str], env: dict[str, str], cwd: str, now: float, *,
         v, name=name, cwd=cwd, submit_line=" ".join([PROG, *argv]), req_nodes=req_nodes,
         exc_nodes=exc_nodes, min_nodes=min_nodes, max_nodes=max_nodes, ntasks=ntasks,
         gpus=gpus)
+    problem = spec_problem(req.spec)
+    if problem is not None:
+        first, error = problem
+        raise CliExit(EXIT_ERROR, (f"{PROG}: error: {first}\n" if first else "")
+                      + f"{PROG}: error: Job submit/allocate failed: {error}\n")
     job_env = dict(env)
     job_env["SLURM_SUBMIT_DIR"] = cwd
     job_env["SLURM_SUBMIT_HOST"] = submit_host
@@ -410,9 +432,11 @@ def run_request(req: SallocRequest) -> int:
     from corral.cli.ws import ConnectionClosed, WebSocketError, connect
 
     try:
-        ws = connect(client.cli_socket_path(), STEPS_RESOURCE)
-    except (FileNotFoundError, ConnectionRefusedError):
-        sys.stderr.write(f"{PROG}: error: {client._not_running_message()}\n")
+        # Nothing is sent before the connection is up: safe to try again.
+        ws = client.call_with_retry(lambda: connect(client.cli_socket_path(), STEPS_RESOURCE))
+    except client.NotRunning as e:
+        failed = "Job submit/allocate failed: " if e.timed_out else ""
+        sys.stderr.write(f"{PROG}: error: {failed}{e}\n")
         return 1
     except (OSError, WebSocketError) as e:
         sys.stderr.write(f"{PROG}: error: cannot reach the Corral controller: {e}\n")
@@ -449,11 +473,15 @@ Usage: salloc [-N numnodes|[min nodes]-[max nodes]] [-n num-processors]
               [-w hosts...] [-x hosts...] [--exclusive] [--mem=MB]
               [--mem-per-cpu=MB] [--gres=list] [--gpus=n] [--gpus-per-node=n]
               [--gpus-per-task=n] [-I[secs]] [-H] [--no-shell] [-v] [-Q]
+              [-A account] [-q qos] [-b time] [-d dependency] [-D path]
+              [-C list] [-F file] [--comment=text] [--nice[=value]]
+              [--priority=value] [--signal=[R:]num[@time]] [--time-min=minutes]
+              [--mail-type=type] [--mail-user=user] [-s] [-h] [--usage] [-V]
               [command [args...]]
 """
 
 HELP_TEXT = """\
-Usage: salloc [OPTIONS(0)...] [ : [OPTIONS(N)...]] [command(0) [args(0)...]]
+Usage: salloc [OPTIONS...] [command [args...]]
 
 Parallel run options:
   -A, --account=name          charge job to specified account
@@ -465,19 +493,29 @@ Parallel run options:
   -H, --hold                  submit job in held state
   -I, --immediate[=secs]      exit if resources not available in "secs"
   -J, --job-name=jobname      name of job
+      --mail-type=type        notify on state change: BEGIN, END, FAIL or ALL
+                              (recorded; Corral does not send mail)
+      --mail-user=user        who to send email notification for job state
+                              changes
   -n, --ntasks=N              number of processors required
+      --nice[=value]          decrease scheduling priority by value
       --ntasks-per-node=n     number of tasks to invoke on each node
   -N, --nodes=N               number of nodes on which to run (N = min[-max])
       --no-shell              immediately exit after allocating resources,
                               without running a command
   -p, --partition=partition   partition requested
+      --priority=value        set the priority of the job to value (operators)
   -q, --qos=qos               quality of service
   -Q, --quiet                 quiet mode (suppress informational messages)
+  -s, --oversubscribe         oversubscribe resources with other jobs
+      --signal=[R:]num[@time] send signal when time limit within time seconds
   -t, --time=minutes          time limit
+      --time-min=minutes      minimum time limit (if distinct)
   -v, --verbose               verbose mode (multiple -v's increase verbosity)
 
 Constraint options:
   -C, --constraint=list       specify a list of constraints
+  -F, --nodefile=filename     request a specific list of hosts
       --mem=MB                minimum amount of real memory
   -w, --nodelist=hosts...     request a specific list of hosts
   -x, --exclude=hosts...      exclude a specific list of hosts
@@ -499,6 +537,14 @@ Help options:
 
 Other options:
   -V, --version               output version information and exit
+
+Accepted without effect under Corral (values checked as Slurm checks them):
+--acctg-freq, --bell, --contiguous, --cpu-freq, --delay-boot, -m/--distribution,
+--get-user-env, --gpu-bind, --gpu-freq, --gres-flags, --hint, -K/--kill-command,
+--mcs-label, --mem-bind, --network, --no-bell, -k/--no-kill, -O/--overcommit,
+--power, --prefer, --profile, --reboot, --spread-job, --use-min-nodes,
+--wait-all-nodes, --wckey, --x11.
+Other Slurm options are refused with an error.
 """
 
 

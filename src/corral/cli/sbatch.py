@@ -23,6 +23,7 @@ from corral.cli import client
 from corral.cli.options import (
     EXIT_ERROR,
     EXIT_OPTION,
+    GRES_HELP,
     NO_ARG,
     OPTIONAL_ARG,
     CliExit,
@@ -30,6 +31,7 @@ from corral.cli.options import (
     GresError,
     Option,
     OptionValueError,
+    check_no_effect_value,
     directive_arguments,
     env_flag_is_set,
     expand_hostlist,
@@ -38,24 +40,28 @@ from corral.cli.options import (
     fatal,
     full_path,
     gpu_request,
+    hetjob_refusal,
+    option_error,
     option_table,
     parse_begin,
     parse_int,
     parse_mail_type,
     parse_mbytes,
     parse_node_count,
+    parse_priority,
     parse_signal,
     parse_time_limit,
     read_hostfile,
     script_directives,
     search_path,
+    spec_problem,
     verify_hint,
 )
 
 TYPE_CHECKING = False  # annotations only: `typing` would cost every submission ~3 ms
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
+    from typing import Any, NoReturn
 
 PROG = "sbatch"
 VERSION_TEXT = "slurm-wlm 22.05.8\n"  # what real sbatch --version prints (A12)
@@ -68,6 +74,7 @@ _EARLY = frozenset({"help", "usage", "version", "verbose", "quiet", "wrap"})
 
 # Options Corral accepts but that change nothing it schedules or runs: hints about
 # binding, frequencies, accounting and placement details it does not model.
+# Those of CHECKED_NO_EFFECT have their value checked first, as Slurm does.
 _NO_EFFECT = frozenset({
     "acctg-freq", "contiguous", "cpu-freq", "delay-boot", "distribution", "get-user-env",
     "gpu-bind", "gpu-freq", "gres-flags", "ignore-pbs", "kill-on-invalid-dep", "mcs-label",
@@ -80,7 +87,7 @@ _UNSUPPORTED = frozenset({
     "autocomplete", "batch", "bb", "bbf", "cluster", "cluster-constraint", "clusters",
     "container", "core-spec", "cores-per-socket", "cpus-per-gpu", "deadline",
     "extra-node-info", "gid", "gpus-per-socket", "licenses", "mem-per-gpu", "mincpus",
-    "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket", "ntasks-per-tres", "priority",
+    "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket", "ntasks-per-tres",
     "reservation", "sockets-per-node", "switches", "test-only", "thread-spec",
     "threads-per-core", "tmp", "uid", "switch-req", "switch-wait",
 })
@@ -200,14 +207,18 @@ def _apply(req: _Request, option: Option, arg: str | None, source: str) -> None:
     try:
         _set_option(req, key, option, arg, source)
     except OptionValueError as e:
-        fail(PROG, e.message, e.code)
+        raise option_error(PROG, e) from None
     req.shown[option.name] = "set" if arg is None else arg
 
 
 def _set_option(req: _Request, key: str, option: Option, arg: str | None, source: str) -> None:
+    if key in _MEMORY_KEYS and parse_mbytes(_req_arg(arg)) is None:
+        # Checked before "not supported" (--mem-per-gpu): Slurm's message for a bad size.
+        raise OptionValueError(f"Invalid --{key} specification")
     if key in _UNSUPPORTED:
         fail(PROG, f"--{option.name} is not supported by Corral")
     if key in _NO_EFFECT:
+        check_no_effect_value(key, arg)
         req.ignored.append(option.name)
         return
     value: Any
@@ -241,7 +252,7 @@ def _set_option(req: _Request, key: str, option: Option, arg: str | None, source
     elif key == "gres":
         a = _req_arg(arg)
         if a.lower() in ("help", "list"):
-            raise CliExit(0, stdout="Valid gres options are:\ngpu[[:type]:count]\n")
+            raise CliExit(0, stdout=GRES_HELP)
         value = a
     elif key == "hint":
         a = _req_arg(arg)
@@ -262,6 +273,8 @@ def _set_option(req: _Request, key: str, option: Option, arg: str | None, source
             raise OptionValueError(f"Invalid --{key} specification")
     elif key == "nice":
         value = _nice(arg)
+    elif key == "priority":
+        value = parse_priority(_req_arg(arg))
     elif key == "requeue" or key == "no-requeue":
         key, value = "requeue", key == "requeue"
     elif key == "nodes":
@@ -427,7 +440,7 @@ def parse_sbatch(argv: list[str], env: dict[str, str],
         raise _getopt_fail(getopt_error)
     operands = argv[index:]
     if operands and operands[0] == ":":
-        fail(PROG, "heterogeneous jobs (\":\" between components) are not supported by Corral")
+        _refuse_hetjob()
     if operands and wrap is not None:
         fail(PROG, "Script arguments not permitted with --wrap option")
 
@@ -458,8 +471,8 @@ def parse_sbatch(argv: list[str], env: dict[str, str],
     directive_args: list[str] = []
     for lineno, text in script_directives(script):
         words = directive_arguments(text, label, lineno, PROG)
-        if any(w.lower() in ("hetjob", "packjob") for w in words):
-            fail(PROG, "heterogeneous jobs (#SBATCH hetjob) are not supported by Corral")
+        if words[:1] and words[0].lower() in ("hetjob", "packjob"):
+            _refuse_hetjob()
         directive_args.extend(words)
     if directive_args:
         stop = _apply_args(req, directive_args, "script")
@@ -473,6 +486,10 @@ def parse_sbatch(argv: list[str], env: dict[str, str],
     sub.quiet = quiet > 0
     _finish(sub, req, env, script_path, wrap is not None, cwd, submit_host, umask, prio, argv)
     return sub
+
+
+def _refuse_hetjob() -> NoReturn:
+    raise hetjob_refusal(PROG, "Batch job submission failed")
 
 
 def _finish(sub: Submission, req: _Request, env: dict[str, str], script_path: str | None,
@@ -583,12 +600,24 @@ def _finish(sub: Submission, req: _Request, env: dict[str, str], script_path: st
     }
     if "constraint" in v:
         sub.spec["constraint"] = v["constraint"]
+    if "priority" in v:
+        sub.spec["priority"] = v["priority"]
+    _check_spec(sub.spec)
     sub.array = array
     sub.open_mode = v.get("open-mode", "truncate")
     sub.parsable = bool(v.get("parsable"))
     sub.wait = bool(v.get("wait"))
     sub.export = v.get("export", "ALL")
     sub.env = _job_environment(v, env, cwd, submit_host, umask, prio)
+
+
+def _check_spec(spec: dict[str, Any]) -> None:
+    """What slurmctld refuses in a submission before looking at the cluster."""
+    problem = spec_problem(spec)
+    if problem is not None:
+        first, error = problem
+        raise CliExit(EXIT_ERROR, (f"{PROG}: error: {first}\n" if first else "")
+                      + f"{PROG}: error: Batch job submission failed: {error}\n")
 
 
 def _check_memory_options(req: _Request) -> None:
@@ -631,31 +660,14 @@ def _gpu_request(v: dict[str, Any]) -> tuple[int, int, int, str | None]:
                    "specification")
 
 
-_ARRAY_MAX_INDEX = 4_000_000  # Slurm's ceiling for MaxArraySize - 1; the controller
-                              # enforces the cluster's own MaxArraySize.
-
-
 def _check_array(spec: str) -> None:
-    """The syntax of --array, without expanding it (the controller does that)."""
-    text, pct, throttle = spec.partition("%")
-    ok = bool(text) and (not pct or throttle.isdigit())
-    if ok:
-        for part in text.split(","):
-            lo, dash, rest = part.partition("-")
-            hi, colon, step = rest.partition(":")
-            if not lo.isdigit() or (dash and not hi.isdigit()) or (colon and not step.isdigit()):
-                ok = False
-                break
-            if dash and (int(hi) < int(lo) or (colon and int(step) < 1)):
-                ok = False
-                break
-            if colon and not dash:
-                ok = False
-                break
-            if int(hi if dash else lo) > _ARRAY_MAX_INDEX:
-                ok = False
-                break
-    if not ok:
+    """The syntax of --array, without expanding it: indices below Slurm's largest
+    MaxArraySize (the controller enforces the cluster's own)."""
+    from corral.model.arrays import MAX_ARRAY_SIZE_LIMIT, ArraySpecError, parse_array_ranges
+
+    try:
+        parse_array_ranges(spec, MAX_ARRAY_SIZE_LIMIT)
+    except ArraySpecError:
         fail(PROG, "Batch job submission failed: Invalid job array specification")
 
 
@@ -806,7 +818,8 @@ def _run(args: list[str]) -> int:
         reply = client.post("/v1/jobs", build_payload(sub))
         job_id = int(reply["job_id"])
     except client.NotRunning as e:
-        sys.stderr.write(f"{PROG}: error: {e}\n")
+        failed = "Batch job submission failed: " if e.timed_out else ""
+        sys.stderr.write(f"{PROG}: error: {failed}{e}\n")
         return 1
     except client.ApiError as e:
         user_msg = e.payload.get("user_msg")
@@ -845,6 +858,7 @@ Usage: sbatch [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [--hold]
               [--mail-type=type] [--mail-user=user] [-A account] [-q qos]
               [--nice[=value]] [--open-mode=a|t] [-C list] [--comment=name]
               [--time-min=minutes] [-W] [-Q] [-v] [--wrap="command"]
+              [-F file] [--priority=value] [-h] [--usage] [-V]
               executable [args...]
 """
 
@@ -878,6 +892,7 @@ Parallel run options:
       --open-mode={append|truncate} output and error file open mode
   -o, --output=out            file for batch script's standard output
   -p, --partition=partition   partition requested
+      --priority=value        set the priority of the job to value (operators)
       --parsable              outputs only the jobid and cluster name (if present),
                               separated by semicolon, only on successful submission.
   -q, --qos=qos               quality of service
@@ -919,11 +934,12 @@ Help options:
 Other options:
   -V, --version               output version information and exit
 
-Accepted without effect under Corral: --acctg-freq, --contiguous, --cpu-freq,
---delay-boot, -m/--distribution, --get-user-env, --gpu-bind, --gpu-freq,
---gres-flags, --ignore-pbs, --kill-on-invalid-dep, --mcs-label, --mem-bind,
---network, -k/--no-kill, -O/--overcommit, --power, --prefer, --profile,
---propagate, --reboot, --spread-job, --use-min-nodes, --wait-all-nodes, --wckey.
+Accepted without effect under Corral (values checked as Slurm checks them):
+--acctg-freq, --contiguous, --cpu-freq, --delay-boot, -m/--distribution,
+--get-user-env, --gpu-bind, --gpu-freq, --gres-flags, --ignore-pbs,
+--kill-on-invalid-dep, --mcs-label, --mem-bind, --network, -k/--no-kill,
+-O/--overcommit, --power, --prefer, --profile, --propagate, --reboot,
+--spread-job, --use-min-nodes, --wait-all-nodes, --wckey.
 Other Slurm options are refused with an error.
 """
 

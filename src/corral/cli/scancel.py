@@ -15,7 +15,7 @@ import sys
 
 from corral.cli import client
 from corral.cli.client import quote
-from corral.model.arrays import format_task_ids
+from corral.model.arrays import check_bracket_ranges, format_task_ids
 
 TYPE_CHECKING = False  # annotations only: `typing` would cost every start ~3 ms
 if TYPE_CHECKING:
@@ -72,7 +72,15 @@ def parse_job_id(text: str) -> JobRef:
     m = _JOB_RE.match(text)
     if not m:
         raise UsageError(f"scancel: error: Invalid job id {text}")
-    return JobRef(m.group(1) + (m.group(2) or ""), m.group(3))
+    tail = m.group(2) or ""
+    if tail.startswith("_["):
+        # Slurm's scancel expands the brackets with its hostlist code, which refuses a
+        # range of more than 64K values: checked here without listing them.
+        bad = check_bracket_ranges(tail[1:])
+        if bad is not None:
+            raise UsageError(f"scancel: error: _parse_single_range: Too many hosts in range "
+                             f"`{bad}'\nscancel: error: Invalid job id {text}")
+    return JobRef(m.group(1) + tail, m.group(3))
 
 
 def parse_signal(text: str) -> int:

@@ -1,0 +1,117 @@
+"""Slurm commands Corral does not provide yet: one line saying so, exit status 1.
+
+Installed under Slurm's names so that, with Corral's commands first on PATH, a user
+typing `sprio` learns where they are instead of reaching another Slurm's client (and
+its DNS errors).  One entry function per command, for [project.scripts].
+"""
+
+from __future__ import annotations
+
+import sys
+
+PROVIDED = "sbatch, srun, salloc, squeue, scancel, sinfo, scontrol, sacct"
+
+# Slurm 22.05's user and admin commands (and the contributed ones people type) that
+# Corral lacks, with what Corral offers instead where it has something.
+MISSING: dict[str, str] = {
+    "sacctmgr": "accounts and associations are not managed by Corral",
+    "sattach": "",
+    "sbcast": "",
+    "scrontab": "",
+    "sdiag": "`corral status` shows the controller's state",
+    "seff": "`sacct -j <job>` shows a job's use",
+    "sgather": "",
+    "sh5util": "",
+    "sjobexitmod": "",
+    "sjstat": "`squeue` and `sinfo` show jobs and nodes",
+    "smap": "`squeue` and `sinfo` show jobs and nodes",
+    "sprio": "`squeue -o %Q` shows pending jobs' priorities",
+    "sreport": "`sacct` reports past jobs",
+    "sshare": "",
+    "sstat": "`sacct` shows a job's use",
+    "strigger": "",
+    "sview": "`corral status`, `squeue` and `sinfo` show the cluster",
+}
+
+
+def message(name: str) -> str:
+    hint = MISSING.get(name, "")
+    return (f"{name}: error: {name} is not provided by Corral yet"
+            f"{'; ' + hint if hint else ''} (Corral provides {PROVIDED})\n")
+
+
+def run(name: str) -> int:
+    sys.stderr.write(message(name))
+    return 1
+
+
+def sacctmgr() -> int:
+    return run("sacctmgr")
+
+
+def sattach() -> int:
+    return run("sattach")
+
+
+def sbcast() -> int:
+    return run("sbcast")
+
+
+def scrontab() -> int:
+    return run("scrontab")
+
+
+def sdiag() -> int:
+    return run("sdiag")
+
+
+def seff() -> int:
+    return run("seff")
+
+
+def sgather() -> int:
+    return run("sgather")
+
+
+def sh5util() -> int:
+    return run("sh5util")
+
+
+def sjobexitmod() -> int:
+    return run("sjobexitmod")
+
+
+def sjstat() -> int:
+    return run("sjstat")
+
+
+def smap() -> int:
+    return run("smap")
+
+
+def sprio() -> int:
+    return run("sprio")
+
+
+def sreport() -> int:
+    return run("sreport")
+
+
+def sshare() -> int:
+    return run("sshare")
+
+
+def sstat() -> int:
+    return run("sstat")
+
+
+def strigger() -> int:
+    return run("strigger")
+
+
+def sview() -> int:
+    return run("sview")
+
+
+if __name__ == "__main__":  # python -m corral.cli.missing NAME
+    sys.exit(run(sys.argv[1] if len(sys.argv) > 1 else "?"))
