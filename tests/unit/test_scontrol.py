@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import calendar
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -13,17 +12,13 @@ import pytest
 from corral.cli import client, scontrol
 from corral.model.job import Job, JobState, NodeAlloc, Reason
 from corral.model.node import Node, Partition
+from tests.unit import reference
 
-REF = Path(os.environ.get("CORRAL_SLURM_REFERENCE",
-                          Path(__file__).resolve().parents[3] / "shared" / "slurm-reference"))
 WORKDIR = "/home/alice/runs/golden"
 
 
 def ref(name: str) -> str:
-    path = REF / f"{name}.txt"
-    if not path.exists():
-        pytest.skip(f"reference capture {path} not available")
-    return path.read_text()
+    return reference.capture(name)
 
 
 def ts(text: str) -> float:
@@ -191,12 +186,12 @@ def test_a13_config_layout() -> None:
                        "SelectTypeParameters": "CR_Core_Memory", "Prolog": "",
                        "DefMemPerCPU": "1024", "SlurmUser": "root"}}
     out = scontrol.format_config(cfg, ts(T_SUBMIT), "vm")
-    reference = ref("A13_scontrol_show_config").splitlines(keepends=True)
+    expected = ref("A13_scontrol_show_config").splitlines(keepends=True)
     lines = out.splitlines(keepends=True)
-    assert lines[0] == reference[0]
-    assert lines[-2:] == reference[-2:]
+    assert lines[0] == expected[0]
+    assert lines[-2:] == expected[-2:]
     # Every line Corral prints for a key Slurm also prints is byte-identical to Slurm's.
-    ref_by_key = {line.split(" = ")[0].rstrip(): line for line in reference if " = " in line}
+    ref_by_key = {line.split(" = ")[0].rstrip(): line for line in expected if " = " in line}
     for line in lines[1:-2]:
         if line == "\n":
             continue

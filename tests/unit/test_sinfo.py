@@ -10,16 +10,13 @@ import pytest
 
 from corral.cli import client, sinfo
 from corral.model.node import Node, Partition
+from tests.unit import reference
 
-REF = Path(__file__).resolve().parents[3] / "shared" / "slurm-reference"
 DRAIN_TIME = time.mktime((2026, 11, 23, 1, 10, 49, 0, 0, -1))  # local time, TZ set below
 
 
 def ref(name: str) -> str:
-    path = REF / name
-    if not path.exists():
-        pytest.skip(f"reference capture {name} not available")
-    return path.read_text()
+    return reference.capture(name)
 
 
 @pytest.fixture(autouse=True)

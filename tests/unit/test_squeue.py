@@ -11,18 +11,15 @@ import pytest
 from corral.cli import client, squeue
 from corral.cli.fmt import fit, parse_long, parse_percent
 from corral.model.job import Job, JobState, NodeAlloc, Reason
+from tests.unit import reference
 
-REF = Path(__file__).resolve().parents[3] / "shared" / "slurm-reference"
 T0 = 1795396249.0  # submission time of the B* jobs
 START = T0 + 3  # jobs 1-3 start
 BACKFILL = START + 26  # the backfill pass that starts 7_1, 9, 7_2
 
 
 def ref(name: str) -> str:
-    path = REF / name
-    if not path.exists():
-        pytest.skip(f"reference capture {name} not available")
-    return path.read_text()
+    return reference.capture(name)
 
 
 @pytest.fixture(autouse=True)
@@ -338,3 +335,17 @@ def test_no_controller(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
     assert captured.out == ""
     assert captured.err.startswith("squeue: error: no Corral controller is running")
     assert captured.err.count("\n") == 1
+
+
+def test_missing_capture_fails_unless_opted_out(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    """A clone without the captures must not pass every golden test by skipping them."""
+    monkeypatch.setattr(reference, "REF", tmp_path)
+    monkeypatch.delenv(reference.SKIP_ENV, raising=False)
+    with pytest.raises(pytest.fail.Exception, match="C06_squeue.txt is missing"):
+        reference.capture("C06_squeue.txt")
+    monkeypatch.setenv(reference.SKIP_ENV, "1")
+    with pytest.raises(pytest.skip.Exception):
+        reference.capture("C06_squeue")
+    (tmp_path / "C06_squeue.txt").write_text("x\n")
+    assert reference.capture("C06_squeue") == "x\n"
