@@ -26,6 +26,64 @@ if TYPE_CHECKING:
 
 NULL = None  # a value that Slurm prints from a NULL char*
 
+# The widest field Corral prints.  Slurm takes any width ("%999999999i") and crashes or
+# writes gigabytes; Corral prints such a field this wide instead (docs/COMPATIBILITY.md).
+MAX_WIDTH = 1024
+
+
+def parse_width(digits: str) -> int:
+    """A field width from its digits, capped at MAX_WIDTH (and never int() of 5,000 digits)."""
+    digits = digits.lstrip("0")
+    if len(digits) > len(str(MAX_WIDTH)):
+        return MAX_WIDTH
+    return min(int(digits or "0"), MAX_WIDTH)
+
+
+_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def escape(text: str) -> str:
+    r"""`text` with control characters written out, so a job name cannot drive the terminal.
+
+    Slurm prints names, comments and reasons raw: an escape sequence in a job's name moves
+    the cursor, rewrites other lines or sets the terminal's title for whoever runs squeue.
+    Corral prints every character that is not printable (C0 and C1 controls, DEL, Unicode
+    format characters such as bidi overrides, separators other than the space) as
+    `\t`, `\n`, `\r`, `\xNN`, `\uNNNN` or `\UNNNNNNNN`; printable text, a backslash
+    included, is printed as is, so every name Slurm prints cleanly prints the same.
+    """
+    if text.isprintable():  # the common case, checked in C
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable():
+            out.append(ch)
+            continue
+        code = ord(ch)
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif code < 0x100:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return "".join(out)
+
+
+def cluster_error(prog: str, names: str, from_env: bool, mine: str) -> str | None:
+    """Slurm's refusal of an unknown -M/--clusters (or SLURM_CLUSTERS) name, or None.
+
+    Corral is one cluster: its own name (any case) or "all" selects it; other names get
+    print_db_notok's message.
+    """
+    for name in (n.strip() for n in names.split(",")):
+        if name and name.lower() not in ("all", mine.lower()):
+            return (f"{prog}: error: '{name}' can't be reached now, or it is an invalid entry "
+                    f"for {'SLURM_CLUSTERS' if from_env else '--cluster'}.  "
+                    "Use 'sacctmgr list clusters' to see available clusters.\n")
+    return None
+
 
 class Field:
     """One column: `key` is a %-letter or a -O field name (lower case)."""
@@ -96,7 +154,7 @@ def parse_percent(spec: str, valid: Iterable[str]) -> Format:
         j = i
         while j < len(token) and token[j].isdigit():
             j += 1
-        width = int(token[i:j]) if j > i else 0
+        width = parse_width(token[i:j]) if j > i else 0
         letter = token[j:j + 1]
         suffix = token[j + 1:]
         if letter and letter in known:
@@ -131,7 +189,7 @@ def parse_long(spec: str, valid: Iterable[str], default_width: int = 20) -> Form
             while j < len(tail) and tail[j].isdigit():
                 j += 1
             if j > i:
-                width = int(tail[i:j])
+                width = parse_width(tail[i:j])
             suffix = tail[j:]
         if key in known:
             fields.append(Field(key, width, right, suffix))
@@ -147,10 +205,12 @@ class Whole(str):
 
 
 def fit(value: str | None, width: int, right: bool, cut: bool = True) -> str:
-    """One field exactly as Slurm's _print_str prints it."""
+    """One field exactly as Slurm's _print_str prints it (control characters escaped)."""
     if value is None:
         # glibc: "%.Ns" with a NULL string prints nothing when N < 6.
         value = "" if (width and not right and width < 6) else "(null)"
+    elif not value.isprintable():
+        value = Whole(escape(value)) if isinstance(value, Whole) else escape(value)
     if width == 0:
         return value
     if right:

@@ -14,6 +14,7 @@ import sys
 import time
 
 from corral.cli import client
+from corral.cli.fmt import escape, parse_width
 from corral.cli.scontrol import job_resources, limit_str, mem_str, tres_string
 from corral.model import hostlists
 from corral.model.timefmt import format_hms, format_timestamp
@@ -124,8 +125,9 @@ def parse_fields(spec: str) -> list[Field]:
         width: int | None = None
         if "%" in item:
             item, _, w = item.partition("%")
-            m = re.match(r"-?\d+", w)
-            width = int(m.group(0)) if m else 0
+            m = re.match(r"(-?)(\d+)", w)
+            # Capped (cli/fmt.py MAX_WIDTH): "%999999999" must not print gigabytes of spaces.
+            width = (-1 if m.group(1) else 1) * parse_width(m.group(2)) if m else 0
         low = item.lower()
         if low and "all".startswith(low):
             out += [Field(f.name, f.width if width is None else width, f.numeric)
@@ -523,7 +525,8 @@ GETTERS: dict[str, Getter] = {
 
 def _value(field: Field, job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
     get = GETTERS.get(field.name)
-    return get(job, step, ctx) if get is not None else ""
+    # Names, comments and reasons come from users: never raw control characters.
+    return escape(get(job, step, ctx)) if get is not None else ""
 
 
 def _cell(field: Field, value: str) -> str:

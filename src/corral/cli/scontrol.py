@@ -15,6 +15,7 @@ import time
 
 from corral.cli import client
 from corral.cli.client import quote
+from corral.cli.fmt import escape
 from corral.model import hostlists
 from corral.model.arrays import format_task_ids
 from corral.model.timefmt import format_hms, format_timestamp
@@ -281,6 +282,7 @@ def format_job(job: dict[str, Any], now: float, *, one_liner: bool = False,
     if job.get("mail_type") and job.get("mail_user"):
         lines.append(f"MailUser={job['mail_user']} MailType={job['mail_type']}")
     sep = " " if one_liner else "\n   "
+    lines = [escape(line) for line in lines]  # user-given names, comments, reasons
     # Slurm ends every job record with one more (empty) line start.
     return sep.join(lines) + sep + ("\n" if one_liner else "\n\n")
 
@@ -358,6 +360,7 @@ def format_node(node: dict[str, Any], *, one_liner: bool = False, tres_gpu: bool
             reason += f" [{node['reason_user']}@{format_timestamp(node.get('reason_time'))}]"
         lines.append(reason)
     sep = " " if one_liner else "\n   "
+    lines = [escape(line) for line in lines]  # user-given names, comments, reasons
     return sep.join(lines) + ("\n" if one_liner else "\n\n")
 
 
@@ -407,6 +410,7 @@ def format_partition(part: dict[str, Any], nodes: list[dict[str, Any]], *,
         "TRES=" + tres_string(total_cpus, total_mem, len(mine), total_gpus, gpu=tres_gpu),
     ]
     sep = " " if one_liner else "\n   "
+    lines = [escape(line) for line in lines]  # user-given names, comments, reasons
     return sep.join(lines) + ("\n" if one_liner else "\n\n")
 
 

@@ -11,6 +11,7 @@ nodes do not have, so they never appear.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -19,6 +20,7 @@ from corral.cli.fmt import (
     Field,
     Format,
     UsageError,
+    cluster_error,
     getopt_long,
     parse_long,
     parse_percent,
@@ -255,7 +257,8 @@ LONG_FIELDS = {k: v for k, v in LONG_FIELDS.items() if v}
 
 class Options:
     __slots__ = ("fmt", "letters", "header", "long_listing", "node_oriented", "summarize",
-                 "reasons", "partitions", "nodes", "states", "show_hidden", "spec")
+                 "reasons", "partitions", "nodes", "states", "show_hidden", "spec", "clusters",
+                 "clusters_env")
 
     def __init__(self, fmt: Format, letters: dict[str, str], header: bool = True,
                  long_listing: bool = False, node_oriented: bool = False,
@@ -275,6 +278,8 @@ class Options:
         self.states = states
         self.show_hidden = show_hidden
         self.spec = spec  # a %-spec still to parse once '#' widths are known
+        self.clusters: str | None = None  # -M/--clusters or SLURM_CLUSTERS
+        self.clusters_env = False
 
 
 def default_format(opts_long: bool, node_oriented: bool, summarize: bool, reasons: bool) -> str:
@@ -474,6 +479,8 @@ def parse_args(argv: Sequence[str]) -> Options | int:
     fmt_text: str | None = None
     long_text: str | None = None
     o = Options(fmt=Format("", [], []), letters={})
+    o.clusters = os.environ.get("SLURM_CLUSTERS") or None
+    o.clusters_env = o.clusters is not None
     for opt, val in opts_list:
         if opt == "--help":
             sys.stdout.write(_help_text())
@@ -524,6 +531,8 @@ def parse_args(argv: Sequence[str]) -> Options | int:
             if not val.isdigit() or int(val) <= 0:
                 sys.stderr.write(f"sinfo: error: --iterate={val}\n")
                 return 1
+        elif opt in ("-M", "--clusters", "--cluster"):
+            o.clusters, o.clusters_env = val, False
         elif opt in ("-T", "--reservation", "--json", "--yaml"):
             sys.stderr.write(f"sinfo: error: {opt} is not supported by Corral\n")
             return 1
@@ -552,11 +561,20 @@ def _main(argv: list[str]) -> int:
     parsed = parse_args(argv)
     if isinstance(parsed, int):
         return parsed
+    cluster_line = ""
+    if parsed.clusters and parsed.clusters.strip():
+        mine = str(client.get("/v1/config").get("cluster_name") or "")
+        error = cluster_error("sinfo", parsed.clusters, parsed.clusters_env, mine)
+        if error:
+            sys.stderr.write(error)
+            return 1
+        cluster_line = f"CLUSTER: {mine}\n"
     answer = client.get("/v1/nodes")
     nodes = answer.get("nodes", [])
     parts = answer.get("partitions", [])
     now = float(answer.get("now") or time.time())
     prepare(parsed, nodes, parts)
+    sys.stdout.write(cluster_line)
     sys.stdout.write(format_sinfo(nodes, parts, now, parsed))
     sys.stdout.flush()
     return 0

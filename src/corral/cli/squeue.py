@@ -14,6 +14,7 @@ import time
 from corral.cli import client
 from corral.cli.fmt import (
     Field,
+    cluster_error,
     Format,
     UsageError,
     Whole,
@@ -626,10 +627,27 @@ def _valid_users(text: str) -> list[str]:
     return users
 
 
+def check_clusters(prog: str, names: str | None, from_env: bool) -> str | None:
+    """The "CLUSTER: name" line that -M/--clusters asks for, or None without -M.
+
+    An unknown cluster name is refused with Slurm's message and exit code 1 (raised as _Exit).
+    """
+    if names is None or not names.strip():
+        return None
+    mine = str(client.get("/v1/config").get("cluster_name") or "")
+    error = cluster_error(prog, names, from_env, mine)
+    if error:
+        sys.stderr.write(error)
+        raise _Exit(1)
+    return f"CLUSTER: {mine}\n"
+
+
 class Query:
-    __slots__ = ("params", "states", "no_users")
+    __slots__ = ("params", "states", "no_users", "clusters", "clusters_env")
 
     def __init__(self) -> None:
+        self.clusters: str | None = os.environ.get("SLURM_CLUSTERS") or None
+        self.clusters_env = self.clusters is not None  # named by SLURM_CLUSTERS, not -M
         self.params: dict[str, str] = {}
         # None means every state; by default finished jobs are left out.
         self.states: list[str] | None = sorted(_ACTIVE)
@@ -706,6 +724,8 @@ def parse_args(argv: Sequence[str]) -> tuple[Options, Query] | int:
                 if not val.isdigit() or int(val) <= 0:
                     sys.stderr.write(f"squeue: error: --iterate={val}\n\n")
                     return 1
+            elif opt in ("-M", "--clusters", "--cluster"):
+                q.clusters, q.clusters_env = val, False
             elif opt in ("--json", "--yaml", "-A", "--account", "-q", "--qos", "-R",
                          "--reservation", "-L", "--licenses"):
                 # filters Corral cannot apply yet: refuse rather than list every job
@@ -827,6 +847,10 @@ def _main(argv: list[str]) -> int:
     if isinstance(parsed, int):
         return parsed
     opts, q = parsed
+    try:
+        cluster_line = check_clusters("squeue", q.clusters, q.clusters_env)
+    except _Exit as e:
+        return e.code
     params = dict(q.params)
     params["fields"] = ",".join(needed_fields(opts))
     if q.states is not None:
@@ -847,6 +871,8 @@ def _main(argv: list[str]) -> int:
     now = float(answer.get("now") or time.time())
     # Every -u name was invalid: Slurm matches nothing but still prints the header.
     jobs = [] if q.no_users else select_states(answer.get("jobs", []), q.states)
+    if cluster_line:
+        sys.stdout.write(cluster_line)
     sys.stdout.write(format_jobs(jobs, now, opts))
     sys.stdout.flush()
     return 0
