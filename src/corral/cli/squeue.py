@@ -14,10 +14,10 @@ import time
 from corral.cli import client
 from corral.cli.fmt import (
     Field,
-    cluster_error,
     Format,
     UsageError,
     Whole,
+    cluster_error,
     fit,
     getopt_long,
     parse_long,
