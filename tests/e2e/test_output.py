@@ -6,6 +6,8 @@ fields and scontrol details of issue 9.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.e2e.cluster import Cluster
@@ -60,3 +62,29 @@ def test_unknown_cluster_refused(cluster: Cluster) -> None:
                             "available clusters.\n")
     out = cluster.ok("squeue", "-M", "testcluster", "-h", "-n", "no-such-name")
     assert out == "CLUSTER: testcluster\n"
+
+
+def test_slurm_time_format(cluster: Cluster) -> None:
+    jid = cluster.sbatch("-H", "--wrap", "true")
+    env = {"SLURM_TIME_FORMAT": "%s"}
+    submit = int(cluster.ok("squeue", "-h", "-j", str(jid), "-o", "%V", env=env))
+    assert abs(submit - time.time()) < 60
+    out = cluster.ok("scontrol", "show", "job", str(jid), env=env)
+    assert f"SubmitTime={submit} " in out
+    out = cluster.ok("sacct", "-n", "-X", "-P", "-j", str(jid), "-o", "Submit", env=env)
+    assert out == f"{submit}\n"
+    out = cluster.ok("sacct", "-n", "-X", "-P", "-j", str(jid), "-o", "Submit",
+                     env={"SLURM_TIME_FORMAT": "relative"})
+    assert out == time.strftime("%H:%M:%S\n", time.localtime(submit)) or out.startswith("Ystday")
+    r = cluster.run("squeue", "-h", "-j", str(jid), "-o", "%V",
+                    env={"SLURM_TIME_FORMAT": "nonsense"})
+    assert r.returncode == 0
+    assert r.stderr == "squeue: error: invalid SLURM_TIME_FORMAT = 'nonsense'\n"
+    assert r.stdout == time.strftime("%Y-%m-%dT%H:%M:%S\n", time.localtime(submit))
+    cluster.ok("scontrol", "update", "NodeName=node-3", "State=DRAIN", "Reason=tf")
+    try:
+        out = cluster.ok("sinfo", "-R", "-h", "-o", "%H", env=env)
+        assert abs(int(out) - time.time()) < 60
+    finally:
+        cluster.ok("scontrol", "update", "NodeName=node-3", "State=RESUME")
+    cluster.ok("scancel", str(jid))

@@ -14,6 +14,11 @@ This module is pure: it turns specs into `Field`s and values into text.
 from __future__ import annotations
 
 import getopt
+import os
+import sys
+import time
+
+from corral.model.timefmt import format_timestamp, time_format_error
 
 # `typing` and `collections.abc` are for the type checker only: every CLI start
 # would pay for importing them (see tests/unit/test_cli_imports.py).
@@ -83,6 +88,25 @@ def cluster_error(prog: str, names: str, from_env: bool, mine: str) -> str | Non
                     f"for {'SLURM_CLUSTERS' if from_env else '--cluster'}.  "
                     "Use 'sacctmgr list clusters' to see available clusters.\n")
     return None
+
+
+_warned_formats: set[str] = set()
+
+
+def stamp(ts: float | None, now: float | None = None, none: str = "Unknown") -> str:
+    """A timestamp in the user's SLURM_TIME_FORMAT (standard, relative or strftime).
+
+    An unusable value is reported once, as Slurm does, and the standard format printed.
+    """
+    spec = os.environ.get("SLURM_TIME_FORMAT")
+    if spec and spec not in _warned_formats:
+        error = time_format_error(spec)
+        if error:
+            _warned_formats.add(spec)
+            prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "slurm"
+            sys.stderr.write(f"{prog}: error: {error}\n")
+    return format_timestamp(ts, none=none, spec=spec,
+                            now=time.time() if now is None else now)
 
 
 class Field:

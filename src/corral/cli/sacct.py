@@ -14,10 +14,10 @@ import sys
 import time
 
 from corral.cli import client
-from corral.cli.fmt import escape, parse_width
+from corral.cli.fmt import escape, parse_width, stamp
 from corral.cli.scontrol import job_resources, limit_str, mem_str, tres_string
 from corral.model import hostlists
-from corral.model.timefmt import format_hms, format_timestamp
+from corral.model.timefmt import format_hms
 
 # Annotations only: `typing` would cost every sacct start ~3 ms.
 TYPE_CHECKING = False
@@ -439,10 +439,10 @@ def _job_only(key: str, fmt: Callable[[Any], str] = str) -> Getter:
 def _date(job_key: str, step_key: str | None) -> Getter:
     def get(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
         if step is None:
-            return format_timestamp(job.get(job_key))
+            return stamp(job.get(job_key), ctx.now)
         if step_key == "end":
-            return format_timestamp(_step_end(job, step))
-        return format_timestamp(step.get(step_key or "start_time"))
+            return stamp(_step_end(job, step), ctx.now)
+        return stamp(step.get(step_key or "start_time"), ctx.now)
     return get
 
 

@@ -15,10 +15,10 @@ import time
 
 from corral.cli import client
 from corral.cli.client import quote
-from corral.cli.fmt import escape
+from corral.cli.fmt import escape, stamp
 from corral.model import hostlists
 from corral.model.arrays import format_task_ids
-from corral.model.timefmt import format_hms, format_timestamp
+from corral.model.timefmt import format_hms
 
 TYPE_CHECKING = False  # annotations only: `typing` would cost every start ~3 ms
 if TYPE_CHECKING:
@@ -238,13 +238,13 @@ def format_job(job: dict[str, Any], now: float, *, one_liner: bool = False,
         f"ExitCode={job.get('exit_code', 0)}:{job.get('term_signal', 0)}",
         f"RunTime={format_hms(run)} TimeLimit={limit_str(limit)} "
         f"TimeMin={'N/A' if job.get('time_min') is None else limit_str(job['time_min'])}",
-        f"SubmitTime={format_timestamp(job.get('submit_time'))} "
-        f"EligibleTime={format_timestamp(job.get('eligible_time'))}",
+        f"SubmitTime={stamp(job.get('submit_time'), now)} "
+        f"EligibleTime={stamp(job.get('eligible_time'), now)}",
         # Corral has no separate accrue clock: priority age accrues from eligibility.
-        f"AccrueTime={format_timestamp(job.get('eligible_time'))}",
-        f"StartTime={format_timestamp(start)} EndTime={format_timestamp(end)} Deadline=N/A",
-        f"SuspendTime={format_timestamp(suspend_time, none='None')} SecsPreSuspend={pre_suspend} "
-        f"LastSchedEval={format_timestamp(job.get('last_sched_eval'))} "
+        f"AccrueTime={stamp(job.get('eligible_time'), now)}",
+        f"StartTime={stamp(start, now)} EndTime={stamp(end, now)} Deadline=N/A",
+        f"SuspendTime={stamp(suspend_time, now, 'None')} SecsPreSuspend={pre_suspend} "
+        f"LastSchedEval={stamp(job.get('last_sched_eval'), now)} "
         f"Scheduler={job.get('scheduler') or 'Main'}",
         f"Partition={job.get('partition', '')} "
         f"AllocNode:Sid={job.get('submit_host') or '(null)'}:{job.get('alloc_sid') or 0}",
@@ -308,8 +308,9 @@ def _gres(gpus: int, gpu_type: str | None) -> str:
     return f"gpu:{gpu_type}:{gpus}" if gpu_type else f"gpu:{gpus}"
 
 
-def format_node(node: dict[str, Any], *, one_liner: bool = False, tres_gpu: bool = True) -> str:
-    """One node as `scontrol show node` prints it."""
+def format_node(node: dict[str, Any], *, one_liner: bool = False, tres_gpu: bool = True,
+                now: float | None = None) -> str:
+    """One node as `scontrol show node` prints it (`now` for relative SLURM_TIME_FORMAT)."""
     first = f"NodeName={node['name']} "
     if node.get("arch"):
         first += f"Arch={node['arch']} "
@@ -342,9 +343,9 @@ def format_node(node: dict[str, Any], *, one_liner: bool = False, tres_gpu: bool
     if node.get("partitions"):
         lines.append(f"Partitions={','.join(node['partitions'])} ")
     lines += [
-        f"BootTime={format_timestamp(node.get('boot_time'), none='None')} "
-        f"SlurmdStartTime={format_timestamp(node.get('agent_start_time'), none='None')}",
-        f"LastBusyTime={format_timestamp(node.get('last_busy'))}",
+        f"BootTime={stamp(node.get('boot_time'), now, 'None')} "
+        f"SlurmdStartTime={stamp(node.get('agent_start_time'), now, 'None')}",
+        f"LastBusyTime={stamp(node.get('last_busy'), now)}",
         "CfgTRES=" + _node_tres(node["cpus"], node["real_memory"], None,
                                 int(node.get("gpus") or 0), cfg=True, gpu=tres_gpu),
         "AllocTRES=" + (_node_tres(node.get("alloc_cpus", 0), node.get("alloc_mem", 0), None,
@@ -357,7 +358,7 @@ def format_node(node: dict[str, Any], *, one_liner: bool = False, tres_gpu: bool
     if node.get("reason"):
         reason = f"Reason={node['reason']}"
         if node.get("reason_user"):
-            reason += f" [{node['reason_user']}@{format_timestamp(node.get('reason_time'))}]"
+            reason += f" [{node['reason_user']}@{stamp(node.get('reason_time'), now)}]"
         lines.append(reason)
     sep = " " if one_liner else "\n   "
     lines = [escape(line) for line in lines]  # user-given names, comments, reasons
@@ -452,11 +453,11 @@ def format_config(config: dict[str, Any], now: float, host: str) -> str:
     options: dict[str, str] = {str(k): str(v) for k, v in (config.get("options") or {}).items()}
     options["ClusterName"] = str(config.get("cluster_name") or options.get("ClusterName", ""))
     if config.get("started"):
-        options["BOOT_TIME"] = format_timestamp(config["started"])
+        options["BOOT_TIME"] = stamp(config["started"], now)
     if config.get("config_path"):
         options["SLURM_CONF"] = str(config["config_path"])
     options["SLURM_VERSION"] = SLURM_VERSION
-    out = [f"Configuration data as of {format_timestamp(now)}\n"]
+    out = [f"Configuration data as of {stamp(now, now)}\n"]
     for key in sorted(options, key=str.lower):
         out.append(f"{key:<23} = {_config_value(key, options[key])}\n")
     out.append("\n")
@@ -681,7 +682,8 @@ def _show(entity: str, ident: str | None, one_liner: bool) -> int:
         if not nodes:
             out.write("No nodes in the system\n")
             return 0
-        out.write("".join(format_node(n, one_liner=one_liner, tres_gpu=tres_gpu) for n in nodes))
+        out.write("".join(format_node(n, one_liner=one_liner, tres_gpu=tres_gpu,
+                                      now=ans.get("now")) for n in nodes))
         return 0
     parts = ans.get("partitions") or []
     if ident:

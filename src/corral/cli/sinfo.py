@@ -25,9 +25,10 @@ from corral.cli.fmt import (
     parse_long,
     parse_percent,
     renderer,
+    stamp,
 )
 from corral.model.hostlists import HostlistError, compress, expand
-from corral.model.timefmt import format_duration, format_timestamp
+from corral.model.timefmt import format_duration
 
 # Annotations only: `typing` would cost every sinfo start ~3 ms.
 TYPE_CHECKING = False
@@ -210,7 +211,7 @@ COLUMNS: dict[str, Column] = {
             False),
     "G": _C("GRES", lambda g, w: _gres(_first(g)), True),
     "h": _C("OVERSUBSCRIBE", lambda g, w: str(_p(g, "oversubscribe", "NO")), False),
-    "H": _C("TIMESTAMP", lambda g, w: format_timestamp(_first(g).get("reason_time")), True),
+    "H": _C("TIMESTAMP", lambda g, w: stamp(_first(g).get("reason_time")), True),
     "I": _C("PRIO_JOB_FACTOR", lambda g, w: str(_p(g, "priority_job_factor", 1)), False),
     "l": _C("TIMELIMIT", lambda g, w: _timelimit(_p(g, "max_time", -1)), False),
     "L": _C("DEFAULTTIME", lambda g, w: _timelimit(_p(g, "default_time")), False),

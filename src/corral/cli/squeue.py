@@ -23,10 +23,11 @@ from corral.cli.fmt import (
     parse_long,
     parse_percent,
     renderer,
+    stamp,
 )
 from corral.model.arrays import format_task_ids
 from corral.model.hostlists import compress
-from corral.model.timefmt import format_duration, format_timestamp
+from corral.model.timefmt import format_duration
 from corral.model.units import format_mem_mb
 
 # Annotations only: `typing` would cost every squeue start ~3 ms.
@@ -141,8 +142,8 @@ def _reason_list(j: Job) -> str:
 
 def _start(j: Job, now: float) -> str:
     if _pending(j):
-        return format_timestamp(j.get("sched_start"), none="N/A")
-    return format_timestamp(j.get("start_time"), none="N/A")
+        return stamp(j.get("sched_start"), now, "N/A")
+    return stamp(j.get("start_time"), now, "N/A")
 
 
 def _end(j: Job, now: float) -> str:
@@ -150,13 +151,13 @@ def _end(j: Job, now: float) -> str:
         sched, limit = j.get("sched_start"), j.get("time_limit", -1)
         if sched is None or limit is None or limit < 0:
             return "N/A"
-        return format_timestamp(sched + limit, none="N/A")
+        return stamp(sched + limit, now, "N/A")
     if j.get("end_time") is not None:
-        return format_timestamp(j["end_time"], none="N/A")
+        return stamp(j["end_time"], now, "N/A")
     limit, start = j.get("time_limit", -1), j.get("start_time")
     if limit is None or limit < 0 or start is None:
         return "NONE"
-    return format_timestamp(start + limit + (j.get("suspended_secs") or 0), none="NONE")
+    return stamp(start + limit + (j.get("suspended_secs") or 0), now, "NONE")
 
 
 def _array_task(j: Job) -> str:
@@ -226,7 +227,7 @@ COLUMNS: dict[str, Column] = {
     "e": _C("END_TIME", ("state", "start_time", "end_time", "time_limit", "sched_start",
                          "suspended_secs"), _end),
     "V": _C("SUBMIT_TIME", ("submit_time",),
-            lambda j, n: format_timestamp(j.get("submit_time"), none="N/A")),
+            lambda j, n: stamp(j.get("submit_time"), n, "N/A")),
     "Q": _C("PRIORITY", ("priority",), lambda j, n: str(j.get("priority", 0))),
     "p": _C("PRIORITY", ("priority",), lambda j, n: f"{(j.get('priority') or 0) / 2**32:.14f}"),
     "Z": _C("WORK_DIR", ("work_dir",), lambda j, n: _or_null(j.get("work_dir"))),

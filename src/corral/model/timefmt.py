@@ -87,11 +87,61 @@ def format_hms(seconds: float | int | None) -> str:
     return f"{hours:02d}:{minutes:02d}:{s:02d}"
 
 
-def format_timestamp(ts: float | None, *, none: str = "Unknown") -> str:
-    """Format an epoch time as Slurm's ISO-like local time (2026-11-23T01:10:49)."""
+STANDARD_FORMAT = "%Y-%m-%dT%H:%M:%S"  # Slurm's "%FT%T"
+_MAX_FORMAT = 31  # Slurm copies SLURM_TIME_FORMAT into a 32-byte buffer
+
+
+def time_format_error(spec: str | None) -> str | None:
+    """Slurm's complaint about a SLURM_TIME_FORMAT value, or None when it is usable.
+
+    Usable: unset or empty, "standard", "relative", or a strftime format (it must hold a
+    '%' and be shorter than 32 bytes); anything else prints the standard format.
+    """
+    if not spec or spec in ("standard", "relative"):
+        return None
+    if "%" not in spec or len(spec.encode()) > _MAX_FORMAT:
+        return f"invalid SLURM_TIME_FORMAT = '{spec}'"
+    return None
+
+
+def _relative_format(when: _time.struct_time, now: float) -> str:
+    """Slurm's _relative_date_fmt: the format for `when`, by its distance in days from now."""
+    today = _time.localtime(now)
+    if when.tm_year == today.tm_year:
+        distance = when.tm_yday - today.tm_yday
+    else:  # Slurm counts 1000 per year: across a year's end every date is "far"
+        distance = 1000 * (when.tm_year - today.tm_year) + when.tm_yday - today.tm_yday
+    if distance == -1:
+        return "Ystday %H:%M"
+    if distance == 0:
+        return "%H:%M:%S"
+    if distance == 1:
+        return "Tomorr %H:%M"
+    if distance < -365 or distance > 365:
+        return "%-d %b %Y %H:%M"
+    if distance < -1 or distance > 6:
+        return "%-d %b %H:%M"
+    return "%a %H:%M"
+
+
+def format_timestamp(ts: float | None, *, none: str = "Unknown", spec: str | None = None,
+                     now: float = 0.0) -> str:
+    """An epoch time as Slurm's slurm_make_time_str prints it in local time.
+
+    `spec` is SLURM_TIME_FORMAT: None/"standard" gives 2026-11-23T01:10:49, "relative" a
+    form relative to `now` ("14:02:11", "Ystday 09:15", "Tomorr 08:00", "Mon 10:00",
+    "3 Dec 10:00", "3 Dec 2027 10:00"), any other usable value is a strftime format.
+    """
     if ts is None or ts <= 0:
         return none
-    return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.localtime(ts))
+    when = _time.localtime(ts)
+    if not spec or spec == "standard" or time_format_error(spec):
+        fmt = STANDARD_FORMAT
+    elif spec == "relative":
+        fmt = _relative_format(when, now)
+    else:
+        fmt = spec
+    return _time.strftime(fmt, when)
 
 
 _UNITS = {
