@@ -90,6 +90,25 @@ def cluster_error(prog: str, names: str, from_env: bool, mine: str) -> str | Non
     return None
 
 
+# Why a job ended, as slurmctld records it (job_reason_string of FAIL_*): shown as Reason=
+# by scontrol and squeue once the job has ended, where the controller sends no reason.
+_END_REASONS = {"FAILED": "NonZeroExitCode", "TIMEOUT": "TimeLimit", "NODE_FAIL": "NodeDown",
+                "OUT_OF_MEMORY": "OutOfMemory", "DEADLINE": "DeadLine", "BOOT_FAIL": "BootFail"}
+# Reasons a job had while it waited: left over once it ended, they say nothing.
+_WAIT_REASONS = {"", "None", "Resources", "Priority", "BeginTime", "Dependency"}
+# States squeue shows as "(reason)" in %R instead of the node list (_print_job_reason_list).
+REASON_STATES = frozenset({"PENDING", "FAILED", "TIMEOUT"})
+
+
+def job_reason(job: dict[str, Any]) -> str:
+    """The job's Reason: the controller's, or for an ended job why it ended."""
+    reason = str(job.get("reason") or "None")
+    ended = _END_REASONS.get(str(job.get("state")))
+    if ended is not None and reason in _WAIT_REASONS:
+        return ended
+    return reason
+
+
 _warned_formats: set[str] = set()
 
 

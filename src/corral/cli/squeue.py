@@ -13,6 +13,7 @@ import time
 
 from corral.cli import client
 from corral.cli.fmt import (
+    REASON_STATES,
     Field,
     Format,
     UsageError,
@@ -20,6 +21,7 @@ from corral.cli.fmt import (
     cluster_error,
     fit,
     getopt_long,
+    job_reason,
     parse_long,
     parse_percent,
     renderer,
@@ -135,9 +137,10 @@ def _tres_per_node(j: Job) -> str:
 
 
 def _reason_list(j: Job) -> str:
-    if j.get("state") in _ON_NODES or (j.get("nodes") and not _pending(j)):
+    # Slurm: pending, failed and timed-out jobs show "(reason)", the others their nodes.
+    if j.get("state") not in REASON_STATES:
         return Whole(_nodes_text(j.get("nodes")))
-    return f"({j.get('reason') or 'None'})"
+    return f"({job_reason(j)})"
 
 
 def _start(j: Job, now: float) -> str:
@@ -220,8 +223,7 @@ COLUMNS: dict[str, Column] = {
     "m": _C("MIN_MEMORY", ("mem_per_node", "mem_per_cpu"), lambda j, n: _min_memory(j)),
     "b": _C("TRES_PER_NODE", ("gpus_per_node", "gpu_type"), lambda j, n: _tres_per_node(j)),
     "R": _C("NODELIST(REASON)", ("state", "nodes", "reason"), lambda j, n: _reason_list(j)),
-    "r": _C("REASON", ("state", "reason"),
-            lambda j, n: (j.get("reason") or "None") if _pending(j) else "None"),
+    "r": _C("REASON", ("state", "reason"), lambda j, n: job_reason(j)),
     "N": _C("NODELIST", ("nodes",), lambda j, n: _hosts_or_empty(j.get("nodes")), True),
     "S": _C("START_TIME", ("state", "start_time", "sched_start"), _start),
     "e": _C("END_TIME", ("state", "start_time", "end_time", "time_limit", "sched_start",
