@@ -97,7 +97,7 @@ _END_REASONS = {"FAILED": "NonZeroExitCode", "TIMEOUT": "TimeLimit", "NODE_FAIL"
 # Reasons a job had while it waited: left over once it ended, they say nothing.
 _WAIT_REASONS = {"", "None", "Resources", "Priority", "BeginTime", "Dependency"}
 # States squeue shows as "(reason)" in %R instead of the node list (_print_job_reason_list).
-REASON_STATES = frozenset({"PENDING", "FAILED", "TIMEOUT"})
+REASON_STATES = frozenset({"PENDING", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE"})
 
 
 def job_reason(job: dict[str, Any]) -> str:

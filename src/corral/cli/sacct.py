@@ -439,7 +439,10 @@ def _job_only(key: str, fmt: Callable[[Any], str] = str) -> Getter:
 def _date(job_key: str, step_key: str | None) -> Getter:
     def get(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
         if step is None:
-            return stamp(job.get(job_key), ctx.now)
+            value = job.get(job_key)
+            if job_key == "eligible_time" and not value and job.get("state") == "PENDING":
+                value = job.get("begin_time")  # waiting for --begin: eligible then
+            return stamp(value, ctx.now)
         if step_key == "end":
             return stamp(_step_end(job, step), ctx.now)
         return stamp(step.get(step_key or "start_time"), ctx.now)

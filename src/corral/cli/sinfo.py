@@ -157,6 +157,33 @@ def _gres(n: Node) -> Value:
     return f"{kind}:{n['gpus']}"
 
 
+def _ranges(ids: list[int]) -> str:
+    spans: list[list[int]] = []
+    for i in sorted(ids):
+        if spans and spans[-1][1] == i - 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def _gres_used(n: Node) -> Value:
+    """GresUsed: the GPUs in use on the node and their indexes ("gpu:2(IDX:0-1)")."""
+    if not n.get("gpus"):
+        return None
+    kind = f"gpu:{n['gpu_type']}" if n.get("gpu_type") else "gpu"
+    used = [int(i) for i in n.get("alloc_gpus") or []]
+    return f"{kind}:{len(used)}(IDX:{_ranges(used) if used else 'N/A'})"
+
+
+def _state_complete(g: Group) -> str:
+    """StateComplete: the node's state with all its flags, lower case ("idle+drain")."""
+    if not g.nodes:
+        return "n/a"
+    state = str(g.nodes[0].get("state") or _long(g.nodes[0]))
+    return state.lower().rstrip("*")
+
+
 def _state_text(g: Group, long: bool) -> str:
     if not g.nodes:
         return "n/a"
@@ -241,9 +268,19 @@ COLUMNS: dict[str, Column] = {
         _first(g).get("sockets", 1), _first(g).get("cores_per_socket", 1),
         _first(g).get("threads_per_core", 1)), True),
 }
+# Fields only -O names (no %-letter); keys are the -O names themselves.
+COLUMNS.update({
+    "gresused": _C("GRES_USED", lambda g, w: _gres_used(_first(g)), True),
+    "allocmem": _C("ALLOCMEM", lambda g, w: str(_first(g).get("alloc_mem") or 0), True),
+    "statecomplete": _C("STATECOMPLETE", lambda g, w: _state_complete(g), True),
+    "version": _C("VERSION", lambda g, w: "22.05.8" if _first(g).get("registered") else "N/A",
+                  True),
+    "comment": _C("COMMENT", lambda g, w: None, False),
+    "extra": _C("EXTRA", lambda g, w: None, False),
+})
 
 LONG_FIELDS: dict[str, str] = {
-    "all": "", "allocmem": "", "available": "a", "cluster": "V", "cores": "Y", "cpus": "c",
+    "allocnodes": "S", "available": "a", "cluster": "V", "cores": "Y", "cpus": "c",
     "cpusload": "O", "cpusstate": "C", "defaulttime": "L", "disk": "d", "features": "f",
     "features_act": "b", "freemem": "e", "gres": "G", "groups": "g", "maxcpuspernode": "B",
     "memory": "m", "nodeaddr": "o", "nodeai": "A", "nodeaiot": "F", "nodehost": "n",
@@ -253,7 +290,9 @@ LONG_FIELDS: dict[str, str] = {
     "statecompact": "t", "statelong": "T", "threads": "Z", "time": "l", "timestamp": "H",
     "user": "u", "userlong": "U", "weight": "w",
 }
-LONG_FIELDS = {k: v for k, v in LONG_FIELDS.items() if v}
+LONG_FIELDS.update({name: name for name in COLUMNS if len(name) > 1})
+# Slurm -O names Corral does not print (it refuses them rather than print something wrong).
+UNSUPPORTED_LONG = {"all", "port"}
 
 
 class Options:
@@ -542,7 +581,10 @@ def parse_args(argv: Sequence[str]) -> Options | int:
         o.fmt = parse_long(long_text, LONG_FIELDS)
         o.letters = dict(LONG_FIELDS)
         for name in o.fmt.invalid:
-            sys.stderr.write(f"sinfo: error: Invalid job format specification: {name}\n")
+            if name.strip().lower() in UNSUPPORTED_LONG:
+                sys.stderr.write(f"sinfo: error: -O {name} is not supported by Corral\n")
+                return 1
+            sys.stderr.write(f"Invalid node format specification: {name}\n")
     else:
         o.spec = fmt_text if fmt_text is not None else default_format(
             o.long_listing, o.node_oriented, o.summarize, o.reasons)
