@@ -7,6 +7,7 @@ fields and scontrol details of issue 9.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,92 @@ def test_slurm_time_format(cluster: Cluster) -> None:
     finally:
         cluster.ok("scontrol", "update", "NodeName=node-3", "State=RESUME")
     cluster.ok("scancel", str(jid))
+
+
+def test_squeue_fields_and_begin_time(cluster: Cluster) -> None:
+    jid = cluster.sbatch("-H", "--ntasks-per-node=3", "-c", "2", "--wrap", "true")
+    out = cluster.ok("squeue", "-h", "-j", str(jid), "-o", "%c|%C")
+    assert out == "6|6\n"
+    out = cluster.ok("squeue", "-h", "-j", str(jid), "-O", "cpus-per-task:|,numtasks:|,mincpus")
+    assert out.replace(" ", "") == "2|3|6\n"
+    r = cluster.run("squeue", "-O", "jobid,bogus")
+    assert r.stderr == "squeue: error: Invalid job format specification: bogus\n"
+    cluster.ok("scancel", str(jid))
+    later = cluster.sbatch("--begin=now+1hour", "--wrap", "true")
+    shown = cluster.ok("squeue", "-h", "-j", str(later), "-o", "%S|%r")
+    start, reason = shown.strip().split("|")
+    assert reason == "BeginTime" and start != "N/A"
+    begin = time.mktime(time.strptime(start, "%Y-%m-%dT%H:%M:%S"))
+    assert 3500 < begin - time.time() < 3700
+    out = cluster.ok("squeue", "-h", "--start", "-j", str(later), "-o", "%S")
+    assert out.strip() == start
+    out = cluster.ok("scontrol", "show", "job", str(later))
+    assert f"EligibleTime={start}\n" in out and f"StartTime={start} " in out
+    out = cluster.ok("sacct", "-n", "-X", "-P", "-j", str(later), "-o", "Eligible")
+    assert out == f"{start}\n"
+    cluster.ok("scancel", str(later))
+
+
+def test_scontrol_show_job_details_and_reasons(cluster: Cluster) -> None:
+    arr = cluster.sbatch("-H", "--array=1-3", "--wrap", "true")
+    out = cluster.ok("scontrol", "show", "job", f"{arr}_2")
+    assert f"ArrayJobId={arr} ArrayTaskId=2 " in out and "ArrayTaskId=1-3" not in out
+    cluster.ok("scancel", str(arr))
+    gpu = cluster.sbatch("--gres=gpu:2", "-n", "2", "--wrap", "sleep 60")
+    cluster.wait_state(gpu, "RUNNING")
+    out = cluster.ok("scontrol", "-d", "show", "job", str(gpu))
+    assert "\n   JOB_GRES=gpu:2\n" in out
+    detail = [ln for ln in out.splitlines() if ln.startswith("     Nodes=")]
+    assert len(detail) == 1 and " GRES=gpu:2(IDX:" in detail[0] and " Mem=" in detail[0]
+    assert "JOB_GRES" not in cluster.ok("scontrol", "show", "job", str(gpu))
+    node = detail[0].split()[0].split("=")[1]
+    used = cluster.ok("sinfo", "-h", "-N", "-n", node, "-O", "NodeList:10,GresUsed:30")
+    assert used.split()[1].startswith("gpu:2(IDX:")
+    cluster.ok("scancel", str(gpu))
+    failed = cluster.sbatch("--wrap", "exit 3")
+    done = cluster.sbatch("--wrap", "true")
+    cluster.wait_state(failed, "FAILED")
+    cluster.wait_state(done, "COMPLETED")
+    assert "JobState=FAILED Reason=NonZeroExitCode " in cluster.ok(
+        "scontrol", "show", "job", str(failed))
+    assert "JobState=COMPLETED Reason=None " in cluster.ok("scontrol", "show", "job", str(done))
+    out = cluster.ok("squeue", "-h", "-t", "all", "-j", str(failed), "-o", "%T %r %R")
+    assert out.split() == ["FAILED", "NonZeroExitCode", "(NonZeroExitCode)"]
+
+
+def test_scontrol_ping_hostnames_config(cluster: Cluster, tmp_path: Path) -> None:
+    r = cluster.run("scontrol", "ping")
+    assert r.returncode == 0 and r.stdout.startswith("Slurmctld(primary) at ")
+    assert r.stdout.endswith(" is UP\n")
+    r = cluster.run("scontrol", "ping", env={"CORRAL_HOME": str(tmp_path)})
+    assert r.returncode == 1 and r.stdout.splitlines()[0].endswith(" is DOWN")
+    for args, err in ((["show", "hostnames", ""], "scontrol: error: host list is empty\n"),
+                      (["show", "hostnames", "node-[1-"], "Invalid hostlist: node-[1-\n")):
+        r = cluster.run("scontrol", *args)
+        assert (r.returncode, r.stdout, r.stderr) == (0, "", err)
+    out = cluster.ok("scontrol", "show", "config")
+    keys = [ln.split(" = ")[0].rstrip() for ln in out.splitlines() if " = " in ln]
+    assert len(keys) == 207 and "MaxTasksPerNode" in keys and "ClusterName" in keys
+    assert "ClusterName             = testcluster\n" in out
+    assert "MinJobAge               = 600 sec\n" in out
+
+
+HIDDEN_CONFIG = """\
+ClusterName=hid
+NodeName=node-[1-2] CPUs=2 RealMemory=2000 Feature=a100,ib
+PartitionName=open Nodes=node-[1-2] Default=YES MaxTime=INFINITE State=UP
+PartitionName=secret Nodes=node-[1-2] Hidden=YES State=UP
+"""
+
+
+def test_sinfo_hidden_partitions_and_features(tmp_path: Path) -> None:
+    c = Cluster(tmp_path / "corral", HIDDEN_CONFIG)
+    try:
+        c.start()
+        assert c.ok("sinfo", "-h", "-o", "%R").split() == ["open"]
+        assert c.ok("sinfo", "-a", "-h", "-o", "%R").split() == ["open", "secret"]
+        assert c.ok("sinfo", "-h", "-o", "%f").split() == ["a100,ib"]
+        assert c.ok("sinfo", "-h", "-N", "-O", "NodeList:8,Features:10").split() == [
+            "node-1", "a100,ib", "node-2", "a100,ib"]
+    finally:
+        c.stop()
