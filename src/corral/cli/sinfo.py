@@ -490,6 +490,9 @@ def _help_text() -> str:
   --hide                     do not show hidden or non-accessible partitions
   -i, --iterate=seconds      specify an iteration period
   -l, --long                 long output - displays more information
+      --local                show only local cluster in a federation.
+  -M, --clusters=names       clusters to issue commands to (Corral: its own
+                             cluster name or "all").
   -n, --nodes=NODES          report on specific node(s)
   -N, --Node                 Node-centric format
   -o, --format=format        format specification
