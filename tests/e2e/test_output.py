@@ -6,7 +6,13 @@ fields and scontrol details of issue 9.
 
 from __future__ import annotations
 
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -178,3 +184,59 @@ def test_sinfo_hidden_partitions_and_features(tmp_path: Path) -> None:
             "node-1", "a100,ib", "node-2", "a100,ib"]
     finally:
         c.stop()
+
+
+OTHER = "corral-clout-u"  # a user this test creates, and removes
+
+
+@pytest.fixture(scope="module")
+def other_user() -> Iterator[pwd.struct_passwd]:
+    if os.geteuid() != 0 or shutil.which("useradd") is None:
+        pytest.skip("needs root and useradd to create a test user")
+    made = False
+    try:
+        pwd.getpwnam(OTHER)
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", OTHER], check=True)
+        made = True
+    try:
+        yield pwd.getpwnam(OTHER)
+    finally:
+        if made:
+            subprocess.run(["userdel", OTHER], capture_output=True)
+
+
+def _as(c: Cluster, user: pwd.struct_passwd, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(c.env, HOME="/", USER=user.pw_name, LOGNAME=user.pw_name)
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=30, env=env,
+                          cwd="/", user=user.pw_uid, group=user.pw_gid, extra_groups=[])
+
+
+# Slurm 22.05's refusals of another user's job: job updates (hold, release, update) fail
+# with ESLURM_USER_ID_MISSING, requeue and suspend with ESLURM_ACCESS_DENIED.
+REFUSALS = [
+    (["hold"], "Invalid user id", "slurm_suspend error"),
+    (["release"], "Invalid user id", "slurm_suspend error"),
+    (["requeue"], "Access/permission denied", "slurm_requeue error"),
+    (["suspend"], "Access/permission denied", "slurm_suspend error"),
+]
+
+
+def test_refusals_of_another_users_job(tmp_path: Path, other_user: pwd.struct_passwd) -> None:
+    home = Path(tempfile.mkdtemp(prefix="corral-out-"))
+    home.chmod(0o755)  # the other user must reach the socket
+    c = Cluster(home / "c")
+    try:
+        c.start()
+        jid = c.sbatch("-H", "--wrap", "true")
+        got = []
+        for words, msg, perror in REFUSALS:
+            r = _as(c, other_user, "scontrol", *words, str(jid))
+            got.append((words[0], r.returncode, r.stderr))
+            assert r.returncode == 1, (words, r.stderr)
+            assert r.stderr == f"{msg} for job {jid}\n{perror}: {msg}\n", (words, r.stderr)
+        r = _as(c, other_user, "scontrol", "update", f"JobId={jid}", "TimeLimit=5")
+        assert (r.returncode, r.stderr) == (1, "slurm_update error: Invalid user id\n")
+    finally:
+        c.stop()
+        shutil.rmtree(home, ignore_errors=True)

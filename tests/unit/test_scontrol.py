@@ -562,3 +562,21 @@ def test_hostnames_errors_exit_zero(argv: list[str], env: str | None, err: str,
     monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-2]")
     assert scontrol.main(["show", "hostnames"]) == 0
     assert capsys.readouterr().out == "n1\nn2\n"
+
+
+def test_refusal_of_another_users_job_says_invalid_user_id(
+        fake: FakeController, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    fake.jobs = [{"job_id": 7, "uid": 4242}]
+    monkeypatch.setattr(os, "getuid", lambda: 1000)
+    denied = client.ApiError(403, "Access/permission denied", {"errno": 2002})
+    fake.fail["/v1/jobs/7/hold"] = denied
+    fake.fail["/v1/jobs/7"] = denied
+    assert scontrol.main(["hold", "7"]) == 1
+    assert capsys.readouterr().err == ("Invalid user id for job 7\n"
+                                       "slurm_suspend error: Invalid user id\n")
+    assert scontrol.main(["update", "JobId=7", "TimeLimit=5"]) == 1
+    assert capsys.readouterr().err == "slurm_update error: Invalid user id\n"
+    fake.jobs = [{"job_id": 7, "uid": 1000}]  # own job: a denial for another reason
+    assert scontrol.main(["update", "JobId=7", "TimeLimit=500"]) == 1
+    assert capsys.readouterr().err == "slurm_update error: Access/permission denied\n"

@@ -933,6 +933,29 @@ def _show(entity: str, ident: str | None, one_liner: bool, details: bool = False
     return 0
 
 
+# slurm_errno.h: a job update (hold, release, update) of another user's job fails with
+# ESLURM_USER_ID_MISSING, "Invalid user id"; requeue and suspend say ESLURM_ACCESS_DENIED.
+ESLURM_ACCESS_DENIED = 2002
+ESLURM_USER_ID_MISSING = 2010
+
+
+def update_error(job_id: str, e: client.ApiError) -> str:
+    """The message Slurm prints when a job update is refused.
+
+    The controller answers "Access/permission denied" for both an update Slurm denies as
+    such (a user lengthening a time limit) and one of another user's job, which Slurm
+    reports as "Invalid user id"; the job's owner tells them apart."""
+    if e.status != 403 or e.payload.get("errno") == ESLURM_USER_ID_MISSING:
+        return e.message
+    try:
+        jobs = client.get("/v1/jobs", ids=job_id, fields="job_id,uid").get("jobs") or []
+    except client.ApiError:
+        return e.message
+    if jobs and all(j.get("uid") not in (None, os.getuid()) for j in jobs):
+        return "Invalid user id"
+    return e.message
+
+
 def _job_action(action: str, id_args: list[str]) -> int:
     ids = [i for a in id_args for i in a.split(",") if i]
     if not ids:
@@ -950,7 +973,9 @@ def _job_action(action: str, id_args: list[str]) -> int:
         try:
             client.post(f"/v1/jobs/{quote(job_id, safe='')}/{action}")
         except client.ApiError as e:
-            sys.stderr.write(f"{e.message} for job {job_id}\n{perror}: {e.message}\n")
+            msg = update_error(job_id, e) if action in ("hold", "uhold", "release") \
+                else e.message
+            sys.stderr.write(f"{msg} for job {job_id}\n{perror}: {msg}\n")
             rc = 1
     return rc
 
@@ -1042,7 +1067,7 @@ def _update(args: list[str]) -> int:
                 try:
                     client.patch(f"/v1/jobs/{quote(job_id, safe='')}", body)
                 except client.ApiError as e:
-                    sys.stderr.write(f"slurm_update error: {e.message}\n")
+                    sys.stderr.write(f"slurm_update error: {update_error(job_id, e)}\n")
                     rc = 1
             return rc
         if keys & {"nodename", "node"}:
