@@ -240,3 +240,12 @@ def test_refusals_of_another_users_job(tmp_path: Path, other_user: pwd.struct_pa
     finally:
         c.stop()
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_update_dependency_is_shown(cluster: Cluster) -> None:
+    first = cluster.sbatch("-H", "--wrap", "true")
+    second = cluster.sbatch("-H", "--wrap", "true")
+    cluster.ok("scontrol", "update", f"JobId={second}", f"Dependency=afterok:{first}")
+    out = cluster.ok("scontrol", "show", "job", str(second))
+    assert f" Dependency=afterok:{first}(unfulfilled)\n" in out
+    cluster.ok("scancel", str(first), str(second))
