@@ -249,3 +249,14 @@ def test_update_dependency_is_shown(cluster: Cluster) -> None:
     out = cluster.ok("scontrol", "show", "job", str(second))
     assert f" Dependency=afterok:{first}(unfulfilled)\n" in out
     cluster.ok("scancel", str(first), str(second))
+
+
+@pytest.mark.parametrize("begin", ["teatime", "4:00 PM", "16:00:00"])
+def test_begin_forms_reach_the_job(cluster: Cluster, begin: str) -> None:
+    jid = cluster.sbatch(f"--begin={begin}", "--wrap", "true")
+    try:
+        out = cluster.ok("squeue", "-h", "-j", str(jid), "-o", "%S",
+                         env={"SLURM_TIME_FORMAT": "%H:%M:%S"})
+        assert out == "16:00:00\n"  # the next 16:00 to come, today or tomorrow
+    finally:
+        cluster.ok("scancel", str(jid))
