@@ -580,3 +580,13 @@ def test_refusal_of_another_users_job_says_invalid_user_id(
     fake.jobs = [{"job_id": 7, "uid": 1000}]  # own job: a denial for another reason
     assert scontrol.main(["update", "JobId=7", "TimeLimit=500"]) == 1
     assert capsys.readouterr().err == "slurm_update error: Access/permission denied\n"
+
+
+def test_reconfigure_without_endpoint(monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    def post(path: str, body: Any = None) -> Any:
+        raise ValueError("Extra data")  # json.loads of aiohttp's plain "404: Not Found"
+
+    monkeypatch.setattr(client, "post", post)
+    assert scontrol.main(["reconfigure"]) == 1
+    assert capsys.readouterr().err.startswith("slurm_reconfigure error: this controller cannot")

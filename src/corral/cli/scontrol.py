@@ -1051,6 +1051,10 @@ def _reconfigure(args: list[str]) -> int:
     except client.ApiError as e:
         sys.stderr.write(f"slurm_reconfigure error: {e.message}\n")
         return 1
+    except ValueError:  # a controller without the endpoint answers a plain-text 404
+        sys.stderr.write("slurm_reconfigure error: this controller cannot re-read its "
+                         "configuration (restart it with `corral down` and `corral up`)\n")
+        return 1
     return 0
 
 
