@@ -8,7 +8,11 @@ cutting switched off, which only changes right-justified output.  Null strings
 go through glibc's printf, which prints "(null)" unless the precision is under
 six, where it prints nothing; a `None` value reproduces that.
 
-This module is pure: it turns specs into `Field`s and values into text.
+It also holds what squeue, sinfo, scontrol and sacct print alike: timestamps in the
+user's SLURM_TIME_FORMAT (`stamp`, the one place that reads the environment), control
+characters escaped (`escape`), field widths capped (`MAX_WIDTH`), Slurm's refusal of an
+unknown -M cluster and the reason an ended job shows.  The rest is pure: specs into
+`Field`s, values into text.
 """
 
 from __future__ import annotations

@@ -665,6 +665,8 @@ sacct [<OPTION>]
                        user's jobs are displayed.  If ran by user root this is
                        the default.
      -b, --brief:      Equivalent to '--format=jobstep,state,error'.
+     -D, --duplicates: Accepted; Corral never reuses job ids, so there are no
+                       duplicates to show.
          --delimiter:  ASCII characters used to separate the fields when
                        specifying the -p or -P options. The default is '|'.
      -e, --helpformat: Print a list of fields that can be specified with the
@@ -674,6 +676,9 @@ sacct [<OPTION>]
      -j, --jobs:       Format is <job(.step)>. Display information about this
                        job or comma-separated list of jobs.
      -l, --long:       Equivalent to a long '--format' list.
+     -L, --allclusters: Display jobs ran on all clusters (Corral is one).
+     -M, --clusters:   Only send data about these clusters (accepted, Corral is
+                       one cluster).
          --name:       Display jobs that have any of these name(s).
      -n, --noheader:   No header will be added to the beginning of output.
      -o, --format:     Comma separated list of fields. (use "--helpformat"
@@ -681,6 +686,10 @@ sacct [<OPTION>]
      -p, --parsable:   output will be '|' delimited with a '|' at the end
      -P, --parsable2:  output will be '|' delimited without a '|' at the end
      -r, --partition:  Comma separated list of partitions to select jobs from.
+     -T, --truncate:   Accepted, no effect.
+     -v, --verbose:    Accepted, no effect.
+         --local, --federation, --noconvert, --units, --whole-hetjob, --array:
+                       Accepted, no effect.
      -s, --state:      Select jobs based on their state during the time period
                        given: pending (pd), running (r), completed (cd),
                        cancelled (ca), failed (f), timeout (to), node_fail (nf),
