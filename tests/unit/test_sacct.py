@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import calendar
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,16 +12,11 @@ import pytest
 
 from corral.cli import client, sacct
 from corral.model.job import Job, JobState, NodeAlloc, Reason, Step
-
-REF = Path(os.environ.get("CORRAL_SLURM_REFERENCE",
-                          Path(__file__).resolve().parents[3] / "shared" / "slurm-reference"))
+from tests.unit import reference
 
 
 def ref(name: str) -> str:
-    path = REF / f"{name}.txt"
-    if not path.exists():
-        pytest.skip(f"reference capture {path} not available")
-    return path.read_text()
+    return reference.capture(name)
 
 
 def ts(hms: str, day: str = "2026-11-23") -> float:

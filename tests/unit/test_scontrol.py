@@ -13,17 +13,13 @@ import pytest
 from corral.cli import client, scontrol
 from corral.model.job import Job, JobState, NodeAlloc, Reason
 from corral.model.node import Node, Partition
+from tests.unit import reference
 
-REF = Path(os.environ.get("CORRAL_SLURM_REFERENCE",
-                          Path(__file__).resolve().parents[3] / "shared" / "slurm-reference"))
 WORKDIR = "/home/alice/runs/golden"
 
 
 def ref(name: str) -> str:
-    path = REF / f"{name}.txt"
-    if not path.exists():
-        pytest.skip(f"reference capture {path} not available")
-    return path.read_text()
+    return reference.capture(name)
 
 
 def ts(text: str) -> float:
@@ -185,27 +181,42 @@ def test_a08_c19_partition() -> None:
 
 
 def test_a13_config_layout() -> None:
+    """The reference cluster's slurm.conf settings give Slurm's output byte for byte."""
     cfg = {"cluster_name": "anchor", "config_path": "/etc/slurm/slurm.conf",
-           "started": ts("2026-11-23T01:10:48"),
+           "started": ts("2026-11-23T01:10:48"), "next_job_id": 1, "node_count": 4,
            "options": {"ClusterName": "anchor", "KillWait": "30", "PriorityMaxAge": "7-0",
                        "SelectTypeParameters": "CR_Core_Memory", "Prolog": "",
-                       "DefMemPerCPU": "1024", "SlurmUser": "root"}}
+                       "DefMemPerCPU": "1024", "SlurmUser": "root",
+                       "SlurmctldHost": "vm(127.0.0.1)", "AccountingStorageHost": "localhost",
+                       "AccountingStoragePort": "16819",
+                       "accountingstoragetype": "accounting_storage/slurmdbd",
+                       "JobCompLoc": "/var/spool/slurm/jobcomp.txt",
+                       "JobCompType": "jobcomp/filetxt", "MailProg": "/bin/true",
+                       "PluginDir": "/usr/lib/x86_64-linux-gnu/slurm-wlm",
+                       "ReturnToService": "2",
+                       "SlurmctldLogFile": "/var/spool/slurm/log/slurmctld.log",
+                       "SlurmdLogFile": "/var/spool/slurm/log/slurmd-%n.log",
+                       "SlurmdPidFile": "/var/spool/slurm/slurmd-%n.pid",
+                       "SlurmdSpoolDir": "/var/spool/slurm/spool/%n",
+                       "StateSaveLocation": "/var/spool/slurm/state",
+                       "SlurmctldPidFile": "/var/spool/slurm/slurmctld.pid"}}
     out = scontrol.format_config(cfg, ts(T_SUBMIT), "vm")
-    reference = ref("A13_scontrol_show_config").splitlines(keepends=True)
-    lines = out.splitlines(keepends=True)
-    assert lines[0] == reference[0]
-    assert lines[-2:] == reference[-2:]
-    # Every line Corral prints for a key Slurm also prints is byte-identical to Slurm's.
-    ref_by_key = {line.split(" = ")[0].rstrip(): line for line in reference if " = " in line}
-    for line in lines[1:-2]:
-        if line == "\n":
-            continue
-        key = line.split(" = ")[0].rstrip()
-        if key in ref_by_key:
-            assert line == ref_by_key[key], key
-    assert "Prolog                  = (null)\n" in lines
-    keys = [line.split(" = ")[0].rstrip() for line in lines[1:-2] if " = " in line]
-    assert keys == sorted(keys, key=str.lower)
+    assert out == ref("A13_scontrol_show_config")
+
+
+def test_config_defaults_and_units() -> None:
+    cfg = {"cluster_name": "c", "options": {"MinJobAge": "600", "DefMemPerNode": "2048",
+                                            "OverTimeLimit": "5", "MaxMemPerCPU": "4096",
+                                            "PriorityCalcPeriod": "5"}}
+    lines = scontrol.format_config(cfg, ts(T_SUBMIT), "h").splitlines()
+    assert "MinJobAge               = 600 sec" in lines
+    assert "DefMemPerNode           = 2048" in lines
+    assert "MaxMemPerCPU            = 4096" in lines
+    assert "OverTimeLimit           = 5 min" in lines
+    assert "PriorityCalcPeriod      = 00:05:00" in lines
+    assert "MaxTasksPerNode         = 512" in lines  # a Slurm default Corral does not set
+    assert "SlurmctldHost[0]        = h" in lines and "ClusterName             = c" in lines
+    assert len(lines) == len(ref("A13_scontrol_show_config").splitlines())
 
 
 # ---- the command line, with a fake controller -----------------------------------------
@@ -393,3 +404,189 @@ def test_no_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 def test_mem_str() -> None:
     assert [scontrol.mem_str(m) for m in (1024, 6144, 200000, 800000, 500, 1024 * 1024)] == \
         ["1G", "6G", "200000M", "800000M", "500M", "1T"]
+
+
+# ---- issue 9: array elements, end reasons, details, begin times, new commands ---------
+
+
+def test_show_array_element_of_pending_array(fake: FakeController,
+                                             monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    meta = root_job(7, "arr", array_job_id=7, array_tasks=[2, 3, 4], array_max_running=2)
+    done = root_job(8, "arr", array_job_id=7, array_task_id=1, state=JobState.COMPLETED)
+    assert scontrol.array_element([meta, done], "7_3")[0]["array_task_id"] == 3
+    assert scontrol.array_element([meta, done], "7_1") == [done]
+    assert scontrol.array_element([meta, done], "7_9") == []
+    monkeypatch.setattr(client, "get", lambda path, **kw: fake.config if path == "/v1/config"
+                        else {"jobs": [meta], "now": NOW})
+    assert scontrol.main(["show", "job", "7_3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("JobId=7 ArrayJobId=7 ArrayTaskId=3 JobName=arr\n")
+    assert "ArrayTaskThrottle" not in out and "StdOut=" + WORKDIR + "/slurm-7_3.out" in out
+
+
+@pytest.mark.parametrize(("state", "reason", "shown"), [
+    (JobState.FAILED, Reason.NONE, "NonZeroExitCode"),
+    (JobState.TIMEOUT, Reason.NONE, "TimeLimit"),
+    (JobState.TIMEOUT, Reason.PRIORITY, "TimeLimit"),
+    (JobState.OUT_OF_MEMORY, Reason.NONE, "OutOfMemory"),
+    (JobState.NODE_FAIL, Reason.NONE, "NodeDown"),
+    (JobState.COMPLETED, Reason.NONE, "None"),
+    (JobState.CANCELLED, Reason.NONE, "None"),
+    (JobState.FAILED, "JobLaunchFailure", "JobLaunchFailure"),
+])
+def test_reason_after_end(state: JobState, reason: str, shown: str) -> None:
+    job = root_job(8, "failer", state=state, reason=reason, start_time=ts(T_START),
+                   end_time=ts(T_START), nodes=["node-1"])
+    assert f"JobState={state.value} Reason={shown} " in scontrol.format_job(job, NOW)
+
+
+def test_e11_failed_job() -> None:
+    job = root_job(8, "failer", state=JobState.FAILED, exit_code=3, time_limit=365 * 86400,
+                   start_time=ts("2026-11-23T01:11:18"), end_time=ts("2026-11-23T01:11:18"),
+                   last_sched_eval=ts("2026-11-23T01:11:18"), nodes=["node-1"],
+                   batch_host="node-1", alloc=[NodeAlloc("node-1", 1, 1024)],
+                   scheduler="Backfill")
+    assert scontrol.format_job(job, NOW, tres_gpu=False) == ref(
+        "E11_scontrol_show_job_completed")
+
+
+def test_detail_lines() -> None:
+    job = running(2, "gpujob", ["node-1", "node-2", "node-3"], 4, 4096, num_nodes=3,
+                  gpus_per_node=2, gpu_ids=[0, 1])
+    job["alloc"][2]["gpus"] = [2, 3]
+    job["alloc"][0]["cpu_ids"] = job["alloc"][1]["cpu_ids"] = [0, 1, 2, 5]
+    job["alloc"][2]["cpu_ids"] = [0, 1, 2, 5]
+    text = scontrol.format_job(job, NOW, details=True)
+    assert ("   Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=*\n"
+            "   JOB_GRES=gpu:6\n"
+            "     Nodes=node-[1-2] CPU_IDs=0-2,5 Mem=4096 GRES=gpu:2(IDX:0-1)\n"
+            "     Nodes=node-3 CPU_IDs=0-2,5 Mem=4096 GRES=gpu:2(IDX:2-3)\n"
+            "   MinCPUsNode=") in text
+    assert "JOB_GRES" not in scontrol.format_job(job, NOW)
+    plain = running(3, "cpu", ["node-1"], 2, 1024)
+    lines = scontrol.detail_lines(plain)
+    assert lines == ["JOB_GRES=(null)", "  Nodes=node-1 CPU_IDs=0-1(count) Mem=1024 GRES="]
+
+
+def test_pending_with_begin_time() -> None:
+    begin = NOW + 3600
+    job = root_job(4, "later", begin_time=begin, eligible_time=None, reason="BeginTime")
+    text = scontrol.format_job(job, NOW)
+    shown = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(begin))
+    assert f"EligibleTime={shown}\n" in text and f"StartTime={shown} " in text
+    assert "Reason=BeginTime" in text
+
+
+def test_dependency_shown_while_held() -> None:
+    job = root_job(5, "dep", dependency="afterok:3", held="user", reason="JobHeldUser")
+    assert "Dependency=afterok:3(unfulfilled)" in scontrol.format_job(job, NOW)
+    job["dependency_text"] = "afterok:3_*(unfulfilled)"
+    assert "Dependency=afterok:3_*(unfulfilled)" in scontrol.format_job(job, NOW)
+
+
+def test_features_from_constraint() -> None:
+    job = root_job(5, "f", constraint="a100&ib")
+    assert "   Features=a100&ib DelayBoot=00:00:00\n" in scontrol.format_job(job, NOW)
+
+
+def test_details_option_and_word(fake: FakeController, capsys: pytest.CaptureFixture[str]) -> None:
+    fake.jobs = [running(1, "wrap", ["node-1"], 1, 1024)]
+    for argv in (["-d", "show", "job", "1"], ["show", "-d", "job", "1"],
+                 ["details", "show", "job", "1"]):
+        assert scontrol.main(argv) == 0
+        assert "\n   JOB_GRES=(null)\n     Nodes=node-1 " in capsys.readouterr().out
+
+
+def test_ping(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(client, "get", lambda path, **kw: {"ok": True, "host": "ctl1"})
+    assert scontrol.main(["ping"]) == 0
+    assert capsys.readouterr().out == "Slurmctld(primary) at ctl1 is UP\n"
+
+    def down(path: str, **kw: Any) -> Any:
+        raise client.NotRunning("no controller")
+
+    monkeypatch.setattr(client, "get", down)
+    monkeypatch.setattr(os, "getuid", lambda: 1000)
+    assert scontrol.main(["ping"]) == 1
+    host = os.uname().nodename.split(".")[0]
+    assert capsys.readouterr().out == f"Slurmctld(primary) at {host} is DOWN\n"
+
+
+def test_notify_top_reconfigure(fake: FakeController, capsys: pytest.CaptureFixture[str]) -> None:
+    assert scontrol.main(["notify", "12", "hello", "there"]) == 0
+    assert ("POST", "/v1/jobs/12/notify", {"message": "hello there"}) in fake.calls
+    assert scontrol.main(["notify", "12"]) == 1
+    assert capsys.readouterr().err == "too few arguments for keyword:notify\n"
+    assert scontrol.main(["notify", "x1", "m"]) == 1
+    assert capsys.readouterr().err == "Invalid job_id x1\n"
+    fake.fail["/v1/jobs/13/notify"] = client.ApiError(404, "Invalid job id specified")
+    assert scontrol.main(["notify", "13", "m"]) == 1
+    assert capsys.readouterr().err == "notify_job: Invalid job id specified\n"
+    assert scontrol.main(["top", "12,14"]) == 0
+    assert ("POST", "/v1/jobs/14/top", None) in fake.calls
+    assert scontrol.main(["top"]) == 1
+    assert scontrol.main(["reconfigure"]) == 0
+    assert ("POST", "/v1/reconfigure", None) in fake.calls
+    fake.fail["/v1/reconfigure"] = client.ApiError(403, "Invalid user id")
+    assert scontrol.main(["reconfig"]) == 1
+    assert capsys.readouterr().err.endswith("slurm_reconfigure error: Invalid user id\n")
+
+
+def test_update_priority_and_start_time() -> None:
+    now = ts(T_SUBMIT)
+    ids, body = scontrol.parse_update_job(["JobId=5", "Priority=100", "StartTime=now+1hour"],
+                                          now=now)
+    assert ids == ["5"] and body == {"Priority": 100, "StartTime": int(now) + 3600}
+    assert scontrol.parse_update_job(["JobId=5", "StartTime=now"], now=now)[1] == {
+        "StartTime": int(now)}
+    assert scontrol.parse_update_job(["JobId=5", "StartTime=2026-12-01T08:00:00"], now=now)[1] \
+        == {"StartTime": int(ts("2026-12-01T08:00:00"))}
+    with pytest.raises(scontrol.UsageError, match="Invalid Priority value: high"):
+        scontrol.parse_update_job(["JobId=5", "Priority=high"])
+    with pytest.raises(scontrol.UsageError, match="Invalid time specification"):
+        scontrol.parse_update_job(["JobId=5", "StartTime=someday"])
+
+
+@pytest.mark.parametrize(("argv", "env", "err"), [
+    (["show", "hostnames"], None, "scontrol: error: host list is empty\n"),
+    (["show", "hostnames", ""], None, "scontrol: error: host list is empty\n"),
+    (["show", "hostnames", "node-[1-"], None, "Invalid hostlist: node-[1-\n"),
+])
+def test_hostnames_errors_exit_zero(argv: list[str], env: str | None, err: str,
+                                    monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
+    assert scontrol.main(argv) == 0
+    assert capsys.readouterr() == ("", err)
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-2]")
+    assert scontrol.main(["show", "hostnames"]) == 0
+    assert capsys.readouterr().out == "n1\nn2\n"
+
+
+def test_refusal_of_another_users_job_says_invalid_user_id(
+        fake: FakeController, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    fake.jobs = [{"job_id": 7, "uid": 4242}]
+    monkeypatch.setattr(os, "getuid", lambda: 1000)
+    denied = client.ApiError(403, "Access/permission denied", {"errno": 2002})
+    fake.fail["/v1/jobs/7/hold"] = denied
+    fake.fail["/v1/jobs/7"] = denied
+    assert scontrol.main(["hold", "7"]) == 1
+    assert capsys.readouterr().err == ("Invalid user id for job 7\n"
+                                       "slurm_suspend error: Invalid user id\n")
+    assert scontrol.main(["update", "JobId=7", "TimeLimit=5"]) == 1
+    assert capsys.readouterr().err == "slurm_update error: Invalid user id\n"
+    fake.jobs = [{"job_id": 7, "uid": 1000}]  # own job: a denial for another reason
+    assert scontrol.main(["update", "JobId=7", "TimeLimit=500"]) == 1
+    assert capsys.readouterr().err == "slurm_update error: Access/permission denied\n"
+
+
+def test_reconfigure_without_endpoint(monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    def post(path: str, body: Any = None) -> Any:
+        raise ValueError("Extra data")  # json.loads of aiohttp's plain "404: Not Found"
+
+    monkeypatch.setattr(client, "post", post)
+    assert scontrol.main(["reconfigure"]) == 1
+    assert capsys.readouterr().err.startswith("slurm_reconfigure error: this controller cannot")

@@ -10,16 +10,13 @@ import pytest
 
 from corral.cli import client, sinfo
 from corral.model.node import Node, Partition
+from tests.unit import reference
 
-REF = Path(__file__).resolve().parents[3] / "shared" / "slurm-reference"
 DRAIN_TIME = time.mktime((2026, 11, 23, 1, 10, 49, 0, 0, -1))  # local time, TZ set below
 
 
 def ref(name: str) -> str:
-    path = REF / name
-    if not path.exists():
-        pytest.skip(f"reference capture {name} not available")
-    return path.read_text()
+    return reference.capture(name)
 
 
 @pytest.fixture(autouse=True)
@@ -222,3 +219,49 @@ def test_no_controller(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
     assert captured.out == ""
     assert captured.err.startswith("sinfo: error: no Corral controller is running")
     assert captured.err.count("\n") == 1
+
+
+# ---- -O names: right, or refused -------------------------------------------------------
+
+
+def _fields(spec: str, nodes: list[dict[str, Any]], parts: list[dict[str, Any]]) -> str:
+    opts = sinfo.parse_args(["-h", "-O", spec])
+    assert not isinstance(opts, int)
+    sinfo.prepare(opts, nodes, parts)
+    return sinfo.format_sinfo(nodes, parts, 0.0, opts)
+
+
+def test_gres_used_and_friends() -> None:
+    nodes = [{"name": "n1", "state_short": "mix", "state": "MIXED", "gpus": 4,
+              "alloc_gpus": [0, 1, 3], "alloc_mem": 2048, "cpus": 8, "alloc_cpus": 2,
+              "features": ["a100", "ib"], "registered": True},
+             {"name": "n2", "state_short": "idle", "state": "IDLE", "gpus": 4,
+              "gpu_type": "a100", "cpus": 8, "features": [], "registered": True}]
+    parts = [{"name": "p", "nodes": ["n1", "n2"]}]
+    out = _fields("NodeList:5,GresUsed:25,Gres:12,AllocMem:6,CPUsState:10,StateLong:8,"
+                  "Features:8,StateComplete:8,Version", nodes, parts)
+    assert out.splitlines() == [
+        "n1   gpu:3(IDX:0-1,3)         gpu:4       2048  2/6/0/8   mixed   a100,ib mixed   "
+        "22.05.8             ",
+        "n2   gpu:a100:0(IDX:N/A)      gpu:a100:4  0     0/8/0/8   idle    (null)  idle    "
+        "22.05.8             "]
+
+
+def test_long_field_refusals(capsys: pytest.CaptureFixture[str]) -> None:
+    opts = sinfo.parse_args(["-O", "GresUsed,Bogus"])
+    assert not isinstance(opts, int)
+    assert capsys.readouterr().err == "Invalid node format specification: Bogus\n"
+    assert sinfo.parse_args(["-O", "All"]) == 1
+    assert "not supported by Corral" in capsys.readouterr().err
+
+
+def test_hidden_partitions_need_all() -> None:
+    nodes = [{"name": "n1", "state_short": "idle", "cpus": 1}]
+    parts = [{"name": "open", "nodes": ["n1"]}, {"name": "secret", "nodes": ["n1"],
+                                                 "hidden": True}]
+    for argv, names in ((["-h", "-o", "%R"], ["open"]), (["-a", "-h", "-o", "%R"],
+                                                        ["open", "secret"])):
+        opts = sinfo.parse_args(argv)
+        assert not isinstance(opts, int)
+        sinfo.prepare(opts, nodes, parts)
+        assert sinfo.format_sinfo(nodes, parts, 0.0, opts).split() == names

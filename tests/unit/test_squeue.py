@@ -11,18 +11,15 @@ import pytest
 from corral.cli import client, squeue
 from corral.cli.fmt import fit, parse_long, parse_percent
 from corral.model.job import Job, JobState, NodeAlloc, Reason
+from tests.unit import reference
 
-REF = Path(__file__).resolve().parents[3] / "shared" / "slurm-reference"
 T0 = 1795396249.0  # submission time of the B* jobs
 START = T0 + 3  # jobs 1-3 start
 BACKFILL = START + 26  # the backfill pass that starts 7_1, 9, 7_2
 
 
 def ref(name: str) -> str:
-    path = REF / name
-    if not path.exists():
-        pytest.skip(f"reference capture {name} not available")
-    return path.read_text()
+    return reference.capture(name)
 
 
 @pytest.fixture(autouse=True)
@@ -338,3 +335,82 @@ def test_no_controller(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
     assert captured.out == ""
     assert captured.err.startswith("squeue: error: no Corral controller is running")
     assert captured.err.count("\n") == 1
+
+
+def test_missing_capture_fails_unless_opted_out(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    """A clone without the captures must not pass every golden test by skipping them."""
+    monkeypatch.setattr(reference, "REF", tmp_path)
+    monkeypatch.delenv(reference.SKIP_ENV, raising=False)
+    with pytest.raises(pytest.fail.Exception, match="C06_squeue.txt is missing"):
+        reference.capture("C06_squeue.txt")
+    monkeypatch.setenv(reference.SKIP_ENV, "1")
+    with pytest.raises(pytest.skip.Exception):
+        reference.capture("C06_squeue")
+    (tmp_path / "C06_squeue.txt").write_text("x\n")
+    assert reference.capture("C06_squeue") == "x\n"
+
+
+# ---- every -o letter and -O name: right, or refused with Slurm's message ---------------
+
+
+def _one(spec: str, rec: dict[str, Any], long: bool = False, now: float = T0) -> str:
+    parsed = squeue.parse_args(["-h", "-O" if long else "-o", spec])
+    assert not isinstance(parsed, int)
+    return squeue.format_jobs([rec], now, parsed[0])
+
+
+def _rec(**kw: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"job_id": 5, "display_id": "5", "state": "PENDING",
+                            "partition": "debug", "name": "n", "user": "root", "uid": 0,
+                            "submit_time": T0 - 60, "work_dir": "/w", "num_nodes": 1}
+    base.update(kw)
+    return base
+
+
+def test_min_cpus_is_per_node() -> None:
+    assert _one("%c", _rec(ntasks_per_node=3, cpus_per_task=2)) == "6\n"
+    assert _one("%c", _rec(cpus_per_task=4)) == "4\n"
+    assert _one("mincpus", _rec(ntasks_per_node=3, cpus_per_task=2), long=True).strip() == "6"
+    assert _one("cpus-per-task", _rec(ntasks_per_node=3, cpus_per_task=2), long=True
+                ).strip() == "2"
+    parsed = squeue.parse_args(["-O", "cpus-per-task,cpuspertask"])
+    assert not isinstance(parsed, int)
+    assert squeue.format_jobs([], T0, parsed[0]).split() == ["CPUS_PER_TASK", "CPUS_PER_TASK"]
+
+
+def test_long_only_fields() -> None:
+    rec = _rec(state="FAILED", exit_code=3, term_signal=0, num_tasks=4, ntasks_per_node=2,
+               num_nodes=2, restart_count=1, start_time=T0 - 30, end_time=T0 - 10,
+               eligible_time=T0 - 60, stdout="/w/out-%j.txt", batch=True, requeue=False)
+    spec = ("exit_code:|,numtasks:|,ntpernode:|,restartcnt:|,requeue:|,batchflag:|,"
+            "pendingtime:|,stdout:|,stderr:|,reason:|,reasonlist:|,maxnodes")
+    values = _one(spec, rec, long=True).replace(" ", "").rstrip("\n").split("|")
+    assert values == ["3:0", "4", "2", "1", "0", "1", "30", "/w/out-%j.txt",
+                      "/w/out-%j.txt", "NonZeroExitCode", "(NonZeroExitCode)", "2"]
+    assert _one("tres-alloc:60", _rec(num_tasks=2, cpus_per_task=2, mem_per_cpu=1024,
+                                      gpus_per_node=1), long=True).rstrip() == \
+        "cpu=4,mem=4G,node=1,billing=4,gres/gpu=1"
+
+
+def test_unknown_long_field_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    parsed = squeue.parse_args(["-O", "jobid,nosuchfield"])
+    assert not isinstance(parsed, int)
+    assert capsys.readouterr().err == "squeue: error: Invalid job format specification: " \
+        "nosuchfield\n"
+
+
+def test_begin_time_is_start_time() -> None:
+    rec = _rec(begin_time=T0 + 3600, reason="BeginTime", time_limit=600)
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(T0 + 3600))
+    end = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(T0 + 4200))
+    assert _one("%S|%e|%R", rec) == f"{start}|{end}|(BeginTime)\n"
+    assert _one("eligibletime", rec, long=True).strip() == start
+
+
+def test_features_and_exec_host() -> None:
+    assert _one("%f", _rec(constraint="a100&ib")) == "a100&ib\n"
+    assert _one("%f", _rec()) == "(null)\n"
+    assert _one("%B", _rec(state="RUNNING", batch=False, submit_host="login1",
+                           nodes=["node-1"])) == "login1\n"
+    assert _one("%B", _rec(state="RUNNING", batch_host="node-1", nodes=["node-1"])) == "node-1\n"

@@ -8,12 +8,21 @@ cutting switched off, which only changes right-justified output.  Null strings
 go through glibc's printf, which prints "(null)" unless the precision is under
 six, where it prints nothing; a `None` value reproduces that.
 
-This module is pure: it turns specs into `Field`s and values into text.
+It also holds what squeue, sinfo, scontrol and sacct print alike: timestamps in the
+user's SLURM_TIME_FORMAT (`stamp`, the one place that reads the environment), control
+characters escaped (`escape`), field widths capped (`MAX_WIDTH`), Slurm's refusal of an
+unknown -M cluster and the reason an ended job shows.  The rest is pure: specs into
+`Field`s, values into text.
 """
 
 from __future__ import annotations
 
 import getopt
+import os
+import sys
+import time
+
+from corral.model.timefmt import format_timestamp, time_format_error
 
 # `typing` and `collections.abc` are for the type checker only: every CLI start
 # would pay for importing them (see tests/unit/test_cli_imports.py).
@@ -25,6 +34,102 @@ if TYPE_CHECKING:
     Getter = Callable[[Any], str | None]
 
 NULL = None  # a value that Slurm prints from a NULL char*
+
+# The widest field Corral prints.  Slurm takes any width ("%999999999i") and crashes or
+# writes gigabytes; Corral prints such a field this wide instead (docs/COMPATIBILITY.md).
+MAX_WIDTH = 1024
+
+
+def parse_width(digits: str) -> int:
+    """A field width from its digits, capped at MAX_WIDTH (and never int() of 5,000 digits)."""
+    digits = digits.lstrip("0")
+    if len(digits) > len(str(MAX_WIDTH)):
+        return MAX_WIDTH
+    return min(int(digits or "0"), MAX_WIDTH)
+
+
+_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def escape(text: str) -> str:
+    r"""`text` with control characters written out, so a job name cannot drive the terminal.
+
+    Slurm prints names, comments and reasons raw: an escape sequence in a job's name moves
+    the cursor, rewrites other lines or sets the terminal's title for whoever runs squeue.
+    Corral prints every character that is not printable (C0 and C1 controls, DEL, Unicode
+    format characters such as bidi overrides, separators other than the space) as
+    `\t`, `\n`, `\r`, `\xNN`, `\uNNNN` or `\UNNNNNNNN`; printable text, a backslash
+    included, is printed as is, so every name Slurm prints cleanly prints the same.
+    """
+    if text.isprintable():  # the common case, checked in C
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable():
+            out.append(ch)
+            continue
+        code = ord(ch)
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif code < 0x100:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return "".join(out)
+
+
+def cluster_error(prog: str, names: str, from_env: bool, mine: str) -> str | None:
+    """Slurm's refusal of an unknown -M/--clusters (or SLURM_CLUSTERS) name, or None.
+
+    Corral is one cluster: its own name (any case) or "all" selects it; other names get
+    print_db_notok's message.
+    """
+    for name in (n.strip() for n in names.split(",")):
+        if name and name.lower() not in ("all", mine.lower()):
+            return (f"{prog}: error: '{name}' can't be reached now, or it is an invalid entry "
+                    f"for {'SLURM_CLUSTERS' if from_env else '--cluster'}.  "
+                    "Use 'sacctmgr list clusters' to see available clusters.\n")
+    return None
+
+
+# Why a job ended, as slurmctld records it (job_reason_string of FAIL_*): shown as Reason=
+# by scontrol and squeue once the job has ended, where the controller sends no reason.
+_END_REASONS = {"FAILED": "NonZeroExitCode", "TIMEOUT": "TimeLimit", "NODE_FAIL": "NodeDown",
+                "OUT_OF_MEMORY": "OutOfMemory", "DEADLINE": "DeadLine", "BOOT_FAIL": "BootFail"}
+# Reasons a job had while it waited: left over once it ended, they say nothing.
+_WAIT_REASONS = {"", "None", "Resources", "Priority", "BeginTime", "Dependency"}
+# States squeue shows as "(reason)" in %R instead of the node list (_print_job_reason_list).
+REASON_STATES = frozenset({"PENDING", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE"})
+
+
+def job_reason(job: dict[str, Any]) -> str:
+    """The job's Reason: the controller's, or for an ended job why it ended."""
+    reason = str(job.get("reason") or "None")
+    ended = _END_REASONS.get(str(job.get("state")))
+    if ended is not None and reason in _WAIT_REASONS:
+        return ended
+    return reason
+
+
+_warned_formats: set[str] = set()
+
+
+def stamp(ts: float | None, now: float | None = None, none: str = "Unknown") -> str:
+    """A timestamp in the user's SLURM_TIME_FORMAT (standard, relative or strftime).
+
+    An unusable value is reported once, as Slurm does, and the standard format printed.
+    """
+    spec = os.environ.get("SLURM_TIME_FORMAT")
+    if spec and spec not in _warned_formats:
+        error = time_format_error(spec)
+        if error:
+            _warned_formats.add(spec)
+            prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "slurm"
+            sys.stderr.write(f"{prog}: error: {error}\n")
+    return format_timestamp(ts, none=none, spec=spec,
+                            now=time.time() if now is None else now)
 
 
 class Field:
@@ -96,7 +201,7 @@ def parse_percent(spec: str, valid: Iterable[str]) -> Format:
         j = i
         while j < len(token) and token[j].isdigit():
             j += 1
-        width = int(token[i:j]) if j > i else 0
+        width = parse_width(token[i:j]) if j > i else 0
         letter = token[j:j + 1]
         suffix = token[j + 1:]
         if letter and letter in known:
@@ -131,7 +236,7 @@ def parse_long(spec: str, valid: Iterable[str], default_width: int = 20) -> Form
             while j < len(tail) and tail[j].isdigit():
                 j += 1
             if j > i:
-                width = int(tail[i:j])
+                width = parse_width(tail[i:j])
             suffix = tail[j:]
         if key in known:
             fields.append(Field(key, width, right, suffix))
@@ -147,10 +252,12 @@ class Whole(str):
 
 
 def fit(value: str | None, width: int, right: bool, cut: bool = True) -> str:
-    """One field exactly as Slurm's _print_str prints it."""
+    """One field exactly as Slurm's _print_str prints it (control characters escaped)."""
     if value is None:
         # glibc: "%.Ns" with a NULL string prints nothing when N < 6.
         value = "" if (width and not right and width < 6) else "(null)"
+    elif not value.isprintable():
+        value = Whole(escape(value)) if isinstance(value, Whole) else escape(value)
     if width == 0:
         return value
     if right:

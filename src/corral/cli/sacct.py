@@ -14,9 +14,10 @@ import sys
 import time
 
 from corral.cli import client
+from corral.cli.fmt import escape, parse_width, stamp
 from corral.cli.scontrol import job_resources, limit_str, mem_str, tres_string
 from corral.model import hostlists
-from corral.model.timefmt import format_hms, format_timestamp
+from corral.model.timefmt import format_hms
 
 # Annotations only: `typing` would cost every sacct start ~3 ms.
 TYPE_CHECKING = False
@@ -124,8 +125,9 @@ def parse_fields(spec: str) -> list[Field]:
         width: int | None = None
         if "%" in item:
             item, _, w = item.partition("%")
-            m = re.match(r"-?\d+", w)
-            width = int(m.group(0)) if m else 0
+            m = re.match(r"(-?)(\d+)", w)
+            # Capped (cli/fmt.py MAX_WIDTH): "%999999999" must not print gigabytes of spaces.
+            width = (-1 if m.group(1) else 1) * parse_width(m.group(2)) if m else 0
         low = item.lower()
         if low and "all".startswith(low):
             out += [Field(f.name, f.width if width is None else width, f.numeric)
@@ -437,10 +439,13 @@ def _job_only(key: str, fmt: Callable[[Any], str] = str) -> Getter:
 def _date(job_key: str, step_key: str | None) -> Getter:
     def get(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
         if step is None:
-            return format_timestamp(job.get(job_key))
+            value = job.get(job_key)
+            if job_key == "eligible_time" and not value and job.get("state") == "PENDING":
+                value = job.get("begin_time")  # waiting for --begin: eligible then
+            return stamp(value, ctx.now)
         if step_key == "end":
-            return format_timestamp(_step_end(job, step))
-        return format_timestamp(step.get(step_key or "start_time"))
+            return stamp(_step_end(job, step), ctx.now)
+        return stamp(step.get(step_key or "start_time"), ctx.now)
     return get
 
 
@@ -523,7 +528,8 @@ GETTERS: dict[str, Getter] = {
 
 def _value(field: Field, job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
     get = GETTERS.get(field.name)
-    return get(job, step, ctx) if get is not None else ""
+    # Names, comments and reasons come from users: never raw control characters.
+    return escape(get(job, step, ctx)) if get is not None else ""
 
 
 def _cell(field: Field, value: str) -> str:
@@ -659,6 +665,8 @@ sacct [<OPTION>]
                        user's jobs are displayed.  If ran by user root this is
                        the default.
      -b, --brief:      Equivalent to '--format=jobstep,state,error'.
+     -D, --duplicates: Accepted; Corral never reuses job ids, so there are no
+                       duplicates to show.
          --delimiter:  ASCII characters used to separate the fields when
                        specifying the -p or -P options. The default is '|'.
      -e, --helpformat: Print a list of fields that can be specified with the
@@ -668,6 +676,9 @@ sacct [<OPTION>]
      -j, --jobs:       Format is <job(.step)>. Display information about this
                        job or comma-separated list of jobs.
      -l, --long:       Equivalent to a long '--format' list.
+     -L, --allclusters: Display jobs ran on all clusters (Corral is one).
+     -M, --clusters:   Only send data about these clusters (accepted, Corral is
+                       one cluster).
          --name:       Display jobs that have any of these name(s).
      -n, --noheader:   No header will be added to the beginning of output.
      -o, --format:     Comma separated list of fields. (use "--helpformat"
@@ -675,6 +686,10 @@ sacct [<OPTION>]
      -p, --parsable:   output will be '|' delimited with a '|' at the end
      -P, --parsable2:  output will be '|' delimited without a '|' at the end
      -r, --partition:  Comma separated list of partitions to select jobs from.
+     -T, --truncate:   Accepted, no effect.
+     -v, --verbose:    Accepted, no effect.
+         --local, --federation, --noconvert, --units, --whole-hetjob, --array:
+                       Accepted, no effect.
      -s, --state:      Select jobs based on their state during the time period
                        given: pending (pd), running (r), completed (cd),
                        cancelled (ca), failed (f), timeout (to), node_fail (nf),

@@ -15,9 +15,10 @@ import time
 
 from corral.cli import client
 from corral.cli.client import quote
+from corral.cli.fmt import escape, job_reason, stamp
 from corral.model import hostlists
 from corral.model.arrays import format_task_ids
-from corral.model.timefmt import format_hms, format_timestamp
+from corral.model.timefmt import format_hms
 
 TYPE_CHECKING = False  # annotations only: `typing` would cost every start ~3 ms
 if TYPE_CHECKING:
@@ -151,14 +152,20 @@ def _io_paths(job: dict[str, Any]) -> tuple[str, str, str]:
 # ---------------------------------------------------------------------------
 
 def _dependency_str(job: dict[str, Any]) -> str:
+    if job.get("state") != "PENDING":
+        return "(null)"
+    if "dependency_text" in job:  # the controller's own rendering, entries' states included
+        return job["dependency_text"] or "(null)"
     dep = job.get("dependency")
-    if not dep or job.get("state") != "PENDING":
+    if not dep:
         return "(null)"
     reason = job.get("reason")
-    if reason == "Dependency":
-        status = "(unfulfilled)"
-    elif reason == "DependencyNeverSatisfied":
+    if reason == "DependencyNeverSatisfied":
         status = "(failed)"
+    elif reason in ("Dependency", "JobHeldUser", "JobHeldAdmin", "BeginTime"):
+        # Held or not yet begun: the controller did not get to the dependency, which
+        # (without dependency_text) is shown as still waiting.
+        status = "(unfulfilled)"
     else:
         return "(null)"  # satisfied: Slurm drops fulfilled dependencies from the list
     out: list[str] = []
@@ -170,24 +177,73 @@ def _dependency_str(job: dict[str, Any]) -> str:
 
 
 def _reason(job: dict[str, Any]) -> str:
-    reason = job.get("reason") or "None"
+    reason = job_reason(job)
     held = job.get("held")
     if held and reason == "None":
         reason = "JobHeldAdmin" if held == "admin" else "JobHeldUser"
     return reason.replace(" ", "_")
 
 
+def _gres_name(job: dict[str, Any]) -> str:
+    return f"gpu:{job['gpu_type']}" if job.get("gpu_type") else "gpu"
+
+
+def _ranges(ids: list[int]) -> str:
+    """0,1,2,5 → "0-2,5" (Slurm's bit_fmt)."""
+    spans: list[list[int]] = []
+    for i in sorted(ids):
+        if spans and spans[-1][1] == i - 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def detail_lines(job: dict[str, Any]) -> list[str]:
+    """`scontrol -d show job`: JOB_GRES= and one "  Nodes=… CPU_IDs=… Mem=… GRES=…" line per
+    group of nodes holding the same resources, as scripts grep them for GPU indexes.
+
+    CPU_IDs come from the allocation's `cpu_ids` where the controller sends them; without
+    them Corral cannot say which CPUs a job holds and prints the count's range from 0
+    marked as such ("0-3(count)") rather than pretend."""
+    alloc = job.get("alloc") or []
+    total = sum(len(a.get("gpus") or []) for a in alloc)
+    lines = [f"JOB_GRES={_gres_name(job)}:{total}" if total else "JOB_GRES=(null)"]
+    rows: list[tuple[str, str, str, list[str]]] = []
+    for a in alloc:
+        ids = a.get("cpu_ids")
+        cpus = _ranges([int(c) for c in ids]) if ids else f"0-{int(a['cpus']) - 1}(count)" \
+            if int(a["cpus"]) > 1 else "0(count)"
+        gpus = a.get("gpus") or []
+        gres = f"{_gres_name(job)}:{len(gpus)}(IDX:{_ranges(gpus)})" if gpus else ""
+        key = (cpus, str(int(a["mem_mb"])), gres)
+        if rows and rows[-1][:3] == key:
+            rows[-1][3].append(a["node"])
+        else:
+            rows.append((*key, [a["node"]]))
+    for cpus, mem, gres, nodes in rows:
+        lines.append(f"  Nodes={hostlists.compress(nodes)} CPU_IDs={cpus} Mem={mem} GRES={gres}")
+    return lines
+
+
 def format_job(job: dict[str, Any], now: float, *, one_liner: bool = False,
-               tres_gpu: bool = True) -> str:
-    """One job as `scontrol show job` prints it (a block ending in a blank line)."""
+               tres_gpu: bool = True, details: bool = False) -> str:
+    """One job as `scontrol show job` prints it (a block ending in a blank line);
+    `details` (-d) adds the per-node allocation lines."""
     res = job_resources(job)
     state = job.get("state", "PENDING")
     pending = state == "PENDING"
     start = job.get("start_time")
     end = job.get("end_time")
     limit = job.get("time_limit", -1)
+    eligible = job.get("eligible_time")
+    begin = job.get("begin_time")
     if pending and start is None and job.get("sched_start"):
         start = job["sched_start"]  # backfill's expected start, as Slurm shows it
+    if pending and begin and begin > now:
+        # --begin / StartTime=: Slurm shows the begin time as the job's eligible and start time
+        eligible = eligible or begin
+        start = max(start or 0, begin)
     if end is None and start is not None and limit is not None and limit >= 0:
         end = start + limit + float(job.get("suspended_secs") or 0)
 
@@ -237,13 +293,13 @@ def format_job(job: dict[str, Any], now: float, *, one_liner: bool = False,
         f"ExitCode={job.get('exit_code', 0)}:{job.get('term_signal', 0)}",
         f"RunTime={format_hms(run)} TimeLimit={limit_str(limit)} "
         f"TimeMin={'N/A' if job.get('time_min') is None else limit_str(job['time_min'])}",
-        f"SubmitTime={format_timestamp(job.get('submit_time'))} "
-        f"EligibleTime={format_timestamp(job.get('eligible_time'))}",
+        f"SubmitTime={stamp(job.get('submit_time'), now)} "
+        f"EligibleTime={stamp(eligible, now)}",
         # Corral has no separate accrue clock: priority age accrues from eligibility.
-        f"AccrueTime={format_timestamp(job.get('eligible_time'))}",
-        f"StartTime={format_timestamp(start)} EndTime={format_timestamp(end)} Deadline=N/A",
-        f"SuspendTime={format_timestamp(suspend_time, none='None')} SecsPreSuspend={pre_suspend} "
-        f"LastSchedEval={format_timestamp(job.get('last_sched_eval'))} "
+        f"AccrueTime={stamp(job.get('eligible_time'), now)}",
+        f"StartTime={stamp(start, now)} EndTime={stamp(end, now)} Deadline=N/A",
+        f"SuspendTime={stamp(suspend_time, now, 'None')} SecsPreSuspend={pre_suspend} "
+        f"LastSchedEval={stamp(job.get('last_sched_eval'), now)} "
         f"Scheduler={job.get('scheduler') or 'Main'}",
         f"Partition={job.get('partition', '')} "
         f"AllocNode:Sid={job.get('submit_host') or '(null)'}:{job.get('alloc_sid') or 0}",
@@ -258,8 +314,12 @@ def format_job(job: dict[str, Any], now: float, *, one_liner: bool = False,
         f"CPUs/Task={job.get('cpus_per_task', 1)} ReqB:S:C:T=0:0:*:*",
         "TRES=" + tres_string(res["cpus"], res["mem"], res["nodes"], res["gpus"], gpu=tres_gpu),
         f"Socks/Node=* NtasksPerN:B:S:C={per_node}:0:*:* CoreSpec=*",
+    ]
+    if details:
+        lines += detail_lines(job)
+    lines += [
         f"MinCPUsNode={min_cpus_node} {min_mem} MinTmpDiskNode=0",
-        "Features=(null) DelayBoot=00:00:00",
+        f"Features={job.get('constraint') or '(null)'} DelayBoot=00:00:00",
         f"OverSubscribe={'NO' if job.get('exclusive') else 'OK'} Contiguous=0 "
         "Licenses=(null) Network=(null)",
         f"Command={job.get('command') or '(null)'}",
@@ -281,6 +341,7 @@ def format_job(job: dict[str, Any], now: float, *, one_liner: bool = False,
     if job.get("mail_type") and job.get("mail_user"):
         lines.append(f"MailUser={job['mail_user']} MailType={job['mail_type']}")
     sep = " " if one_liner else "\n   "
+    lines = [escape(line) for line in lines]  # user-given names, comments, reasons
     # Slurm ends every job record with one more (empty) line start.
     return sep.join(lines) + sep + ("\n" if one_liner else "\n\n")
 
@@ -306,8 +367,9 @@ def _gres(gpus: int, gpu_type: str | None) -> str:
     return f"gpu:{gpu_type}:{gpus}" if gpu_type else f"gpu:{gpus}"
 
 
-def format_node(node: dict[str, Any], *, one_liner: bool = False, tres_gpu: bool = True) -> str:
-    """One node as `scontrol show node` prints it."""
+def format_node(node: dict[str, Any], *, one_liner: bool = False, tres_gpu: bool = True,
+                now: float | None = None) -> str:
+    """One node as `scontrol show node` prints it (`now` for relative SLURM_TIME_FORMAT)."""
     first = f"NodeName={node['name']} "
     if node.get("arch"):
         first += f"Arch={node['arch']} "
@@ -340,9 +402,9 @@ def format_node(node: dict[str, Any], *, one_liner: bool = False, tres_gpu: bool
     if node.get("partitions"):
         lines.append(f"Partitions={','.join(node['partitions'])} ")
     lines += [
-        f"BootTime={format_timestamp(node.get('boot_time'), none='None')} "
-        f"SlurmdStartTime={format_timestamp(node.get('agent_start_time'), none='None')}",
-        f"LastBusyTime={format_timestamp(node.get('last_busy'))}",
+        f"BootTime={stamp(node.get('boot_time'), now, 'None')} "
+        f"SlurmdStartTime={stamp(node.get('agent_start_time'), now, 'None')}",
+        f"LastBusyTime={stamp(node.get('last_busy'), now)}",
         "CfgTRES=" + _node_tres(node["cpus"], node["real_memory"], None,
                                 int(node.get("gpus") or 0), cfg=True, gpu=tres_gpu),
         "AllocTRES=" + (_node_tres(node.get("alloc_cpus", 0), node.get("alloc_mem", 0), None,
@@ -355,9 +417,10 @@ def format_node(node: dict[str, Any], *, one_liner: bool = False, tres_gpu: bool
     if node.get("reason"):
         reason = f"Reason={node['reason']}"
         if node.get("reason_user"):
-            reason += f" [{node['reason_user']}@{format_timestamp(node.get('reason_time'))}]"
+            reason += f" [{node['reason_user']}@{stamp(node.get('reason_time'), now)}]"
         lines.append(reason)
     sep = " " if one_liner else "\n   "
+    lines = [escape(line) for line in lines]  # user-given names, comments, reasons
     return sep.join(lines) + ("\n" if one_liner else "\n\n")
 
 
@@ -407,16 +470,20 @@ def format_partition(part: dict[str, Any], nodes: list[dict[str, Any]], *,
         "TRES=" + tres_string(total_cpus, total_mem, len(mine), total_gpus, gpu=tres_gpu),
     ]
     sep = " " if one_liner else "\n   "
+    lines = [escape(line) for line in lines]  # user-given names, comments, reasons
     return sep.join(lines) + ("\n" if one_liner else "\n\n")
 
 
 # Options whose value is a count of seconds: scontrol prints them with a unit.
 _SECONDS_KEYS = {"KillWait", "SlurmdTimeout", "MinJobAge", "HealthCheckInterval",
+                 "AcctGatherNodeFreq", "ExtSensorsFreq", "GetEnvTimeout", "GroupUpdateTime",
+                 "TCPTimeout",
                  "SchedulerInterval", "MessageTimeout", "SlurmctldTimeout", "InactiveLimit",
                  "BatchStartTimeout", "CompleteWait", "ResumeTimeout", "SuspendTimeout",
                  "WaitTime", "UnkillableStepTimeout", "SchedulerTimeSlice"}
 # Options in Slurm's time-limit syntax ("7-0") that scontrol prints as D-HH:MM:SS.
-_DURATION_KEYS = {"PriorityMaxAge", "PriorityDecayHalfLife"}
+_DURATION_KEYS = {"PriorityMaxAge", "PriorityDecayHalfLife", "PriorityCalcPeriod",
+                  "PreemptExemptTime"}
 
 
 def _config_value(key: str, value: str) -> str:
@@ -428,7 +495,7 @@ def _config_value(key: str, value: str) -> str:
         from corral.model.timefmt import TimeFormatError, parse_time_limit
 
         try:
-            return limit_str(int(value) if value.isdigit() else parse_time_limit(value))
+            return limit_str(parse_time_limit(value))  # a bare number is minutes
         except TimeFormatError:
             return value
     if key in ("SlurmUser", "SlurmdUser"):
@@ -443,18 +510,143 @@ def _config_value(key: str, value: str) -> str:
     return value
 
 
+# Every key `scontrol show config` of Slurm 22.05 prints, in its order, with the value
+# printed when slurm.conf does not set it (Slurm's defaults; None: computed below).
+_CONFIG_KEYS: tuple[tuple[str, str | None], ...] = (
+    ("AccountingStorageBackupHost", "(null)"), ("AccountingStorageEnforce", "none"),
+    ("AccountingStorageHost", "(null)"), ("AccountingStorageExternalHost", "(null)"),
+    ("AccountingStorageParameters", "(null)"), ("AccountingStoragePort", "0"),
+    ("AccountingStorageTRES", "cpu,mem,energy,node,billing,fs/disk,vmem,pages"),
+    ("AccountingStorageType", "accounting_storage/none"), ("AccountingStorageUser", "N/A"),
+    ("AccountingStoreFlags", "(null)"), ("AcctGatherEnergyType", "acct_gather_energy/none"),
+    ("AcctGatherFilesystemType", "acct_gather_filesystem/none"),
+    ("AcctGatherInterconnectType", "acct_gather_interconnect/none"),
+    ("AcctGatherNodeFreq", "0 sec"), ("AcctGatherProfileType", "acct_gather_profile/none"),
+    ("AllowSpecResourcesUsage", "No"), ("AuthAltTypes", "(null)"),
+    ("AuthAltParameters", "(null)"), ("AuthInfo", "(null)"), ("AuthType", "auth/munge"),
+    ("BatchStartTimeout", "10 sec"), ("BcastExclude", "/lib,/usr/lib,/lib64,/usr/lib64"),
+    ("BcastParameters", "(null)"), ("BOOT_TIME", None), ("BurstBufferType", "(null)"),
+    ("CliFilterPlugins", "(null)"), ("ClusterName", None),
+    ("CommunicationParameters", "NoInAddrAny,NoCtldInAddrAny"), ("CompleteWait", "0 sec"),
+    ("CoreSpecPlugin", "core_spec/none"), ("CpuFreqDef", "Unknown"),
+    ("CpuFreqGovernors", "OnDemand,Performance,UserSpace"), ("CredType", "cred/munge"),
+    ("DebugFlags", "(null)"), ("DefMemPerCPU", None), ("DependencyParameters", "(null)"),
+    ("DisableRootJobs", "No"), ("EioTimeout", "60"), ("EnforcePartLimits", "NO"),
+    ("Epilog", "(null)"), ("EpilogMsgTime", "2000 usec"), ("EpilogSlurmctld", "(null)"),
+    ("ExtSensorsType", "ext_sensors/none"), ("ExtSensorsFreq", "0 sec"),
+    ("FairShareDampeningFactor", "1"), ("FederationParameters", "(null)"), ("FirstJobId", "1"),
+    ("GetEnvTimeout", "2 sec"), ("GresTypes", "gpu"), ("GpuFreqDef", "high,memory=high"),
+    ("GroupUpdateForce", "1"), ("GroupUpdateTime", "600 sec"), ("HASH_VAL", "Match"),
+    ("HealthCheckInterval", "0 sec"), ("HealthCheckNodeState", "ANY"),
+    ("HealthCheckProgram", "(null)"), ("InactiveLimit", "0 sec"),
+    ("InteractiveStepOptions", "--interactive --preserve-env --pty $SHELL"),
+    ("JobAcctGatherFrequency", "30"), ("JobAcctGatherType", "jobacct_gather/none"),
+    ("JobAcctGatherParams", "(null)"), ("JobCompHost", "localhost"),
+    ("JobCompLoc", "/var/log/slurm_jobcomp.log"), ("JobCompPort", "0"),
+    ("JobCompType", "jobcomp/none"), ("JobCompUser", "root"),
+    ("JobContainerType", "job_container/none"), ("JobCredentialPrivateKey", "(null)"),
+    ("JobCredentialPublicCertificate", "(null)"), ("JobDefaults", "(null)"),
+    ("JobFileAppend", "0"), ("JobRequeue", "1"), ("JobSubmitPlugins", "(null)"),
+    ("KillOnBadExit", "0"), ("KillWait", "30 sec"), ("LaunchParameters", "(null)"),
+    ("LaunchType", "launch/slurm"), ("Licenses", "(null)"), ("LogTimeFormat", "iso8601_ms"),
+    ("MailDomain", "(null)"), ("MailProg", "/bin/mail"), ("MaxArraySize", "100001"),
+    ("MaxDBDMsgs", "200016"), ("MaxJobCount", "100000"), ("MaxJobId", "67043328"),
+    ("MaxMemPerNode", None), ("MaxNodeCount", None), ("MaxStepCount", "40000"),
+    ("MaxTasksPerNode", "512"), ("MCSPlugin", "mcs/none"), ("MCSParameters", "(null)"),
+    ("MessageTimeout", "10 sec"), ("MinJobAge", "300 sec"), ("MpiDefault", "none"),
+    ("MpiParams", "(null)"), ("MULTIPLE_SLURMD", "Yes"), ("NEXT_JOB_ID", None),
+    ("NodeFeaturesPlugins", "(null)"), ("OverTimeLimit", "0 min"),
+    ("PluginDir", "/usr/local/lib/slurm"), ("PlugStackConfig", "(null)"),
+    ("PowerParameters", "(null)"), ("PowerPlugin", ""), ("PreemptMode", "OFF"),
+    ("PreemptType", "preempt/none"), ("PreemptExemptTime", "00:00:00"),
+    ("PrEpParameters", "(null)"), ("PrEpPlugins", "prep/script"),
+    ("PriorityParameters", "(null)"), ("PrioritySiteFactorParameters", "(null)"),
+    ("PrioritySiteFactorPlugin", "(null)"), ("PriorityDecayHalfLife", "7-00:00:00"),
+    ("PriorityCalcPeriod", "00:05:00"), ("PriorityFavorSmall", "No"), ("PriorityFlags", ""),
+    ("PriorityMaxAge", "7-00:00:00"), ("PriorityUsageResetPeriod", "NONE"),
+    ("PriorityType", "priority/multifactor"), ("PriorityWeightAge", "0"),
+    ("PriorityWeightAssoc", "0"), ("PriorityWeightFairShare", "0"),
+    ("PriorityWeightJobSize", "0"), ("PriorityWeightPartition", "0"), ("PriorityWeightQOS", "0"),
+    ("PriorityWeightTRES", "(null)"), ("PrivateData", "none"),
+    ("ProctrackType", "proctrack/linuxproc"), ("Prolog", "(null)"),
+    ("PrologEpilogTimeout", "65534"), ("PrologSlurmctld", "(null)"), ("PrologFlags", "(null)"),
+    ("PropagatePrioProcess", "0"), ("PropagateResourceLimits", "ALL"),
+    ("PropagateResourceLimitsExcept", "(null)"), ("RebootProgram", "(null)"),
+    ("ReconfigFlags", "(null)"), ("RequeueExit", "(null)"), ("RequeueExitHold", "(null)"),
+    ("ResumeFailProgram", "(null)"), ("ResumeProgram", "(null)"), ("ResumeRate", "300 nodes/min"),
+    ("ResumeTimeout", "60 sec"), ("ResvEpilog", "(null)"), ("ResvOverRun", "0 min"),
+    ("ResvProlog", "(null)"), ("ReturnToService", "0"), ("RoutePlugin", "route/default"),
+    ("SchedulerParameters", "(null)"), ("SchedulerTimeSlice", "30 sec"),
+    ("SchedulerType", "sched/backfill"), ("ScronParameters", "(null)"),
+    ("SelectType", "select/cons_tres"), ("SelectTypeParameters", "CR_CORE_MEMORY"),
+    ("SlurmUser", "root"), ("SlurmctldAddr", "(null)"), ("SlurmctldDebug", "info"),
+    ("SlurmctldHost[0]", None), ("SlurmctldLogFile", "(null)"), ("SlurmctldPort", "16817"),
+    ("SlurmctldSyslogDebug", "(null)"), ("SlurmctldPrimaryOffProg", "(null)"),
+    ("SlurmctldPrimaryOnProg", "(null)"), ("SlurmctldTimeout", "120 sec"),
+    ("SlurmctldParameters", "(null)"), ("SlurmdDebug", "info"), ("SlurmdLogFile", "(null)"),
+    ("SlurmdParameters", "config_overrides"), ("SlurmdPidFile", "/var/run/slurmd.pid"),
+    ("SlurmdPort", "16818"), ("SlurmdSpoolDir", "/var/spool/slurmd"),
+    ("SlurmdSyslogDebug", "(null)"), ("SlurmdTimeout", "300 sec"), ("SlurmdUser", "root"),
+    ("SlurmSchedLogFile", "(null)"), ("SlurmSchedLogLevel", "0"),
+    ("SlurmctldPidFile", "/var/run/slurmctld.pid"), ("SlurmctldPlugstack", "(null)"),
+    ("SLURM_CONF", None), ("SLURM_VERSION", None), ("SrunEpilog", "(null)"),
+    ("SrunPortRange", "0-0"), ("SrunProlog", "(null)"), ("StateSaveLocation", "/var/spool"),
+    ("SuspendExcNodes", "(null)"), ("SuspendExcParts", "(null)"), ("SuspendProgram", "(null)"),
+    ("SuspendRate", "60 nodes/min"), ("SuspendTime", "INFINITE"), ("SuspendTimeout", "30 sec"),
+    ("SwitchParameters", "(null)"), ("SwitchType", "switch/none"), ("TaskEpilog", "(null)"),
+    ("TaskPlugin", "task/none"), ("TaskPluginParam", "(null type)"), ("TaskProlog", "(null)"),
+    ("TCPTimeout", "2 sec"), ("TmpFS", "/tmp"), ("TopologyParam", "(null)"),
+    ("TopologyPlugin", "topology/none"), ("TrackWCKey", "No"), ("TreeWidth", "50"),
+    ("UsePam", "No"), ("UnkillableStepProgram", "(null)"), ("UnkillableStepTimeout", "60 sec"),
+    ("VSizeFactor", "0 percent"), ("WaitTime", "0 sec"), ("X11Parameters", "(null)"),
+)
+
+# Keys whose values carry a unit when printed.
+_UNIT_KEYS = {"EpilogMsgTime": "usec", "OverTimeLimit": "min", "ResvOverRun": "min",
+              "ResumeRate": "nodes/min", "SuspendRate": "nodes/min", "VSizeFactor": "percent"}
+
+
 def format_config(config: dict[str, Any], now: float, host: str) -> str:
-    """`scontrol show config` with what Corral knows, in Slurm's layout."""
-    options: dict[str, str] = {str(k): str(v) for k, v in (config.get("options") or {}).items()}
-    options["ClusterName"] = str(config.get("cluster_name") or options.get("ClusterName", ""))
-    if config.get("started"):
-        options["BOOT_TIME"] = format_timestamp(config["started"])
-    if config.get("config_path"):
-        options["SLURM_CONF"] = str(config["config_path"])
-    options["SLURM_VERSION"] = SLURM_VERSION
-    out = [f"Configuration data as of {format_timestamp(now)}\n"]
-    for key in sorted(options, key=str.lower):
-        out.append(f"{key:<23} = {_config_value(key, options[key])}\n")
+    """`scontrol show config`: every key Slurm prints, in its order; slurm.conf's values
+    (keys matched case-insensitively) over Slurm's defaults."""
+    given = {str(k).lower(): str(v) for k, v in (config.get("options") or {}).items()}
+
+    def option(key: str) -> str | None:
+        value = given.get(key.lower())
+        if value is None:
+            return None
+        if key in _UNIT_KEYS and value.isdigit():
+            return f"{value} {_UNIT_KEYS[key]}"
+        return _config_value(key, value)
+
+    computed = {
+        "BOOT_TIME": stamp(config["started"], now) if config.get("started") else "Unknown",
+        "ClusterName": str(config.get("cluster_name") or given.get("clustername") or "(null)"),
+        "NEXT_JOB_ID": str(config.get("next_job_id") or "(null)"),
+        "MaxNodeCount": str(config.get("node_count") or "(null)"),
+        "SLURM_CONF": str(config.get("config_path") or "(null)"),
+        "SLURM_VERSION": SLURM_VERSION,
+        "SlurmctldHost[0]": given.get("slurmctldhost") or host,
+        "MaxMemPerNode": "UNLIMITED",
+    }
+    out = [f"Configuration data as of {stamp(now, now)}\n"]
+    for key, default in _CONFIG_KEYS:
+        if key == "DefMemPerCPU":  # DefMemPerCPU or DefMemPerNode, whichever is set
+            for name in ("DefMemPerCPU", "DefMemPerNode"):
+                if option(name) is not None:
+                    key, value = name, str(option(name))
+                    break
+            else:
+                key, value = "DefMemPerNode", "UNLIMITED"
+        elif key == "MaxMemPerNode" and option("MaxMemPerCPU") is not None:
+            key, value = "MaxMemPerCPU", str(option("MaxMemPerCPU"))
+        elif key in ("ClusterName", "SLURM_CONF", "SLURM_VERSION", "BOOT_TIME"):
+            value = computed[key]
+        else:
+            value = option(key.split("[")[0]) or (computed[key] if default is None else default)
+            if default is not None and option(key) is None and key in ("SlurmUser", "SlurmdUser"):
+                value = _config_value(key, default)
+        out.append(f"{key:<23} = {value}\n")
     out.append("\n")
     out.append(f"Slurmctld(primary) at {host} is UP\n")
     return "".join(out)
@@ -466,7 +658,9 @@ def format_config(config: dict[str, Any], now: float, host: str) -> str:
 
 _JOB_UPDATE_KEYS = {"timelimit": "TimeLimit", "partition": "Partition", "numnodes": "NumNodes",
                     "dependency": "Dependency", "name": "Name", "jobname": "Name",
-                    "nice": "Nice", "comment": "Comment"}
+                    "nice": "Nice", "comment": "Comment", "priority": "Priority",
+                    "starttime": "StartTime", "begintime": "StartTime",
+                    "eligibletime": "StartTime"}
 _NODE_STATES = ("drain", "resume", "down", "idle", "undrain")
 
 
@@ -479,8 +673,11 @@ def _split_kv(args: list[str]) -> list[tuple[str, str | None, str]]:
     return out
 
 
-def parse_update_job(args: list[str]) -> tuple[list[str], dict[str, Any]]:
-    """`update JobId=N key=value …` → (job ids, PATCH body). Raises UsageError."""
+def parse_update_job(args: list[str], now: float | None = None) -> tuple[list[str], dict[str, Any]]:
+    """`update JobId=N key=value …` → (job ids, PATCH body). Raises UsageError.
+
+    StartTime= takes Slurm's time forms (`now`, `now+1hour`, `16:00`, `2026-12-01T08:00`…)
+    and is sent as epoch seconds; Priority= as an integer."""
     ids: list[str] = []
     body: dict[str, Any] = {}
     for key, value, orig in _split_kv(args):
@@ -497,6 +694,18 @@ def parse_update_job(args: list[str]) -> tuple[list[str], dict[str, Any]]:
                     raise UsageError(f"Invalid nice value: {value}\nRequest aborted") from None
             elif api_key == "NumNodes" and value.isdigit():
                 body[api_key] = int(value)
+            elif api_key == "Priority":
+                if not value.isdigit() or int(value) >= 2**32 - 1:
+                    raise UsageError(f"Invalid Priority value: {value}\nRequest aborted")
+                body[api_key] = int(value)
+            elif api_key == "StartTime":
+                from corral.model.timefmt import TimeFormatError, parse_begin
+
+                try:
+                    body[api_key] = int(parse_begin(value, time.time() if now is None else now))
+                except TimeFormatError:
+                    raise UsageError(f"Invalid time specification (pos=0): {value}\n"
+                                     "Request aborted") from None
             else:
                 body[api_key] = value
         else:
@@ -554,7 +763,12 @@ scontrol [<OPTION>] [<COMMAND>]
   in interactive mode (not supported by Corral).
 
     Valid <COMMAND> values are:
+     details                  evoke additional details with the "show" command
      hold <job_list>          prevent specified job from starting.
+     notify <job_id> msg      send message to specified job
+     oneliner                 report output one record per line.
+     ping                     print status of slurmctld daemons.
+     reconfigure              re-read the configuration file.
      release <job_list>       permit specified job to start (see hold)
      requeue <job_list>       re-queue a batch job
      requeuehold <job_list>   re-queue and hold a batch job
@@ -562,6 +776,7 @@ scontrol [<OPTION>] [<COMMAND>]
      show <ENTITY> [<ID>]     display state of identified entity, default
                               is all records.
      suspend <job_list>       susend specified job (see resume)
+     top <job_list>           Put specified job first in queue for user
      uhold <job_list>         place user hold on specified job (see hold)
      update <SPECIFICATIONS>  update job or node configuration.
      version                  display tool version number.
@@ -573,7 +788,7 @@ scontrol [<OPTION>] [<COMMAND>]
   input for the update keyword, editing as needed.
 
   Corral updates jobs (TimeLimit, Partition, NumNodes, Dependency, Name, Nice,
-  Comment) and nodes (State=DRAIN|RESUME|DOWN|IDLE|UNDRAIN, Reason).
+  Comment, Priority, StartTime) and nodes (State=DRAIN|RESUME|DOWN|IDLE|UNDRAIN, Reason).
 """
 
 _ACTIONS = ("hold", "uhold", "release", "requeue", "requeuehold", "suspend", "resume")
@@ -615,20 +830,44 @@ def _tres_gpu(config: dict[str, Any] | None) -> bool:
     return value is None or "gres/gpu" in str(value).lower()
 
 
-def _show(entity: str, ident: str | None, one_liner: bool) -> int:
+def _print_hosts(expr: str | None) -> int:
+    """scontrol_print_hosts: an empty or bad list is reported, and the exit code stays 0."""
+    if not expr:
+        sys.stderr.write("scontrol: error: host list is empty\n")
+        return 0
+    try:
+        names = hostlists.expand(expr)
+    except hostlists.HostlistError:
+        sys.stderr.write(f"Invalid hostlist: {expr}\n")
+        return 0
+    sys.stdout.write("".join(f"{n}\n" for n in names))
+    return 0
+
+
+def array_element(jobs: list[dict[str, Any]], ident: str | None) -> list[dict[str, Any]]:
+    """For `show job 7_3`: the records of task 3 only, the pending array's record shown as
+    that task (ArrayTaskId=3), as scontrol_print_job does."""
+    m = re.fullmatch(r"(\d+)_(\d+)", ident or "")
+    if not m:
+        return jobs
+    array_id, task = int(m.group(1)), int(m.group(2))
+    out: list[dict[str, Any]] = []
+    for j in jobs:
+        if j.get("array_job_id") not in (None, array_id):
+            out.append(j)  # not this array's record: the controller chose it, keep it
+        elif j.get("array_tasks") is not None:
+            if task in j["array_tasks"]:
+                out.append({**j, "array_tasks": None, "array_task_id": task,
+                            "array_max_running": None})
+        elif j.get("array_task_id") in (None, task):
+            out.append(j)
+    return out
+
+
+def _show(entity: str, ident: str | None, one_liner: bool, details: bool = False) -> int:
     out = sys.stdout
     if entity == "hostnames":
-        expr = ident or os.environ.get("SLURM_JOB_NODELIST", "")
-        if not expr:
-            sys.stderr.write("scontrol: error: no hostlist given and SLURM_JOB_NODELIST is not set\n")
-            return 1
-        try:
-            names = hostlists.expand(expr)
-        except hostlists.HostlistError:
-            sys.stderr.write(f"scontrol: error: Invalid hostlist: {expr}\n")
-            return 1
-        out.write("".join(f"{n}\n" for n in names))
-        return 0
+        return _print_hosts(ident if ident is not None else os.environ.get("SLURM_JOB_NODELIST"))
     if entity in ("hostlist", "hostlistsorted"):
         if not ident:
             sys.stderr.write("scontrol: error: no list of host names given\n")
@@ -636,7 +875,7 @@ def _show(entity: str, ident: str | None, one_liner: bool) -> int:
         try:
             names = hostlists.expand(ident)
         except hostlists.HostlistError:
-            sys.stderr.write(f"scontrol: error: Invalid hostlist: {ident}\n")
+            sys.stderr.write(f"Invalid hostlist: {ident}\n")
             return 1
         if entity == "hostlistsorted":
             names = sorted(names)
@@ -654,7 +893,7 @@ def _show(entity: str, ident: str | None, one_liner: bool) -> int:
         except client.ApiError as e:
             sys.stderr.write(f"slurm_load_jobs error: {e.message}\n")
             return 1
-        jobs = ans.get("jobs") or []
+        jobs = array_element(ans.get("jobs") or [], ident)
         if not jobs:
             if ident:
                 sys.stderr.write("slurm_load_jobs error: Invalid job id specified\n")
@@ -662,8 +901,8 @@ def _show(entity: str, ident: str | None, one_liner: bool) -> int:
             out.write("No jobs in the system\n")
             return 0
         now = float(ans.get("now") or time.time())
-        out.write("".join(format_job(j, now, one_liner=one_liner, tres_gpu=tres_gpu)
-                          for j in jobs))
+        out.write("".join(format_job(j, now, one_liner=one_liner, tres_gpu=tres_gpu,
+                                     details=details) for j in jobs))
         return 0
     ans = client.get("/v1/nodes")
     nodes = ans.get("nodes") or []
@@ -677,7 +916,8 @@ def _show(entity: str, ident: str | None, one_liner: bool) -> int:
         if not nodes:
             out.write("No nodes in the system\n")
             return 0
-        out.write("".join(format_node(n, one_liner=one_liner, tres_gpu=tres_gpu) for n in nodes))
+        out.write("".join(format_node(n, one_liner=one_liner, tres_gpu=tres_gpu,
+                                      now=ans.get("now")) for n in nodes))
         return 0
     parts = ans.get("partitions") or []
     if ident:
@@ -691,6 +931,29 @@ def _show(entity: str, ident: str | None, one_liner: bool) -> int:
     out.write("".join(format_partition(p, nodes, one_liner=one_liner, tres_gpu=tres_gpu)
                       for p in parts))
     return 0
+
+
+# slurm_errno.h: a job update (hold, release, update) of another user's job fails with
+# ESLURM_USER_ID_MISSING, "Invalid user id"; requeue and suspend say ESLURM_ACCESS_DENIED.
+ESLURM_ACCESS_DENIED = 2002
+ESLURM_USER_ID_MISSING = 2010
+
+
+def update_error(job_id: str, e: client.ApiError) -> str:
+    """The message Slurm prints when a job update is refused.
+
+    The controller answers "Access/permission denied" for both an update Slurm denies as
+    such (a user lengthening a time limit) and one of another user's job, which Slurm
+    reports as "Invalid user id"; the job's owner tells them apart."""
+    if e.status != 403 or e.payload.get("errno") == ESLURM_USER_ID_MISSING:
+        return e.message
+    try:
+        jobs = client.get("/v1/jobs", ids=job_id, fields="job_id,uid").get("jobs") or []
+    except client.ApiError:
+        return e.message
+    if jobs and all(j.get("uid") not in (None, os.getuid()) for j in jobs):
+        return "Invalid user id"
+    return e.message
 
 
 def _job_action(action: str, id_args: list[str]) -> int:
@@ -710,9 +973,89 @@ def _job_action(action: str, id_args: list[str]) -> int:
         try:
             client.post(f"/v1/jobs/{quote(job_id, safe='')}/{action}")
         except client.ApiError as e:
-            sys.stderr.write(f"{e.message} for job {job_id}\n{perror}: {e.message}\n")
+            msg = update_error(job_id, e) if action in ("hold", "uhold", "release") \
+                else e.message
+            sys.stderr.write(f"{msg} for job {job_id}\n{perror}: {msg}\n")
             rc = 1
     return rc
+
+
+def controller_host(answer: dict[str, Any] | None) -> str:
+    """The controller's host name as Slurm prints it (SlurmctldHost without its address)."""
+    host = str((answer or {}).get("host") or "")
+    # Without a host in the answer, the controller is the one whose socket is on this machine.
+    return host or os.uname().nodename.split(".")[0]
+
+
+def _ping() -> int:
+    """Slurm's `scontrol ping`: one line per controller, exit 1 when the primary is down."""
+    try:
+        answer = client.get("/v1/ping")
+        up = bool(answer.get("ok", True))
+    except (client.NotRunning, client.ApiError, OSError):
+        answer, up = None, False
+    sys.stdout.write(f"Slurmctld(primary) at {controller_host(answer)} is "
+                     f"{'UP' if up else 'DOWN'}\n")
+    if up:
+        return 0
+    if os.getuid() == 0:
+        sys.stdout.write("*****************************************\n"
+                         "** RESTORE SLURMCTLD DAEMON TO SERVICE **\n"
+                         "*****************************************\n")
+    return 1
+
+
+def _notify(args: list[str]) -> int:
+    """`scontrol notify JOBID MESSAGE…`: a message to the job's srun/salloc."""
+    if len(args) < 2:
+        sys.stderr.write("too few arguments for keyword:notify\n")
+        return 1
+    job_id = args[0]
+    if not re.fullmatch(r"\d+(_\d+)?", job_id):
+        sys.stderr.write(f"Invalid job_id {job_id}\n")
+        return 1
+    try:
+        client.post(f"/v1/jobs/{quote(job_id, safe='')}/notify", {"message": " ".join(args[1:])})
+    except client.ApiError as e:
+        sys.stderr.write(f"notify_job: {e.message}\n")
+        return 1
+    return 0
+
+
+def _top(args: list[str]) -> int:
+    """`scontrol top JOBLIST`: these pending jobs before the user's other jobs."""
+    if not args:
+        sys.stderr.write("too few arguments for keyword:top\n")
+        return 1
+    if len(args) > 1:
+        sys.stderr.write("too many arguments for keyword:top\n")
+        return 1
+    ids = [i for i in args[0].split(",") if i]
+    rc = 0
+    for job_id in ids:
+        try:
+            client.post(f"/v1/jobs/{quote(job_id, safe='')}/top")
+        except client.ApiError as e:
+            sys.stderr.write(f"top_job: {e.message}\n")
+            rc = 1
+    return rc
+
+
+def _reconfigure(args: list[str]) -> int:
+    """`scontrol reconfigure`: the controller re-reads slurm.conf."""
+    if args:
+        sys.stderr.write("too many arguments for keyword:reconfigure\n")
+        return 1
+    try:
+        client.post("/v1/reconfigure")
+    except client.ApiError as e:
+        sys.stderr.write(f"slurm_reconfigure error: {e.message}\n")
+        return 1
+    except ValueError:  # a controller without the endpoint answers a plain-text 404
+        sys.stderr.write("slurm_reconfigure error: this controller cannot re-read its "
+                         "configuration (restart it with `corral down` and `corral up`)\n")
+        return 1
+    return 0
 
 
 def _update(args: list[str]) -> int:
@@ -728,7 +1071,7 @@ def _update(args: list[str]) -> int:
                 try:
                     client.patch(f"/v1/jobs/{quote(job_id, safe='')}", body)
                 except client.ApiError as e:
-                    sys.stderr.write(f"slurm_update error: {e.message}\n")
+                    sys.stderr.write(f"slurm_update error: {update_error(job_id, e)}\n")
                     rc = 1
             return rc
         if keys & {"nodename", "node"}:
@@ -762,7 +1105,7 @@ def _main(argv: list[str]) -> int:
         sys.stderr.write(_getopt_error(PROG, e) + "\n")
         sys.stderr.write('Try "scontrol --help" for more information\n')
         return 1
-    one_liner = False
+    one_liner = details = False
     for opt, _ in opts:
         if opt in ("-h", "--help", "--usage"):
             sys.stdout.write(_HELP)
@@ -772,6 +1115,8 @@ def _main(argv: list[str]) -> int:
             return 0
         if opt in ("-o", "--oneliner"):
             one_liner = True
+        elif opt in ("-d", "--details"):
+            details = True
         elif opt in ("--json", "--yaml"):
             sys.stderr.write(f"scontrol: error: {opt} output is not supported by Corral yet\n")
             return 1
@@ -781,8 +1126,11 @@ def _main(argv: list[str]) -> int:
         return 1
     command = words[0].lower()
     rest = words[1:]
-    if command == "oneliner":
-        one_liner = True
+    while command in ("oneliner", "details"):
+        if command == "oneliner":
+            one_liner = True
+        else:
+            details = True
         if not rest:
             return 0
         command, rest = rest[0].lower(), rest[1:]
@@ -800,11 +1148,19 @@ def _main(argv: list[str]) -> int:
         if entity is None:
             sys.stderr.write(f"invalid entity:{rest[0]} for keyword:show \n")
             return 1
-        return _show(entity, rest[1] if len(rest) > 1 else None, one_liner)
+        return _show(entity, rest[1] if len(rest) > 1 else None, one_liner, details)
     if command in _ACTIONS:
         return _job_action(command, rest)
     if command == "update":
         return _update(rest)
+    if command == "ping":
+        return _ping()
+    if command == "notify":
+        return _notify(rest)
+    if command == "top":
+        return _top(rest)
+    if command in ("reconfigure", "reconfig"):
+        return _reconfigure(rest)
     sys.stderr.write(f"invalid keyword: {words[0]}\n")
     return 1
 

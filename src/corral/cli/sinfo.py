@@ -11,6 +11,7 @@ nodes do not have, so they never appear.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -19,13 +20,15 @@ from corral.cli.fmt import (
     Field,
     Format,
     UsageError,
+    cluster_error,
     getopt_long,
     parse_long,
     parse_percent,
     renderer,
+    stamp,
 )
 from corral.model.hostlists import HostlistError, compress, expand
-from corral.model.timefmt import format_duration, format_timestamp
+from corral.model.timefmt import format_duration
 
 # Annotations only: `typing` would cost every sinfo start ~3 ms.
 TYPE_CHECKING = False
@@ -154,6 +157,33 @@ def _gres(n: Node) -> Value:
     return f"{kind}:{n['gpus']}"
 
 
+def _ranges(ids: list[int]) -> str:
+    spans: list[list[int]] = []
+    for i in sorted(ids):
+        if spans and spans[-1][1] == i - 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def _gres_used(n: Node) -> Value:
+    """GresUsed: the GPUs in use on the node and their indexes ("gpu:2(IDX:0-1)")."""
+    if not n.get("gpus"):
+        return None
+    kind = f"gpu:{n['gpu_type']}" if n.get("gpu_type") else "gpu"
+    used = [int(i) for i in n.get("alloc_gpus") or []]
+    return f"{kind}:{len(used)}(IDX:{_ranges(used) if used else 'N/A'})"
+
+
+def _state_complete(g: Group) -> str:
+    """StateComplete: the node's state with all its flags, lower case ("idle+drain")."""
+    if not g.nodes:
+        return "n/a"
+    state = str(g.nodes[0].get("state") or _long(g.nodes[0]))
+    return state.lower().rstrip("*")
+
+
 def _state_text(g: Group, long: bool) -> str:
     if not g.nodes:
         return "n/a"
@@ -208,7 +238,7 @@ COLUMNS: dict[str, Column] = {
             False),
     "G": _C("GRES", lambda g, w: _gres(_first(g)), True),
     "h": _C("OVERSUBSCRIBE", lambda g, w: str(_p(g, "oversubscribe", "NO")), False),
-    "H": _C("TIMESTAMP", lambda g, w: format_timestamp(_first(g).get("reason_time")), True),
+    "H": _C("TIMESTAMP", lambda g, w: stamp(_first(g).get("reason_time")), True),
     "I": _C("PRIO_JOB_FACTOR", lambda g, w: str(_p(g, "priority_job_factor", 1)), False),
     "l": _C("TIMELIMIT", lambda g, w: _timelimit(_p(g, "max_time", -1)), False),
     "L": _C("DEFAULTTIME", lambda g, w: _timelimit(_p(g, "default_time")), False),
@@ -238,9 +268,19 @@ COLUMNS: dict[str, Column] = {
         _first(g).get("sockets", 1), _first(g).get("cores_per_socket", 1),
         _first(g).get("threads_per_core", 1)), True),
 }
+# Fields only -O names (no %-letter); keys are the -O names themselves.
+COLUMNS.update({
+    "gresused": _C("GRES_USED", lambda g, w: _gres_used(_first(g)), True),
+    "allocmem": _C("ALLOCMEM", lambda g, w: str(_first(g).get("alloc_mem") or 0), True),
+    "statecomplete": _C("STATECOMPLETE", lambda g, w: _state_complete(g), True),
+    "version": _C("VERSION", lambda g, w: "22.05.8" if _first(g).get("registered") else "N/A",
+                  True),
+    "comment": _C("COMMENT", lambda g, w: None, False),
+    "extra": _C("EXTRA", lambda g, w: None, False),
+})
 
 LONG_FIELDS: dict[str, str] = {
-    "all": "", "allocmem": "", "available": "a", "cluster": "V", "cores": "Y", "cpus": "c",
+    "allocnodes": "S", "available": "a", "cluster": "V", "cores": "Y", "cpus": "c",
     "cpusload": "O", "cpusstate": "C", "defaulttime": "L", "disk": "d", "features": "f",
     "features_act": "b", "freemem": "e", "gres": "G", "groups": "g", "maxcpuspernode": "B",
     "memory": "m", "nodeaddr": "o", "nodeai": "A", "nodeaiot": "F", "nodehost": "n",
@@ -250,12 +290,15 @@ LONG_FIELDS: dict[str, str] = {
     "statecompact": "t", "statelong": "T", "threads": "Z", "time": "l", "timestamp": "H",
     "user": "u", "userlong": "U", "weight": "w",
 }
-LONG_FIELDS = {k: v for k, v in LONG_FIELDS.items() if v}
+LONG_FIELDS.update({name: name for name in COLUMNS if len(name) > 1})
+# Slurm -O names Corral does not print (it refuses them rather than print something wrong).
+UNSUPPORTED_LONG = {"all", "port"}
 
 
 class Options:
     __slots__ = ("fmt", "letters", "header", "long_listing", "node_oriented", "summarize",
-                 "reasons", "partitions", "nodes", "states", "show_hidden", "spec")
+                 "reasons", "partitions", "nodes", "states", "show_hidden", "spec", "clusters",
+                 "clusters_env")
 
     def __init__(self, fmt: Format, letters: dict[str, str], header: bool = True,
                  long_listing: bool = False, node_oriented: bool = False,
@@ -275,6 +318,8 @@ class Options:
         self.states = states
         self.show_hidden = show_hidden
         self.spec = spec  # a %-spec still to parse once '#' widths are known
+        self.clusters: str | None = None  # -M/--clusters or SLURM_CLUSTERS
+        self.clusters_env = False
 
 
 def default_format(opts_long: bool, node_oriented: bool, summarize: bool, reasons: bool) -> str:
@@ -445,6 +490,9 @@ def _help_text() -> str:
   --hide                     do not show hidden or non-accessible partitions
   -i, --iterate=seconds      specify an iteration period
   -l, --long                 long output - displays more information
+      --local                show only local cluster in a federation.
+  -M, --clusters=names       clusters to issue commands to (Corral: its own
+                             cluster name or "all").
   -n, --nodes=NODES          report on specific node(s)
   -N, --Node                 Node-centric format
   -o, --format=format        format specification
@@ -474,6 +522,8 @@ def parse_args(argv: Sequence[str]) -> Options | int:
     fmt_text: str | None = None
     long_text: str | None = None
     o = Options(fmt=Format("", [], []), letters={})
+    o.clusters = os.environ.get("SLURM_CLUSTERS") or None
+    o.clusters_env = o.clusters is not None
     for opt, val in opts_list:
         if opt == "--help":
             sys.stdout.write(_help_text())
@@ -524,6 +574,8 @@ def parse_args(argv: Sequence[str]) -> Options | int:
             if not val.isdigit() or int(val) <= 0:
                 sys.stderr.write(f"sinfo: error: --iterate={val}\n")
                 return 1
+        elif opt in ("-M", "--clusters", "--cluster"):
+            o.clusters, o.clusters_env = val, False
         elif opt in ("-T", "--reservation", "--json", "--yaml"):
             sys.stderr.write(f"sinfo: error: {opt} is not supported by Corral\n")
             return 1
@@ -532,7 +584,10 @@ def parse_args(argv: Sequence[str]) -> Options | int:
         o.fmt = parse_long(long_text, LONG_FIELDS)
         o.letters = dict(LONG_FIELDS)
         for name in o.fmt.invalid:
-            sys.stderr.write(f"sinfo: error: Invalid job format specification: {name}\n")
+            if name.strip().lower() in UNSUPPORTED_LONG:
+                sys.stderr.write(f"sinfo: error: -O {name} is not supported by Corral\n")
+                return 1
+            sys.stderr.write(f"Invalid node format specification: {name}\n")
     else:
         o.spec = fmt_text if fmt_text is not None else default_format(
             o.long_listing, o.node_oriented, o.summarize, o.reasons)
@@ -552,11 +607,20 @@ def _main(argv: list[str]) -> int:
     parsed = parse_args(argv)
     if isinstance(parsed, int):
         return parsed
+    cluster_line = ""
+    if parsed.clusters and parsed.clusters.strip():
+        mine = str(client.get("/v1/config").get("cluster_name") or "")
+        error = cluster_error("sinfo", parsed.clusters, parsed.clusters_env, mine)
+        if error:
+            sys.stderr.write(error)
+            return 1
+        cluster_line = f"CLUSTER: {mine}\n"
     answer = client.get("/v1/nodes")
     nodes = answer.get("nodes", [])
     parts = answer.get("partitions", [])
     now = float(answer.get("now") or time.time())
     prepare(parsed, nodes, parts)
+    sys.stdout.write(cluster_line)
     sys.stdout.write(format_sinfo(nodes, parts, now, parsed))
     sys.stdout.flush()
     return 0

@@ -13,19 +13,23 @@ import time
 
 from corral.cli import client
 from corral.cli.fmt import (
+    REASON_STATES,
     Field,
     Format,
     UsageError,
     Whole,
+    cluster_error,
     fit,
     getopt_long,
+    job_reason,
     parse_long,
     parse_percent,
     renderer,
+    stamp,
 )
 from corral.model.arrays import format_task_ids
 from corral.model.hostlists import compress
-from corral.model.timefmt import format_duration, format_timestamp
+from corral.model.timefmt import format_duration
 from corral.model.units import format_mem_mb
 
 # Annotations only: `typing` would cost every squeue start ~3 ms.
@@ -133,29 +137,38 @@ def _tres_per_node(j: Job) -> str:
 
 
 def _reason_list(j: Job) -> str:
-    if j.get("state") in _ON_NODES or (j.get("nodes") and not _pending(j)):
+    # Slurm: pending, failed, timed-out, OOM and deadline jobs show "(reason)", others nodes.
+    if j.get("state") not in REASON_STATES:
         return Whole(_nodes_text(j.get("nodes")))
-    return f"({j.get('reason') or 'None'})"
+    return f"({job_reason(j)})"
+
+
+def _expected_start(j: Job, now: float) -> float | None:
+    """A pending job's start as Slurm shows it: backfill's estimate, else its --begin time."""
+    begin = j.get("begin_time")
+    if begin and begin > now:
+        return max(begin, j.get("sched_start") or 0)
+    return j.get("sched_start")
 
 
 def _start(j: Job, now: float) -> str:
     if _pending(j):
-        return format_timestamp(j.get("sched_start"), none="N/A")
-    return format_timestamp(j.get("start_time"), none="N/A")
+        return stamp(_expected_start(j, now), now, "N/A")
+    return stamp(j.get("start_time"), now, "N/A")
 
 
 def _end(j: Job, now: float) -> str:
     if _pending(j):
-        sched, limit = j.get("sched_start"), j.get("time_limit", -1)
+        sched, limit = _expected_start(j, now), j.get("time_limit", -1)
         if sched is None or limit is None or limit < 0:
             return "N/A"
-        return format_timestamp(sched + limit, none="N/A")
+        return stamp(sched + limit, now, "N/A")
     if j.get("end_time") is not None:
-        return format_timestamp(j["end_time"], none="N/A")
+        return stamp(j["end_time"], now, "N/A")
     limit, start = j.get("time_limit", -1), j.get("start_time")
     if limit is None or limit < 0 or start is None:
         return "NONE"
-    return format_timestamp(start + limit + (j.get("suspended_secs") or 0), none="NONE")
+    return stamp(start + limit + (j.get("suspended_secs") or 0), now, "NONE")
 
 
 def _array_task(j: Job) -> str:
@@ -218,22 +231,22 @@ COLUMNS: dict[str, Column] = {
     "m": _C("MIN_MEMORY", ("mem_per_node", "mem_per_cpu"), lambda j, n: _min_memory(j)),
     "b": _C("TRES_PER_NODE", ("gpus_per_node", "gpu_type"), lambda j, n: _tres_per_node(j)),
     "R": _C("NODELIST(REASON)", ("state", "nodes", "reason"), lambda j, n: _reason_list(j)),
-    "r": _C("REASON", ("state", "reason"),
-            lambda j, n: (j.get("reason") or "None") if _pending(j) else "None"),
+    "r": _C("REASON", ("state", "reason"), lambda j, n: job_reason(j)),
     "N": _C("NODELIST", ("nodes",), lambda j, n: _hosts_or_empty(j.get("nodes")), True),
-    "S": _C("START_TIME", ("state", "start_time", "sched_start"), _start),
+    "S": _C("START_TIME", ("state", "start_time", "sched_start", "begin_time"), _start),
     "e": _C("END_TIME", ("state", "start_time", "end_time", "time_limit", "sched_start",
-                         "suspended_secs"), _end),
+                         "begin_time", "suspended_secs"), _end),
     "V": _C("SUBMIT_TIME", ("submit_time",),
-            lambda j, n: format_timestamp(j.get("submit_time"), none="N/A")),
+            lambda j, n: stamp(j.get("submit_time"), n, "N/A")),
     "Q": _C("PRIORITY", ("priority",), lambda j, n: str(j.get("priority", 0))),
     "p": _C("PRIORITY", ("priority",), lambda j, n: f"{(j.get('priority') or 0) / 2**32:.14f}"),
     "Z": _C("WORK_DIR", ("work_dir",), lambda j, n: _or_null(j.get("work_dir"))),
     "o": _C("COMMAND", ("command",), lambda j, n: _or_null(j.get("command"))),
-    "c": _C("MIN_CPUS", ("cpus_per_task",), lambda j, n: str(j.get("cpus_per_task") or 1)),
+    "c": _C("MIN_CPUS", ("cpus_per_task", "ntasks_per_node", "min_cpus"),
+            lambda j, n: str(_min_cpus(j))),
     "d": _C("MIN_TMP_DISK", (), lambda j, n: "0"),
     "h": _C("OVER_SUBSCRIBE", ("exclusive",), lambda j, n: "NO" if j.get("exclusive") else "OK"),
-    "f": _C("FEATURES", (), lambda j, n: None),
+    "f": _C("FEATURES", ("constraint",), lambda j, n: _or_null(j.get("constraint"))),
     "E": _C("DEPENDENCY", ("dependency",), lambda j, n: _or_null(j.get("dependency"))),
     "k": _C("COMMENT", ("comment",), lambda j, n: _or_null(j.get("comment"))),
     "y": _C("NICE", ("nice",), lambda j, n: str(j.get("nice", 0))),
@@ -243,7 +256,8 @@ COLUMNS: dict[str, Column] = {
     "v": _C("RESERVATION", (), lambda j, n: None),
     "w": _C("WCKEY", (), lambda j, n: None),
     "W": _C("LICENSES", (), lambda j, n: None),
-    "B": _C("EXEC_HOST", ("batch_host",), lambda j, n: j.get("batch_host") or "n/a"),
+    "B": _C("EXEC_HOST", ("batch_host", "batch", "submit_host"), lambda j, n: (
+        j.get("batch_host") if j.get("batch", True) else j.get("submit_host")) or "n/a"),
     "z": _C("S:C:T", (), lambda j, n: "*:*:*"),
     "H": _C("SOCKETS_PER_NODE", (), lambda j, n: "*"),
     "I": _C("CORES_PER_SOCKET", (), lambda j, n: "*"),
@@ -255,26 +269,177 @@ COLUMNS: dict[str, Column] = {
             lambda j, n: compress(j["sched_nodes"]) if j.get("sched_nodes") else None, True),
 }
 
+
+def _min_cpus(j: Job) -> int:
+    """pn_min_cpus: the CPUs a node must offer: -c times --ntasks-per-node, or --mincpus."""
+    per_node = int(j.get("cpus_per_task") or 1) * int(j.get("ntasks_per_node") or 1)
+    return max(per_node, int(j.get("min_cpus") or 0))
+
+
+def _secs(seconds: float) -> str:
+    """_print_secs: M:SS, H:MM:SS, D-HH:MM:SS."""
+    return format_duration(max(0, int(seconds)))
+
+
+def _tres_alloc(j: Job) -> str:
+    """TRES=, as scontrol prints it: what the job holds, or asks for while pending."""
+    alloc = j.get("alloc") or []
+    if alloc and not _pending(j):
+        cpus = sum(int(a["cpus"]) for a in alloc)
+        mem = sum(int(a["mem_mb"]) for a in alloc)
+        nodes = len(alloc)
+        gpus = sum(len(a.get("gpus") or []) for a in alloc)
+    else:
+        nodes = int(j.get("num_nodes") or 1)
+        tasks = int(j.get("ntasks_per_node") or 0) * nodes or max(int(j.get("num_tasks") or 1),
+                                                                  nodes)
+        cpus = tasks * int(j.get("cpus_per_task") or 1)
+        mem = int(j.get("mem_per_node") or 0) * nodes or int(j.get("mem_per_cpu") or 0) * cpus
+        gpus = int(j.get("gpus") or 0) or int(j.get("gpus_per_node") or 0) * nodes \
+            or int(j.get("gpus_per_task") or 0) * tasks
+    text = f"cpu={cpus}"
+    if mem:
+        text += f",mem={format_mem_mb(mem)}"
+    text += f",node={nodes},billing={cpus}"
+    if gpus:
+        text += f",gres/gpu={gpus}"
+    return text
+
+
+def _gres_req(j: Job, key: str) -> str:
+    n = j.get(key) or 0
+    if not n:
+        return "N/A"
+    kind = f"gpu:{j['gpu_type']}" if j.get("gpu_type") else "gpu"
+    return f"gres:{kind}:{n}"
+
+
+def _pending_time(j: Job, now: float) -> str:
+    start, submit = j.get("start_time"), float(j.get("submit_time") or now)
+    return str(int((start if start and start < now else now) - submit))
+
+
+def _std_path(j: Job, key: str) -> Value:
+    if key == "stdin":
+        return _or_null(j.get("stdin"))
+    if key == "stderr" and not j.get("batch", True):
+        return "N/A"
+    path = j.get(key) or (j.get("stdout") if key == "stderr" else None)
+    return path or f"{j.get('work_dir') or ''}/slurm-{j['job_id']}.out"
+
+
+_NA: Callable[[Job, float], Value] = lambda j, n: "N/A"  # noqa: E731
+_NULL: Callable[[Job, float], Value] = lambda j, n: None  # noqa: E731
+_ZERO: Callable[[Job, float], Value] = lambda j, n: "0"  # noqa: E731
+
+# Fields only -O names (no %-letter); keys are the -O names themselves.
+COLUMNS.update({
+    "cpus-per-task": _C("CPUS_PER_TASK", ("cpus_per_task",),
+                        lambda j, n: str(j.get("cpus_per_task") or 1)),
+    "eligibletime": _C("ELIGIBLE_TIME", ("eligible_time", "begin_time", "state"),
+                       lambda j, n: stamp(j.get("eligible_time") or (
+                           j.get("begin_time") if _pending(j) else None), n, "N/A")),
+    "accruetime": _C("ACCRUE_TIME", ("eligible_time",),
+                     lambda j, n: stamp(j.get("eligible_time"), n, "N/A")),
+    "lastschedeval": _C("LAST_SCHED_EVAL", ("last_sched_eval",),
+                        lambda j, n: stamp(j.get("last_sched_eval"), n, "N/A")),
+    "pendingtime": _C("PENDING_TIME", ("submit_time", "start_time"), _pending_time),
+    "exit_code": _C("EXIT_CODE", ("exit_code", "term_signal"),
+                    lambda j, n: f"{j.get('exit_code') or 0}:{j.get('term_signal') or 0}"),
+    "numtasks": _C("TASKS", ("num_tasks", "ntasks_per_node", "num_nodes"), lambda j, n: str(
+        int(j.get("ntasks_per_node") or 0) * int(j.get("num_nodes") or 1)
+        or int(j.get("num_tasks") or 1))),
+    "ntpernode": _C("NTASKS_PER_NODE", ("ntasks_per_node",),
+                    lambda j, n: str(j["ntasks_per_node"]) if j.get("ntasks_per_node") else "N/A"),
+    "ntpercore": _C("NTASKS_PER_CORE", (), _NA),
+    "ntpersocket": _C("NTASKS_PER_SOCKET", (), _NA),
+    "ntperboard": _C("NTASKS_PER_BOARD", (), _NA),
+    "maxnodes": _C("MAX_NODES", ("max_nodes", "num_nodes"),
+                   lambda j, n: str(j.get("max_nodes") or j.get("num_nodes") or 1)),
+    "maxcpus": _C("MAX_CPUS", ("state", "alloc_cpus", "num_tasks", "cpus_per_task", "num_nodes"),
+                  lambda j, n: _num_cpus(j)),
+    "requeue": _C("REQUEUE", ("requeue",), lambda j, n: "1" if j.get("requeue", True) else "0"),
+    "restartcnt": _C("RESTART_COUNT", ("restart_count",),
+                     lambda j, n: str(j.get("restart_count") or 0)),
+    "batchflag": _C("BATCH_FLAG", ("batch",), lambda j, n: "1" if j.get("batch", True) else "0"),
+    "stdout": _C("STDOUT", ("stdout", "work_dir", "job_id"), lambda j, n: _std_path(j, "stdout")),
+    "stderr": _C("STDERR", ("stdout", "stderr", "work_dir", "job_id", "batch"),
+                 lambda j, n: _std_path(j, "stderr")),
+    "stdin": _C("STDIN", ("stdin",), lambda j, n: _std_path(j, "stdin")),
+    "mintime": _C("TIME_MIN", ("time_min",), lambda j, n: _secs(j.get("time_min") or 0)),
+    "admin_comment": _C("ADMIN_COMMENT", (), _NULL),
+    "system_comment": _C("SYSTEM_COMMENT", (), _NULL),
+    "allocnodes": _C("ALLOC_NODES", ("submit_host",), lambda j, n: _or_null(j.get("submit_host"))),
+    "allocsid": _C("ALLOC_SID", ("alloc_sid",), lambda j, n: str(j.get("alloc_sid") or 0)),
+    "associd": _C("ASSOC_ID", (), _ZERO),
+    "boardspernode": _C("BOARDS_PER_NODE", (), _NA),
+    "deadline": _C("DEADLINE", (), _NA),
+    "delayboot": _C("DELAY_BOOT", (), lambda j, n: "0:00"),
+    "container": _C("CONTAINER", (), _NULL),
+    "containerid": _C("CONTAINERID", (), _NULL),
+    "burstbuffer": _C("BURST_BUFFER", (), _NULL),
+    "burstbufferstate": _C("BURST_BUFFER_STATE", (), _NULL),
+    "network": _C("NETWORK", (), _NULL),
+    "mcslabel": _C("MCSLABEL", (), _NULL),
+    "clusterfeature": _C("CLUSTER_FEATURES", (), _NULL),
+    "prefer": _C("PREFER", (), _NULL),
+    "profile": _C("PROFILE", (), lambda j, n: "NotSet"),
+    "reboot": _C("REBOOT", (), _ZERO),
+    "reqswitch": _C("REQ_SWITCH", (), _ZERO),
+    "wait4switch": _C("WAIT4SWITCH", (), lambda j, n: "0:00"),
+    "resizetime": _C("RESIZE_TIME", (), _NA),
+    "preempttime": _C("PREEMPT_TIME", (), _NA),
+    "sperboard": _C("SOCKETS_PER_BOARD", (), _ZERO),
+    "origin": _C("ORIGIN", (), lambda j, n: "NA"),
+    "originraw": _C("ORIGIN_RAW", (), lambda j, n: "NA"),
+    "siblingsactive": _C("ACTIVE_SIBLINGS", (), lambda j, n: "NA"),
+    "siblingsactiveraw": _C("ACTIVE_SIBLINGS_RAW", (), lambda j, n: "NA"),
+    "siblingsviable": _C("VIABLE_SIBLINGS", (), lambda j, n: "NA"),
+    "siblingsviableraw": _C("VIALBLE_SIBLINGS_RAW", (), lambda j, n: "NA"),  # sic, as Slurm
+    "hetjobid": _C("HET_JOB_ID", (), _NA),
+    "hetjoboffset": _C("HET_JOB_OFFSET", (), _NA),
+    "hetjobidset": _C("HET_JOB_ID_SET", (), _NA),
+    "tres-per-job": _C("TRES_PER_JOB", ("gpus", "gpu_type"), lambda j, n: _gres_req(j, "gpus")),
+    "tres-per-task": _C("TRES_PER_TASK", ("gpus_per_task", "gpu_type"),
+                        lambda j, n: _gres_req(j, "gpus_per_task")),
+    "tres-alloc": _C("TRES_ALLOC", ("state", "alloc", "num_nodes", "ntasks_per_node",
+                                    "num_tasks", "cpus_per_task", "mem_per_node", "mem_per_cpu",
+                                    "gpus", "gpus_per_node", "gpus_per_task"),
+                     lambda j, n: _tres_alloc(j)),
+    "cpus-per-tres": _C("CPUS_PER_TRES", (), _NA),
+    "mem-per-tres": _C("MEM_PER_TRES", (), _NA),
+    "tres-bind": _C("TRES_BIND", (), _NA),
+    "tres-freq": _C("TRES_FREQ", (), _NA),
+    "tres-per-socket": _C("TRES_PER_SOCKET", (), _NA),
+    "cluster": _C("CLUSTER", ("_cluster",), lambda j, n: _or_null(j.get("_cluster"))),
+})
+
 # -O names: (letter whose value it prints, header when it differs from the letter's).
 LONG_FIELDS: dict[str, tuple[str, str | None]] = {
     "account": ("a", None), "arrayjobid": ("F", None), "arraytaskid": ("K", None),
     "batchhost": ("B", None), "command": ("o", None), "comment": ("k", None),
-    "contiguous": ("O", None), "cpus-per-task": ("c", "CPUS_PER_TASK"),
-    "dependency": ("E", None), "endtime": ("e", None), "exit_code": ("X", None),
-    "excnodes": ("x", None), "feature": ("f", None), "groupid": ("G", None),
+    "contiguous": ("O", None), "corespec": ("X", None), "cores": ("I", None),
+    "dependency": ("E", None), "endtime": ("e", None), "excnodes": ("x", None),
+    "feature": ("f", None), "gres": ("b", None), "groupid": ("G", None),
     "groupname": ("g", None), "jobarrayid": ("i", None), "jobid": ("A", None),
     "licenses": ("W", None), "mincpus": ("c", None), "minmemory": ("m", None),
     "mintmpdisk": ("d", None), "name": ("j", None), "nice": ("y", None),
     "nodelist": ("N", None), "numcpus": ("C", None), "numnodes": ("D", None),
-    "oversubscribe": ("h", None), "partition": ("P", None), "priority": ("p", None),
-    "prioritylong": ("Q", None), "qos": ("q", None), "reason": ("r", None),
-    "reasonlist": ("R", None), "reqnodes": ("n", None), "reservation": ("v", None),
-    "schednodes": ("Y", None), "starttime": ("S", None), "state": ("T", None),
-    "statecompact": ("t", None), "submittime": ("V", None), "timeleft": ("L", None),
-    "timelimit": ("l", None), "timeused": ("M", None), "tres-per-node": ("b", None),
-    "userid": ("U", None), "username": ("u", None), "wckey": ("w", None),
-    "workdir": ("Z", None),
+    "oversubscribe": ("h", None), "shared": ("h", None), "partition": ("P", None),
+    "priority": ("p", None), "prioritylong": ("Q", None), "qos": ("q", None),
+    "reason": ("r", None), "reasonlist": ("R", None), "reqnodes": ("n", None),
+    "reservation": ("v", None), "schednodes": ("Y", None), "sct": ("z", None),
+    "sockets": ("H", None), "starttime": ("S", None), "state": ("T", None),
+    "statecompact": ("t", None), "submittime": ("V", None), "threads": ("J", None),
+    "timeleft": ("L", None), "timelimit": ("l", None), "timeused": ("M", None),
+    "tres-per-node": ("b", None), "userid": ("U", None), "username": ("u", None),
+    "wckey": ("w", None), "workdir": ("Z", None),
 }
+# -O names of fields without a letter, and Slurm's other spellings of them.
+LONG_FIELDS.update({name: (name, None) for name in COLUMNS if len(name) > 1})
+LONG_FIELDS.update({"cpuspertask": ("cpus-per-task", None), "tres": ("tres-alloc", None),
+                    "packjobid": ("hetjobid", None), "packjoboffset": ("hetjoboffset", None),
+                    "packjobidset": ("hetjobidset", None)})
 
 SORT_KEYS = set("BbcCdDefgGhHiIjJlLmMnNOpPQStTuUvVz")
 
@@ -324,7 +489,7 @@ def _sort_value(key: str, j: Job, now: float, pos: float) -> Any:
         return j.get("priority", 0)
     if key == "S":
         if _pending(j):
-            return (max(now, j.get("sched_start") or now), pos)
+            return (max(now, _expected_start(j, now) or now), pos)
         return (j.get("start_time") or now, pos)
     if key == "j":
         return j.get("name", "")
@@ -626,10 +791,27 @@ def _valid_users(text: str) -> list[str]:
     return users
 
 
+def check_clusters(prog: str, names: str | None, from_env: bool) -> str | None:
+    """The "CLUSTER: name" line that -M/--clusters asks for, or None without -M.
+
+    An unknown cluster name is refused with Slurm's message and exit code 1 (raised as _Exit).
+    """
+    if names is None or not names.strip():
+        return None
+    mine = str(client.get("/v1/config").get("cluster_name") or "")
+    error = cluster_error(prog, names, from_env, mine)
+    if error:
+        sys.stderr.write(error)
+        raise _Exit(1)
+    return f"CLUSTER: {mine}\n"
+
+
 class Query:
-    __slots__ = ("params", "states", "no_users")
+    __slots__ = ("params", "states", "no_users", "clusters", "clusters_env")
 
     def __init__(self) -> None:
+        self.clusters: str | None = os.environ.get("SLURM_CLUSTERS") or None
+        self.clusters_env = self.clusters is not None  # named by SLURM_CLUSTERS, not -M
         self.params: dict[str, str] = {}
         # None means every state; by default finished jobs are left out.
         self.states: list[str] | None = sorted(_ACTIVE)
@@ -706,6 +888,8 @@ def parse_args(argv: Sequence[str]) -> tuple[Options, Query] | int:
                 if not val.isdigit() or int(val) <= 0:
                     sys.stderr.write(f"squeue: error: --iterate={val}\n\n")
                     return 1
+            elif opt in ("-M", "--clusters", "--cluster"):
+                q.clusters, q.clusters_env = val, False
             elif opt in ("--json", "--yaml", "-A", "--account", "-q", "--qos", "-R",
                          "--reservation", "-L", "--licenses"):
                 # filters Corral cannot apply yet: refuse rather than list every job
@@ -827,6 +1011,10 @@ def _main(argv: list[str]) -> int:
     if isinstance(parsed, int):
         return parsed
     opts, q = parsed
+    try:
+        cluster_line = check_clusters("squeue", q.clusters, q.clusters_env)
+    except _Exit as e:
+        return e.code
     params = dict(q.params)
     params["fields"] = ",".join(needed_fields(opts))
     if q.states is not None:
@@ -847,6 +1035,12 @@ def _main(argv: list[str]) -> int:
     now = float(answer.get("now") or time.time())
     # Every -u name was invalid: Slurm matches nothing but still prints the header.
     jobs = [] if q.no_users else select_states(answer.get("jobs", []), q.states)
+    if "_cluster" in params["fields"].split(",") and jobs:  # -O cluster
+        name = client.get("/v1/config").get("cluster_name")
+        for j in jobs:
+            j["_cluster"] = name
+    if cluster_line:
+        sys.stdout.write(cluster_line)
     sys.stdout.write(format_jobs(jobs, now, opts))
     sys.stdout.flush()
     return 0
