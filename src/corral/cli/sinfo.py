@@ -276,6 +276,7 @@ COLUMNS.update({
     "version": _C("VERSION", lambda g, w: "22.05.8" if _first(g).get("registered") else "N/A",
                   True),
     "comment": _C("COMMENT", lambda g, w: None, False),
+    "reservation": _C("RESERVATION", lambda g, w: None, False),
     "extra": _C("EXTRA", lambda g, w: None, False),
 })
 
@@ -291,6 +292,7 @@ LONG_FIELDS: dict[str, str] = {
     "user": "u", "userlong": "U", "weight": "w",
 }
 LONG_FIELDS.update({name: name for name in COLUMNS if len(name) > 1})
+LONG_FIELDS["share"] = "h"  # Slurm's older name of oversubscribe
 # Slurm -O names Corral does not print (it refuses them rather than print something wrong).
 UNSUPPORTED_LONG = {"all", "port"}
 
@@ -587,7 +589,8 @@ def parse_args(argv: Sequence[str]) -> Options | int:
             if name.strip().lower() in UNSUPPORTED_LONG:
                 sys.stderr.write(f"sinfo: error: -O {name} is not supported by Corral\n")
                 return 1
-            sys.stderr.write(f"Invalid node format specification: {name}\n")
+            # Slurm's own wording for -O (its -o error says "node")
+            sys.stderr.write(f"sinfo: error: Invalid job format specification: {name}\n")
     else:
         o.spec = fmt_text if fmt_text is not None else default_format(
             o.long_listing, o.node_oriented, o.summarize, o.reasons)
