@@ -266,3 +266,13 @@ def test_hidden_partitions_need_all() -> None:
         assert not isinstance(opts, int)
         sinfo.prepare(opts, nodes, parts)
         assert sinfo.format_sinfo(nodes, parts, 0.0, opts).split() == names
+
+
+def test_version_letter() -> None:
+    nodes = [{"name": "n1", "state_short": "idle", "registered": True},
+             {"name": "n2", "state_short": "down*", "registered": False}]
+    parts = [{"name": "p", "nodes": ["n1", "n2"]}]
+    opts = sinfo.parse_args(["-h", "-N", "-o", "%N %v"])
+    assert not isinstance(opts, int)
+    sinfo.prepare(opts, nodes, parts)
+    assert sinfo.format_sinfo(nodes, parts, 0.0, opts) == "n1 22.05.8\nn2 N/A\n"
