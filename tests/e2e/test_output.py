@@ -183,6 +183,12 @@ def test_sinfo_hidden_partitions_and_features(tmp_path: Path) -> None:
         assert c.ok("sinfo", "-h", "-o", "%f").split() == ["a100,ib"]
         assert c.ok("sinfo", "-h", "-N", "-O", "NodeList:8,Features:10").split() == [
             "node-1", "a100,ib", "node-2", "a100,ib"]
+        shown = c.sbatch("-H", "-p", "open", "--wrap", "true")
+        hidden = c.sbatch("-H", "-p", "secret", "--wrap", "true")
+        assert c.squeue_ids() == [str(shown)]
+        assert sorted(c.squeue_ids("-a"), key=int) == [str(shown), str(hidden)]
+        assert c.squeue_ids("-p", "secret") == [str(hidden)]
+        assert c.squeue_ids("-j", str(hidden)) == [str(hidden)]
     finally:
         c.stop()
 

@@ -250,7 +250,8 @@ def test_gres_used_and_friends() -> None:
 def test_long_field_refusals(capsys: pytest.CaptureFixture[str]) -> None:
     opts = sinfo.parse_args(["-O", "GresUsed,Bogus"])
     assert not isinstance(opts, int)
-    assert capsys.readouterr().err == "Invalid node format specification: Bogus\n"
+    # Slurm's -O wording says "job" (sinfo/opts.c); GresUsed itself is no longer refused.
+    assert capsys.readouterr().err == "sinfo: error: Invalid job format specification: Bogus\n"
     assert sinfo.parse_args(["-O", "All"]) == 1
     assert "not supported by Corral" in capsys.readouterr().err
 
@@ -265,3 +266,13 @@ def test_hidden_partitions_need_all() -> None:
         assert not isinstance(opts, int)
         sinfo.prepare(opts, nodes, parts)
         assert sinfo.format_sinfo(nodes, parts, 0.0, opts).split() == names
+
+
+def test_version_letter() -> None:
+    nodes = [{"name": "n1", "state_short": "idle", "registered": True},
+             {"name": "n2", "state_short": "down*", "registered": False}]
+    parts = [{"name": "p", "nodes": ["n1", "n2"]}]
+    opts = sinfo.parse_args(["-h", "-N", "-o", "%N %v"])
+    assert not isinstance(opts, int)
+    sinfo.prepare(opts, nodes, parts)
+    assert sinfo.format_sinfo(nodes, parts, 0.0, opts) == "n1 22.05.8\nn2 N/A\n"

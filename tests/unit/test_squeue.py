@@ -414,3 +414,20 @@ def test_features_and_exec_host() -> None:
     assert _one("%B", _rec(state="RUNNING", batch=False, submit_host="login1",
                            nodes=["node-1"])) == "login1\n"
     assert _one("%B", _rec(state="RUNNING", batch_host="node-1", nodes=["node-1"])) == "node-1\n"
+
+
+def test_jobs_in_hidden_partitions_need_all(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = [_rec(job_id=1, display_id="1", partition="open"),
+            _rec(job_id=2, display_id="2", partition="secret")]
+    answers = {"/v1/jobs": {"jobs": jobs, "now": T0},
+               "/v1/partitions": {"partitions": [{"name": "open"},
+                                                 {"name": "secret", "hidden": True}]}}
+    monkeypatch.setattr(client, "get", lambda path, **kw: answers[path])
+    monkeypatch.delenv("SLURM_CLUSTERS", raising=False)
+    for argv, shown in ((["-h", "-o", "%i"], ["1"]), (["-a", "-h", "-o", "%i"], ["1", "2"]),
+                        (["-h", "-p", "secret,open", "-o", "%i"], ["1", "2"]),
+                        (["-h", "-j", "1,2", "-o", "%i"], ["1", "2"]),
+                        (["-a", "--hide", "-h", "-o", "%i"], ["1"])):
+        assert squeue.main(argv) == 0
+        assert sorted(capsys.readouterr().out.split()) == shown, argv

@@ -259,6 +259,7 @@ COLUMNS: dict[str, Column] = {
     "T": _C("STATE", lambda g, w: _state_text(g, True), True),
     "u": _C("USER", lambda g, w: _reason_user(_first(g), False), True),
     "U": _C("USER", lambda g, w: _reason_user(_first(g), True), True),
+    "v": _C("VERSION", lambda g, w: "22.05.8" if _first(g).get("registered") else "N/A", True),
     "V": _C("CLUSTER", lambda g, w: "N/A", False),
     "w": _C("WEIGHT", lambda g, w: str(_first(g).get("weight", 1)), True),
     "X": _C("SOCKETS", lambda g, w: str(_first(g).get("sockets", 1)), True),
@@ -273,9 +274,8 @@ COLUMNS.update({
     "gresused": _C("GRES_USED", lambda g, w: _gres_used(_first(g)), True),
     "allocmem": _C("ALLOCMEM", lambda g, w: str(_first(g).get("alloc_mem") or 0), True),
     "statecomplete": _C("STATECOMPLETE", lambda g, w: _state_complete(g), True),
-    "version": _C("VERSION", lambda g, w: "22.05.8" if _first(g).get("registered") else "N/A",
-                  True),
     "comment": _C("COMMENT", lambda g, w: None, False),
+    "reservation": _C("RESERVATION", lambda g, w: None, False),
     "extra": _C("EXTRA", lambda g, w: None, False),
 })
 
@@ -288,9 +288,10 @@ LONG_FIELDS: dict[str, str] = {
     "partitionname": "R", "preemptmode": "M", "priorityjobfactor": "I", "prioritytier": "p",
     "reason": "E", "root": "r", "size": "s", "socketcorethread": "z", "sockets": "X",
     "statecompact": "t", "statelong": "T", "threads": "Z", "time": "l", "timestamp": "H",
-    "user": "u", "userlong": "U", "weight": "w",
+    "user": "u", "userlong": "U", "version": "v", "weight": "w",
 }
 LONG_FIELDS.update({name: name for name in COLUMNS if len(name) > 1})
+LONG_FIELDS["share"] = "h"  # Slurm's older name of oversubscribe
 # Slurm -O names Corral does not print (it refuses them rather than print something wrong).
 UNSUPPORTED_LONG = {"all", "port"}
 
@@ -587,7 +588,8 @@ def parse_args(argv: Sequence[str]) -> Options | int:
             if name.strip().lower() in UNSUPPORTED_LONG:
                 sys.stderr.write(f"sinfo: error: -O {name} is not supported by Corral\n")
                 return 1
-            sys.stderr.write(f"Invalid node format specification: {name}\n")
+            # Slurm's own wording for -O (its -o error says "node")
+            sys.stderr.write(f"sinfo: error: Invalid job format specification: {name}\n")
     else:
         o.spec = fmt_text if fmt_text is not None else default_format(
             o.long_listing, o.node_oriented, o.summarize, o.reasons)

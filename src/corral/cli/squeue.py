@@ -807,9 +807,11 @@ def check_clusters(prog: str, names: str | None, from_env: bool) -> str | None:
 
 
 class Query:
-    __slots__ = ("params", "states", "no_users", "clusters", "clusters_env")
+    __slots__ = ("params", "states", "no_users", "clusters", "clusters_env", "show_hidden")
 
     def __init__(self) -> None:
+        # Jobs in Hidden partitions are listed with -a, or when named by -p or -j.
+        self.show_hidden = False
         self.clusters: str | None = os.environ.get("SLURM_CLUSTERS") or None
         self.clusters_env = self.clusters is not None  # named by SLURM_CLUSTERS, not -M
         self.params: dict[str, str] = {}
@@ -888,6 +890,10 @@ def parse_args(argv: Sequence[str]) -> tuple[Options, Query] | int:
                 if not val.isdigit() or int(val) <= 0:
                     sys.stderr.write(f"squeue: error: --iterate={val}\n\n")
                     return 1
+            elif opt in ("-a", "--all"):
+                q.show_hidden = True
+            elif opt == "--hide":
+                q.show_hidden = False
             elif opt in ("-M", "--clusters", "--cluster"):
                 q.clusters, q.clusters_env = val, False
             elif opt in ("--json", "--yaml", "-A", "--account", "-q", "--qos", "-R",
@@ -895,11 +901,13 @@ def parse_args(argv: Sequence[str]) -> tuple[Options, Query] | int:
                 # filters Corral cannot apply yet: refuse rather than list every job
                 sys.stderr.write(f"squeue: error: {opt} is not supported by Corral\n")
                 return 1
-            # -v, -a, --hide, --local, -M… are accepted and change nothing here.
+            # -v, --local, --federation… are accepted and change nothing here.
     except _Exit as e:
         return e.code
     if start and not states_given:
         q.states = ["PENDING"]
+    if "partitions" in q.params or "ids" in q.params:
+        q.show_hidden = True
     if long_text is not None:
         fmt = parse_long(long_text, LONG_FIELDS)
         letters = {name: LONG_FIELDS[name][0] for name in LONG_FIELDS}
@@ -1035,6 +1043,11 @@ def _main(argv: list[str]) -> int:
     now = float(answer.get("now") or time.time())
     # Every -u name was invalid: Slurm matches nothing but still prints the header.
     jobs = [] if q.no_users else select_states(answer.get("jobs", []), q.states)
+    if jobs and not q.show_hidden:
+        hidden = {p["name"] for p in client.get("/v1/partitions").get("partitions", [])
+                  if p.get("hidden")}
+        if hidden:
+            jobs = [j for j in jobs if j.get("partition") not in hidden]
     if "_cluster" in params["fields"].split(",") and jobs:  # -O cluster
         name = client.get("/v1/config").get("cluster_name")
         for j in jobs:
