@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from corral.cli import fmt, sacct, scontrol, squeue
-from corral.model.timefmt import TimeFormatError, format_timestamp, parse_begin, time_format_error
+from corral.model.timefmt import format_timestamp, time_format_error
+from corral.model.timeparse import TimeParseError, parse_time
 
 
 @pytest.fixture(autouse=True)
@@ -96,7 +97,7 @@ def test_commands_follow_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "Reason=r [root@Ystday 08:00]" in scontrol.format_node(node, now=NOW)
 
 
-# ---- parse_begin: Slurm's parse_time forms (--begin, scontrol update StartTime=) ---------
+# ---- Slurm's parse_time forms (--begin, scontrol update StartTime=), model/timeparse -----
 
 @pytest.mark.parametrize(("text", "when"), [
     ("now", "2026-11-25 12:00:00"),
@@ -138,7 +139,7 @@ def test_commands_follow_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     ("uts1800000000", "2027-01-15 08:00:00"),
 ])
 def test_parse_begin_forms(text: str, when: str) -> None:
-    assert parse_begin(text, NOW) == at(when), text
+    assert parse_time(text, NOW) == at(when), text
 
 
 @pytest.mark.parametrize("text", [
@@ -146,5 +147,5 @@ def test_parse_begin_forms(text: str, when: str) -> None:
     "13/01", "12/32", "12/24/2026", "2026-13-01", "Tomorrow", "uts12", "16", "noonish",
 ])
 def test_parse_begin_refusals(text: str) -> None:
-    with pytest.raises(TimeFormatError):
-        parse_begin(text, NOW)
+    with pytest.raises(TimeParseError):
+        parse_time(text, NOW)

@@ -156,72 +156,6 @@ def help_fields() -> str:
 # time options (-S/-E)
 # ---------------------------------------------------------------------------
 
-class TimeSpecError(ValueError):
-    pass
-
-
-_UNITS = {"": 1, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
-          "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
-          "h": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400, "days": 86400,
-          "w": 604800, "week": 604800, "weeks": 604800}
-_NAMED = {"midnight": 0, "noon": 12 * 3600, "elevenses": 11 * 3600, "fika": 15 * 3600,
-          "teatime": 16 * 3600}
-_CLOCK = r"(\d{1,2}):(\d{2})(?::(\d{2}))?"
-
-
-def parse_time(text: str, now: float) -> float:
-    """A -S/-E value in Slurm's formats (times of day refer to today, never tomorrow).
-
-    now[{+|-}N[seconds|minutes|hours|days|weeks]], today, tomorrow, midnight, noon…,
-    HH:MM[:SS] [AM|PM], MMDD[YY], MM/DD[/YY], MM.DD[.YY], MM/DD[/YY]-HH:MM[:SS],
-    YYYY-MM-DD[THH:MM[:SS]].
-    """
-    t = text.strip().lower()
-    m = re.fullmatch(r"now(?:([+-])(\d+)([a-z]*))?", t)
-    if m:
-        if m.group(1) is None:
-            return now
-        if m.group(3) not in _UNITS:
-            raise TimeSpecError(text)
-        delta = int(m.group(2)) * _UNITS[m.group(3)]
-        return now + delta if m.group(1) == "+" else now - delta
-    lt = time.localtime(now)
-
-    def at(year: int, mon: int, day: int, hh: int = 0, mi: int = 0, ss: int = 0) -> float:
-        if not (1 <= mon <= 12 and 1 <= day <= 31 and hh <= 23 and mi <= 59 and ss <= 59):
-            raise TimeSpecError(text)
-        return time.mktime((year, mon, day, hh, mi, ss, 0, 0, -1))
-
-    if t == "today":
-        return at(lt.tm_year, lt.tm_mon, lt.tm_mday)
-    if t == "tomorrow":
-        return at(lt.tm_year, lt.tm_mon, lt.tm_mday) + 86400
-    if t in _NAMED:
-        return at(lt.tm_year, lt.tm_mon, lt.tm_mday) + _NAMED[t]
-    m = re.fullmatch(_CLOCK + r"\s*(am|pm)?", t)
-    if m:
-        hh = int(m.group(1))
-        if m.group(4):
-            if not 1 <= hh <= 12:
-                raise TimeSpecError(text)
-            hh = hh % 12 + (12 if m.group(4) == "pm" else 0)
-        return at(lt.tm_year, lt.tm_mon, lt.tm_mday, hh, int(m.group(2)), int(m.group(3) or 0))
-    m = re.fullmatch(r"(\d{4})-(\d{1,2})-(\d{1,2})(?:t" + _CLOCK + ")?", t)
-    if m:
-        return at(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4) or 0),
-                  int(m.group(5) or 0), int(m.group(6) or 0))
-    m = re.fullmatch(r"(\d{2})(\d{2})(\d{2})?", t) or \
-        re.fullmatch(r"(\d{1,2})[/.](\d{1,2})(?:[/.](\d{2}|\d{4}))?(?:-" + _CLOCK + ")?", t)
-    if m:
-        year = int(m.group(3)) if m.group(3) else lt.tm_year
-        if year < 100:
-            year += 2000
-        groups = m.groups() + (None, None, None)
-        return at(year, int(m.group(1)), int(m.group(2)), int(groups[3] or 0),
-                  int(groups[4] or 0), int(groups[5] or 0))
-    raise TimeSpecError(text)
-
-
 def midnight(now: float) -> float:
     lt = time.localtime(now)
     return time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, 0, 0, 0, 0, 0, -1))
@@ -789,11 +723,13 @@ def _main(argv: list[str]) -> int:
             elif opt in ("-s", "--state"):
                 sel.states = (sel.states or frozenset()) | parse_states(val)
             elif opt in ("-S", "--starttime", "-E", "--endtime"):
+                from corral.model.timeparse import TimeParseError, parse_time
+
                 try:
-                    stamp = parse_time(val, now)
-                except TimeSpecError:
-                    sys.stderr.write(f"sacct: error: Invalid time specification (pos=0): "
-                                     f"{val}\n")
+                    stamp = parse_time(val, now, past=True)
+                except TimeParseError as e:
+                    msg = e.message or f"Invalid time specification (pos=0): {val}"
+                    sys.stderr.write(f"sacct: error: {msg}\n")
                     return 1
                 if opt in ("-S", "--starttime"):
                     start = stamp

@@ -699,12 +699,12 @@ def parse_update_job(args: list[str], now: float | None = None) -> tuple[list[st
                     raise UsageError(f"Invalid Priority value: {value}\nRequest aborted")
                 body[api_key] = int(value)
             elif api_key == "StartTime":
-                from corral.model.timefmt import TimeFormatError, parse_begin
+                from corral.model.timeparse import TimeParseError, parse_time
 
                 try:
-                    body[api_key] = int(parse_begin(value, time.time() if now is None else now))
-                except TimeFormatError:
-                    raise UsageError(f"Invalid time specification (pos=0): {value}\n"
+                    body[api_key] = parse_time(value, time.time() if now is None else now)
+                except TimeParseError as e:
+                    raise UsageError(f"{e.message or 'Invalid time specification'}\n"
                                      "Request aborted") from None
             else:
                 body[api_key] = value

@@ -3,7 +3,7 @@
 
 Forms, combined freely in one string (separated by blanks, "-" or "T"):
 
-* `today`, `tomorrow`; `midnight`, `noon`, `fika` (15:00), `teatime` (16:00)
+* `today`, `tomorrow`; `midnight`, `noon`, `elevenses` (11:00), `fika` (15:00), `teatime` (16:00)
 * `HH:MM[:SS] [AM|PM]`
 * `MMDD[YY]`, `MM/DD[/YY]`, `MM.DD[.YY]`, `YYYY-MM-DD`
 * so `MM/DD[/YY]-HH:MM[:SS]`, `HH:MM MM/DD/YY`, `YYYY-MM-DD[THH:MM[:SS]]`
@@ -25,7 +25,7 @@ import time as _time
 _UNITS = (("seconds", 1), ("second", 1), ("minutes", 60), ("minute", 60),
           ("hours", 3600), ("hour", 3600), ("days", 86400), ("day", 86400),
           ("weeks", 604800), ("week", 604800))
-_NAMED = (("midnight", 0), ("noon", 12), ("fika", 15), ("teatime", 16))
+_NAMED = (("midnight", 0), ("noon", 12), ("elevenses", 11), ("fika", 15), ("teatime", 16))
 
 
 class TimeParseError(ValueError):
