@@ -358,3 +358,16 @@ def test_controller_log_has_one_line_per_job_and_node_event(
         "node n2 resumed",
         "node n1 not responding",
     ]
+
+
+def test_state_machine_refuses_impossible_transitions(h: Harness) -> None:
+    from corral.controller.jobs import TransitionError
+
+    a = h.submit()
+    h.tick()
+    h.end(a)
+    job = h.job(a)
+    for bad in (JobState.RUNNING, JobState.COMPLETING, JobState.SUSPENDED):
+        with pytest.raises(TransitionError):
+            h.ctl.set_state(job, bad, h.clock())
+    assert job.state == JobState.COMPLETED and a not in h.ctl.running
