@@ -371,3 +371,17 @@ def test_state_machine_refuses_impossible_transitions(h: Harness) -> None:
         with pytest.raises(TransitionError):
             h.ctl.set_state(job, bad, h.clock())
     assert job.state == JobState.COMPLETED and a not in h.ctl.running
+
+
+def test_job_id_ranges_select_tasks_without_enumerating(h: Harness) -> None:
+    from corral.controller.base import task_ranges
+
+    assert task_ranges("1-5,7,10-20:5", 1001) == [(1, 5, 1), (7, 7, 1), (10, 20, 5)]
+    for bad in ("", "5-1", "1-2000", "x", "1-3:0", "1-", "-3", "0-2147483646"):
+        with pytest.raises(SlurmError):
+            task_ranges(bad, 1001)
+    arr = h.submit(array="0-9", held="user")
+    picked = h.call(h.ctl.find_jobs, f"{arr}_[0-8:4]", split=True)
+    assert sorted(j.array_task_id for j in picked) == [0, 4, 8]  # type: ignore[type-var]
+    assert h.job(arr).array_tasks == [1, 2, 3, 5, 6, 7, 9]
+    assert [j.job_id for j in h.ctl.find_jobs(f"{arr}_[0-1000]")] != []
