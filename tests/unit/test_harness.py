@@ -385,3 +385,32 @@ def test_job_id_ranges_select_tasks_without_enumerating(h: Harness) -> None:
     assert sorted(j.array_task_id for j in picked) == [0, 4, 8]  # type: ignore[type-var]
     assert h.job(arr).array_tasks == [1, 2, 3, 5, 6, 7, 9]
     assert [j.job_id for j in h.ctl.find_jobs(f"{arr}_[0-1000]")] != []
+
+
+def test_one_job_spec_field_list() -> None:
+    from dataclasses import fields
+
+    from corral.model.job import Job
+    from corral.model.jobspec import FIELD_NAMES, JobSpecError, validate_spec
+
+    assert FIELD_NAMES <= {f.name for f in fields(Job)}  # every field is a job attribute
+    assert validate_spec({"name": "x", "num_nodes": 2.0, "req_nodes": "n[1-2]", "held": None,
+                          "nice": -5, "time_limit": -1}) == \
+        {"name": "x", "num_nodes": 2, "req_nodes": ["n1", "n2"], "nice": -5, "time_limit": -1}
+    for bad in ({"bogus": 1}, {"num_nodes": "2"}, {"num_nodes": True}, {"cpus_per_task": -1},
+                {"held": "maybe"}, {"req_nodes": "n[1-"}, {"comment": 5}):
+        with pytest.raises(JobSpecError) as e:
+            validate_spec(bad)
+        assert not e.value.too_long
+    with pytest.raises(JobSpecError) as e:
+        validate_spec({"comment": "c" * 1025})
+    assert e.value.too_long
+    validate_spec({"comment": "c" * 1024, "work_dir": "/" + "d" * 4000})
+
+
+def test_too_long_fields_refused_as_slurm_does(h: Harness) -> None:
+    for spec in ({"name": "n" * 10_000}, {"comment": "c" * 10_000}, {"stdout": "/" + "o" * 5000}):
+        with pytest.raises(SlurmError) as e:
+            h.submit(**spec)
+        assert e.value.errno == ESLURM_PATHNAME_TOO_LONG
+    assert h.ctl.jobs == {}
