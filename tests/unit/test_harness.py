@@ -414,3 +414,13 @@ def test_too_long_fields_refused_as_slurm_does(h: Harness) -> None:
             h.submit(**spec)
         assert e.value.errno == ESLURM_PATHNAME_TOO_LONG
     assert h.ctl.jobs == {}
+
+
+def test_config_names_settings_not_acted_on() -> None:
+    from corral.model.config import parse_config
+
+    assert parse_config(CONF).inert_settings() == []
+    cfg = parse_config(CONF.replace("Default=YES", "Default=YES AllowGroups=wheel")
+                       + "Prolog=/etc/prolog\nHealthCheckProgram=/bin/true\n")
+    assert cfg.inert_settings() == ["Prolog", "HealthCheckProgram",
+                                    "PartitionName=debug AllowGroups"]
