@@ -205,5 +205,10 @@ def test_index_lookup_matches_records_and_gone_jobs() -> None:
     assert sorted(idx.lookup(3, None)) == [("COMPLETED", 0, 5.0), ("COMPLETED", 0, 6.0)]
     assert idx.lookup(3, 1) == [("COMPLETED", 0, 6.0)]
     assert idx.lookup(77, None) == [] and gone.knows(77) and not gone.knows(78)
+    # array 5: task 1 in memory, task 0 gone from memory: both count
+    gone.add(GoneRecord(4_000, 5, 0, "FAILED", 1, 1.0))
+    assert sorted(idx.lookup(5, None)) == [("COMPLETED", 2, None), ("FAILED", 1, 1.0),
+                                           ("PENDING", 0, None)]
+    assert idx.lookup(5, 0) == [("FAILED", 1, 1.0)]
     assert idx.singleton_blocked(jobs[4])  # "s" runs as job 8
     assert not idx.singleton_blocked(jobs[0])

@@ -358,3 +358,69 @@ def test_controller_log_has_one_line_per_job_and_node_event(
         "node n2 resumed",
         "node n1 not responding",
     ]
+
+
+def test_state_machine_refuses_impossible_transitions(h: Harness) -> None:
+    from corral.controller.jobs import TransitionError
+
+    a = h.submit()
+    h.tick()
+    h.end(a)
+    job = h.job(a)
+    for bad in (JobState.RUNNING, JobState.COMPLETING, JobState.SUSPENDED):
+        with pytest.raises(TransitionError):
+            h.ctl.set_state(job, bad, h.clock())
+    assert job.state == JobState.COMPLETED and a not in h.ctl.running
+
+
+def test_job_id_ranges_select_tasks_without_enumerating(h: Harness) -> None:
+    from corral.controller.base import task_ranges
+
+    assert task_ranges("1-5,7,10-20:5", 1001) == [(1, 5, 1), (7, 7, 1), (10, 20, 5)]
+    for bad in ("", "5-1", "1-2000", "x", "1-3:0", "1-", "-3", "0-2147483646"):
+        with pytest.raises(SlurmError):
+            task_ranges(bad, 1001)
+    arr = h.submit(array="0-9", held="user")
+    picked = h.call(h.ctl.find_jobs, f"{arr}_[0-8:4]", split=True)
+    assert sorted(j.array_task_id for j in picked) == [0, 4, 8]  # type: ignore[type-var]
+    assert h.job(arr).array_tasks == [1, 2, 3, 5, 6, 7, 9]
+    assert [j.job_id for j in h.ctl.find_jobs(f"{arr}_[0-1000]")] != []
+
+
+def test_one_job_spec_field_list() -> None:
+    from dataclasses import fields
+
+    from corral.model.job import Job
+    from corral.model.jobspec import FIELD_NAMES, JobSpecError, validate_spec
+
+    assert FIELD_NAMES <= {f.name for f in fields(Job)}  # every field is a job attribute
+    assert validate_spec({"name": "x", "num_nodes": 2.0, "req_nodes": "n[1-2]", "held": None,
+                          "nice": -5, "time_limit": -1}) == \
+        {"name": "x", "num_nodes": 2, "req_nodes": ["n1", "n2"], "nice": -5, "time_limit": -1}
+    for bad in ({"bogus": 1}, {"num_nodes": "2"}, {"num_nodes": True}, {"cpus_per_task": -1},
+                {"held": "maybe"}, {"req_nodes": "n[1-"}, {"comment": 5}):
+        with pytest.raises(JobSpecError) as e:
+            validate_spec(bad)
+        assert not e.value.too_long
+    with pytest.raises(JobSpecError) as e:
+        validate_spec({"comment": "c" * 1025})
+    assert e.value.too_long
+    validate_spec({"comment": "c" * 1024, "work_dir": "/" + "d" * 4000})
+
+
+def test_too_long_fields_refused_as_slurm_does(h: Harness) -> None:
+    for spec in ({"name": "n" * 10_000}, {"comment": "c" * 10_000}, {"stdout": "/" + "o" * 5000}):
+        with pytest.raises(SlurmError) as e:
+            h.submit(**spec)
+        assert e.value.errno == ESLURM_PATHNAME_TOO_LONG
+    assert h.ctl.jobs == {}
+
+
+def test_config_names_settings_not_acted_on() -> None:
+    from corral.model.config import parse_config
+
+    assert parse_config(CONF).inert_settings() == []
+    cfg = parse_config(CONF.replace("Default=YES", "Default=YES AllowGroups=wheel")
+                       + "Prolog=/etc/prolog\nHealthCheckProgram=/bin/true\n")
+    assert cfg.inert_settings() == ["Prolog", "HealthCheckProgram",
+                                    "PartitionName=debug AllowGroups"]

@@ -19,7 +19,6 @@ from corral.controller.cluster import NOT_RESPONDING_REASON, Cluster, NodeEvent,
 from corral.controller.errors import SlurmError, access_denied, invalid_job
 from corral.controller.jobs import JobEvent, JobEventKind, JobTable
 from corral.controller.persist import GroupCommitWriter
-from corral.model.arrays import ArraySpecError, parse_array_spec
 from corral.model.config import ClusterConfig
 from corral.model.job import Job, JobState
 from corral.model.jobspec import DEFAULT_MAX_SCRIPT_SIZE, max_script_size
@@ -284,28 +283,29 @@ class ControllerBase:
             if not head.isdigit():
                 raise invalid_job()
             arr = int(head)
-            tail = tail.strip("[]")
-            try:
-                wanted = set(parse_array_spec(tail, max(self.max_array_size, 1))[0])
-            except ArraySpecError:
-                raise invalid_job() from None
+            ranges = task_ranges(tail.strip("[]"), max(self.max_array_size, 1))
+
+            def wanted(t: int | None) -> bool:
+                return t is not None and any(lo <= t <= hi and (t - lo) % step == 0
+                                             for lo, hi, step in ranges)
+
             out = []
             now = self.clock()
             for j in list(self.jobs.values()):
                 if j.array_job_id != arr:
                     continue
                 if j.array_tasks is not None:
-                    named = wanted.intersection(j.array_tasks)
+                    named = [t for t in j.array_tasks if wanted(t)]
                     if not named:
                         continue
                     if split and j.state == JobState.PENDING:
-                        if named == set(j.array_tasks):
+                        if len(named) == len(j.array_tasks):
                             out.append(j)  # every task left: act on the array record itself
                         else:
-                            out.extend(self.split_array_task(j, now, t) for t in sorted(named))
+                            out.extend(self.split_array_task(j, now, t) for t in named)
                     else:
                         out.append(j)
-                elif j.array_task_id in wanted:
+                elif wanted(j.array_task_id):
                     out.append(j)
             return out
         if not spec.isdigit():
@@ -337,6 +337,26 @@ class ControllerBase:
         self.table.load(task)  # a record split off, not a new submission: no event
         self.mark(meta)
         return task
+
+
+def task_ranges(text: str, max_size: int) -> list[tuple[int, int, int]]:
+    """"1-5,7,10-20:2" as (first, last, step) ranges, every task below MaxArraySize, checked
+    before anything is enumerated (a range up to 2^31 costs nothing); else invalid_job()."""
+    out: list[tuple[int, int, int]] = []
+    if not text or len(text) > 4096:
+        raise invalid_job()
+    for part in text.split(","):
+        lo_s, dash, rest = part.strip().partition("-")
+        hi_s, colon, step_s = rest.partition(":")
+        if not lo_s.isdigit() or (dash and not hi_s.isdigit()) or (colon and not step_s.isdigit()):
+            raise invalid_job()
+        lo = int(lo_s)
+        hi = int(hi_s) if rest else lo
+        step = int(step_s) if step_s else 1
+        if hi < lo or step < 1 or hi >= max_size:
+            raise invalid_job()
+        out.append((lo, hi, step))
+    return out
 
 
 __all__ = ["ControllerBase", "Identity", "SlurmError", "user_name", "group_name"]

@@ -77,9 +77,10 @@ class JobTable:
             self.running[job.job_id] = job
 
     def forget(self, job_id: int) -> None:
-        job = self.jobs.pop(job_id, None)
-        if job is not None and not job.state.finished:  # never: only finished jobs expire
-            self.jobs[job_id] = job
+        """Drop a finished job from memory (the store keeps it for sacct)."""
+        job = self.jobs.get(job_id)
+        if job is not None and job.state.finished:
+            del self.jobs[job_id]
 
     def transition(self, job: Job, new: JobState, now: float,
                    kind: JobEventKind | None = None) -> JobEvent:

@@ -50,6 +50,8 @@ GLOBAL_DEFAULTS: dict[str, str] = {
     "TaskPlugin": "task/cgroup,task/affinity",
     "MpiDefault": "none",
 }
+# Keys accepted (and shown by `scontrol show config`) that Corral does not act on yet.
+NOT_ACTED_ON = ("Prolog", "Epilog", "HealthCheckProgram", "HealthCheckInterval")
 # Keys Corral reads that have no default shown by `scontrol show config` when unset.
 OPTIONAL_KEYS = {"SchedulerParameters"}
 # Keys accepted from real slurm.conf files that Corral has no use for; quietly ignored.
@@ -82,6 +84,19 @@ class ClusterConfig:
         v = self.options.get(key, GLOBAL_DEFAULTS.get(key, "0"))
         # Slurm's syntax: a bare number is minutes (PriorityMaxAge=1440 is one day)
         return max(0, parse_time_limit(v))
+
+    def inert_settings(self) -> list[str]:
+        """The settings this configuration makes that Corral accepts but does not act on
+        (for `corral up` to name in one line): nothing may look in effect that is not."""
+        out = [k for k in NOT_ACTED_ON
+               if self.options.get(k, GLOBAL_DEFAULTS.get(k, "")) not in ("", "0",
+                                                                          GLOBAL_DEFAULTS.get(k))]
+        for p in self.partitions:
+            if p.allow_groups.upper() != "ALL":
+                out.append(f"PartitionName={p.name} AllowGroups")
+            if p.allow_accounts.upper() != "ALL":
+                out.append(f"PartitionName={p.name} AllowAccounts")
+        return out
 
     def default_partition(self) -> Partition | None:
         for p in self.partitions:

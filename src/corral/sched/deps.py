@@ -335,6 +335,9 @@ class GoneJobs:
         return job_id in self.by_id or job_id in self.by_array or job_id in self.missing
 
     def lookup(self, job_id: int, task_id: int | None) -> list[tuple[str, int, float | None]]:
+        return [(r.state, r.exit_code, r.start_time) for r in self.records(job_id, task_id)]
+
+    def records(self, job_id: int, task_id: int | None) -> list[GoneRecord]:
         recs: list[GoneRecord] = []
         members = self.by_array.get(job_id, {})
         if task_id is None:
@@ -344,7 +347,7 @@ class GoneJobs:
             recs.extend(r for r in members.values() if r.job_id != job_id)
         else:
             recs.extend(r for r in members.values() if r.array_task_id == task_id)
-        return [(r.state, r.exit_code, r.start_time) for r in recs]
+        return recs
 
     def __len__(self) -> int:
         return len(self.by_id)
@@ -387,9 +390,13 @@ class DepIndex:
                     k = bisect_left(tasks, task_id)
                     if k < len(tasks) and tasks[k] == task_id:
                         js.append(j)
-        if not js and self.gone is not None:
-            return self.gone.lookup(job_id, task_id)
-        return [(j.state.value, j.exit_code, j.start_time) for j in js]
+        out = [(j.state.value, j.exit_code, j.start_time) for j in js]
+        if self.gone is not None:
+            # an array some of whose tasks already left memory: both halves count
+            by_id = self.by_id
+            out.extend((r.state, r.exit_code, r.start_time)
+                       for r in self.gone.records(job_id, task_id) if r.job_id not in by_id)
+        return out
 
     def singleton_blocked(self, job: DepJob) -> bool:
         """Another job of this user with this name runs, or waits ahead of it."""
