@@ -546,6 +546,8 @@ class TaskManager:
                 if isinstance(err, OSError):
                     raise _TaskFailure(f"slurmstepd: error: Could not open {name} file {path}: "
                                        f"{_strerror(err.errno or 0)}\n", 1)
+            if spec.argv is not None:  # --multi-prog: each task its own program
+                argv = spec.argv
             if not argv:
                 raise _TaskFailure("slurmstepd: error: execve(): : No such file or directory\n",
                                    errno.ENOENT)
