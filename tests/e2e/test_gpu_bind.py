@@ -53,7 +53,7 @@ def test_gpus_per_task_inside_a_batch_job(cluster: Cluster) -> None:
     ("map_gpu:3,1", ["3", "1", "3", "1"]),
     ("mask_gpu:0x3,0xc", ["0,1", "2,3", "0,1", "2,3"]),
     ("single:2", ["0", "0", "1", "1"]),
-    ("per_task:2", ["0,1", "2,3", "0,1", "2,3"]),
+    ("per_task:2", ["0,1", "2,3", "0", "0"]),  # past the GPUs: the first, as slurmstepd
     ("none", ["0,1,2,3"] * 4),
     ("closest", ["0,1,2,3"] * 4),
 ])
@@ -76,7 +76,8 @@ def test_gpu_bind_verbose_and_invalid(cluster: Cluster) -> None:
         "gpu-bind: usable_gres=0x2; bit_alloc=0x3; local_inx=0; global_list=1; local_list=1",
     ]
     r = cluster.run("srun", "--gpu-bind=sideways", "true")
-    assert (r.returncode, r.stderr) == (1, "srun: error: Invalid --gpu-bind argument: sideways\n")
+    assert (r.returncode, r.stderr) == (1, "srun: error: Invalid --gpu-bind argument: "
+                                           "gpu:sideways\n")
 
 
 def test_srun_task_runs_in_its_jobs_cgroup(cluster: Cluster) -> None:

@@ -141,3 +141,101 @@ def test_srun_pty_gives_a_real_terminal(cluster: Cluster) -> None:
         except (ProcessLookupError, ChildProcessError):
             pass
         os.close(fd)
+
+
+def _on_a_terminal(cluster: Cluster, argv: list[str], timeout: float = 30) -> tuple[int, str]:
+    """Run srun on a pseudo-terminal to its end: (exit status, what the terminal showed)."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(cluster.workdir)
+        os.execvpe("srun", ["srun", *argv], cluster.env)
+    out = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([fd], [], [], 0.2)
+            if r:
+                try:
+                    out += os.read(fd, 4096)
+                except OSError:
+                    pass
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+        raise AssertionError(f"srun did not end: {out!r}")
+    finally:
+        try:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(fd)
+
+
+def test_pty_in_a_multi_node_step_connects_only_task_0(cluster: Cluster) -> None:
+    # srun(1): --pty sends the output of every task but task 0 to /dev/null
+    rc, text = _on_a_terminal(cluster, ["-N2", "--pty", "bash", "-c",
+                                        "echo rank$SLURM_PROCID; tty -s && echo tty; true"])
+    assert rc == 0, text
+    assert "rank0" in text and "tty" in text and "rank1" not in text, text
+
+
+def test_multi_prog_runs_each_ranks_program(cluster: Cluster) -> None:
+    conf = cluster.workdir / "multi.conf"
+    conf.write_text("# rank  program\n"
+                    "0      echo first %t %o\n"
+                    "1-2    echo range %t %o\n"
+                    "3      sh -c 'echo quoted $SLURM_PROCID'\n")
+    r = cluster.run("srun", "-l", "--multi-prog", "multi.conf", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["0: first 0 0", "1: range 1 0", "2: range 2 1",
+                                             "3: quoted 3"]
+    conf.write_text("0 echo a\n0 echo b\n")
+    r = cluster.run("srun", "--multi-prog", "multi.conf")
+    assert (r.returncode, r.stderr) == (1, "srun: error: Duplicate record for task 0\n"
+                                           "srun: error: Line 2 of configuration file "
+                                           "multi.conf invalid\n")
+    r = cluster.run("srun", "-n3", "--multi-prog", "multi.conf")
+    assert r.returncode == 1
+    r = cluster.run("srun", "--multi-prog", "absent.conf")
+    assert (r.returncode, r.stderr) == (1, "srun: error: Unable to open configuration file "
+                                           "absent.conf\n")
+
+
+def test_verbose_prints_the_job_and_launch_lines(cluster: Cluster) -> None:
+    r = cluster.run("srun", "-v", "-N2", "-n3", "true", timeout=60)
+    assert r.returncode == 0, r.stderr
+    job = re.search(r"^srun: jobid (\d+): nodes\(2\):`node-\[1-2\]', cpu counts: \S+$",
+                    r.stderr, re.M)
+    assert job, r.stderr
+    jid = job.group(1)
+    assert f"srun: launching StepId={jid}.0 on host node-1, 2 tasks: [0-1]" in r.stderr
+    assert f"srun: launching StepId={jid}.0 on host node-2, 1 tasks: 2" in r.stderr
+    assert "srun: launch/slurm: _task_finish: node-2: task 2: Completed" in r.stderr
+    assert (f"srun: launch/slurm: _task_finish: Received task exit notification for 1 task "
+            f"of StepId={jid}.0 (status=0x0000).") in r.stderr
+    # inside an allocation: the allocation's line from the environment
+    out = cluster.workdir / "v.out"
+    jid2 = cluster.sbatch("-N1", "-n2", "-o", str(out), "--wrap", "srun -v true")
+    assert cluster.wait_state(jid2, "COMPLETED", 60) == "COMPLETED"
+    assert f"srun: jobid {jid2}: nodes(1):`node-1', cpu counts: 2(x1)" in out.read_text()
+
+
+def test_task_environment_has_cpus_per_task_and_the_shells_umask(cluster: Cluster) -> None:
+    r = cluster.run("srun", "-c2", "bash", "-c", "echo $SLURM_CPUS_PER_TASK $SLURM_UMASK; umask",
+                    env={"SLURM_UMASK": ""}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    cpus, mask, real = r.stdout.split()
+    assert cpus == "2" and mask == f"{_umask():04o}" and real == mask
+    r = subprocess.run(["bash", "-c", "umask 0027; srun bash -c 'echo $SLURM_UMASK; umask'"],
+                       capture_output=True, text=True, env=cluster.env, cwd=cluster.workdir,
+                       timeout=60)
+    assert r.stdout.split() == ["0027", "0027"], r.stderr
+    r = cluster.run("srun", "bash", "-c", "echo ${SLURM_CPUS_PER_TASK-unset}", timeout=60)
+    assert r.stdout == "unset\n"
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

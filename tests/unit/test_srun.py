@@ -301,7 +301,7 @@ def test_io_options_and_export() -> None:
     step = req.step
     assert step["output"] == "out-%t.txt" and step["error"] == "/dev/null"
     assert step["stdin"] == "none" and step["kill_on_bad_exit"] and step["overlap"]
-    assert step["env"] == {"A": "1", "SLURM_JOB_ID": "7", "SLURM_X": "y"}
+    assert step["env"] == {"A": "1", "SLURM_JOB_ID": "7", "SLURM_X": "y", "SLURM_UMASK": "0022"}
 
 
 @pytest.mark.parametrize(("args", "code", "stderr"), [
@@ -634,3 +634,91 @@ def test_pty_raw_mode_window_size_and_restore(home: Path, controller: Any,
     assert {"icanon", "echo", "isig", "icrnl", "opost"} <= set(after.split())
     # the same settings as before srun, window size aside
     assert before.split("\n", 1)[1] == after.split("\n", 1)[1]
+
+
+# ---- --multi-prog, --gpu-bind ------------------------------------------------------------
+
+def test_multi_prog_file_sets_the_task_count_and_travels_in_the_step(tmp_path: Any) -> None:
+    conf = tmp_path / "m.conf"
+    conf.write_text("0-2 hostname\n3 echo %t\n")
+    req = srun.parse_srun(["--multi-prog", "m.conf", "extra"], {"PATH": "/bin"},
+                          str(tmp_path), 1000.0)
+    assert req.step["multi_prog"] == conf.read_text() and req.step["ntasks"] == 4
+    assert req.step["argv"] == ["m.conf", "extra"]
+    assert req.alloc is not None and req.alloc["num_tasks"] == 4
+
+
+@pytest.mark.parametrize(("text", "args", "lines"), [
+    ("0 a\n0 b\n", [], ["Duplicate record for task 0",
+                        "Line 2 of configuration file m.conf invalid"]),
+    ("0 a\n", ["-n2"], ["Configuration file m.conf invalid, no record for task id 1"]),
+    ("0-3 a\n", ["-n2"], ["Invalid task id, 3 >= ntasks",
+                          "Line 1 of configuration file m.conf invalid"]),
+    ("* a\n0 b\n", [], ["Task range specification with asterisk must be last",
+                        "Line 2 of configuration file m.conf invalid"]),
+    ("x1 a\n", [], ["Invalid task range specification (x1)",
+                    "Line 1 of configuration file m.conf invalid"]),
+    ("0\n", [], ["Line 1 of configuration file m.conf invalid"]),
+])
+def test_multi_prog_errors_are_srun_s(tmp_path: Any, text: str, args: list[str],
+                                      lines: list[str]) -> None:
+    (tmp_path / "m.conf").write_text(text)
+    with pytest.raises(CliExit) as info:
+        srun.parse_srun([*args, "--multi-prog", "m.conf"], {"PATH": "/bin"}, str(tmp_path),
+                        1000.0)
+    assert info.value.code == 1
+    assert info.value.stderr == "".join(f"srun: error: {line}\n" for line in lines)
+
+
+def test_multi_prog_argv_per_task() -> None:
+    from corral.model.jobenv import multi_prog_argv
+
+    text = "# c\n\n0,2 prog %t-%o 'a b' c\\ d\n1,3-4 other\n* rest %o\n"
+    assert multi_prog_argv(text, 0, ["x"]) == ["prog", "0-0", "a b", "c d", "x"]
+    assert multi_prog_argv(text, 2, []) == ["prog", "2-1", "a b", "c d"]
+    assert multi_prog_argv(text, 4, []) == ["other"]
+    assert multi_prog_argv(text, 7, []) == ["rest", "7"]
+    assert multi_prog_argv("0 a\n", 1, []) is None
+
+
+@pytest.mark.parametrize("value", ["closest", "none", "verbose,none", "map_gpu:0,1*2",
+                                   "mask_gpu:0x3,c", "per_task:2", "single:1", "closest:1",
+                                   "single:", "map_gpu:", "NONE", "Verbose,cl"])
+def test_gpu_bind_accepted(value: str) -> None:
+    req = parse([f"--gpu-bind={value}", "true"], {"SLURM_JOB_ID": "7"})
+    assert req.step["gpu_bind"] == value
+
+
+@pytest.mark.parametrize("value", ["", "bogus", "map_gpu:x", "map_gpu:0x3", "verbose,",
+                                   "verbose", "mask_gpu:0xg", "map_gpu:1*x"])
+def test_gpu_bind_refused(value: str) -> None:
+    # srun's check (tres_bind.c) and message
+    with pytest.raises(CliExit) as info:
+        parse([f"--gpu-bind={value}", "true"], {"SLURM_JOB_ID": "7"})
+    assert info.value.stderr == f"srun: error: Invalid --gpu-bind argument: gpu:{value}\n"
+
+
+def test_gpu_binding_per_task() -> None:
+    from corral.model.jobenv import bind_task_gpus
+
+    gpus = [4, 5, 6, 7]
+    # per_task: the i-th block; past the step's GPUs, its first (slurmstepd's fallback)
+    assert [bind_task_gpus("per_task", [1], i, gpus) for i in range(5)] == \
+        [[4], [5], [6], [7], [4]]
+    assert bind_task_gpus("per_task", [3], 1, gpus) == [7]
+    assert [bind_task_gpus("single", [2], i, gpus) for i in range(4)] == [[4], [4], [5], [5]]
+    assert bind_task_gpus("map_gpu", [9, 5], 0, gpus) == [4]  # not the step's: its first
+    assert bind_task_gpus("map_gpu", [9, 5], 1, gpus) == [5]
+    assert bind_task_gpus("mask_gpu", [0x30], 0, gpus) == [4, 5]
+    assert bind_task_gpus("closest", [], 0, gpus) == gpus
+    assert bind_task_gpus("none", [], 0, gpus) is None
+
+
+def test_gpu_bind_read_as_slurmstepd_reads_it() -> None:
+    from corral.model.jobenv import parse_gpu_bind
+
+    assert parse_gpu_bind("map_gpu:1*2,0") == (False, "map_gpu", [1, 1, 0])
+    assert parse_gpu_bind("mask_gpu:0x3,12") == (False, "mask_gpu", [3, 12])  # strtol base 0
+    assert parse_gpu_bind("verbose,single:0") == (True, "single", [1])
+    assert parse_gpu_bind("c")[1] == "none"  # srun accepts it; slurmstepd binds nothing
+    assert parse_gpu_bind("per_task:0")[1] == "none"

@@ -686,3 +686,35 @@ def test_paused_output_blocks_the_task_until_resumed() -> None:
     assert len(col.output(0)) == 2000000
     assert col.output(0, "stderr") == b"done\n"
     assert col.exits() == {0: (0, 0)}
+
+
+@pytest.mark.parametrize("with_setpriv", [True, False])
+def test_another_users_tasks_join_the_job_group(other_user: pwd.struct_passwd,
+                                                with_setpriv: bool) -> None:
+    # the gate works on both spawn paths (posix_spawn's fd 3, subprocess's pass_fds)
+    from corral.agent.cgroup import remove_cluster_groups
+
+    root = _cgroup_root()
+    cluster = f"ttasks{os.getpid()}u{int(with_setpriv)}"
+    ident: dict[str, Any] = {"uid": other_user.pw_uid, "gid": other_user.pw_gid,
+                             "user": other_user.pw_name}
+    try:
+        async def body(tm: TaskManager, col: Collector) -> None:
+            if not with_setpriv:
+                tm._setpriv = None
+            await tm.launch(launch_msg(["sh", "-c", "id -u; cat /proc/$$/cgroup"], 2,
+                                       step_id=5, **ident))
+            await tm.launch(launch_msg(["ls", "/proc/self/fd"], step_id=6, **ident))
+            await wait_idle(tm)
+
+        col = run(body, cgroup_root=root, cgroup_cluster=cluster)
+        for t in range(2):
+            lines = col.output(t, step_id=5).decode().splitlines()
+            assert lines[0] == str(other_user.pw_uid), lines
+            assert any(f"/corral/{cluster}/job_7/step_5" in ln for ln in lines), lines
+        if with_setpriv:  # the gate is not left open in the task (ls's directory is its fd 3)
+            fds = col.output(0, step_id=6).split()
+            assert b"3" in fds and not {b"4", b"5", b"6", b"7", b"8", b"9"} & set(fds), fds
+        assert col.exits(5) == {0: (0, 0), 1: (0, 0)}, col.messages
+    finally:
+        remove_cluster_groups(root, cluster)

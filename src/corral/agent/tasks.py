@@ -70,9 +70,12 @@ _UNSET: Any = object()
 # $0: env(1); $1: umask or ""; $2: working directory; $3: the gate's fd or ""; then
 # NAME=VALUE... CMD ARGS...  The gate holds the task until the agent has put it in its cgroup
 # and bound its CPUs (posix_spawn runs no code of ours in the child): one byte, then EOF.
+# dash names fds 0-9 only: on the setpriv-less subprocess path the gate keeps its own number
+# and is read through /proc (and stays open, an empty pipe, in that rare fallback).
 _WRAPPER = (
     'u=$1 d=$2 g=$3; shift 3; '
-    'if [ -n "$g" ]; then eval "read -r g <&$g; exec $g<&-" || exit 1; fi; '
+    'if [ -z "$g" ]; then :; elif [ "$g" -lt 10 ]; then eval "read -r g <&$g; exec $g<&-" '
+    '|| exit 1; else read -r g <"/proc/self/fd/$g" || exit 1; fi; '
     '[ -z "$u" ] || umask "$u"; '
     'if ! CDPATH= cd -- "$d" 2>/dev/null; then '
     'if [ ! -e "$d" ]; then e="No such file or directory"; '
@@ -546,6 +549,8 @@ class TaskManager:
                 if isinstance(err, OSError):
                     raise _TaskFailure(f"slurmstepd: error: Could not open {name} file {path}: "
                                        f"{_strerror(err.errno or 0)}\n", 1)
+            if spec.argv is not None:  # --multi-prog: each task its own program
+                argv = spec.argv
             if not argv:
                 raise _TaskFailure("slurmstepd: error: execve(): : No such file or directory\n",
                                    errno.ENOENT)
@@ -604,8 +609,12 @@ class TaskManager:
                 gate_r, gate_w = os.pipe()
                 child_fds.append(gate_r)
                 stdio.append(("fd", gate_r))
-                # posix_spawn puts it on fd 3; subprocess keeps its number (pass_fds)
-                gate = str(gate_r) if ident.switch and not ident.prefix else "3"
+                # posix_spawn puts it on fd 3; subprocess keeps its number (pass_fds), which
+                # the user reopens through /proc: the pipe must be the user's
+                gate = "3"
+                if ident.switch and not ident.prefix:
+                    gate = str(gate_r)
+                    os.fchown(gate_r, ident.uid, ident.gid)
             umask = _umask_of(env)
             pairs = [f"{k}={v}" for k, v in env.items()]
             cmd = [self._shell, "-c", _WRAPPER, self._env,

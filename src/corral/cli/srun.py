@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from corral.cli.ws import WebSocket
 
 PROG = "srun"
+MULTI_PROG_LIMIT = 1 << 20  # bytes of a --multi-prog file
 VERSION_TEXT = "slurm-wlm 22.05.8\n"
 TRY_HELP = f'Try "{PROG} --help" for more information\n'
 STEPS_RESOURCE = "/v1/steps/ws"
@@ -120,6 +121,7 @@ class SrunRequest:
         self.kill_on_bad_exit = False
         self.wait = 0                     # -W: end the step this long after a first exit
         self.immediate: int | None = None  # -I: seconds an allocation may stay pending
+        self.alloc_info: tuple[str, str, str] | None = None  # nodes, nodelist, CPUs per node
 
     def __repr__(self) -> str:
         return f"SrunRequest(argv={self.argv!r}, job_id={self.job_id})"
@@ -147,12 +149,14 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
         if key == "quiet":
             req.quiet += 1
             return
-        if key in ALLOC_UNSUPPORTED:
+        if key in ALLOC_UNSUPPORTED and key != "multi-prog":
             fail(PROG, f"--{name} is not supported by Corral")
         if key in _FLAGS:
             value: Any = True
         elif key == "gpu-bind":
             value = _gpu_bind(arg or "")
+        elif key == "multi-prog":
+            value = True
         elif key in ALLOC_NO_EFFECT and key not in ("wait-srun",):
             req.ignored.append(name)
             return
@@ -183,8 +187,8 @@ def _gpu_bind(arg: str) -> str:
 
     try:
         parse_gpu_bind(arg)
-    except GpuBindError:
-        fail(PROG, f"Invalid --gpu-bind argument: {arg}")
+    except GpuBindError as e:
+        fail(PROG, f"Invalid --gpu-bind argument: {e}")
     return arg
 
 
@@ -261,6 +265,9 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
                                 "disregarding --pty option")
         req.pty = False
     req.job_id = v.get("jobid")
+    if req.job_id is not None and env.get("SLURM_JOB_NODELIST"):
+        req.alloc_info = (env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or "1",
+                          env["SLURM_JOB_NODELIST"], env.get("SLURM_JOB_CPUS_PER_NODE", "1"))
 
     # Node names and the node/task arithmetic, as sbatch does it.
     try:
@@ -274,6 +281,7 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         del v["nodes"]  # -w on the command line beats the allocation's node count
     if req.src.get("ntasks") == "env" and req.src.get("nodes") == "cli":
         del v["ntasks"]  # likewise -N beats the allocation's task count
+    multi_prog = _multi_prog(req, cwd) if v.get("multi-prog") else None
     min_nodes, max_nodes, ntasks, ntasks_set = node_task_counts(v, req_nodes, PROG,
                                                                 req.messages)
     try:
@@ -282,6 +290,12 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         fail(PROG, "Invalid generic resource (gres) specification")
 
     step_env = export_environment(str(v.get("export", "ALL")), env)
+    if "cpus-per-task" in v:  # the tasks see -c (Slurm's srun sets it when -c is given)
+        step_env["SLURM_CPUS_PER_TASK"] = str(v["cpus-per-task"])
+    # the tasks' umask: the submitting shell's, unless the allocation set one (Slurm's srun
+    # sets SLURM_UMASK only where it is not set yet)
+    step_env["SLURM_UMASK"] = env.get("SLURM_UMASK") or \
+        f"0{umask >> 6 & 7}{umask >> 3 & 7}{umask & 7}"
     stdin_mode, input_path = _stdin_mode(str(v.get("input", "all")), req.pty)
     time_limit = v.get("time")
     per_node_gpus: int | None = None
@@ -302,6 +316,7 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         "gpus_per_task": gpus[2] if "gpus-per-task" in v else None,
         "gpus_per_node": per_node_gpus,
         "gpu_bind": v.get("gpu-bind"),
+        "multi_prog": multi_prog,
         "nodelist": req_nodes,
         "exclude": exc_nodes,
         "overlap": bool(v.get("overlap")),
@@ -334,6 +349,32 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
     if req.verbose:
         for name in dict.fromkeys(req.ignored):
             req.messages.append(f"{PROG}: --{name} has no effect under Corral")
+
+
+def _multi_prog(req: SrunRequest, cwd: str) -> str:
+    """--multi-prog: the configuration file's text, checked as srun checks it; with no task
+    count given, its highest rank sets the count (Slurm's verify_multi_name)."""
+    from corral.model.jobenv import MultiProgError, verify_multi_prog
+
+    fname = req.argv[0]
+    try:
+        with open(os.path.join(cwd, fname), "rb") as f:
+            data = f.read(MULTI_PROG_LIMIT + 1)
+    except OSError:
+        fail(PROG, f"Unable to open configuration file {fname}")
+    if len(data) > MULTI_PROG_LIMIT:
+        fail(PROG, f"Line 1 of configuration file {fname} too long")
+    text = data.decode(errors="surrogateescape")
+    ntasks = req.v.get("ntasks")
+    try:
+        count = verify_multi_prog(text, fname, ntasks if isinstance(ntasks, int) else None)
+    except MultiProgError as e:
+        raise CliExit(EXIT_ERROR, "".join(f"{PROG}: error: {line}\n" for line in e.lines)) \
+            from None
+    if ntasks is None:
+        req.v["ntasks"] = count
+        req.src["ntasks"] = "cli"
+    return text
 
 
 def _stdin_mode(mode: str, pty: bool) -> tuple[str, str | None]:
@@ -495,6 +536,22 @@ def ranges(ids: list[int]) -> str:
     return ",".join(out)
 
 
+def cpu_counts(per_node: str) -> str:
+    """SLURM_JOB_CPUS_PER_NODE ("2(x2),1") as srun -v prints it ("2(x2),1(x1)")."""
+    out = []
+    for part in per_node.split(","):
+        part = part.strip()
+        if part:
+            out.append(part if part.endswith(")") else f"{part}(x1)")
+    return ",".join(out)
+
+
+def job_line(job_id: int, nnodes: str, nodelist: str, per_node: str) -> str:
+    """srun -v's allocation line (srun_job.c, _print_job_information), which tools parse."""
+    return (f"{PROG}: jobid {job_id}: nodes({nnodes}):`{nodelist}', "
+            f"cpu counts: {cpu_counts(per_node)}")
+
+
 def signal_text(sig: int) -> str:
     """strsignal(3): "Killed", "Terminated", "Segmentation fault"…"""
     import signal  # only when a task died of a signal
@@ -653,6 +710,9 @@ class Session:
                 self.info(f"{PROG}: job {self.job_id} has been allocated resources")
             self.pending_since = None
             self.allocated = True
+            if self.req.verbose:
+                self.info(job_line(msg.job_id, msg.env.get("SLURM_JOB_NUM_NODES", "1"),
+                                   msg.nodes, msg.env.get("SLURM_JOB_CPUS_PER_NODE", "1")))
         elif isinstance(msg, m.Waiting):
             self.waited = True
             text = msg.message or "Requested nodes are busy"
@@ -681,6 +741,17 @@ class Session:
         self.router.set_ntasks(msg.ntasks)
         if self.waited:
             self.info(f"{PROG}: Step created for {self.step.step_name}")
+        if self.req.verbose:  # step_launch.c's and launch/slurm's lines
+            first = 0
+            for node, count in zip(msg.nodes, msg.tasks_per_node, strict=False):
+                ids = ranges(list(range(first, first + count)))
+                shown = f"[{ids}]" if count > 1 else ids
+                self.info(f"{PROG}: launching {self.step.step_name} on host {node}, "
+                          f"{count} tasks: {shown}")
+                first += count
+            for node, count in zip(msg.nodes, msg.tasks_per_node, strict=False):
+                self.info(f"{PROG}: launch/slurm: _task_start: Node {node}, {count} tasks "
+                          f"started")
         if self.req.step.get("stdin") != "none":
             self.stdin_open = True
 
@@ -692,6 +763,13 @@ class Session:
         step.exits[task] = (exit_code, sig)
         if self.first_exit is None:
             self.first_exit = self.clock()
+        if self.req.verbose:
+            status = sig if sig else exit_code << 8
+            self.info(f"{PROG}: launch/slurm: _task_finish: Received task exit notification "
+                      f"for 1 task of {step.step_name} (status=0x{status:04x}).")
+            if not exit_code and not sig:
+                self.info(f"{PROG}: launch/slurm: _task_finish: {step.node_of(task)}: task "
+                          f"{task}: Completed")
         # After our own abort, tasks killed by it are not errors (Slurm: verbose only).
         if not (sig and self.cancelled):
             line = exit_line(step.node_of(task), task, exit_code, sig)
@@ -1005,6 +1083,8 @@ def run_request(req: SrunRequest, *, stdin_fd: int = 0) -> int:
             sys.stderr.write(f"{PROG}: error: Lost connection to the Corral controller\n")
             return 1
         session = Session(ws, req, stdin_fd=stdin_fd)
+        if req.verbose and req.job_id is not None and req.alloc_info is not None:
+            session.info(job_line(req.job_id, *req.alloc_info))
         return session.run(pipe.read_fd)
     finally:
         if raw is not None:
@@ -1043,6 +1123,8 @@ Parallel run options:
                               non-zero exit code
   -l, --label                 prepend task number to lines of stdout/err
       --mpi=type              type of MPI being used (Corral: none)
+      --multi-prog            if set the program name specified is the
+                              configuration specification for multiple programs
   -n, --ntasks=ntasks         number of tasks to run
       --ntasks-per-node=n     number of tasks to invoke on each node
   -N, --nodes=N               number of nodes on which to run (N = min[-max])

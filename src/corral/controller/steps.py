@@ -34,6 +34,7 @@ from corral.model.jobenv import (
     allocation_environment,
     bind_task_gpus,
     gpu_bind_line,
+    multi_prog_argv,
     parse_gpu_bind,
     step_environment,
 )
@@ -459,6 +460,8 @@ class StepManager:
                     cpus_on_node=alloc[node].cpus, ntasks=step.ntasks, task_gpus=task_gpus,
                     gpus_per_task=gpt or None))
                 env.setdefault("SLURM_CONF", ctl.config_path)
+                if "SLURM_CPUS_PER_TASK" in req.env or req.cpus_per_task > 1:
+                    env["SLURM_CPUS_PER_TASK"] = str(req.cpus_per_task)  # srun's -c wins
 
                 def path(p: str | None, tid: int = task_id, nidx: int = idx, nname: str = node) -> str | None:
                     if not p:
@@ -469,11 +472,20 @@ class StepManager:
                                          task=tid, node_index=nidx)
                     return out if os.path.isabs(out) else os.path.join(cwd, out)
 
+                stdout, stderr = path(req.output), path(req.error or req.output)
+                if req.pty and task_id != 0:
+                    # srun(1) --pty: the terminal is task 0's; the others write to /dev/null
+                    stdout = stderr = os.devnull
+                notice = gpu_bind_line(node_gpus, task_gpus) if verbose and node_gpus else None
+                task_argv: list[str] | None = None
+                if req.multi_prog is not None:
+                    task_argv = multi_prog_argv(req.multi_prog, task_id, req.argv[1:]) or []
+                    if not task_argv:
+                        notice = (notice or "") + (f"slurmstepd: error: Program for task rank "
+                                                   f"{task_id} not specified.\n")
                 task = m.TaskSpec(task_id=task_id, local_id=local, node=node, env=env,
-                                  stdout=path(req.output), stderr=path(req.error or req.output),
-                                  stdin=path(req.input),
-                                  notice=gpu_bind_line(node_gpus, task_gpus)
-                                  if verbose and node_gpus else None)
+                                  stdout=stdout, stderr=stderr, stdin=path(req.input),
+                                  notice=notice, argv=task_argv)
                 if sender is None:
                     step.exits[task_id] = (1, 0)
                     text = f"srun: error: {node}: no agent serves this node\n".encode()
@@ -613,8 +625,8 @@ def _gpu_binding(req: m.StepSpec) -> tuple[bool, str, list[int]]:
     if req.gpu_bind:
         try:
             return parse_gpu_bind(req.gpu_bind)
-        except GpuBindError:
-            raise SlurmError(f"Invalid --gpu-bind argument: {req.gpu_bind}") from None
+        except GpuBindError as e:
+            raise SlurmError(f"Invalid --gpu-bind argument: {e}") from None
     if req.gpus_per_task:
         return False, "per_task", [req.gpus_per_task]
     return False, "none", []

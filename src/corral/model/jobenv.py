@@ -181,100 +181,290 @@ def gpu_variables(step_gpus: list[int] | None, task_gpus: list[int] | None) -> d
 # ---- --gpu-bind ----------------------------------------------------------------------------
 
 class GpuBindError(ValueError):
-    """srun: error: Invalid --gpu-bind argument: ..."""
+    """srun: error: Invalid --gpu-bind argument: gpu:..."""
 
 
-GPU_BIND_KINDS = ("closest", "map_gpu", "mask_gpu", "none", "per_task", "single")
+def _strtol(text: str) -> tuple[int, str]:
+    """C's strtol(text, &end, 0) for non-negative input: (value, the rest)."""
+    if text[:2].lower() == "0x" and text[2:3] and text[2:3] in "0123456789abcdefABCDEF":
+        digits, base, start = "0123456789abcdefABCDEF", 16, 2
+    elif text[:1] == "0":
+        digits, base, start = "01234567", 8, 0
+    else:
+        digits, base, start = "0123456789", 10, 0
+    end = start
+    while end < len(text) and text[end] in digits:
+        end += 1
+    if end == start:
+        return 0, text
+    return int(text[start:end], base), text[end:]
 
 
-def _gpu_list(text: str, base: int) -> list[int]:
-    """"0,1*2,0x3" -> [0, 1, 1, 3]: map_gpu/mask_gpu lists, with Slurm's `*count` repeats."""
-    out: list[int] = []
-    for item in text.split(","):
-        value, _, count = item.partition("*")
-        value = value.strip()
-        if not value:
-            raise GpuBindError(text)
-        b = 16 if value.lower().startswith("0x") else base
-        digits = value[2:] if b == 16 and value.lower().startswith("0x") else value
-        if not digits or not all(c in "0123456789abcdefABCDEF"[:b if b == 10 else 22]
-                                 for c in digits):
-            raise GpuBindError(text)
-        reps = 1
-        if count:
-            if not count.isdigit() or int(count) < 1:
-                raise GpuBindError(text)
-            reps = int(count)
-        if reps > 4096 or len(out) + reps > 65536:  # bounded work for any input
-            raise GpuBindError(text)
-        out.extend([int(digits, b)] * reps)
-    return out
+def _valid_num_list(text: str, hexa: bool) -> bool:
+    """tres_bind.c's _valid_num_list: map_gpu/mask_gpu lists as srun checks them."""
+    allowed = "0123456789abcdefABCDEF*" if hexa else "0123456789*"
+    for tok in text.split(","):
+        if not tok:
+            continue
+        body = tok[2:] if hexa and tok.startswith("0x") else tok
+        if any(c not in allowed for c in body):
+            return False
+        value, rest = (int(body.split("*")[0] or "0", 16), body[len(body.split("*")[0]):]) \
+            if hexa else _strtol(body)
+        if value >= 1 << 63 or (rest and rest[0] != "*"):
+            return False
+        if rest:
+            count, end = _strtol(rest[1:])
+            if end or count >= 1 << 63:
+                return False
+    return True
 
 
 def parse_gpu_bind(text: str) -> tuple[bool, str, list[int]]:
-    """srun's --gpu-bind value: (verbose, kind, numbers); GpuBindError when invalid.
+    """srun's --gpu-bind: (verbose, kind, numbers), GpuBindError where srun refuses it.
 
-    [verbose,]closest | none | map_gpu:<list> | mask_gpu:<list> | per_task:<n> | single:<n>
-    """
-    verbose = False
-    rest = text
-    if rest.startswith("verbose"):
-        verbose = True
-        rest = rest[len("verbose"):]
-        if rest.startswith(","):
-            rest = rest[1:]
-        elif rest:
-            raise GpuBindError(text)
-    kind, sep, arg = rest.partition(":")
-    if not rest and verbose:
-        return True, "none", []
-    if kind in ("closest", "none"):
-        if sep:
-            raise GpuBindError(text)
-        return verbose, kind, []
-    if kind in ("per_task", "single"):
-        if not arg.isdigit() or not 0 < int(arg) < 1 << 20:
-            raise GpuBindError(text)
-        return verbose, kind, [int(arg)]
-    if kind in ("map_gpu", "mask_gpu") and arg:
-        values = _gpu_list(arg, 10 if kind == "map_gpu" else 16)
-        return verbose, kind, values
-    raise GpuBindError(text)
+    Checked as srun checks it (tres_bind.c, loose: "c…" is closest, "n…" none), read as
+    slurmstepd reads it (gres.c _parse_tres_bind): a value it does not understand binds
+    nothing.  For map_gpu/mask_gpu the numbers are one per task, `*count` repeats expanded
+    (-1: a value out of range, which binds the step's first GPU)."""
+    low = text.lower()
+    verbose = low.startswith("verbose,")
+    rest, rlow = (text[8:], low[8:]) if verbose else (text, low)
+    if rlow[:1] == "c":
+        valid = True
+    elif rlow.startswith("map_gpu:"):
+        valid = _valid_num_list(rest[8:], False)
+    elif rlow.startswith("mask_gpu:"):
+        valid = _valid_num_list(rest[9:], True)
+    elif rlow[:1] == "n":
+        valid = True
+    elif rlow.startswith(("per_task:", "single:")):
+        valid = _strtol(rest.split(":", 1)[1])[0] < 1 << 63
+    else:
+        valid = False
+    if not valid:
+        raise GpuBindError(f"gpu:{text}")
+    if rlow.startswith("single:"):
+        n = _strtol(rest[7:])[0]
+        return verbose, "single", [n if 0 < n < 1 << 32 else 1]
+    if rlow.startswith("closest"):
+        return verbose, "closest", []
+    if rlow.startswith(("map_gpu:", "mask_gpu:")):
+        kind = rlow[:rlow.index(":")]
+        values: list[int] = []
+        for tok in rest[len(kind) + 1:].split(","):
+            if not tok:
+                continue
+            value, tail = _strtol(tok)
+            count = max(1, min(_strtol(tail[1:])[0], 4096)) if tail.startswith("*") else 1
+            values.extend([value] * count)
+            if len(values) > 65536:  # bounded work for any input
+                break
+        return (verbose, kind, values) if values else (verbose, "none", [])
+    if rlow.startswith("per_task:"):
+        n = _strtol(rest[9:])[0]
+        return (verbose, "per_task", [min(n, 1 << 16)]) if n > 0 else (verbose, "none", [])
+    return verbose, "none", []
 
 
 def bind_task_gpus(kind: str, numbers: list[int], local_id: int,
                    step_gpus: list[int]) -> list[int] | None:
     """The GPUs (global ids) task `local_id` of a node is bound to, among the step's GPUs of
-    that node; None: not bound (every step GPU).
+    that node (slurmstepd's gres.c _get_usable_gres); None: not bound.
 
-    Without GPU topology (gres.conf Cores) every GPU is as close as any other, so `closest`
-    binds to all of them, as Slurm does then.  map_gpu/mask_gpu name global GPU ids (Corral
-    does not constrain devices); a task whose map names none of the step's GPUs gets the
-    step's first GPU, as slurmstepd falls back."""
-    if not step_gpus or kind in ("none", "closest"):
+    Without GPU topology (gres.conf Cores) every GPU is as close as any other: `closest`
+    binds to all of them and `single:N` binds tasks in blocks of N to them in turn.
+    map_gpu/mask_gpu name global GPU ids (Corral does not constrain devices).  A task whose
+    binding names none of the step's GPUs gets the step's first, as slurmstepd falls back."""
+    if not step_gpus or kind == "none":
         return None
     n = len(step_gpus)
-    if kind == "per_task":
+    chosen: list[int] = []
+    if kind == "closest":
+        chosen = list(step_gpus)
+    elif kind == "per_task":
         per = numbers[0]
-        return [step_gpus[(local_id * per + k) % n] for k in range(min(per, n))]
-    if kind == "single":
-        return [step_gpus[(local_id // numbers[0]) % n]]
-    if kind == "map_gpu":
+        chosen = step_gpus[local_id * per:(local_id + 1) * per]
+    elif kind == "single":
+        chosen = [step_gpus[(local_id // numbers[0]) % n]]
+    elif kind == "map_gpu":
         wanted = numbers[local_id % len(numbers)]
-        return [wanted] if wanted in step_gpus else [step_gpus[0]]
-    if kind == "mask_gpu":
+        chosen = [wanted] if wanted in step_gpus else []
+    elif kind == "mask_gpu":
         mask = numbers[local_id % len(numbers)]
         chosen = [g for g in step_gpus if g < 4096 and mask >> g & 1]
-        return chosen or [step_gpus[0]]
-    return None
+    return chosen or [step_gpus[0]]
 
 
 def gpu_bind_line(step_gpus: list[int], task_gpus: list[int] | None) -> str:
-    """What `--gpu-bind=verbose,...` prints on the task's stderr (slurmstepd's format)."""
+    """What `--gpu-bind=verbose,...` prints on the task's stderr (slurmstepd's gres_common.c
+    format; Corral's GPU indexes are global, so local_inx stays 0)."""
     def hexmask(ids: list[int]) -> str:
         return hex(sum(1 << g for g in ids if g < 4096))
 
     bound = step_gpus if task_gpus is None else task_gpus
     ids = ",".join(str(g) for g in bound)
-    return (f"gpu-bind: usable_gres={hexmask(bound)}; bit_alloc={hexmask(step_gpus)}; "
+    usable = "NULL" if task_gpus is None else hexmask(task_gpus)
+    return (f"gpu-bind: usable_gres={usable}; bit_alloc={hexmask(step_gpus)}; "
             f"local_inx=0; global_list={ids}; local_list={ids}\n")
+
+
+# ---- --multi-prog ----------------------------------------------------------------------------
+
+class MultiProgError(ValueError):
+    """The configuration file is invalid: `lines` are srun's error lines (without prefix)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+def _multi_prog_records(text: str) -> list[tuple[int, str, str]]:
+    """(line number, rank spec, rest of the line) of each record, as Slurm reads them: whole
+    line comments and blank lines skipped; a line ending in a backslash continues on the next,
+    which srun's check skips."""
+    out = []
+    last_break = False
+    for num, line in enumerate(text.split("\n"), 1):
+        brk = line.endswith("\\")
+        if last_break:
+            last_break = brk
+            continue
+        last_break = brk
+        p = line.lstrip()
+        if not p or p.startswith("#"):
+            continue
+        parts = p.split(None, 1)
+        out.append((num, parts[0], parts[1].strip() if len(parts) > 1 else ""))
+    return out
+
+
+def verify_multi_prog(text: str, fname: str, ntasks: int | None) -> int:
+    """srun's verify_multi_name: every task has exactly one record.  Returns the task count
+    (the highest rank + 1 when -n was not given); MultiProgError with srun's messages."""
+    if ntasks is not None and ntasks <= 0:
+        raise MultiProgError([f"Invalid task count {ntasks}"])
+    count = ntasks or 0
+    fixed = ntasks is not None
+    seen: set[int] = set()
+    asterisk = False
+    for num, ranks, rest in _multi_prog_records(text):
+        invalid = f"Line {num} of configuration file {fname} invalid"
+        if not rest:
+            raise MultiProgError([invalid])
+        if ranks == "*":
+            asterisk = True
+            fixed = True
+            if count == 0:
+                count = 1
+            seen.update(range(count))
+            continue
+        for rng in ranks.split(","):
+            if asterisk:
+                raise MultiProgError(["Task range specification with asterisk must be last",
+                                      invalid])
+            digits = len(rng) - len(rng.lstrip("0123456789"))
+            tail = rng[digits:]
+            if tail and (tail[0] != "-" or not tail[1:].isdigit()):
+                raise MultiProgError([f"Invalid task range specification ({rng})"
+                                      if tail[0] != "-" else "Invalid task range specification",
+                                      invalid])
+            lo = int(rng[:digits] or "0")
+            hi = int(tail[1:]) if tail else lo
+            if lo > hi:
+                raise MultiProgError([f"Invalid task range, {lo}-{hi}", invalid])
+            if hi >= count:
+                if fixed or hi >= 1 << 20:
+                    raise MultiProgError([f"Invalid task id, {hi} >= ntasks", invalid])
+                count = hi + 1
+            for i in range(lo, hi + 1):
+                if i in seen:
+                    raise MultiProgError([f"Duplicate record for task {i}", invalid])
+                seen.add(i)
+    for i in range(count):
+        if i not in seen:
+            raise MultiProgError([f"Configuration file {fname} invalid, no record for task "
+                                  f"id {i}"])
+    if count == 0:
+        raise MultiProgError([f"Configuration file {fname} invalid, no record for task id 0"])
+    return count
+
+
+def _in_range(rank: int, spec: str) -> int | None:
+    """The task's offset within the record's ranks, or None when the record is not its."""
+    if spec == "*":
+        return rank
+    passed = 0
+    for rng in spec.split(","):
+        lo_text, dash, hi_text = rng.partition("-")
+        if not lo_text.isdigit() or (dash and not hi_text.isdigit()):
+            continue
+        lo = int(lo_text)
+        hi = int(hi_text) if dash else lo
+        if lo <= rank <= hi:
+            return passed + rank - lo
+        passed += hi - lo + 1
+    return None
+
+
+def multi_prog_argv(text: str, rank: int, extra: list[str]) -> list[str] | None:
+    """slurmstepd's multi_prog_get_argv: the argv of task `rank` (%t: its rank, %o: its
+    offset in the record; '...' quotes, \\ escapes), then srun's extra arguments; None when
+    no record names the task."""
+    lines = text.split("\n")
+    i = 0
+    last_break = False
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        brk = line.endswith("\\")
+        if last_break:
+            last_break = brk
+            continue
+        last_break = brk
+        p = line.lstrip()
+        if not p or p.startswith("#"):
+            continue
+        spec_end = next((k for k, c in enumerate(p) if c.isspace()), len(p))
+        if spec_end == len(p):
+            return None
+        offset = _in_range(rank, p[:spec_end])
+        if offset is None:
+            continue
+        args: list[str] = []
+        buf: str | None = None
+        s = p[spec_end:].lstrip()
+        k = 0
+        while k < len(s):
+            c = s[k]
+            if c.isspace():
+                if buf is not None:
+                    args.append(buf)
+                    buf = None
+                k += 1
+            elif c == "%" and k + 1 < len(s):
+                buf = (buf or "") + (str(rank) if s[k + 1] == "t" else
+                                     str(offset) if s[k + 1] == "o" else "")
+                k += 2
+            elif c == "\\":
+                if k + 1 < len(s):
+                    buf = (buf or "") + s[k + 1]
+                    k += 2
+                elif i < len(lines):  # continued on the next line
+                    s = s[:k] + lines[i]
+                    i += 1
+                else:
+                    k += 1
+            elif c == "'":
+                end = s.find("'", k + 1)
+                if end < 0:
+                    return None
+                buf = (buf or "") + s[k + 1:end]
+                k = end + 1
+            else:
+                buf = (buf or "") + c
+                k += 1
+        if buf is not None:
+            args.append(buf)
+        return args + list(extra)
+    return None

@@ -349,6 +349,7 @@ class StepSpec(Message):
     gpus_per_task: int | None = field(default=None, lo=0, hi=1 << 16)
     gpus_per_node: int | None = field(default=None, lo=0, hi=1 << 16)
     gpu_bind: str | None = field(default=None, maxlen=4096)
+    multi_prog: str | None = field(default=None, omit_none=True)  # --multi-prog's file
     nodelist: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
     overlap: bool = False
@@ -374,6 +375,7 @@ class TaskSpec(Message):
     stderr: str | None = None
     stdin: str | None = None
     notice: str | None = field(default=None, omit_none=True)  # a line for its stderr first
+    argv: list[str] | None = field(default=None, omit_none=True)  # its own (--multi-prog)
 
 
 # ---- srun/salloc -> controller ------------------------------------------------------------
