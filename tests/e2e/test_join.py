@@ -529,6 +529,17 @@ def test_a_signed_request_does_not_replay_after_a_controller_restart(jc: JoinedC
     jc.c.wait_for(lambda: jc.node_states().get("joined1") == "idle", 30, "joined1 back")
 
 
+def test_a_joined_machine_rejoins_with_its_own_key(jc: JoinedCluster) -> None:
+    r = jc.joined.run("corral", "down")
+    assert r.returncode == 0, r.stderr
+    jc.c.wait_for(lambda: jc.node_states()["joined1"].endswith("*"), 15, "joined1 gone")
+    # no token this time: the stored key is enough (the one-use token is spent anyway)
+    r = jc.joined.run("corral", "join", URL, "--fingerprint", jc.fingerprint, input="")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rejoining with this machine's key (node joined1)" in r.stdout
+    jc.c.wait_for(lambda: jc.node_states()["joined1"] == "idle", 30, "joined1 back")
+
+
 def test_a_revoked_key_is_shut_out_alone(jc: JoinedCluster, tmp_path: Path) -> None:
     c = jc.c
     login = Machine(c, NS_JOIN, tmp_path / "login2")
