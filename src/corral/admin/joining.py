@@ -95,6 +95,9 @@ def cmd_join(args: argparse.Namespace) -> int:
               "user (/proc); give --token-file FILE (root-only) or the token on standard input",
               file=sys.stderr)
         return 2
+    if os.geteuid() != 0:
+        print("corral: warning: joining as an ordinary user: whoever holds this machine's key "
+              "can sign for any user, so only root should hold it", file=sys.stderr)
     if os.path.exists(paths.socket_path(home)) or read_pid("controller", home) is not None:
         print(f"corral: error: {home} holds a running controller; join from another "
               "CORRAL_HOME (or `corral down` first)", file=sys.stderr)
