@@ -549,6 +549,14 @@ def test_the_joined_agents_socket_limits_each_user(
     assert int(out) == 300 - 256  # over the per-user limit: closed after a short fuse
 
 
+def test_a_connection_that_never_starts_tls_is_closed(jc: JoinedCluster) -> None:
+    probe = (f"import socket, time; s = socket.create_connection(('{CTL_ADDR}', {PORT}));"
+             "t = time.monotonic(); s.settimeout(30); s.recv(1); print(time.monotonic() - t)")
+    r = jc.joined.run(sys.executable, "-c", probe, timeout=40)
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout) < 15  # MessageTimeout (10 s by default), not asyncio's 60 s
+
+
 REPLAY_PROBE = """
 import http.client, json, ssl, sys, time
 from corral.auth import Credential, sign_request
