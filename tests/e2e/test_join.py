@@ -250,6 +250,17 @@ def test_the_joined_node_appears_in_sinfo(jc: JoinedCluster) -> None:
     assert "Partitions=debug" in node
 
 
+def test_status_shows_where_things_are_on_both_machines(jc: JoinedCluster) -> None:
+    out = jc.ctl.run("corral", "status").stdout
+    assert f"listen: {URL} (certificate {jc.fingerprint})" in out
+    assert f"logs:   {jc.c.home}/log/controller.log, {jc.c.home}/log/agent.log" in out
+    assert re.search(r"^ +joined1 +idle ", out, re.M), out
+    out = jc.joined.run("corral", "status").stdout
+    assert "(on another machine)" in out
+    assert f"logs:   {jc.c.home}/log/controller.log on the controller's machine; this " \
+           f"machine's agent: {jc.joined.home}/log/agent.log" in out
+
+
 def test_srun_spans_the_local_and_the_joined_node(jc: JoinedCluster) -> None:
     out = jc.c.ok("srun", "-N2", "-w", "local1,joined1", "-l", "hostname", timeout=60)
     lines = sorted(out.splitlines())
