@@ -7,7 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from corral.model.assoc import ROOT, Account, Association, AssocDB, Cluster, Coordinator, Limits, Qos, User
+from corral.model.assoc import (
+    ROOT,
+    Account,
+    AssocDB,
+    Association,
+    Cluster,
+    Coordinator,
+    Limits,
+    Qos,
+    User,
+)
 from corral.model.tres import TresError, format_tres, merge, parse_tres
 from corral.store.base import UsageRecord
 from corral.store.memory import MemoryStore
