@@ -168,3 +168,62 @@ def test_resolve_submit_account_and_qos() -> None:
     assert isinstance(nobody, SubmitRefusal) and nobody.errno == ESLURM_INVALID_ACCOUNT
     assert default_time_limit(db, 10, "normal") == 1440
     assert default_time_limit(db, 10, "strict") == 60
+
+
+def test_job_request_from_records() -> None:
+    from corral.model.job import Job, NodeAlloc
+    from corral.sched.limits_check import job_request
+
+    j = Job(7, "x", "ann", 1000, 1000, account="students", qos="normal", partition="gpu",
+            num_nodes=2, num_tasks=4, cpus_per_task=2, mem_per_cpu=1000, gpus_per_node=2,
+            time_limit=90)
+    r = job_request(j)
+    assert (r.user, r.account, r.partition, r.qos, r.time_limit_min) == \
+        ("ann", "students", "gpu", "normal", 2)
+    assert dict(r.tres) == {"cpu": 8, "node": 2, "mem": 8000, "gres/gpu": 4}
+    assert dict(r.tres_per_node) == {"cpu": 4, "node": 1, "mem": 4000, "gres/gpu": 2}
+    j.alloc = [NodeAlloc("n1", 6, 100, [0, 1, 2]), NodeAlloc("n2", 2, 50, [])]
+    r = job_request(j)
+    assert dict(r.tres) == {"cpu": 8, "mem": 150, "node": 2, "gres/gpu": 3}
+    assert dict(r.tres_per_node)["gres/gpu"] == 3
+
+
+def test_a_pass_over_10000_jobs_of_500_users_in_50_accounts_is_fast() -> None:
+    import time
+
+    from corral.sched.fairshare import Usage, fairshare_factors
+    from corral.sched.limits_check import build_ledger
+
+    db = AssocDB()
+    db.clusters["c"] = Cluster("c")
+    db.assocs[1] = Association(1, "c", ROOT)
+    db.qos["normal"] = Qos("normal", 1, limits=Limits(max_jobs_per_user=30))
+    aid = 2
+    users = []
+    for a in range(50):
+        acct = f"acct{a}"
+        db.accounts[acct] = Account(acct)
+        db.assocs[aid] = Association(aid, "c", acct, parent=ROOT,
+                                     limits=Limits(grp_tres={"gres/gpu": 64}))
+        aid += 1
+        for u in range(10):
+            name = f"u{a}_{u}"
+            db.users[name] = User(name, acct)
+            db.assocs[aid] = Association(aid, "c", acct, name, limits=Limits(max_jobs=20))
+            users.append((name, acct, aid))
+            aid += 1
+    jobs = [JobReq(i, users[i % 500][0], users[i % 500][1], "gpu", "normal",
+                   {"cpu": 4, "node": 1, "gres/gpu": 1}, {"cpu": 4, "node": 1, "gres/gpu": 1}, 60)
+            for i in range(10_000)]
+    t0 = time.perf_counter()
+    led = build_ledger(db, "c", running=[], pending=jobs)
+    started = 0
+    for j in jobs:
+        if led.check_start(j) is None:
+            led.start(j)
+            started += 1
+    infos = fairshare_factors(db, "c", {a: Usage(float(a)) for _, _, a in users})
+    took = time.perf_counter() - t0
+    assert started == 50 * 64  # every account's GPUs full, nothing more
+    assert len([i for i in infos.values() if i.fairshare > 0]) == 500
+    assert took < 1.0, f"limits + fairshare over 10,000 jobs took {took:.2f} s"

@@ -396,6 +396,68 @@ class AssocDB:
                     stack.append((depth + 1, k))
 
 
+class AssocIndex:
+    """O(1) lookups over one `AssocDB`, built once per scheduling pass or fairshare run
+    (the controller replaces its `AssocDB` on each committed change and never mutates a
+    committed one, so an index stays true for the db it was built from)."""
+
+    def __init__(self, db: AssocDB) -> None:
+        self.db = db
+        self.by_key: dict[tuple[str, str, str | None, str | None], Association] = {}
+        self.kids: dict[tuple[str, str], list[Association]] = {}
+        for a in db.assocs.values():
+            self.by_key[a.key()] = a
+        for a in db.assocs.values():
+            if a.user is not None:
+                self.kids.setdefault((a.cluster, a.account), []).append(a)
+            elif a.parent is not None and a.parent != a.account:
+                self.kids.setdefault((a.cluster, a.parent), []).append(a)
+        for lst in self.kids.values():
+            lst.sort(key=lambda a: (a.user is None, a.user or a.account, a.partition or ""))
+        self._chains: dict[int, list[Association]] = {}
+
+    def find(self, cluster: str, account: str, user: str | None = None,
+             partition: str | None = None) -> Association | None:
+        return self.by_key.get((cluster, account, user, partition))
+
+    def job_assoc(self, cluster: str, user: str, account: str,
+                  partition: str | None = None) -> Association | None:
+        if partition:
+            hit = self.by_key.get((cluster, account, user, partition))
+            if hit is not None:
+                return hit
+        return self.by_key.get((cluster, account, user, None))
+
+    def children(self, cluster: str, account: str) -> list[Association]:
+        return self.kids.get((cluster, account), [])
+
+    def parent_of(self, a: Association) -> Association | None:
+        if a.user is not None:
+            return self.by_key.get((a.cluster, a.account, None, None))
+        if a.parent is None:
+            return None
+        return self.by_key.get((a.cluster, a.parent, None, None))
+
+    def chain(self, a: Association) -> list[Association]:
+        hit = self._chains.get(a.id)
+        if hit is None:
+            hit = [a]
+            seen = {a.id}
+            cur = self.parent_of(a)
+            while cur is not None and cur.id not in seen:
+                hit.append(cur)
+                seen.add(cur.id)
+                cur = self.parent_of(cur)
+            self._chains[a.id] = hit
+        return hit
+
+    def effective_qos(self, a: Association) -> tuple[str, ...]:
+        for x in self.chain(a):
+            if x.qos:
+                return x.qos
+        return ()
+
+
 def with_limits(obj: Association | Qos, **changes: Any) -> Any:
     """A copy of an association or QoS with some limit fields replaced."""
     return replace(obj, limits=replace(obj.limits, **changes))

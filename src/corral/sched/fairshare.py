@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from corral.model.assoc import ROOT, SHARES_PARENT, AssocDB, Association
+from corral.model.assoc import ROOT, SHARES_PARENT, AssocDB, Association, AssocIndex
 from corral.model.tres import TresError, normalize_name
 
 RESET_PERIODS = ("NONE", "NOW", "DAILY", "WEEKLY", "MONTHLY", "QUARTERLY", "YEARLY")
@@ -283,11 +283,12 @@ def _charge(state: UsageState, j: RunningJob, delta: float, weights: Mapping[str
 def tree_usage(db: AssocDB, cluster: str, own: Mapping[int, Usage]) -> dict[int, Usage]:
     """Each association's usage including everything below it (Slurm charges parents)."""
     out: dict[int, Usage] = {}
+    idx = AssocIndex(db)
     for aid, u in own.items():
         a = db.assocs.get(aid)
         if a is None or a.cluster != cluster:
             continue
-        for x in db.chain(a):
+        for x in idx.chain(a):
             t = out.setdefault(x.id, Usage())
             t.raw += u.raw
             t.wall += u.wall
@@ -329,10 +330,10 @@ def fairshare_factors(db: AssocDB, cluster: str, own_usage: Mapping[int, Usage],
     return classic_factors(db, cluster, usage)
 
 
-def _siblings_info(db: AssocDB, cluster: str, usage: Mapping[int, float],
+def _siblings_info(db: AssocIndex, cluster: str, usage: Mapping[int, float],
                    out: dict[int, ShareInfo]) -> None:
     """Shares norm (global product), raw and norm usage for every association."""
-    root = db.account_assoc(cluster, ROOT)
+    root = db.find(cluster, ROOT)
     if root is None:
         return
     total = usage.get(root.id, 0.0)
@@ -363,8 +364,9 @@ def fair_tree_factors(db: AssocDB, cluster: str,
     rank; a user tied with a sibling account gets the rank of that account's first user;
     tied sibling accounts have their children merged."""
     out: dict[int, ShareInfo] = {}
-    _siblings_info(db, cluster, usage, out)
-    root = db.account_assoc(cluster, ROOT)
+    idx = AssocIndex(db)
+    _siblings_info(idx, cluster, usage, out)
+    root = idx.find(cluster, ROOT)
     if root is None:
         return out
     n_users = sum(1 for a in db.assocs.values() if a.cluster == cluster and a.user is not None)
@@ -372,10 +374,16 @@ def fair_tree_factors(db: AssocDB, cluster: str,
         return out
     rank = [n_users, n_users]  # [rank, rank-no-ties]
 
-    def level_fs(a: Association, siblings: list[Association], parent_usage: float) -> float:
+    level_shares: dict[int, int] = {}
+
+    def level_fs(a: Association, parent_id: int, siblings: list[Association],
+                 parent_usage: float) -> float:
         if a.shares == SHARES_PARENT:
             return math.inf if a.user is not None else float("nan")
-        total_shares = sum(s.shares for s in siblings if s.shares != SHARES_PARENT)
+        total_shares = level_shares.get(parent_id)
+        if total_shares is None:
+            total_shares = sum(s.shares for s in siblings if s.shares != SHARES_PARENT)
+            level_shares[parent_id] = total_shares
         s = a.shares / total_shares if total_shares else 0.0
         u = usage.get(a.id, 0.0) / parent_usage if parent_usage else 0.0
         info = out[a.id]
@@ -388,10 +396,10 @@ def fair_tree_factors(db: AssocDB, cluster: str,
         # each sibling's parent usage (merged lists hold children of several accounts)
         lf: dict[int, float] = {}
         for a in siblings:
-            parent = db.parent_of(a)
+            parent = idx.parent_of(a)
             pu = usage.get(parent.id, 0.0) if parent is not None else 0.0
-            peers = db.children(cluster, parent.account) if parent is not None else [a]
-            lf[a.id] = level_fs(a, peers, pu)
+            peers = idx.children(cluster, parent.account) if parent is not None else [a]
+            lf[a.id] = level_fs(a, parent.id if parent is not None else -1, peers, pu)
             out[a.id].level_fs = lf[a.id]
         order = sorted(siblings, key=lambda a: (-_sortable(lf[a.id]), a.user is None))
         prev: float | None = None
@@ -412,13 +420,13 @@ def fair_tree_factors(db: AssocDB, cluster: str,
                     j += 1
                 merged: list[Association] = []
                 for acct in order[i:j + 1]:
-                    merged.extend(db.children(cluster, acct.account))
+                    merged.extend(idx.children(cluster, acct.account))
                 if merged:
                     visit(merged, tied)
                 i = j + 1
             prev = lf[a.id]
 
-    visit(db.children(cluster, root.account), False)
+    visit(idx.children(cluster, root.account), False)
     return out
 
 
@@ -432,15 +440,16 @@ def classic_factors(db: AssocDB, cluster: str,
     UE = UA), F = 2**(-UE/S) with S the normalised shares (FairShare=parent: the parent's
     S and UE)."""
     out: dict[int, ShareInfo] = {}
-    _siblings_info(db, cluster, usage, out)
-    root = db.account_assoc(cluster, ROOT)
+    idx = AssocIndex(db)
+    _siblings_info(idx, cluster, usage, out)
+    root = idx.find(cluster, ROOT)
     if root is None:
         return out
     stack = [root]
     while stack:
         parent = stack.pop()
         pinfo = out[parent.id]
-        kids = db.children(cluster, parent.account)
+        kids = idx.children(cluster, parent.account)
         level = sum(k.shares for k in kids if k.shares != SHARES_PARENT)
         for k in kids:
             info = out[k.id]

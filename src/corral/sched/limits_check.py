@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from corral.model.assoc import AssocDB, Association, Limits, Qos
+from corral.model.assoc import AssocDB, Association, AssocIndex, Limits, Qos
 from corral.model.tres import Tres
 
 # Slurm errnos and messages (src/common/slurm_errno.c)
@@ -184,6 +184,46 @@ class Resolved:
     assoc: Association
     chain: list[Association]
     qos: Qos | None
+    # per association level: (association, "assoc …" label, the limits checked there)
+    levels: list[tuple[Association, str, Limits]] = field(default_factory=list)
+    qos_skip: dict[str, set[str]] = field(default_factory=dict)
+
+
+def _qos_skip(q: Qos | None) -> dict[str, set[str]]:
+    """Which association limits a QoS overrides (it sets the same kind, for that TRES)."""
+    skip: dict[str, set[str]] = {}
+    if q is None:
+        return skip
+    lim = q.limits
+    for name in ("grp_tres", "grp_tres_mins", "grp_tres_run_mins", "max_tres_per_job",
+                 "max_tres_per_node", "max_tres_mins_per_job"):
+        if getattr(lim, name):
+            skip[name] = set(getattr(lim, name))
+    for name in ("grp_jobs", "grp_submit_jobs", "grp_wall", "max_wall"):
+        if getattr(lim, name) is not None:
+            skip[name] = {"*"}
+    if lim.max_jobs_per_user is not None:
+        skip["max_jobs"] = {"*"}
+    if lim.max_submit_jobs_per_user is not None:
+        skip["max_submit_jobs"] = {"*"}
+    return skip
+
+
+def _levels(chain: list[Association]) -> list[tuple[Association, str, Limits]]:
+    out = []
+    for depth, a in enumerate(chain):
+        where = f"assoc {a.account}/{a.user}" if a.user else f"assoc {a.account}"
+        if depth == 0:
+            # the user's association carries the inherited Max* limits
+            lim = _inherited_max(chain)
+        else:
+            lim = Limits(grp_tres=a.limits.grp_tres, grp_tres_mins=a.limits.grp_tres_mins,
+                         grp_tres_run_mins=a.limits.grp_tres_run_mins,
+                         grp_jobs=a.limits.grp_jobs, grp_submit_jobs=a.limits.grp_submit_jobs,
+                         grp_wall=a.limits.grp_wall)
+        if not lim.empty():
+            out.append((a, where, lim))
+    return out
 
 
 class LimitLedger:
@@ -197,6 +237,7 @@ class LimitLedger:
                  used_tres_mins: Mapping[int | str, Mapping[str, float]] | None = None,
                  used_wall_mins: Mapping[int | str, float] | None = None) -> None:
         self.db = db
+        self.index = AssocIndex(db)
         self.cluster = cluster
         self.assoc: dict[int, Counter] = {}
         self.qos: dict[str, Counter] = {}
@@ -210,10 +251,12 @@ class LimitLedger:
         key = (job.user, job.account, job.partition, job.qos)
         if key in self._resolved:
             return self._resolved[key]
-        a = self.db.job_assoc(self.cluster, job.user, job.account, job.partition)
+        a = self.index.job_assoc(self.cluster, job.user, job.account, job.partition)
         r = None
         if a is not None:
-            r = Resolved(a, self.db.chain(a), self.db.qos.get(job.qos) if job.qos else None)
+            chain = self.index.chain(a)
+            q = self.db.qos.get(job.qos) if job.qos else None
+            r = Resolved(a, chain, q, _levels(chain), _qos_skip(q))
         self._resolved[key] = r
         return r
 
@@ -256,24 +299,24 @@ class LimitLedger:
         r = self.resolve(job)
         if r is None:
             return None  # no association: the submit check (enforce=associations) refuses
-        qos_set: dict[str, set[str]] = {}
+        items = _sorted(job.tres)
         if r.qos is not None:
-            hit = self._check_qos(job, r.qos, qos_set, submit=False)
+            hit = self._check_qos(job, items, r.qos, submit=False)
             if hit:
                 return hit
-        return self._check_assocs(job, r, qos_set, submit=False)
+        return self._check_assocs(job, items, r, submit=False)
 
     def check_submit(self, job: JobReq) -> SubmitRefusal | None:
         """Submit-time limits: the submit counts always; size and time with DenyOnLimit."""
         r = self.resolve(job)
         if r is None:
             return SubmitRefusal(MSG_INVALID_ACCOUNT, ESLURM_INVALID_ACCOUNT)
-        qos_set: dict[str, set[str]] = {}
+        items = _sorted(job.tres)
         hit = None
         if r.qos is not None:
-            hit = self._check_qos(job, r.qos, qos_set, submit=True)
+            hit = self._check_qos(job, items, r.qos, submit=True)
         if hit is None:
-            hit = self._check_assocs(job, r, qos_set, submit=True)
+            hit = self._check_assocs(job, items, r, submit=True)
         if hit is None:
             return None
         deny = r.qos is not None and r.qos.deny_on_limit
@@ -287,63 +330,44 @@ class LimitLedger:
         r = self.resolve(job)
         if r is None:
             return None
-        qos_set: dict[str, set[str]] = {}
+        items = _sorted(job.tres)
         if r.qos is not None:
-            hit = self._check_qos(job, r.qos, qos_set, submit=True)
+            hit = self._check_qos(job, items, r.qos, submit=True)
             if hit:
                 return hit
-        return self._check_assocs(job, r, qos_set, submit=True)
+        return self._check_assocs(job, items, r, submit=True)
 
-    def _check_qos(self, job: JobReq, q: Qos, qos_set: dict[str, set[str]],
+    def _check_qos(self, job: JobReq, items: list[tuple[str, int]], q: Qos,
                    submit: bool) -> LimitHit | None:
         lim = q.limits
-        where = f"qos {q.name}"
-        g = self.qos.get(q.name) or Counter()
-        u = self.qos_user.get((q.name, job.user)) or Counter()
-        used_mins = self.used_tres_mins.get(q.name, {})
-        used_wall = self.used_wall_mins.get(q.name, 0.0)
-        # remember which limits the QoS sets: they override the association's
-        for name in ("grp_tres", "grp_tres_mins", "grp_tres_run_mins", "max_tres_per_job",
-                     "max_tres_per_node", "max_tres_mins_per_job"):
-            qos_set[name] = set(getattr(lim, name))
-        for name in ("grp_jobs", "grp_submit_jobs", "grp_wall", "max_wall"):
-            if getattr(lim, name) is not None:
-                qos_set[name] = {"*"}
-        if lim.max_jobs_per_user is not None:
-            qos_set["max_jobs"] = {"*"}
-        if lim.max_submit_jobs_per_user is not None:
-            qos_set["max_submit_jobs"] = {"*"}
+        if lim.empty():
+            return None
         return _check_level(
-            "QOS", where, lim, job, submit,
-            grp=g, mine=u, used_mins=used_mins, used_wall=used_wall,
+            "QOS", f"qos {q.name}", lim, job, items, submit,
+            grp=self.qos.get(q.name) or _EMPTY,
+            mine=self.qos_user.get((q.name, job.user)) or _EMPTY,
+            used_mins=self.used_tres_mins.get(q.name, {}),
+            used_wall=self.used_wall_mins.get(q.name, 0.0),
             per_user_counts=(("max_jobs_per_user", "MaxJobsPerUser"),
                              ("max_submit_jobs_per_user", "MaxSubmitJobsPerUser")),
             skip={})
 
-    def _check_assocs(self, job: JobReq, r: Resolved, qos_set: dict[str, set[str]],
+    def _check_assocs(self, job: JobReq, items: list[tuple[str, int]], r: Resolved,
                       submit: bool) -> LimitHit | None:
-        inherited = _inherited_max(r.chain)
-        for depth, a in enumerate(r.chain):
-            where = f"assoc {a.account}/{a.user}" if a.user else f"assoc {a.account}"
-            c = self.assoc.get(a.id) or Counter()
-            lim = a.limits
-            if depth == 0:
-                # the user's association carries the inherited Max* limits
-                lim = inherited
-            else:
-                lim = Limits(grp_tres=a.limits.grp_tres, grp_tres_mins=a.limits.grp_tres_mins,
-                             grp_tres_run_mins=a.limits.grp_tres_run_mins,
-                             grp_jobs=a.limits.grp_jobs, grp_submit_jobs=a.limits.grp_submit_jobs,
-                             grp_wall=a.limits.grp_wall)
-            hit = _check_level("Assoc", where, lim, job, submit, grp=c, mine=c,
+        for a, where, lim in r.levels:
+            c = self.assoc.get(a.id) or _EMPTY
+            hit = _check_level("Assoc", where, lim, job, items, submit, grp=c, mine=c,
                                used_mins=self.used_tres_mins.get(a.id, {}),
                                used_wall=self.used_wall_mins.get(a.id, 0.0),
                                per_user_counts=(("max_jobs", "MaxJobs"),
                                                 ("max_submit_jobs", "MaxSubmitJobs")),
-                               skip=qos_set)
+                               skip=r.qos_skip)
             if hit:
                 return hit
         return None
+
+
+_EMPTY = Counter()  # read only: a level nothing is charged to yet
 
 
 def _inherited_max(chain: list[Association]) -> Limits:
@@ -372,7 +396,8 @@ def _skip(skip: Mapping[str, set[str]], name: str, tres: str = "*") -> bool:
     return bool(s) and (tres in s or "*" in s)  # type: ignore[operator]
 
 
-def _check_level(scope: str, where: str, lim: Limits, job: JobReq, submit: bool, *,
+def _check_level(scope: str, where: str, lim: Limits, job: JobReq,
+                 items: list[tuple[str, int]], submit: bool, *,
                  grp: Counter, mine: Counter, used_mins: Mapping[str, float],
                  used_wall: float, per_user_counts: Iterable[tuple[str, str]],
                  skip: Mapping[str, set[str]]) -> LimitHit | None:
@@ -416,32 +441,34 @@ def _check_level(scope: str, where: str, lim: Limits, job: JobReq, submit: bool,
             and t > lim.max_wall:
         return hit(COUNT_REASONS[(scope, "max_wall")], "MaxWall", None, t, 0, lim.max_wall)
     # -- TRES, per job and per node (can never pass: same at submit and at start)
-    for name, value in _sorted(job.tres):
-        m = lim.min_tres_per_job.get(name)
-        if m is not None and value < m:
-            return hit(reason_name(scope, "min_per_job", name), "MinTRESPerJob", name, value,
-                       0, m)
-    for name, m in lim.min_tres_per_job.items():
-        if name not in job.tres and m > 0:
-            return hit(reason_name(scope, "min_per_job", name), "MinTRESPerJob", name, 0, 0, m)
-    for name, value in _sorted(job.tres):
+    if lim.min_tres_per_job:
+        for name, value in items:
+            m = lim.min_tres_per_job.get(name)
+            if m is not None and value < m:
+                return hit(reason_name(scope, "min_per_job", name), "MinTRESPerJob", name,
+                           value, 0, m)
+        for name, m in lim.min_tres_per_job.items():
+            if name not in job.tres and m > 0:
+                return hit(reason_name(scope, "min_per_job", name), "MinTRESPerJob", name, 0,
+                           0, m)
+    for name, value in items if lim.max_tres_per_job else ():
         m = lim.max_tres_per_job.get(name)
         if m is not None and value > m and not _skip(skip, "max_tres_per_job", name):
             return hit(reason_name(scope, "max_per_job", name),
                        "MaxTRESPerJob" if scope == "QOS" else "MaxTRES", name, value, 0, m)
-    for name, value in _sorted(job.tres_per_node):
+    for name, value in _sorted(job.tres_per_node) if lim.max_tres_per_node else ():
         m = lim.max_tres_per_node.get(name)
         if m is not None and value > m and not _skip(skip, "max_tres_per_node", name):
             return hit(reason_name(scope, "max_per_node", name), "MaxTRESPerNode", name, value,
                        0, m)
-    if t is not None:
-        for name, value in _sorted(job.tres):
+    if t is not None and lim.max_tres_mins_per_job:
+        for name, value in items:
             m = lim.max_tres_mins_per_job.get(name)
             if m is not None and value * t > m and not _skip(skip, "max_tres_mins_per_job", name):
                 return hit(reason_name(scope, "max_mins_per_job", name), "MaxTRESMins", name,
                            value * t, 0, m)
     # -- TRES, group and per user
-    for name, value in _sorted(job.tres):
+    for name, value in items if (lim.grp_tres or lim.max_tres_per_user) else ():
         m = lim.grp_tres.get(name)
         if m is not None and not _skip(skip, "grp_tres", name):
             used = 0 if submit else grp.tres.get(name, 0)
@@ -453,9 +480,9 @@ def _check_level(scope: str, where: str, lim: Limits, job: JobReq, submit: bool,
             if used + value > m:
                 return hit(reason_name(scope, "max_per_user", name), "MaxTRESPerUser", name,
                            value, used, m)
-    if submit:
+    if submit or not (lim.grp_tres_mins or lim.grp_tres_run_mins):
         return None
-    for name, value in _sorted(job.tres):
+    for name, value in items:
         m = lim.grp_tres_mins.get(name)
         if m is not None and not _skip(skip, "grp_tres_mins", name) \
                 and used_mins.get(name, 0.0) >= m:
@@ -527,3 +554,57 @@ def default_time_limit(db: AssocDB, assoc_id: int, qos: str | None) -> int | Non
         if x.limits.max_wall is not None:
             return x.limits.max_wall
     return None
+
+
+# ---- from job records -------------------------------------------------------------------
+def job_request(job: object) -> JobReq:
+    """A `JobReq` from a job record (model/job.py `Job`, read by attribute): a running job
+    by its allocation, a pending one by its request.  Memory in MB, minutes."""
+    g = job.__getattribute__
+    alloc = list(g("alloc") or ())
+    limit_s = int(g("time_limit"))
+    minutes = None if limit_s < 0 else -(-limit_s // 60)
+    if alloc:
+        tres = {"cpu": sum(a.cpus for a in alloc), "mem": sum(a.mem_mb for a in alloc),
+                "node": len(alloc)}
+        gpus = sum(len(a.gpus) for a in alloc)
+        per_node = {"cpu": max(a.cpus for a in alloc), "mem": max(a.mem_mb for a in alloc),
+                    "node": 1}
+        if gpus:
+            tres["gres/gpu"] = gpus
+            per_node["gres/gpu"] = max(len(a.gpus) for a in alloc)
+    else:
+        nodes = max(1, int(g("num_nodes") or 1))
+        tasks = max(1, int(g("num_tasks") or 1))
+        cpus = tasks * max(1, int(g("cpus_per_task") or 1))
+        cpus = max(cpus, nodes)
+        mem_node = g("mem_per_node")
+        mem_cpu = g("mem_per_cpu")
+        mem = (mem_node * nodes if mem_node else (mem_cpu * cpus if mem_cpu else 0))
+        gpus = int(g("gpus") or 0) or int(g("gpus_per_node") or 0) * nodes \
+            or int(g("gpus_per_task") or 0) * tasks
+        tres = {"cpu": cpus, "node": nodes}
+        if mem:
+            tres["mem"] = int(mem)
+        per_node = {"cpu": -(-cpus // nodes), "node": 1}
+        if mem:
+            per_node["mem"] = int(mem_node or -(-int(mem) // nodes))
+        if gpus:
+            tres["gres/gpu"] = gpus
+            per_node["gres/gpu"] = -(-gpus // nodes)
+    return JobReq(int(g("job_id")), str(g("user")), str(g("account")),
+                  str(g("partition")) or None, str(g("qos")) or None, tres, per_node, minutes)
+
+
+def build_ledger(db: AssocDB, cluster: str, *, running: Iterable[tuple[JobReq, float | None]],
+                 pending: Iterable[JobReq],
+                 used_tres_mins: Mapping[int | str, Mapping[str, float]] | None = None,
+                 used_wall_mins: Mapping[int | str, float] | None = None) -> LimitLedger:
+    """The ledger of one pass: running jobs with their remaining minutes, pending jobs
+    (for the submit counts), decayed usage (fairshare.tres_minutes of the usage state)."""
+    led = LimitLedger(db, cluster, used_tres_mins=used_tres_mins, used_wall_mins=used_wall_mins)
+    for j, left in running:
+        led.add_running(j, left)
+    for j in pending:
+        led.add_pending(j)
+    return led
