@@ -165,3 +165,18 @@ def test_only_operators_change(c: Cluster) -> None:
     r = as_nobody("-i", "modify", "user", "where", "name=ann", "set", "MaxJobs=9")
     assert r.returncode == 1 and r.stderr == " Error with request: Access/permission denied\n"
     assert ok(c, "-nP", "show", "qos", "format=name") == "normal\n"
+
+
+def test_list_event_shows_drained_nodes(c: Cluster) -> None:
+    c.ok("scontrol", "update", "nodename=node-4", "state=drain", "reason=fan broken")
+    try:
+        out = ok(c, "-nP", "list", "event", "format=cluster,nodename,state,reason,user,end")
+        assert out == "testcluster|node-4|DRAIN|fan broken|root(0)|Unknown\n"
+        out = ok(c, "list", "event", "nodes=node-4")
+        lines = out.splitlines()
+        assert lines[0] == ("   Cluster NodeName                  TimeStart             TimeEnd "
+                            " State                         Reason       User ")
+        assert lines[2].startswith("testclust+ node-4          20")  # cut with "+"
+        assert ok(c, "-nP", "list", "event", "nodes=node-1") == ""
+    finally:
+        c.ok("scontrol", "update", "nodename=node-4", "state=resume")

@@ -152,3 +152,17 @@ def test_version_1_state_db_is_migrated(tmp_path: Path) -> None:
     assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == \
         str(SCHEMA_VERSION)
     db.close()
+
+
+def test_store_node_events(store) -> None:  # type: ignore[no-untyped-def]
+    from corral.store.base import NodeEvent
+
+    store.add_event(NodeEvent("c", "node-1", 100.0, "DRAIN", "fan", 0))
+    store.add_event(NodeEvent("c", "node-2", 150.0, "DOWN", "power", 0, end=160.0))
+    store.end_events("c", "node-1", 300.0)
+    store.add_event(NodeEvent("c", "node-1", 400.0, "DOWN*", "not responding", None))
+    got = [(e.node, e.start, e.end, e.state) for e in store.query_events(cluster="c")]
+    assert got == [("node-1", 100.0, 300.0, "DRAIN"), ("node-2", 150.0, 160.0, "DOWN"),
+                   ("node-1", 400.0, None, "DOWN*")]
+    assert [e.start for e in store.query_events(start=200.0)] == [100.0, 400.0]
+    assert [e.start for e in store.query_events(end=120.0, nodes=["node-1"])] == [100.0]

@@ -25,6 +25,7 @@ ENTITY_NAMES = {
     "account": ("account", "accounts", "acct", "accounts"), "association":
     ("association", "associations", "assoc", "assocs"), "cluster": ("cluster", "clusters"),
     "coordinator": ("coordinator", "coordinators", "coord", "coords"),
+    "event": ("event", "events"),
     "qos": ("qos", "qoses"), "user": ("user", "users"),
 }
 COMMANDS = {"add": "add", "create": "add", "modify": "modify", "update": "modify",
@@ -62,6 +63,13 @@ FIELDS: list[tuple[str, int, str, int]] = [
     ("FairShare", 2, "Share", 9), ("UsageFactor", 6, "UsageFactor", 11),
     ("UsageThreshold", 6, "UsageThres", 10), ("User", 1, "User", 10),
 ]
+# sacctmgr list event's own columns (Slurm: NodeName -15, dates 19, State 6, Reason 30)
+EVENT_FIELDS: list[tuple[str, int, str, int]] = [
+    ("Cluster", 2, "Cluster", 10), ("NodeNames", 5, "NodeName", -15),
+    ("TimeStart", 7, "TimeStart", 19), ("Start", 3, "TimeStart", 19),
+    ("TimeEnd", 6, "TimeEnd", 19), ("End", 2, "TimeEnd", 19), ("State", 1, "State", 6),
+    ("Reason", 1, "Reason", 30), ("User", 1, "User", 10), ("Duration", 2, "Duration", 13),
+]
 
 DEFAULT_FORMAT = {
     "association": "Cluster,Account,User,Part,Share,Priority,GrpJ,GrpTRES,GrpS,GrpWall,"
@@ -87,11 +95,12 @@ class UsageError(Exception):
     """A bad command line: the message is what sacctmgr prints; exit 1."""
 
 
-def field_for(name: str) -> tuple[str, int]:
+def field_for(name: str, table: list[tuple[str, int, str, int]] | None = None
+              ) -> tuple[str, int]:
     """A format item → (header, width); `%N` sets the width (negative: left-justified)."""
     base, pct, width = name.partition("%")
     low = base.lower()
-    for canon, shortest, header, w in FIELDS:
+    for canon, shortest, header, w in FIELDS if table is None else table:
         if len(low) >= shortest and canon.lower().startswith(low):
             if pct:
                 try:
@@ -268,8 +277,12 @@ def _main(argv: list[str]) -> int:
             raise UsageError(f" Need an entity to {cmd}")
         entity = _entity(rest[1])
         spec = parse_specs(cmd, rest[2:])
+        if cmd == "show" and entity == "event":
+            return _events(spec, header, parsable)
         if cmd == "show":
             return _show(entity, spec, header, parsable)
+        if entity == "event":
+            raise UsageError(f" Can't {cmd} events")
         return _change(cmd, entity, spec, immediate)
     except UsageError as e:
         sys.stderr.write(f"{e}\n")
@@ -329,6 +342,51 @@ def _show(entity: str, spec: dict[str, object], header: bool, parsable: int) -> 
         fields = [(h, -20 if h == "Account" and w == 10 else w) for h, w in fields]
     sys.stdout.write(render(list(ans.get("rows", [])), fields, header=header,
                             parsable=parsable))
+    return 0
+
+
+def _events(spec: dict[str, object], header: bool, parsable: int) -> int:
+    """sacctmgr list event: node down/drain periods; by default those of the past day."""
+    import time
+
+    from corral.model.timeparse import TimeParseError, parse_time
+
+    where = {k.lower(): v for k, v in dict(spec["where"]).items()}  # type: ignore[call-overload]
+    now = time.time()
+    try:
+        start = parse_time(where["start"], now, past=True) if "start" in where else None
+        end = parse_time(where["end"], now) if "end" in where else None
+    except TimeParseError:
+        raise UsageError(" Invalid time format") from None
+    for k in where:
+        if k not in ("start", "end", "nodes", "node", "nodename"):
+            raise UsageError(f" Unknown condition: {k}={where[k]}")
+    if start is None and not spec["names"]:
+        lt = time.localtime(now)
+        start = int(time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday - 1, 0, 0, 0, 0, 0, -1)))
+    nodes = where.get("nodes") or where.get("node") or where.get("nodename")
+    try:
+        ans = client.get("/v1/accounts/events", start=start, end=end, nodes=nodes)
+    except client.ApiError as e:
+        return _refused(e)
+    fmt = spec["format"] or "Cluster,NodeName,Start,End,State,Reason,User"
+    fields = [field_for(f, EVENT_FIELDS) for f in str(fmt).split(",") if f]
+
+    def when(t: object) -> str:
+        if not t:
+            return "Unknown"
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(float(t)))  # type: ignore[arg-type]
+
+    def duration(e: dict[str, object]) -> str:
+        secs = int(float(e["end"] or now) - float(e["start"] or now))  # type: ignore[arg-type]
+        d, r = divmod(max(0, secs), 86400)
+        return f"{d}-{r // 3600:02d}:{r % 3600 // 60:02d}:{r % 60:02d}" if d else \
+            f"{r // 3600:02d}:{r % 3600 // 60:02d}:{r % 60:02d}"
+    rows = [{"Cluster": str(e["cluster"]), "NodeName": str(e["node"]),
+             "TimeStart": when(e["start"]), "TimeEnd": when(e["end"]),
+             "State": str(e["state"]), "Reason": str(e["reason"]), "User": str(e["user"]),
+             "Duration": duration(e)} for e in ans.get("events", [])]
+    sys.stdout.write(render(rows, fields, header=header, parsable=parsable))
     return 0
 
 

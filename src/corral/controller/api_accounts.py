@@ -4,6 +4,7 @@
                              → {"out": text, "changed": bool, "rows": [...]}
     GET  /v1/accounts/dump?cluster=NAME → {"text": the flat file}
     POST /v1/accounts/load   {"text", "commit"} → {"out", "changed"}
+    GET  /v1/accounts/events?start=&end=&nodes= → {"events": [...]} (sacctmgr list event)
 
 A refusal answers {"error": sacctmgr's text, "errno": 0} with 400 (403 when not allowed).
 `add_routes(router, ctl)` is the one call the server makes; the `Accounts` object is kept
@@ -29,6 +30,55 @@ def accounts_of(ctl: Any) -> Accounts:
     acc = Accounts(ctl.store, ctl.cluster_name)
     ctl.accounts = acc
     return acc
+
+
+def _compact_state(n: Any) -> str:
+    """Slurm's node_state_string_compact for a node out of service."""
+    if n.admin_state == "down" or (not n.registered and not n.responding):
+        s = "DOWN"
+    elif n.admin_state == "drain":
+        s = "DRNG" if n.alloc_cpus or n.job_count else "DRAIN"
+    else:
+        s = "IDLE" if not (n.alloc_cpus or n.job_count) else "MIXED"
+    return s + ("*" if not n.responding else "")
+
+
+def node_events(ctl: Any, start: float | None, end: float | None,
+                nodes: list[str] | None) -> list[dict[str, Any]]:
+    """Recorded node events, plus each node now down or drained with a reason that has no
+    open recorded event (the controller records events as nodes change: the live state
+    covers what happened before it did, and a store without history)."""
+    import pwd
+
+    store = ctl.store
+    recorded = store.query_events(cluster=ctl.cluster_name, start=start, end=end, nodes=nodes) \
+        if hasattr(store, "query_events") else []
+    open_nodes = {e.node for e in recorded if e.end is None}
+    rows = [{"cluster": e.cluster, "node": e.node, "start": e.start, "end": e.end,
+             "state": e.state, "reason": e.reason, "uid": e.reason_uid} for e in recorded]
+    for n in ctl.nodes.values():
+        if n.name in open_nodes or (nodes is not None and n.name not in nodes):
+            continue
+        out = n.admin_state in ("down", "drain") or not n.responding
+        if not out or not n.reason:
+            continue
+        t = n.reason_time or 0.0
+        if end is not None and t >= end:
+            continue
+        rows.append({"cluster": ctl.cluster_name, "node": n.name, "start": t, "end": None,
+                     "state": _compact_state(n), "reason": n.reason, "uid": n.reason_uid})
+    for r in rows:
+        uid = r.pop("uid")
+        if uid is None:
+            r["user"] = ""
+            continue
+        try:
+            name = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            name = str(uid)
+        r["user"] = f"{name}({uid})"
+    rows.sort(key=lambda r: (r["start"], r["node"]))
+    return rows
 
 
 def _active_jobs(ctl: Any) -> list[tuple[str, str]]:
@@ -91,6 +141,22 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
             return refused(e)
         return json_response(out.to_dict())
 
+    async def events(request: web.Request) -> web.Response:
+        peer_identity(request, ctl)
+        q = request.query
+        try:
+            start = float(q["start"]) if q.get("start") else None
+            end = float(q["end"]) if q.get("end") else None
+        except ValueError:
+            return refused(AccountsError(" Invalid time in request"))
+        nodes = [x for x in q.get("nodes", "").split(",") if x] or None
+        if nodes:
+            from corral.model import hostlists
+
+            nodes = [n for spec in nodes for n in hostlists.expand(spec)]
+        return json_response({"events": node_events(ctl, start, end, nodes)})
+
     router.add_post("/v1/accounts", handle)
+    router.add_get("/v1/accounts/events", events)
     router.add_get("/v1/accounts/dump", dump)
     router.add_post("/v1/accounts/load", load)

@@ -53,6 +53,19 @@ class UsageRecord:
     billing_secs: float = 0.0
 
 
+@dataclass(slots=True)
+class NodeEvent:
+    """A node down/drain period (sacctmgr list event): open while `end` is None."""
+
+    cluster: str
+    node: str
+    start: float
+    state: str  # compact node state when it began: DOWN, DRAIN, DOWN*, …
+    reason: str = ""
+    reason_uid: int | None = None
+    end: float | None = None
+
+
 # the accounting record kinds (model/assoc.py AssocDB.to_records), in load order
 ACCOUNTING_KINDS = ("clusters", "accounts", "users", "qos", "assocs", "coords")
 
@@ -106,5 +119,17 @@ class Store(Protocol):
     def query_usage(self, *, cluster: str | None = None, start: float | None = None,
                     end: float | None = None) -> list[UsageRecord]:
         """Usage records with start <= period_start < end, by period then association."""
+
+    def add_event(self, event: NodeEvent) -> None:
+        """Record a node event (replaces one of the same node and start)."""
+
+    def end_events(self, cluster: str, node: str, end: float) -> None:
+        """Close the node's open events (it came back)."""
+
+    def query_events(self, *, cluster: str | None = None, start: float | None = None,
+                     end: float | None = None, nodes: list[str] | None = None
+                     ) -> list[NodeEvent]:
+        """Events overlapping [start, end) (open ones overlap everything after their start),
+        by start time."""
 
     def close(self) -> None: ...

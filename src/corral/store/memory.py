@@ -8,7 +8,14 @@ import json
 from typing import Any
 
 from corral.model.job import Job, JobState
-from corral.store.base import ACCOUNTING_KINDS, JobPayload, NodeRecord, UsageRecord, WriteBatch
+from corral.store.base import (
+    ACCOUNTING_KINDS,
+    JobPayload,
+    NodeEvent,
+    NodeRecord,
+    UsageRecord,
+    WriteBatch,
+)
 
 _FINISHED = frozenset(s.value for s in JobState if s.finished)
 
@@ -25,6 +32,7 @@ class MemoryStore:
         self.accounting: dict[str, list[dict[str, Any]]] = {k: [] for k in ACCOUNTING_KINDS}
         self.usage_state: dict[str, Any] | None = None
         self.usage: dict[tuple[str, float, int], UsageRecord] = {}
+        self.events: dict[tuple[str, str, float], NodeEvent] = {}
 
     def write(self, batch: WriteBatch) -> None:
         self.commit(self.prepare(batch))
@@ -130,6 +138,33 @@ class MemoryStore:
                 continue
             out.append(UsageRecord(r.cluster, r.assoc_id, r.period_start, dict(r.tres_secs),
                                    r.billing_secs))
+        return out
+
+    def add_event(self, event: NodeEvent) -> None:
+        self.events[(event.cluster, event.node, event.start)] = NodeEvent(
+            event.cluster, event.node, event.start, event.state, event.reason,
+            event.reason_uid, event.end)
+
+    def end_events(self, cluster: str, node: str, end: float) -> None:
+        for (cl, n, _), ev in self.events.items():
+            if cl == cluster and n == node and ev.end is None:
+                ev.end = end
+
+    def query_events(self, *, cluster: str | None = None, start: float | None = None,
+                     end: float | None = None, nodes: list[str] | None = None
+                     ) -> list[NodeEvent]:
+        out = []
+        for ev in sorted(self.events.values(), key=lambda e: (e.start, e.node)):
+            if cluster is not None and ev.cluster != cluster:
+                continue
+            if start is not None and ev.end is not None and ev.end < start:
+                continue
+            if end is not None and ev.start >= end:
+                continue
+            if nodes is not None and ev.node not in nodes:
+                continue
+            out.append(NodeEvent(ev.cluster, ev.node, ev.start, ev.state, ev.reason,
+                                 ev.reason_uid, ev.end))
         return out
 
     def close(self) -> None:

@@ -13,10 +13,17 @@ import threading
 from typing import Any, NamedTuple
 
 from corral.model.job import Job, JobState
-from corral.store.base import ACCOUNTING_KINDS, JobPayload, NodeRecord, UsageRecord, WriteBatch
+from corral.store.base import (
+    ACCOUNTING_KINDS,
+    JobPayload,
+    NodeEvent,
+    NodeRecord,
+    UsageRecord,
+    WriteBatch,
+)
 
 SCHEMA_VERSION = 2
-# 2: accounting tables (acct_*, usage_state, usage_hours); a version-1 file gains them on open
+# 2: accounting tables (acct_records, usage_state, usage_hours, node_events); a version-1 file gains them on open
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -51,6 +58,16 @@ CREATE TABLE IF NOT EXISTS acct_records (
     key TEXT NOT NULL,
     record TEXT NOT NULL,
     PRIMARY KEY (kind, key)
+);
+CREATE TABLE IF NOT EXISTS node_events (
+    cluster TEXT NOT NULL,
+    node TEXT NOT NULL,
+    start REAL NOT NULL,
+    end_time REAL,
+    state TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    reason_uid INTEGER,
+    PRIMARY KEY (cluster, node, start)
 );
 CREATE TABLE IF NOT EXISTS usage_state (id INTEGER PRIMARY KEY CHECK (id = 1), state TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS usage_hours (
@@ -314,6 +331,44 @@ class SqliteStore:
             rows = self._db.execute(sql, args).fetchall()
         return [UsageRecord(r[0], int(r[1]), float(r[2]), json.loads(r[3]), float(r[4]))
                 for r in rows]
+
+    def add_event(self, event: NodeEvent) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO node_events VALUES (?,?,?,?,?,?,?)",
+                             (event.cluster, event.node, event.start, event.end, event.state,
+                              event.reason, event.reason_uid))
+
+    def end_events(self, cluster: str, node: str, end: float) -> None:
+        with self._lock:
+            self._db.execute("UPDATE node_events SET end_time=? WHERE cluster=? AND node=? "
+                             "AND end_time IS NULL", (end, cluster, node))
+
+    def query_events(self, *, cluster: str | None = None, start: float | None = None,
+                     end: float | None = None, nodes: list[str] | None = None
+                     ) -> list[NodeEvent]:
+        where: list[str] = []
+        args: list[Any] = []
+        if cluster is not None:
+            where.append("cluster=?")
+            args.append(cluster)
+        if start is not None:
+            where.append("(end_time IS NULL OR end_time>=?)")
+            args.append(start)
+        if end is not None:
+            where.append("start<?")
+            args.append(end)
+        if nodes is not None:
+            where.append(f"node IN ({','.join('?' * len(nodes))})")
+            args.extend(nodes)
+        sql = ("SELECT cluster, node, start, state, reason, reason_uid, end_time "
+               "FROM node_events")
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY start, node"
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [NodeEvent(r[0], r[1], float(r[2]), r[3], r[4], r[5],
+                          None if r[6] is None else float(r[6])) for r in rows]
 
     def close(self) -> None:
         with self._lock:
