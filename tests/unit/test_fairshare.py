@@ -146,3 +146,25 @@ def test_reset_periods_like_slurm() -> None:
     s = UsageState({11: Usage(5.0)}, last_decay=last, last_reset=last)
     assert advance(s, utc(2026, 3, 15, 23), [], params).assoc[11].raw == 5.0
     assert advance(s, utc(2026, 3, 16, 1), [], params).assoc == {}
+
+
+def test_fairshare_view_factor_by_job_fields() -> None:
+    from corral.sched.fairshare import FairshareView
+
+    db = classic_tree()
+    view = FairshareView(db, "c", UsageState({11: Usage(0.2), 12: Usage(0.25), 14: Usage(0.25)}))
+    assert view.factor("u5", "F") == 1.0
+    assert view.factor("u2", "C") == 0.2
+    assert view.factor("u2", "B") == 0.0  # no such association
+
+
+def test_hourly_records_split_at_hour_boundaries() -> None:
+    from corral.sched.fairshare import UsageSpan, hourly_records
+
+    spans = [UsageSpan(11, 3000.0, 7800.0, {"gres/gpu": 2}, 10.0),
+             UsageSpan(12, 3600.0, 3700.0, {"cpu": 1}, 1.0)]
+    got = hourly_records("c", spans)
+    assert got == [("c", 11, 0.0, {"gres/gpu": 1200.0}, 6000.0),
+                   ("c", 11, 3600.0, {"gres/gpu": 7200.0}, 36000.0),
+                   ("c", 12, 3600.0, {"cpu": 100.0}, 100.0),
+                   ("c", 11, 7200.0, {"gres/gpu": 1200.0}, 6000.0)]

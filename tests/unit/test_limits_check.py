@@ -227,3 +227,17 @@ def test_a_pass_over_10000_jobs_of_500_users_in_50_accounts_is_fast() -> None:
     assert started == 50 * 64  # every account's GPUs full, nothing more
     assert len([i for i in infos.values() if i.fairshare > 0]) == 500
     assert took < 1.0, f"limits + fairshare over 10,000 jobs took {took:.2f} s"
+
+
+def test_accounting_storage_enforce_implications() -> None:
+    import pytest
+
+    from corral.sched.limits_check import parse_enforce
+
+    assert parse_enforce("") == frozenset()
+    assert parse_enforce("limits") == {"limits", "associations"}
+    assert parse_enforce("associations,limits,qos,safe") == \
+        {"associations", "limits", "qos", "safe"}
+    assert parse_enforce("safe") == {"safe", "limits", "associations"}
+    with pytest.raises(ValueError, match="Invalid AccountingStorageEnforce option: bogus"):
+        parse_enforce("limits,bogus")

@@ -474,3 +474,57 @@ def job_fairshare_factor(infos: Mapping[int, ShareInfo], assoc_id: int) -> float
     """The fairshare factor priority/multifactor multiplies by PriorityWeightFairshare."""
     info = infos.get(assoc_id)
     return info.fairshare if info is not None else 0.0
+
+
+class FairshareView:
+    """What the priority stage reads in one pass: the factor of a job's association.
+    Build one per PriorityCalcPeriod (or per pass: a Fair Tree run over 500 users costs
+    milliseconds) from the committed `AssocDB` and the usage state."""
+
+    def __init__(self, db: AssocDB, cluster: str, state: UsageState,
+                 fair_tree: bool = True) -> None:
+        self.index = AssocIndex(db)
+        self.cluster = cluster
+        self.infos = fairshare_factors(db, cluster, state.assoc, fair_tree)
+
+    def factor(self, user: str, account: str, partition: str | None = None) -> float:
+        a = self.index.job_assoc(self.cluster, user, account, partition)
+        return self.infos[a.id].fairshare if a is not None and a.id in self.infos else 0.0
+
+
+# ---- usage records (sreport) -------------------------------------------------------------
+HOUR = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSpan:
+    """A stretch a job ran: [start, end) under an association, with its TRES."""
+
+    assoc_id: int
+    start: float
+    end: float
+    tres: Mapping[str, int]
+    billing: float = 0.0
+
+
+def hourly_records(cluster: str, spans: Iterable[UsageSpan]) -> list[tuple[str, int, float,
+                                                                           dict[str, float],
+                                                                           float]]:
+    """Split spans at hour boundaries: (cluster, assoc id, hour start, TRES-seconds,
+    billing-seconds) per association and hour, summed (the store's UsageRecord fields;
+    sreport reads them)."""
+    acc: dict[tuple[int, float], tuple[dict[str, float], list[float]]] = {}
+    for s in spans:
+        t = s.start
+        while t < s.end:
+            hour = math.floor(t / HOUR) * HOUR
+            stop = min(s.end, hour + HOUR)
+            secs = stop - t
+            tres, bill = acc.setdefault((s.assoc_id, hour), ({}, [0.0]))
+            for k, v in s.tres.items():
+                tres[k] = tres.get(k, 0.0) + v * secs
+            bill[0] += s.billing * secs
+            t = stop
+    return [(cluster, aid, hour, tres, bill[0])
+            for (aid, hour), (tres, bill) in sorted(acc.items(), key=lambda kv: (kv[0][1],
+                                                                                   kv[0][0]))]

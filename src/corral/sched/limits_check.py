@@ -608,3 +608,28 @@ def build_ledger(db: AssocDB, cluster: str, *, running: Iterable[tuple[JobReq, f
     for j in pending:
         led.add_pending(j)
     return led
+
+
+# ---- AccountingStorageEnforce ---------------------------------------------------------------
+ENFORCE_WORDS = ("associations", "limits", "qos", "safe", "wckeys", "nojobs", "nosteps", "all")
+
+
+def parse_enforce(text: str | None) -> frozenset[str]:
+    """slurm.conf AccountingStorageEnforce: `limits` implies `associations`; `safe` implies
+    `limits` and `associations`; `qos` implies `associations`; `all` is everything but
+    nojobs/nosteps.  Unknown words raise ValueError (the controller refuses the config)."""
+    out: set[str] = set()
+    for w in (text or "").lower().replace(" ", "").split(","):
+        if not w or w == "none" or w == "0":
+            continue
+        if w not in ENFORCE_WORDS:
+            raise ValueError(f"Invalid AccountingStorageEnforce option: {w}")
+        if w == "all":
+            out |= {"associations", "limits", "qos", "safe", "wckeys"}
+        else:
+            out.add(w)
+    if out & {"limits", "safe", "qos"}:
+        out.add("associations")
+    if "safe" in out:
+        out.add("limits")
+    return frozenset(out)
