@@ -59,6 +59,8 @@ def test_lab_setup_and_tables(c: Cluster) -> None:
                    "  A = lab        C = testcluste\n"
                    " Settings\n  GrpTRES       = cpu=256,mem=1T,gres/gpu=16\n")
     ok(c, "-i", "add", "account", "students", "parent=lab", "MaxJobs=2")
+    r = mgr(c, "-i", "add", "account", "lab")
+    assert (r.returncode, r.stdout) == (1, " Nothing new added.\n")
     out = ok(c, "-i", "add", "user", "ann,ben", "account=students")
     assert " Adding User(s)\n  ann\n  ben\n Settings =\n  Default Account = students\n" in out
     out = ok(c, "-i", "modify", "user", "where", "name=ann", "set", "GrpTRES=gres/gpu=2",

@@ -303,7 +303,7 @@ def _change(cmd: str, entity: str, spec: dict[str, object], immediate: bool) -> 
         return _refused(e)
     sys.stdout.write(ans.get("out", ""))
     if not ans.get("changed"):
-        return 1 if "Nothing" in ans.get("out", "") and cmd == "add" else 0
+        return 1  # Slurm: "Nothing new added/modified/deleted" is an error exit
     if immediate:
         return 0
     if not commit_check("Would you like to commit changes?"):
