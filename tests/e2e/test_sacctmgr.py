@@ -49,9 +49,14 @@ def ok(c: Cluster, *args: str) -> str:
 
 
 def test_lab_setup_and_tables(c: Cluster) -> None:
-    out = ok(c, "-i", "add", "cluster", "testcluster")
-    assert out == " Adding Cluster(s)\n  Name           = testcluster\n"
-    ok(c, "-i", "add", "qos", "normal")
+    # a new cluster starts with the normal QoS and itself (as slurmdbd makes them)
+    assert ok(c, "-nP", "show", "qos", "format=name,descr") == "normal|Normal QOS default\n"
+    r = mgr(c, "-i", "add", "cluster", "testcluster")
+    assert (r.returncode, r.stdout) == \
+        (1, " This cluster testcluster already exists.  Not adding.\n Nothing new added.\n")
+    out = ok(c, "-i", "add", "cluster", "other")
+    assert out == " Adding Cluster(s)\n  Name           = other\n"
+    ok(c, "-i", "delete", "cluster", "other")
     out = ok(c, "-i", "add", "account", "lab", "Description=Smith lab", "Organization=bio",
              "GrpTRES=gres/gpu=16,cpu=256,mem=1T")
     assert out == (" Adding Account(s)\n  lab\n Settings\n  Description     = Smith lab\n"

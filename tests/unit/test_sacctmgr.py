@@ -21,9 +21,7 @@ def run(acc: Accounts, who: Caller, op: str, entity: str, names: list[str] | Non
 
 @pytest.fixture
 def acc() -> Accounts:
-    a = Accounts(MemoryStore(), "corral")
-    run(a, ROOT, "add", "qos", ["normal"])
-    run(a, ROOT, "add", "cluster", ["corral"])
+    a = Accounts(MemoryStore(), "corral")  # starts with the normal QoS and this cluster
     run(a, ROOT, "add", "account", ["lab"], {"Description": "Smith lab", "Organization": "bio"})
     run(a, ROOT, "add", "account", ["students"], {"parent": "lab"})
     run(a, ROOT, "add", "user", ["ann", "ben"], {"account": "students"})
@@ -34,7 +32,8 @@ def acc() -> Accounts:
 
 def test_add_account_prints_slurms_text() -> None:
     a = Accounts(MemoryStore(), "corral")
-    run(a, ROOT, "add", "cluster", ["corral"])
+    assert sorted(a.db.qos) == ["normal"] and list(a.db.clusters) == ["corral"]
+    assert a.store.load_accounting()["clusters"] == []  # written with the first change
     out = run(a, ROOT, "add", "account", ["physics"], {"GrpTRES": "gres/gpu=16,cpu=256,mem=1T"})
     assert out == (" Adding Account(s)\n  physics\n Settings\n"
                    "  Description     = Account Name\n"

@@ -278,6 +278,7 @@ class Accounts:
         self.active_jobs = active_jobs or (lambda: ())
         self.on_change = on_change
         self.db = AssocDB.from_records(store.load_accounting())
+        bootstrap(self.db, cluster_name)
 
     # -- authorization
     def is_admin(self, who: Caller) -> bool:
@@ -345,26 +346,24 @@ class Accounts:
         if not names:
             raise AccountsError(" Need name of cluster to add.")
         self._no_extra(where, _ASSOC_SETTINGS)
+        exists = ""
         text = " Adding Cluster(s)\n"
         added = False
         for n in names:
             if n in db.clusters:
-                text = f" This cluster {n} already exists.  Not adding.\n" + text
+                exists += f" This cluster {n} already exists.  Not adding.\n"
                 continue
-            db.clusters[n] = Cluster(n)
-            rid = db.next_assoc_id()
-            lim = apply_limits(Limits(), where, _ASSOC_LIMITS)
-            db.assocs[rid] = Association(rid, n, ROOT, limits=lim,
-                                         qos=_qos_list(db, (), where["qos"]) if "qos" in where
-                                         else (("normal",) if "normal" in db.qos else ()))
-            db.assocs[rid + 1] = Association(rid + 1, n, ROOT, user="root")
-            db.accounts.setdefault(ROOT, Account(ROOT, "default root account", "root"))
-            db.users.setdefault("root", User("root", ROOT, "Administrator"))
+            add_cluster_records(db, n)
+            root = db.account_assoc(n, ROOT)
+            assert root is not None
+            root.limits = apply_limits(Limits(), where, _ASSOC_LIMITS)
+            if "qos" in where:
+                root.qos = _qos_list(db, (), where["qos"])
             text += f"  Name           = {n}\n"
             added = True
         if not added:
-            return Outcome(" Nothing new added.\n")
-        return Outcome(text, True)
+            return Outcome(exists + " Nothing new added.\n")
+        return Outcome(exists + text, True)
 
     def delete_cluster(self, who: Caller, db: AssocDB, where: dict[str, str],
                        sets: dict[str, str]) -> Outcome:
@@ -1087,6 +1086,29 @@ class Accounts:
                 self.on_change(new)
         return Outcome(f" Loaded cluster {cluster}: {sum(1 for a in new.assocs.values() if a.cluster == cluster)} "
                        "associations\n", True)
+
+
+def add_cluster_records(db: AssocDB, name: str) -> None:
+    """A cluster with its root account association and root's user association (what
+    slurmdbd creates with a cluster)."""
+    db.clusters[name] = Cluster(name)
+    rid = db.next_assoc_id()
+    db.assocs[rid] = Association(rid, name, ROOT,
+                                 qos=("normal",) if "normal" in db.qos else ())
+    db.assocs[rid + 1] = Association(rid + 1, name, ROOT, user="root")
+    db.accounts.setdefault(ROOT, Account(ROOT, "default root account", "root"))
+    db.users.setdefault("root", User("root", ROOT, "Administrator"))
+
+
+def bootstrap(db: AssocDB, cluster: str) -> None:
+    """A store with no accounting yet: the `normal` QoS (slurmdbd creates it) and this
+    cluster, so a lab starts with `sacctmgr add account`.  Kept in memory; written with
+    the first change."""
+    if not db.qos and not db.clusters and not db.assocs:
+        db.qos["normal"] = Qos("normal", 1, "Normal QOS default")
+    if cluster and cluster not in db.clusters and not any(
+            a.cluster == cluster for a in db.assocs.values()):
+        add_cluster_records(db, cluster)
 
 
 def _parse_dump_entry(rest: str, no: int) -> tuple[str, dict[str, str]]:
