@@ -85,6 +85,7 @@ def test_lab_setup_and_tables(c: Cluster) -> None:
     assert "lab|Smith lab|bio|\n" in out and out.startswith("Account|Descr|Org|\n")
     out = ok(c, "show", "user", "ann", "withassoc", "format=user,acc%12,grptres")
     assert out.splitlines()[2] == "       ann     students    gres/gpu=2 "
+    assert ok(c, "-s", "show", "user", "ann", "format=user,acc%12,grptres") == out
 
 
 def test_bad_input_is_refused_and_changes_nothing(c: Cluster) -> None:

@@ -223,6 +223,7 @@ def usage() -> str:
 def _main(argv: list[str]) -> int:
     header = True
     immediate = False
+    with_assoc = False
     parsable = 0
     rest: list[str] = []
     i = 0
@@ -238,8 +239,9 @@ def _main(argv: list[str]) -> int:
             parsable = 2
         elif a in ("-p", "--parsable"):
             parsable = 1
-        elif a in ("-Q", "--quiet", "-v", "--verbose", "-r", "--readonly", "-s",
-                   "--associations"):
+        elif a in ("-s", "--associations"):
+            with_assoc = True
+        elif a in ("-Q", "--quiet", "-v", "--verbose", "-r", "--readonly"):
             pass
         elif a in ("-V", "--version"):
             sys.stdout.write(f"slurm {SLURM_VERSION}\n")
@@ -253,6 +255,7 @@ def _main(argv: list[str]) -> int:
             if all(c in "inPpQvrs" for c in flags):
                 immediate |= "i" in flags
                 header &= "n" not in flags
+                with_assoc |= "s" in flags
                 parsable = 2 if "P" in flags else (1 if "p" in flags else parsable)
             else:
                 sys.stderr.write(f"sacctmgr: invalid option -- '{flags[0]}'\n"
@@ -277,6 +280,8 @@ def _main(argv: list[str]) -> int:
             raise UsageError(f" Need an entity to {cmd}")
         entity = _entity(rest[1])
         spec = parse_specs(cmd, rest[2:])
+        if with_assoc:
+            spec["options"] = {**dict(spec["options"]), "withassoc": True}  # type: ignore[call-overload]
         if cmd == "show" and entity == "event":
             return _events(spec, header, parsable)
         if cmd == "show":
