@@ -158,3 +158,22 @@ def test_command_imports_stay_light() -> None:
              or m.startswith(("corral.controller", "corral.store", "corral.model.job",
                               "corral.model.assoc", "http.client", "urllib.parse"))]
     assert heavy == []
+
+
+def test_qos_lists_and_flags_set_add_remove_clear(acc: Accounts) -> None:
+    run(acc, ROOT, "add", "qos", ["gpu", "long"])
+    run(acc, ROOT, "modify", "user", where={"names": "ann"}, sets={"QOS": "normal,gpu"})
+    assert acc.db.find("corral", "students", "ann").qos == ("normal", "gpu")  # type: ignore[union-attr]
+    run(acc, ROOT, "modify", "user", where={"names": "ann"}, sets={"QOS+": "long"})
+    run(acc, ROOT, "modify", "user", where={"names": "ann"}, sets={"QOS-": "normal"})
+    assert acc.db.find("corral", "students", "ann").qos == ("gpu", "long")  # type: ignore[union-attr]
+    run(acc, ROOT, "modify", "user", where={"names": "ann"}, sets={"QOS": ""})
+    # cleared: inherited from the account's (root's) list again
+    assert acc.db.effective_qos(acc.db.find("corral", "students", "ann")) == ("normal",)  # type: ignore[arg-type]
+    run(acc, ROOT, "modify", "qos", ["gpu"], sets={"Flags": "DenyOnLimit,NoReserve"})
+    run(acc, ROOT, "modify", "qos", ["gpu"], sets={"Flags-": "noreserve"})
+    assert acc.db.qos["gpu"].flags == ("DenyOnLimit",)
+    with pytest.raises(AccountsError, match="Unknown QOS flag"):
+        run(acc, ROOT, "modify", "qos", ["gpu"], sets={"Flags": "Bogus"})
+    run(acc, ROOT, "modify", "qos", ["gpu"], sets={"Flags": ""})
+    assert acc.db.qos["gpu"].flags == ()

@@ -215,7 +215,7 @@ def _shares(v: str) -> int:
 def _qos_list(db: AssocDB, current: tuple[str, ...], v: str) -> tuple[str, ...]:
     """`QOS=a,b`, `QOS+=c`, `QOS-=a` (the operator arrives in the key: see parse)."""
     op = ""
-    if v[:1] in "+-" and v[1:2] != "1":
+    if v[:1] in ("+", "-") and v[1:2] != "1":
         op, v = v[0], v[1:]
     names = _split_list(v)
     for n in names:
@@ -882,7 +882,7 @@ class Accounts:
         if "flags" in sets:
             v = sets["flags"]
             op = ""
-            if v[:1] in "+-":
+            if v[:1] in ("+", "-"):
                 op, v = v[0], v[1:]
             flags = []
             for f in _split_list(v):
