@@ -233,6 +233,8 @@ class Api:
         r.add_delete("/v1/tokens/{id}", self.revoke_token)
         r.add_get("/v1/machines", self.list_machines)
         r.add_delete("/v1/machines/{name}", self.revoke_machine)
+        from corral.controller.api_accounts import add_routes as add_account_routes
+        add_account_routes(r, self.ctl)  # sacctmgr
         return app
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
