@@ -88,15 +88,9 @@ class ClusterConfig:
     def inert_settings(self) -> list[str]:
         """The settings this configuration makes that Corral accepts but does not act on
         (for `corral up` to name in one line): nothing may look in effect that is not."""
-        out = [k for k in NOT_ACTED_ON
-               if self.options.get(k, GLOBAL_DEFAULTS.get(k, "")) not in ("", "0",
-                                                                          GLOBAL_DEFAULTS.get(k))]
-        for p in self.partitions:
-            if p.allow_groups.upper() != "ALL":
-                out.append(f"PartitionName={p.name} AllowGroups")
-            if p.allow_accounts.upper() != "ALL":
-                out.append(f"PartitionName={p.name} AllowAccounts")
-        return out
+        return [k for k in NOT_ACTED_ON
+                if self.options.get(k, GLOBAL_DEFAULTS.get(k, "")) not in ("", "0",
+                                                                           GLOBAL_DEFAULTS.get(k))]
 
     def default_partition(self) -> Partition | None:
         for p in self.partitions:
@@ -248,6 +242,10 @@ def _add_partition(cfg: ClusterConfig, name: str, a: dict[str, str], lineno: int
         max_mem_per_node=int(a["MaxMemPerNode"]) if "MaxMemPerNode" in a else None,
         allow_accounts=a.get("AllowAccounts", "ALL"),
         allow_groups=a.get("AllowGroups", "ALL"),
+        deny_accounts=a.get("DenyAccounts", ""),
+        allow_qos=a.get("AllowQos", a.get("AllowQOS", "ALL")),
+        deny_qos=a.get("DenyQos", a.get("DenyQOS", "")),
+        root_only=a.get("RootOnly", "NO").upper() == "YES",
         hidden=a.get("Hidden", "NO").upper() == "YES",
         exclusive_user=a.get("ExclusiveUser", "NO").upper() == "YES",
     )
