@@ -330,7 +330,11 @@ class _Pass:
         now = self.now
         members = self.part_nodes.get(part, ())
         con = _constraint(req)
-        k = _plan_node_count(req, members, con)
+        if req.max_nodes:
+            k = _plan_node_count(req, members, con)
+            if k > req.num_nodes:
+                req = replace(req, num_nodes=k, tasks_per_node=0)
+        k = req.num_nodes
         per_node = req.tasks_per_node or -(-req.tasks // k)
         req_set = set(req.req_nodes)
         starts: dict[str, list[tuple[float, float]]] = {}
@@ -396,7 +400,8 @@ class _Pass:
 
     def reserve(self, req: Request, nodes: list[_Node], start: float, duration: float) -> None:
         k = len(nodes) or req.num_nodes
-        per_node = req.tasks_per_node or -(-req.tasks // k)
+        per_node = req.tasks_per_node if req.tasks_per_node and k == req.num_nodes \
+            else -(-req.tasks // k)
         end = start + duration
         for node in nodes:
             c, m, g = req.demand(node, per_node)
@@ -568,7 +573,7 @@ def _plan_node_count(req: Request, members: Iterable[_Node], con: Constraint | N
     """Nodes a plan reserves: the job's count, or for a job without -N as many of the
     partition's largest (matching) nodes as its tasks need."""
     k = req.num_nodes
-    if not req.max_nodes or req.tasks_per_node:
+    if not req.max_nodes:
         return k
     caps = sorted((n.cpus // req.cpus_per_task for n in members
                    if con is None or con.node_may(n.features)), reverse=True)

@@ -13,6 +13,7 @@ The same allocation core (`allocate`) serves `select_nodes` here and the indexed
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -62,7 +63,8 @@ class Request:
     exclusive: bool
     req_nodes: tuple[str, ...]
     exc_nodes: frozenset[str]
-    # -n without -N: as many nodes as the tasks need, up to this many (0 = num_nodes only)
+    # -n without -N: all tasks on one node if one can hold them, else as many nodes as
+    # they need, up to this many (0 = exactly num_nodes)
     max_nodes: int = 0
     constraint: str | None = None  # --constraint (sched.features)
     min_cpus: int = 0  # --mincpus: free CPUs a node must offer
@@ -86,10 +88,12 @@ class Request:
         return cpus, mem, self.gpus_per_node + self.gpus_per_task * tasks
 
     def min_cpus_per_node(self) -> int:
-        return (self.tasks_per_node or 1) * self.cpus_per_task
+        # a job that may spread (max_nodes) may take as little as one task on a node
+        return (1 if self.max_nodes else self.tasks_per_node or 1) * self.cpus_per_task
 
     def min_gpus_per_node(self) -> int:
-        return self.gpus_per_node + self.gpus_per_task * (self.tasks_per_node or 1)
+        per_node = 1 if self.max_nodes else self.tasks_per_node or 1
+        return self.gpus_per_node + self.gpus_per_task * per_node
 
 
 # the most nodes a job without -N may spread over (Slurm: the partition's MaxNodes)
@@ -107,8 +111,6 @@ def make_request(job: PendingView, def_mem_per_cpu: int) -> Request:
         flexible = False
     if job.ntasks_per_node:
         per_node = job.ntasks_per_node
-    elif flexible:
-        per_node = 0  # spread over as few or as many nodes as fit
     elif num_nodes == 1:
         per_node = tasks
     elif tasks <= num_nodes:
@@ -253,6 +255,23 @@ def allocate(
         ordered = (n for n in ordered if getattr(n, "gpu_type", None) == gtype)
         if any(getattr(n, "gpu_type", None) != gtype for n in required):
             return None
+    if req.max_nodes:
+        # -n without -N: on one node when one can hold the tasks, else spread over as
+        # many as needed (the node order is replayed, not searched twice)
+        first, again = itertools.tee(ordered)
+        out = _allocate_constrained(replace(req, max_nodes=0), required, first, extra)
+        if out is not None or req.max_nodes <= req.num_nodes:
+            return out
+        return _allocate_constrained(replace(req, tasks_per_node=0), required, again, extra)
+    return _allocate_constrained(req, required, ordered, extra)
+
+
+def _allocate_constrained(
+    req: Request,
+    required: Sequence[NodeLike],
+    ordered: Iterable[NodeLike],
+    extra: ExtraCheck | None = None,
+) -> list[NodeAlloc] | None:
     if not req.constraint:
         return _allocate(req, required, ordered, extra)
     try:
@@ -272,7 +291,7 @@ def allocate(
             picked = pick_counted(alt, [*required, *usable], limit)
             if picked is None:
                 continue
-            req_k = list(dict.fromkeys([*required, *picked]))
+            req_k = list({n.name: n for n in [*required, *picked]}.values())
             names = {n.name for n in req_k}
             sub = replace(req, num_nodes=max(req.num_nodes, len(req_k)))
             out = _allocate(sub, req_k, [n for n in pool if n.name not in names], extra)
