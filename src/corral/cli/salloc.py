@@ -169,7 +169,7 @@ def parse_salloc(argv: list[str], env: dict[str, str], cwd: str, now: float, *,
     req.spec = allocation_spec(
         v, name=name, cwd=cwd, submit_line=" ".join([PROG, *argv]), req_nodes=req_nodes,
         exc_nodes=exc_nodes, min_nodes=min_nodes, max_nodes=max_nodes, ntasks=ntasks,
-        gpus=gpus)
+        gpus=gpus, nodes_given="nodes" in v or bool(req_nodes))
     problem = spec_problem(req.spec)
     if problem is not None:
         first, error = problem
