@@ -250,6 +250,17 @@ def test_the_joined_node_appears_in_sinfo(jc: JoinedCluster) -> None:
     assert "Partitions=debug" in node
 
 
+def test_status_shows_where_things_are_on_both_machines(jc: JoinedCluster) -> None:
+    out = jc.ctl.run("corral", "status").stdout
+    assert f"listen: {URL} (certificate {jc.fingerprint})" in out
+    assert f"logs:   {jc.c.home}/log/controller.log, {jc.c.home}/log/agent.log" in out
+    assert re.search(r"^ +joined1 +idle ", out, re.M), out
+    out = jc.joined.run("corral", "status").stdout
+    assert "(on another machine)" in out
+    assert f"logs:   {jc.c.home}/log/controller.log on the controller's machine; this " \
+           f"machine's agent: {jc.joined.home}/log/agent.log" in out
+
+
 def test_srun_spans_the_local_and_the_joined_node(jc: JoinedCluster) -> None:
     out = jc.c.ok("srun", "-N2", "-w", "local1,joined1", "-l", "hostname", timeout=60)
     lines = sorted(out.splitlines())
@@ -488,6 +499,75 @@ def test_a_login_only_machine_submits_without_being_a_node(jc: JoinedCluster, tm
         login.run("corral", "down")
 
 
+def test_a_revoked_or_unusable_token_joins_nothing(jc: JoinedCluster, tmp_path: Path) -> None:
+    c = jc.c
+    token = jc.new_token("--ttl", "10m", "--uses", "3")
+    token_id = token.split(".")[0]
+    assert re.search(rf"^{token_id} +node +valid +3 ", c.ok("corral", "token", "list"), re.M)
+    assert "revoked" in c.ok("corral", "token", "revoke", token_id)
+    assert re.search(rf"^{token_id} +node +revoked ", c.ok("corral", "token", "list"), re.M)
+    m = Machine(c, NS_JOIN, tmp_path / "late")
+    r = m.run("corral", "join", URL, "--fingerprint", jc.fingerprint, "--name", "late1",
+              input=token + "\n")
+    assert r.returncode != 0 and f"join token {token_id} was revoked" in r.stderr, r.stderr
+    bound = jc.new_token("--node", "gpu9")
+    r = m.run("corral", "join", URL, "--fingerprint", jc.fingerprint, "--name", "late1",
+              input=bound + "\n")
+    assert r.returncode != 0 and "is for node gpu9, not late1" in r.stderr, r.stderr
+    r = c.run("corral", "token", "create", "--ttl", "soon")
+    assert r.returncode == 2 and "invalid --ttl 'soon'" in r.stderr
+    assert "late1" not in jc.node_states()
+
+
+AGENT_SOCKET_HOARDER = """
+import socket, sys, time
+path, n = sys.argv[1], int(sys.argv[2])
+socks = []
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    socks.append(s)
+time.sleep(2.0)
+closed = 0
+for s in socks:
+    s.setblocking(False)
+    try:
+        closed += s.recv(16) == b""
+    except BlockingIOError:
+        pass
+print(closed)
+"""
+
+
+def test_the_joined_agents_socket_limits_each_user(
+        jc: JoinedCluster, users: dict[str, pwd.struct_passwd]) -> None:  # noqa: F811
+    alice, bob = users["corral-alice"], users["corral-bob"]
+    sock = str(jc.joined.home / "agent.sock")
+    hoarder = subprocess.Popen(
+        ["ip", "netns", "exec", NS_JOIN, "setpriv", f"--reuid={alice.pw_uid}",
+         f"--regid={alice.pw_gid}", "--clear-groups", sys.executable, "-c",
+         AGENT_SOCKET_HOARDER, sock, "300"], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        r = jc.joined.run_as(bob, "squeue", "-h")
+        assert r.returncode == 0, r.stderr
+        assert time.monotonic() - t0 < 3.0
+        out, _ = hoarder.communicate(timeout=30)
+    finally:
+        hoarder.kill()
+        hoarder.wait(10)
+    assert int(out) == 300 - 256  # over the per-user limit: closed after a short fuse
+
+
+def test_a_connection_that_never_starts_tls_is_closed(jc: JoinedCluster) -> None:
+    probe = (f"import socket, time; s = socket.create_connection(('{CTL_ADDR}', {PORT}));"
+             "t = time.monotonic(); s.settimeout(30); s.recv(1); print(time.monotonic() - t)")
+    r = jc.joined.run(sys.executable, "-c", probe, timeout=40)
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout) < 15  # MessageTimeout (10 s by default), not asyncio's 60 s
+
+
 REPLAY_PROBE = """
 import http.client, json, ssl, sys, time
 from corral.auth import Credential, sign_request
@@ -527,6 +607,17 @@ def test_a_signed_request_does_not_replay_after_a_controller_restart(jc: JoinedC
     assert status == 401 and "signed before the controller started" in answer["error"]
     # the joined node's agent signs afresh and comes back by itself
     jc.c.wait_for(lambda: jc.node_states().get("joined1") == "idle", 30, "joined1 back")
+
+
+def test_a_joined_machine_rejoins_with_its_own_key(jc: JoinedCluster) -> None:
+    r = jc.joined.run("corral", "down")
+    assert r.returncode == 0, r.stderr
+    jc.c.wait_for(lambda: jc.node_states()["joined1"].endswith("*"), 15, "joined1 gone")
+    # no token this time: the stored key is enough (the one-use token is spent anyway)
+    r = jc.joined.run("corral", "join", URL, "--fingerprint", jc.fingerprint, input="")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rejoining with this machine's key (node joined1)" in r.stdout
+    jc.c.wait_for(lambda: jc.node_states()["joined1"] == "idle", 30, "joined1 back")
 
 
 def test_a_revoked_key_is_shut_out_alone(jc: JoinedCluster, tmp_path: Path) -> None:

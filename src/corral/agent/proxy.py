@@ -109,17 +109,23 @@ class Proxy:
                           f"{request.path}", 413)
         raw_path = request.raw_path
         try:
-            for _attempt in range(2):
+            for attempt in range(2):
                 headers = self.remote.sign(request.method, raw_path, body, uid, gid)
                 headers["Content-Type"] = request.headers.get("Content-Type", "application/json")
-                async with self._session.request(request.method, self.remote.target(raw_path),
-                                                 data=body, headers=headers) as resp:
-                    data = await resp.read()
-                    # signed by a clock behind the controller's restart: re-sign once, later
-                    if resp.status == 401 and _attempt == 0 and self.remote.learn(data):
-                        continue
-                    return web.Response(status=resp.status, body=data, headers={
-                        "Content-Type": resp.headers.get("Content-Type", "application/json")})
+                try:
+                    async with self._session.request(request.method, self.remote.target(raw_path),
+                                                     data=body, headers=headers) as resp:
+                        data = await resp.read()
+                        # signed by a clock behind the controller's restart: re-sign, later
+                        if resp.status == 401 and attempt == 0 and self.remote.learn(data):
+                            continue
+                        return web.Response(status=resp.status, body=data, headers={
+                            "Content-Type": resp.headers.get("Content-Type", "application/json")})
+                except aiohttp.ServerDisconnectedError:
+                    # a pooled connection the controller closed as we sent: nothing was
+                    # processed (no answer came); once more on a fresh one, signed afresh
+                    if attempt == 1:
+                        raise
             return _error("the controller refused the signature", 401)
         except aiohttp.ServerFingerprintMismatch:
             log.error("the controller's certificate changed: refusing to forward")

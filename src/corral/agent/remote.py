@@ -43,7 +43,9 @@ def _split_url(url: str) -> tuple[str, str, int]:
 
 def _session(fingerprint: bytes) -> aiohttp.ClientSession:
     # the pinned fingerprint replaces CA verification (the certificate is self-signed)
-    conn = aiohttp.TCPConnector(ssl=aiohttp.Fingerprint(fingerprint))
+    # pooled connections are dropped well before the controller closes idle ones (its
+    # MessageTimeout, 10 s by default), so a request never goes out on a closing one
+    conn = aiohttp.TCPConnector(ssl=aiohttp.Fingerprint(fingerprint), keepalive_timeout=4.0)
     return aiohttp.ClientSession(connector=conn, auto_decompress=False,
                                  timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
 

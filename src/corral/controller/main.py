@@ -8,6 +8,7 @@ import logging
 import os
 import resource
 import signal
+import ssl
 import sys
 import time
 
@@ -33,6 +34,24 @@ DEFAULT_IDLE_TIMEOUT = 10
 CONNECTIONS_PER_USER = 256
 CONNECTIONS_PER_ADDRESS = 1024
 OPEN_FILES = 65536
+
+
+class TLSSite(web.TCPSite):
+    """aiohttp's TCPSite, with a bound on the TLS handshake (asyncio's default is 60 s,
+    in which a connection that never finishes it holds a descriptor uncounted)."""
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int, *,
+                 ssl_context: ssl.SSLContext, handshake_timeout: float, backlog: int) -> None:
+        super().__init__(runner, host, port, ssl_context=ssl_context, backlog=backlog)
+        self._handshake_timeout = handshake_timeout
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            server, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog,
+            ssl_handshake_timeout=self._handshake_timeout)
 
 
 def raise_open_files_limit(want: int = OPEN_FILES) -> int:
@@ -114,7 +133,8 @@ async def serve(home: str, config_path: str, listen: str | None = None) -> int:
     # root's controller serves every user (identity from SO_PEERCRED); a user's only them
     os.chmod(sock_path, 0o666 if os.geteuid() == 0 else 0o600)
     if listen and ssl_ctx is not None:
-        tcp = web.TCPSite(runner, host, port, ssl_context=ssl_ctx, backlog=1024)
+        tcp = TLSSite(runner, host, port, ssl_context=ssl_ctx, handshake_timeout=idle,
+                      backlog=1024)
         await tcp.start()
         log.info("listening on %s:%d (TLS, certificate %s)", host, port,
                  tls.certificate_fingerprint(home))

@@ -19,7 +19,7 @@ from corral.controller.auth import admit_agent, request_uid_gid
 from corral.controller.state import Controller, Identity, SlurmError, _invalid_job
 from corral.controller.steps import StepManager
 from corral.model import hostlists
-from corral.model.job import Job, parse_state
+from corral.model.job import Job, JobState, parse_state
 
 log = logging.getLogger("corral.controller")
 
@@ -41,9 +41,11 @@ AGENT_RECEIVE_LIMIT = 64 * MB - 64 * 1024
 # Refusals logged per agent link before the log is thinned out (a flooding node).
 LOGGED_REFUSALS = 20
 
-# How an agent may say a job's batch step ended.
-ENDED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
-                          "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"})
+# How an agent may say a job's batch step ended: any state but a live one (REQUEUED: the
+# step supervisor ended it for `scontrol requeue`).
+ENDED_STATES = frozenset(s.value for s in JobState) - {
+    JobState.PENDING.value, JobState.RUNNING.value, JobState.SUSPENDED.value,
+    JobState.COMPLETING.value}
 
 
 def _dumps(obj: Any) -> str:

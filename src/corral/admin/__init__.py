@@ -1,0 +1,1 @@
+"""The `corral` administrator command, apart from the Slurm commands (corral.cli)."""
