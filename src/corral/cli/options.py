@@ -772,7 +772,7 @@ ALLOC_NO_EFFECT = frozenset({
 ALLOC_UNSUPPORTED = frozenset({
     "autocomplete", "bb", "bbf", "cluster", "cluster-constraint", "clusters",
     "container", "core-spec", "cores-per-socket", "cpus-per-gpu", "deadline",
-    "extra-node-info", "gpus-per-socket", "licenses",
+    "extra-node-info", "gpus-per-socket", "licenses", "mincpus",
     "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket", "ntasks-per-tres",
     "reservation", "sockets-per-node", "switches", "test-only", "thread-spec",
     "threads-per-core", "tmp", "het-group", "multi-prog", "no-allocate", "relative",

@@ -912,6 +912,8 @@ Parallel run options:
 
 Constraint options:
   -C, --constraint=list       specify a list of constraints
+      --mincpus=n             minimum number of logical processors (threads)
+                              per node
   -F, --nodefile=filename     request a specific list of hosts
       --mem=MB                minimum amount of real memory (0 = all of it)
       --hint=                 Bind tasks according to application hints

@@ -309,6 +309,8 @@ class Job:
         d["alloc_mem"] = self.alloc_mem
         d["alloc_gpus"] = self.alloc_gpus
         d["features"] = self.constraint  # squeue %f, scontrol Features=
+        if self.dependency_text is None:
+            del d["dependency_text"]  # not rendered yet: the client renders it itself
         return d
 
     @staticmethod
