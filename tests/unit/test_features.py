@@ -394,3 +394,31 @@ def test_job_record_fields(h: Harness) -> None:
     h.tick()
     h.end(s, "FAILED", exit_code=0, signal=9)
     assert h.job(s).reason == "RaisedSignal:9(KILL)"
+
+
+def test_feature_keys_of_node_lines() -> None:
+    from corral.model.config import parse_config
+
+    cfg = parse_config("NodeName=x1 CPUs=1 AvailableFeatures=a,b ActiveFeatures=a,b\n"
+                       "NodeName=x2 CPUs=1 ActiveFeatures=c\nNodeName=x3 CPUs=1 Features=d, e\n"
+                       "PartitionName=p Nodes=x[1-3]\n")
+    assert [n.features for n in cfg.nodes] == [["a", "b"], ["c"], ["d"]]
+    assert cfg.nodes[0].to_dict()["features"] == ["a", "b"]
+
+
+def test_clients_send_only_job_spec_fields() -> None:
+    """sbatch and salloc/srun build their request from model/jobspec.py's names: the
+    controller refuses any other key, so a field added on one side only fails here."""
+    from corral.cli import options, sbatch
+    from corral.model.jobspec import FIELD_NAMES
+
+    sub = sbatch.parse_sbatch(["-n2", "--mincpus=2", "--priority=5", "-C", "a", "-H",
+                               "--comment=c", "--wrap=true"], {"PATH": "/bin"}, None, "/tmp",
+                              1_800_000_000.0, submit_host="h", umask=0o022)
+    assert set(sub.spec) <= FIELD_NAMES
+    assert sub.spec["min_cpus"] == 2 and sub.spec["priority"] == 5
+    spec = options.allocation_spec({"mincpus": 2, "constraint": "a", "priority": 1},
+                                   name="x", cwd="/", submit_line="salloc", req_nodes=[],
+                                   exc_nodes=[], min_nodes=1, max_nodes=0, ntasks=1,
+                                   gpus=(0, 0, 0, None), nodes_given=False)
+    assert set(spec) <= FIELD_NAMES and spec["num_nodes"] is None

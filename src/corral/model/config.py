@@ -185,6 +185,15 @@ def parse_config(text: str) -> ClusterConfig:
     return cfg
 
 
+def _node_features(a: dict[str, str]) -> list[str]:
+    """Feature=/Features= (AvailableFeatures=) and ActiveFeatures=: without a node
+    features plugin the active ones are the available ones (slurm.conf(5)), so either
+    alone sets both."""
+    text = (a.get("Features") or a.get("Feature") or a.get("AvailableFeatures")
+            or a.get("ActiveFeatures") or "")
+    return list(dict.fromkeys(f.strip() for f in text.split(",") if f.strip()))
+
+
 def _add_nodes(cfg: ClusterConfig, expr: str, a: dict[str, str], lineno: int) -> None:
     try:
         names = hostlists.expand(expr)
@@ -203,12 +212,13 @@ def _add_nodes(cfg: ClusterConfig, expr: str, a: dict[str, str], lineno: int) ->
     except ValueError:
         raise ConfigError(f"line {lineno}: bad Gres={a.get('Gres')}") from None
     addrs = hostlists.expand(a["NodeAddr"]) if "NodeAddr" in a else []
+    features = _node_features(a)
     for i, name in enumerate(names):
         cfg.nodes.append(Node(
             name=name, cpus=cpus, real_memory=_to_int("RealMemory", a.get("RealMemory", "1"), lineno),
             gpus=gpus, gpu_type=gtype, sockets=sockets, cores_per_socket=cores,
             threads_per_core=threads, weight=_to_int("Weight", a.get("Weight", "1"), lineno),
-            features=[f for f in a.get("Feature", a.get("Features", "")).split(",") if f],
+            features=list(features),
             addr=addrs[i] if i < len(addrs) else "",
         ))
 

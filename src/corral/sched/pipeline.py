@@ -17,7 +17,7 @@ same code.  Preemption, when it comes, is a stage after backfill.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from corral.model.job import JobState, NodeAlloc
@@ -84,11 +84,15 @@ class Decision:
 
 
 def dependency_texts(pending: Iterable[SchedJob], index: sched_deps.DepIndex,
-                     now: float) -> dict[int, str]:
-    """Dependency= of each pending job that has one, e.g. "afterok:5(unfulfilled)"."""
+                     now: float, waiting: Mapping[int, PendingReason]) -> dict[int, str]:
+    """Dependency= of each pending job that has one, e.g. "afterok:5(unfulfilled)"; ""
+    for one that passed eligibility (its dependency is satisfied)."""
     out: dict[int, str] = {}
     for job in pending:
         if not job.dependency or job.state is not JobState.PENDING:
+            continue
+        if job.job_id not in waiting:
+            out[job.job_id] = ""
             continue
         try:
             dep = sched_deps.parse_cached(job.dependency)
@@ -117,7 +121,7 @@ def run_pass(snap: ClusterSnapshot) -> Decision:
                        params.array_tasks_per_pass)
     dec.reasons.update(elig.reasons)
     dec.became_eligible = elig.became_eligible
-    dec.dependency_texts = dependency_texts(snap.pending, index, now)
+    dec.dependency_texts = dependency_texts(snap.pending, index, now, elig.reasons)
 
     # 2. priority/multifactor, recomputed for every pending job
     dec.priorities = pass_priorities(snap.pending, now, params.priority, snap.partitions)
