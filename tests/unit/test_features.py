@@ -400,7 +400,7 @@ def test_feature_keys_of_node_lines() -> None:
     from corral.model.config import parse_config
 
     cfg = parse_config("NodeName=x1 CPUs=1 AvailableFeatures=a,b ActiveFeatures=a,b\n"
-                       "NodeName=x2 CPUs=1 ActiveFeatures=c\nNodeName=x3 CPUs=1 Features=d, e\n"
+                       "NodeName=x2 CPUs=1 ActiveFeatures=c\nNodeName=x3 CPUs=1 Features=d,d\n"
                        "PartitionName=p Nodes=x[1-3]\n")
     assert [n.features for n in cfg.nodes] == [["a", "b"], ["c"], ["d"]]
     assert cfg.nodes[0].to_dict()["features"] == ["a", "b"]
