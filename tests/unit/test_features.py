@@ -383,6 +383,8 @@ def test_job_record_fields(h: Harness) -> None:
     h.end(a, "FAILED", exit_code=3)
     h.tick()
     assert h.job(dep).dependency_text == f"afterok:{a}(failed)"
+    h.call(h.ctl.update_job, h.who(), h.job(dep), {"Dependency": ""})
+    assert "dependency_text" not in h.job(dep).to_dict()
     assert h.job(a).reason == "NonZeroExitCode"
     h.end(b, "COMPLETED")
     assert h.job(b).reason == "None"

@@ -411,6 +411,7 @@ class UseCases(Scheduling):
                     except sched_deps.DependencyError:
                         raise SlurmError("Job dependency problem", ESLURM_DEPENDENCY) from None
                 job.dependency = text or None
+                job.dependency_text = None  # rendered again by the next pass
                 # a rare admin action: the store is read here, never in a pass
                 self.remember_gone(self.unknown_dependencies([job]))
             elif k in ("name", "jobname"):
