@@ -82,6 +82,8 @@ def test_ntasks_without_nodes_spreads(cluster: Cluster) -> None:
     one = c.sbatch("-n2", "--wrap", "sleep 30")  # fits on one node: one node
     c.wait_state(one, "RUNNING")
     assert "NumNodes=1 " in c.ok("scontrol", "show", "job", str(one))
+    out = c.ok("salloc", "-n6", "sh", "-c", "echo $SLURM_NNODES; scontrol show job $SLURM_JOB_ID")
+    assert out.startswith("2\n") and "NumNodes=2 " in out, out
     r = c.run("sbatch", "-N1", "-n6", "--wrap", "true")  # -N1 still means one node
     assert r.returncode == 1 and "Requested node configuration is not available" in r.stderr
     c.ok("scancel", str(j), str(one))

@@ -424,3 +424,13 @@ def test_clients_send_only_job_spec_fields() -> None:
                                    exc_nodes=[], min_nodes=1, max_nodes=0, ntasks=1,
                                    gpus=(0, 0, 0, None), nodes_given=False)
     assert set(spec) <= FIELD_NAMES and spec["num_nodes"] is None
+
+
+def test_ntasks_without_nodes_takes_fewest_nodes(h: Harness) -> None:
+    # a1, a2 and c1 partly busy (14 of 16 CPUs); b1, b2 idle: 20 tasks go to b1 and b2
+    for node in ("a1", "a2", "c1"):
+        h.submit(num_nodes=1, num_tasks=14, req_nodes=[node])
+    h.tick()
+    j = h.submit(num_tasks=20)
+    h.tick()
+    assert nodes_of(h, j) == ["b1", "b2"]

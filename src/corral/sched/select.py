@@ -262,7 +262,12 @@ def allocate(
         out = _allocate_constrained(replace(req, max_nodes=0), required, first, extra)
         if out is not None or req.max_nodes <= req.num_nodes:
             return out
-        return _allocate_constrained(replace(req, tasks_per_node=0), required, again, extra)
+        # As few nodes as will do: the roomiest first (best fit among equals)
+        spread = replace(req, tasks_per_node=0)
+        nodes = list(again)
+        caps = {n.name: _task_capacity(spread, n, extra) for n in nodes}
+        nodes.sort(key=lambda n: -caps[n.name])
+        return _allocate_constrained(spread, required, nodes, extra)
     return _allocate_constrained(req, required, ordered, extra)
 
 
