@@ -49,6 +49,9 @@ def test_readme_first_hour_runs_as_written(home: Cluster) -> None:
     assert len(blocks) == 2, "README's first hour has the default-cluster and the demo block"
     up = home.run("corral", "up", timeout=60)
     assert up.returncode == 0, up.stdout + up.stderr
+    gpus = int(home.ok("sinfo", "-h", "-o", "%G").count("gpu:"))
+    # a GPU-less machine is told so at once, with where to find declared GPUs
+    assert ("GPUs:   none" in up.stdout) == (gpus == 0), up.stdout
     out = run_block(home, blocks[0])
     assert "Submitted batch job 1" in out
 
@@ -57,3 +60,18 @@ def test_readme_first_hour_runs_as_written(home: Cluster) -> None:
             if re.match(r"^\s*\d+: \d+$", ln)]
     assert len(gpus) == 8 and all(len(g) == 1 for g in gpus), out
     assert "disk swap" in out
+
+
+def test_corral_up_names_settings_it_does_not_act_on(tmp_path: Path) -> None:
+    c = Cluster(tmp_path / "home", config=(ROOT / "examples" / "lab.conf").read_text()
+                + "Prolog=/etc/slurm/prolog.sh\n")
+    try:
+        c.home.mkdir()
+        c.workdir.mkdir()
+        (c.home / "input.conf").write_text(c.config)
+        up = c.run("corral", "up", "--config", str(c.home / "input.conf"), timeout=60)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "  GPUs:   16" in up.stdout
+        assert "accepted but not acted on: Prolog" in up.stdout
+    finally:
+        c.stop()

@@ -187,7 +187,8 @@ def test_bad_agent_messages_are_refused_alone(edge: Cluster) -> None:
     assert c.state(other) == "RUNNING"  # the lying "ended" for node-1's job changed nothing
     assert node_field(c, "node-1", "CPUAlloc") == "1"
     log = (c.home / "log" / "controller.log").read_text()
-    assert "invalid end state 'BOGUS'" in log
+    assert "ended.state: 'BOGUS' is not one of" in log
+    assert "register.ended.job_id: expected an integer" in log
     assert f"job {other} is not running on this agent's nodes" in log
     assert "this agent's key does not serve" not in log  # the local agent may serve any node
     assert "Traceback" not in log

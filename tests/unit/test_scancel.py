@@ -12,16 +12,11 @@ import pytest
 
 from corral.cli import client, scancel
 from corral.model.job import Job, JobState
-
-REF = Path(os.environ.get("CORRAL_SLURM_REFERENCE",
-                          Path(__file__).resolve().parents[3] / "shared" / "slurm-reference"))
+from tests.unit import reference
 
 
 def ref(name: str) -> str:
-    path = REF / f"{name}.txt"
-    if not path.exists():
-        pytest.skip(f"reference capture {path} not available")
-    return path.read_text()
+    return reference.capture(name)
 
 
 class FakeController:

@@ -193,6 +193,19 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"  config: {cfg_path}")
     print(f"  socket: {paths.socket_path(home)}")
     print(f"  logs:   {paths.log_dir(home)}")
+    gpus = sum(n.gpus for n in cfg.nodes)
+    if gpus:
+        print(f"  GPUs:   {gpus}")
+    else:
+        # say so: on a laptop every --gres=gpu example would be refused, with no hint why
+        with open(cfg_path) as f:
+            why = next((ln.split("(", 1)[1].rstrip().rstrip(")") for ln in f
+                        if ln.startswith("# GPUs: none found (")), "")
+        print("  GPUs:   none" + (f" ({why})" if why else "") + "; GPU jobs are refused. "
+              "Declared GPUs for trying GPU scripts: README, 'A first hour'")
+    inert = cfg.inert_settings()
+    if inert:
+        print(f"  accepted but not acted on: {', '.join(inert)}")
     print("  try:    sbatch --wrap 'hostname' && squeue")
     if args.listen:
         try:

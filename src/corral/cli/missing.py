@@ -14,7 +14,6 @@ PROVIDED = "sbatch, srun, salloc, squeue, scancel, sinfo, scontrol, sacct"
 # Slurm 22.05's user and admin commands (and the contributed ones people type) that
 # Corral lacks, with what Corral offers instead where it has something.
 MISSING: dict[str, str] = {
-    "sacctmgr": "accounts and associations are not managed by Corral",
     "sattach": "",
     "sbcast": "",
     "scrontab": "",
@@ -43,10 +42,6 @@ def message(name: str) -> str:
 def run(name: str) -> int:
     sys.stderr.write(message(name))
     return 1
-
-
-def sacctmgr() -> int:
-    return run("sacctmgr")
 
 
 def sattach() -> int:

@@ -19,7 +19,8 @@ from corral.controller.auth import admit_agent, request_uid_gid
 from corral.controller.state import Controller, Identity, SlurmError, _invalid_job
 from corral.controller.steps import StepManager
 from corral.model import hostlists
-from corral.model.job import Job, JobState, parse_state
+from corral.model import messages as m
+from corral.model.job import Job, parse_state
 
 log = logging.getLogger("corral.controller")
 
@@ -40,13 +41,6 @@ AGENT_FRAME_TARGET = 16 * MB
 AGENT_RECEIVE_LIMIT = 64 * MB - 64 * 1024
 # Refusals logged per agent link before the log is thinned out (a flooding node).
 LOGGED_REFUSALS = 20
-
-# How an agent may say a job's batch step ended: any state but a live one (REQUEUED: the
-# step supervisor ended it for `scontrol requeue`).
-ENDED_STATES = frozenset(s.value for s in JobState) - {
-    JobState.PENDING.value, JobState.RUNNING.value, JobState.SUSPENDED.value,
-    JobState.COMPLETING.value}
-
 
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
@@ -188,19 +182,6 @@ def _need(cond: bool, why: str) -> None:
         raise BadMessage(why)
 
 
-def check_ended(ev: Any) -> dict[str, Any]:
-    """An `ended` event (alone or in a registration), normalised, or BadMessage."""
-    _need(isinstance(ev, dict), "not an object")
-    _need(_int(ev.get("job_id")) and ev["job_id"] > 0, "job_id must be a positive integer")
-    _need(ev.get("state") in ENDED_STATES, f"invalid end state {str(ev.get('state'))[:40]!r}")
-    code, sig, end = ev.get("exit_code", 0), ev.get("signal", 0), ev.get("end_time")
-    _need(_int(code) and 0 <= code < 1 << 31, "exit_code must be a non-negative integer")
-    _need(_int(sig) and 0 <= sig < 128, "signal must be an integer 0-127")
-    _need(end is None or (_num(end) and end >= 0), "end_time must be a time")
-    return {"job_id": ev["job_id"], "state": ev["state"], "exit_code": code, "signal": sig,
-            "end_time": end}
-
-
 _HW_STR = ("arch", "os", "hostname", "addr")
 _HW_NUM = ("boot_time", "start_time")
 
@@ -252,6 +233,8 @@ class Api:
         r.add_delete("/v1/tokens/{id}", self.revoke_token)
         r.add_get("/v1/machines", self.list_machines)
         r.add_delete("/v1/machines/{name}", self.revoke_machine)
+        from corral.controller.api_accounts import add_routes as add_account_routes
+        add_account_routes(r, self.ctl)  # sacctmgr
         return app
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
@@ -638,22 +621,17 @@ class Api:
                 self.agent_links.get(key_id, set()).discard(ws)
         return ws
 
-    def _agent_ended(self, ev: dict[str, Any], node_names: list[str]) -> bool:
-        """Apply a validated end report; False (logged) when the job is not this agent's."""
-        job = self.ctl.jobs.get(ev["job_id"])
+    def agent_ended(self, ev: m.JobEnded, node_names: list[str]) -> None:
+        """Apply an agent's end report; the controller refuses (and logs) one for a job that
+        is not running on that agent's nodes."""
+        job = self.ctl.jobs.get(ev.job_id)
         if job is None:
-            return False
-        if job.batch_host not in node_names:
-            # a stale copy (the job was given up on this node) or a node lying about another's
-            log.info("ignoring the end of job %s reported by %s: it runs on %s", ev["job_id"],
-                     hostlists.compress(node_names) or "(no node)", job.batch_host)
-            return False
+            return
         now = time.time()
-        end = ev["end_time"] if ev["end_time"] is not None else now
+        end = ev.end_time if ev.end_time is not None else now
         # accounting stays sane whatever a node's clock (or a lying node) says
         end = min(max(end, job.start_time or end), now)
-        self.ctl.job_ended(job.job_id, ev["state"], ev["exit_code"], ev["signal"], end)
-        return True
+        self.ctl.agent_job_ended({**ev.to_dict(), "end_time": end}, node_names)
 
 
 class AgentLink:
@@ -736,92 +714,70 @@ class AgentLink:
             self.ctl.agent_lost(self.nodes, self.send)
             log.warning("agent for %s disconnected", hostlists.compress(self.nodes) or "(none)")
 
-    async def handle(self, msg: Any) -> None:
-        _need(isinstance(msg, dict), "not an object")
-        mtype = msg.get("type")
+    async def handle(self, raw: Any) -> None:
+        ended: list[m.JobEnded] = []
+        if isinstance(raw, dict) and raw.get("type") == "register" \
+                and isinstance(raw.get("ended"), list):
+            # a registration is refused only for itself: one bad end report in it (a job that
+            # rewrote its status file) is refused alone, or the node could never come back
+            for ev in raw["ended"]:
+                try:
+                    ended.append(m.JobEnded.from_dict(ev, "register.ended"))
+                except m.MessageError as e:
+                    self.refuse(str(e), raw)
+            raw = {**raw, "ended": []}
+        try:
+            msg = m.decode(raw, m.TO_CONTROLLER_FROM_AGENT)
+        except m.MessageError as e:
+            raise BadMessage(str(e)) from None
         ctl = self.ctl
-        if mtype == "register":
-            await self.register(msg)
+        if isinstance(msg, m.Register):
+            await self.register(msg, ended)
             return
-        _need(self.registered, f"{str(mtype)[:40]!r} before registering")
+        _need(self.registered, f"{msg.TYPE!r} before registering")
         if self.nodes:
             ctl.agent_contact(self.nodes)
-        if mtype == "ended":
-            ev = check_ended(msg)
-            self.api._agent_ended(ev, self.nodes)
+        if isinstance(msg, m.JobEnded):
+            self.api.agent_ended(msg, self.nodes)
             await ctl.durable()
-            self.send({"type": "ack", "job_id": ev["job_id"]})  # ack even a refusal: no resend
-        elif mtype in ("task_output", "task_exit"):
-            self.task_message(msg)
-        elif mtype == "launch_failed":
-            jid = msg.get("job_id")
-            _need(_int(jid), "job_id must be an integer")
-            job = ctl.jobs.get(jid)
+            self.send({"type": "ack", "job_id": msg.job_id})  # ack even a refusal: no resend
+        elif isinstance(msg, (m.TaskOutput, m.TaskExit)):
+            self.api.steps.agent_message(msg, self.nodes)
+        elif isinstance(msg, m.LaunchFailed):
+            job = ctl.jobs.get(msg.job_id)
             _need(job is not None and job.state.active and job.batch_host in self.nodes,
-                  f"job {jid} is not running on this agent's nodes")
-            ctl.job_ended(jid, "FAILED", 1, 0, time.time())
-        elif mtype == "heartbeat":
-            load, free = msg.get("load", 0.0), msg.get("free_mem")
-            _need(_num(load) and load >= 0, "load must be a number")
-            _need(free is None or (_int(free) and free >= 0), "free_mem must be an integer")
+                  f"job {msg.job_id} is not running on this agent's nodes")
+            ctl.job_ended(msg.job_id, "FAILED", 1, 0, time.time())
+        elif isinstance(msg, m.Heartbeat):
+            _need(msg.free_mem is None or msg.free_mem >= 0, "free_mem must not be negative")
             for name in self.nodes:
                 n = ctl.nodes[name]
-                n.cpu_load = float(load)
-                n.free_mem = free
-        else:
-            raise BadMessage(f"unknown message type {str(mtype)[:40]!r}")
+                n.cpu_load = msg.load
+                n.free_mem = msg.free_mem
+        else:  # a kind the channel admits that this link has no use for
+            raise BadMessage(f"unexpected message type {msg.TYPE!r}")
 
-    async def register(self, msg: dict[str, Any]) -> None:
+    async def register(self, msg: m.Register, ended: list[m.JobEnded]) -> None:
         ctl = self.ctl
-        offered, running, ended = msg.get("nodes", []), msg.get("running", []), msg.get("ended", [])
-        _need(isinstance(offered, list) and all(isinstance(n, str) for n in offered),
-              "nodes must be a list of names")
-        _need(isinstance(running, list) and all(_int(j) for j in running),
-              "running must be a list of job ids")
-        _need(isinstance(ended, list), "ended must be a list")
-        hw = check_hw(msg.get("hw", {}))
-        _need(not self.registered or set(offered) == set(self.nodes), "registered already")
-        events = []
-        for ev in ended:
-            try:
-                events.append(check_ended(ev))
-            except BadMessage as e:
-                self.refuse(f"ended event in the registration: {e}", msg)
+        hw = check_hw(msg.hw)
+        _need(not self.registered or set(msg.nodes) == set(self.nodes), "registered already")
         names = []
-        for n in offered:
+        for n in msg.nodes:
             if n not in ctl.nodes:
-                self.refuse(f"unknown node {n[:64]!r}", msg)
+                self.refuse(f"unknown node {n[:64]!r}", msg.to_dict())
             elif self.allowed is not None and n not in self.allowed:
-                self.refuse(f"this agent's key does not serve node {n[:64]!r}", msg)
+                self.refuse(f"this agent's key does not serve node {n[:64]!r}", msg.to_dict())
             else:
                 names.append(n)
         self.nodes = names
         self.registered = True
         # finished jobs the agent reports first, then what still runs
-        for ev in events:
-            self.api._agent_ended(ev, names)
-        ctl.agent_registered(names, self.send, hw, running)
+        for ev in ended:
+            self.api.agent_ended(ev, names)
+        ctl.agent_registered(names, self.send, hw, msg.running)
         await ctl.durable()
         self.send({"type": "registered", "nodes": names,
-                   "ack": [ev["job_id"] for ev in events],
+                   "ack": [ev.job_id for ev in ended],
                    "heartbeat": ctl.heartbeat_interval(),
                    "config": {"cluster_name": ctl.cluster_name, "kill_wait": ctl.kill_wait}})
         log.info("agent registered nodes %s", hostlists.compress(names))
-
-    def task_message(self, msg: dict[str, Any]) -> None:
-        jid, sid, tid = msg.get("job_id"), msg.get("step_id"), msg.get("task_id")
-        if not (isinstance(jid, int) and isinstance(sid, int) and isinstance(tid, int)) \
-                or isinstance(jid, bool) or isinstance(sid, bool) or isinstance(tid, bool):
-            raise BadMessage("job_id, step_id, task_id must be integers")
-        step = self.api.steps.live.get((jid, sid))
-        if step is None:
-            return  # the step ended already: late output is dropped, as before
-        _need(0 <= tid < step.ntasks and step.task_node(tid) in self.nodes,
-              f"task {tid} of step {jid}.{sid} does not run on this agent's nodes")
-        if msg["type"] == "task_output":
-            _need(msg.get("stream", "stdout") in ("stdout", "stderr"), "unknown stream")
-            _need(isinstance(msg.get("data", ""), str), "data must be a string")
-        else:
-            code, sig = msg.get("exit_code") or 0, msg.get("signal") or 0
-            _need(_int(code) and _int(sig) and 0 <= sig < 128, "exit_code and signal must be integers")
-        self.api.steps.agent_message(msg)

@@ -8,7 +8,14 @@ import json
 from typing import Any
 
 from corral.model.job import Job, JobState
-from corral.store.base import JobPayload, NodeRecord, WriteBatch
+from corral.store.base import (
+    ACCOUNTING_KINDS,
+    JobPayload,
+    NodeEvent,
+    NodeRecord,
+    UsageRecord,
+    WriteBatch,
+)
 
 _FINISHED = frozenset(s.value for s in JobState if s.finished)
 
@@ -22,6 +29,10 @@ class MemoryStore:
         self.nodes: dict[str, NodeRecord] = {}
         self.meta_next_id: int | None = None
         self.commits = 0
+        self.accounting: dict[str, list[dict[str, Any]]] = {k: [] for k in ACCOUNTING_KINDS}
+        self.usage_state: dict[str, Any] | None = None
+        self.usage: dict[tuple[str, float, int], UsageRecord] = {}
+        self.events: dict[tuple[str, str, float], NodeEvent] = {}
 
     def write(self, batch: WriteBatch) -> None:
         self.commit(self.prepare(batch))
@@ -86,6 +97,74 @@ class MemoryStore:
             out.append((jid, json.dumps(d, separators=(",", ":"))))
             if limit and len(out) >= limit:
                 break
+        return out
+
+    # ---- accounting (records copied in and out, as the SQLite store encodes them) ----
+    def load_accounting(self) -> dict[str, list[dict[str, Any]]]:
+        return {k: json.loads(json.dumps(self.accounting.get(k, []))) for k in ACCOUNTING_KINDS}
+
+    def replace_accounting(self, records: dict[str, list[dict[str, Any]]]) -> None:
+        self.accounting = {k: json.loads(json.dumps(list(records.get(k, ()))))
+                           for k in ACCOUNTING_KINDS}
+        self.commits += 1
+
+    def load_usage_state(self) -> dict[str, Any] | None:
+        return json.loads(json.dumps(self.usage_state)) if self.usage_state is not None else None
+
+    def save_usage_state(self, state: dict[str, Any]) -> None:
+        self.usage_state = json.loads(json.dumps(state))
+
+    def add_usage(self, records: list[UsageRecord]) -> None:
+        for r in records:
+            key = (r.cluster, r.period_start, r.assoc_id)
+            old = self.usage.get(key)
+            tres = dict(r.tres_secs)
+            billing = r.billing_secs
+            if old is not None:
+                for k, v in old.tres_secs.items():
+                    tres[k] = tres.get(k, 0.0) + v
+                billing += old.billing_secs
+            self.usage[key] = UsageRecord(r.cluster, r.assoc_id, r.period_start, tres, billing)
+
+    def query_usage(self, *, cluster: str | None = None, start: float | None = None,
+                    end: float | None = None) -> list[UsageRecord]:
+        out = []
+        for (cl, period, _), r in sorted(self.usage.items(), key=lambda kv: (kv[0][1], kv[0][2])):
+            if cluster is not None and cl != cluster:
+                continue
+            if start is not None and period < start:
+                continue
+            if end is not None and period >= end:
+                continue
+            out.append(UsageRecord(r.cluster, r.assoc_id, r.period_start, dict(r.tres_secs),
+                                   r.billing_secs))
+        return out
+
+    def add_event(self, event: NodeEvent) -> None:
+        self.events[(event.cluster, event.node, event.start)] = NodeEvent(
+            event.cluster, event.node, event.start, event.state, event.reason,
+            event.reason_uid, event.end)
+
+    def end_events(self, cluster: str, node: str, end: float) -> None:
+        for (cl, n, _), ev in self.events.items():
+            if cl == cluster and n == node and ev.end is None:
+                ev.end = end
+
+    def query_events(self, *, cluster: str | None = None, start: float | None = None,
+                     end: float | None = None, nodes: list[str] | None = None
+                     ) -> list[NodeEvent]:
+        out = []
+        for ev in sorted(self.events.values(), key=lambda e: (e.start, e.node)):
+            if cluster is not None and ev.cluster != cluster:
+                continue
+            if start is not None and ev.end is not None and ev.end < start:
+                continue
+            if end is not None and ev.start >= end:
+                continue
+            if nodes is not None and ev.node not in nodes:
+                continue
+            out.append(NodeEvent(ev.cluster, ev.node, ev.start, ev.state, ev.reason,
+                                 ev.reason_uid, ev.end))
         return out
 
     def close(self) -> None:

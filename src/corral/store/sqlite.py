@@ -13,9 +13,17 @@ import threading
 from typing import Any, NamedTuple
 
 from corral.model.job import Job, JobState
-from corral.store.base import JobPayload, NodeRecord, WriteBatch
+from corral.store.base import (
+    ACCOUNTING_KINDS,
+    JobPayload,
+    NodeEvent,
+    NodeRecord,
+    UsageRecord,
+    WriteBatch,
+)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# 2: accounting tables (acct_records, usage_state, usage_hours, node_events); a version-1 file gains them on open
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -44,6 +52,31 @@ CREATE TABLE IF NOT EXISTS nodes (
     name TEXT PRIMARY KEY,
     admin_state TEXT NOT NULL,
     reason TEXT, reason_user TEXT, reason_uid INTEGER, reason_time REAL
+);
+CREATE TABLE IF NOT EXISTS acct_records (
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (kind, key)
+);
+CREATE TABLE IF NOT EXISTS node_events (
+    cluster TEXT NOT NULL,
+    node TEXT NOT NULL,
+    start REAL NOT NULL,
+    end_time REAL,
+    state TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    reason_uid INTEGER,
+    PRIMARY KEY (cluster, node, start)
+);
+CREATE TABLE IF NOT EXISTS usage_state (id INTEGER PRIMARY KEY CHECK (id = 1), state TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS usage_hours (
+    cluster TEXT NOT NULL,
+    assoc_id INTEGER NOT NULL,
+    period_start REAL NOT NULL,
+    tres_secs TEXT NOT NULL,
+    billing_secs REAL NOT NULL,
+    PRIMARY KEY (cluster, period_start, assoc_id)
 );
 """
 
@@ -91,6 +124,10 @@ class SqliteStore:
             self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         elif int(row[0]) > SCHEMA_VERSION:
             raise RuntimeError(f"state database {path} is from a newer Corral (schema {row[0]})")
+        elif int(row[0]) < SCHEMA_VERSION:
+            # the new tables were created above (IF NOT EXISTS); nothing old changes shape
+            self._db.execute("UPDATE meta SET value=? WHERE key='schema_version'",
+                             (str(SCHEMA_VERSION),))
         if path != ":memory:":
             _private(path)  # SQLite creates -wal and -shm with the database's mode; make sure
 
@@ -214,6 +251,133 @@ class SqliteStore:
         with self._lock:
             return [(int(r[0]), str(r[1])) for r in self._db.execute(sql, args).fetchall()]
 
+    # ---- accounting --------------------------------------------------------
+    def load_accounting(self) -> dict[str, list[dict[str, Any]]]:
+        with self._lock:
+            rows = self._db.execute("SELECT kind, record FROM acct_records ORDER BY rowid") \
+                .fetchall()
+        out: dict[str, list[dict[str, Any]]] = {k: [] for k in ACCOUNTING_KINDS}
+        for kind, text in rows:
+            if kind in out:
+                out[kind].append(json.loads(text))
+        return out
+
+    def replace_accounting(self, records: dict[str, list[dict[str, Any]]]) -> None:
+        rows = [(kind, _acct_key(kind, rec), json.dumps(rec, separators=(",", ":")))
+                for kind in ACCOUNTING_KINDS for rec in records.get(kind, ())]
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("DELETE FROM acct_records")
+                db.executemany("INSERT INTO acct_records VALUES (?,?,?)", rows)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def load_usage_state(self) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute("SELECT state FROM usage_state WHERE id=1").fetchone()
+        return json.loads(row[0]) if row else None
+
+    def save_usage_state(self, state: dict[str, Any]) -> None:
+        text = json.dumps(state, separators=(",", ":"))
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO usage_state VALUES (1, ?)", (text,))
+
+    def add_usage(self, records: list[UsageRecord]) -> None:
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for r in records:
+                    row = db.execute(
+                        "SELECT tres_secs, billing_secs FROM usage_hours WHERE cluster=? AND "
+                        "period_start=? AND assoc_id=?", (r.cluster, r.period_start, r.assoc_id)
+                    ).fetchone()
+                    tres = dict(r.tres_secs)
+                    billing = r.billing_secs
+                    if row is not None:
+                        for k, v in json.loads(row[0]).items():
+                            tres[k] = tres.get(k, 0.0) + v
+                        billing += row[1]
+                    db.execute("INSERT OR REPLACE INTO usage_hours VALUES (?,?,?,?,?)",
+                               (r.cluster, r.assoc_id, r.period_start,
+                                json.dumps(tres, separators=(",", ":")), billing))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def query_usage(self, *, cluster: str | None = None, start: float | None = None,
+                    end: float | None = None) -> list[UsageRecord]:
+        where: list[str] = []
+        args: list[Any] = []
+        if cluster is not None:
+            where.append("cluster=?")
+            args.append(cluster)
+        if start is not None:
+            where.append("period_start>=?")
+            args.append(start)
+        if end is not None:
+            where.append("period_start<?")
+            args.append(end)
+        sql = "SELECT cluster, assoc_id, period_start, tres_secs, billing_secs FROM usage_hours"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY period_start, assoc_id"
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [UsageRecord(r[0], int(r[1]), float(r[2]), json.loads(r[3]), float(r[4]))
+                for r in rows]
+
+    def add_event(self, event: NodeEvent) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO node_events VALUES (?,?,?,?,?,?,?)",
+                             (event.cluster, event.node, event.start, event.end, event.state,
+                              event.reason, event.reason_uid))
+
+    def end_events(self, cluster: str, node: str, end: float) -> None:
+        with self._lock:
+            self._db.execute("UPDATE node_events SET end_time=? WHERE cluster=? AND node=? "
+                             "AND end_time IS NULL", (end, cluster, node))
+
+    def query_events(self, *, cluster: str | None = None, start: float | None = None,
+                     end: float | None = None, nodes: list[str] | None = None
+                     ) -> list[NodeEvent]:
+        where: list[str] = []
+        args: list[Any] = []
+        if cluster is not None:
+            where.append("cluster=?")
+            args.append(cluster)
+        if start is not None:
+            where.append("(end_time IS NULL OR end_time>=?)")
+            args.append(start)
+        if end is not None:
+            where.append("start<?")
+            args.append(end)
+        if nodes is not None:
+            where.append(f"node IN ({','.join('?' * len(nodes))})")
+            args.extend(nodes)
+        sql = ("SELECT cluster, node, start, state, reason, reason_uid, end_time "
+               "FROM node_events")
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY start, node"
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [NodeEvent(r[0], r[1], float(r[2]), r[3], r[4], r[5],
+                          None if r[6] is None else float(r[6])) for r in rows]
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _acct_key(kind: str, rec: dict[str, Any]) -> str:
+    if kind == "assocs":
+        return str(rec["id"])
+    if kind == "coords":
+        return f"{rec['account']}\0{rec['user']}"
+    return str(rec["name"])

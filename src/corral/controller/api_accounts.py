@@ -1,0 +1,162 @@
+"""HTTP routes of sacctmgr (controller/accounts.py behind them).
+
+    POST /v1/accounts        {"op", "entity", "names", "where", "set", "options", "commit"}
+                             → {"out": text, "changed": bool, "rows": [...]}
+    GET  /v1/accounts/dump?cluster=NAME → {"text": the flat file}
+    POST /v1/accounts/load   {"text", "commit"} → {"out", "changed"}
+    GET  /v1/accounts/events?start=&end=&nodes= → {"events": [...]} (sacctmgr list event)
+
+A refusal answers {"error": sacctmgr's text, "errno": 0} with 400 (403 when not allowed).
+`add_routes(router, ctl)` is the one call the server makes; the `Accounts` object is kept
+as `ctl.accounts` (made here from the controller's store when the controller has none),
+which is what the scheduling pass and submission read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+
+from corral.controller.accounts import Accounts, AccountsError, Caller
+
+
+def accounts_of(ctl: Any) -> Accounts:
+    acc = getattr(ctl, "accounts", None)
+    if isinstance(acc, Accounts):
+        return acc
+    acc = Accounts(ctl.store, ctl.cluster_name)
+    ctl.accounts = acc
+    return acc
+
+
+def _compact_state(n: Any) -> str:
+    """Slurm's node_state_string_compact for a node out of service."""
+    if n.admin_state == "down" or (not n.registered and not n.responding):
+        s = "DOWN"
+    elif n.admin_state == "drain":
+        s = "DRNG" if n.alloc_cpus or n.job_count else "DRAIN"
+    else:
+        s = "IDLE" if not (n.alloc_cpus or n.job_count) else "MIXED"
+    return s + ("*" if not n.responding else "")
+
+
+def node_events(ctl: Any, start: float | None, end: float | None,
+                nodes: list[str] | None) -> list[dict[str, Any]]:
+    """Recorded node events, plus each node now down or drained with a reason that has no
+    open recorded event (the controller records events as nodes change: the live state
+    covers what happened before it did, and a store without history)."""
+    import pwd
+
+    store = ctl.store
+    recorded = store.query_events(cluster=ctl.cluster_name, start=start, end=end, nodes=nodes) \
+        if hasattr(store, "query_events") else []
+    open_nodes = {e.node for e in recorded if e.end is None}
+    rows = [{"cluster": e.cluster, "node": e.node, "start": e.start, "end": e.end,
+             "state": e.state, "reason": e.reason, "uid": e.reason_uid} for e in recorded]
+    for n in ctl.nodes.values():
+        if n.name in open_nodes or (nodes is not None and n.name not in nodes):
+            continue
+        out = n.admin_state in ("down", "drain") or not n.responding
+        if not out or not n.reason:
+            continue
+        t = n.reason_time or 0.0
+        if end is not None and t >= end:
+            continue
+        rows.append({"cluster": ctl.cluster_name, "node": n.name, "start": t, "end": None,
+                     "state": _compact_state(n), "reason": n.reason, "uid": n.reason_uid})
+    for r in rows:
+        uid = r.pop("uid")
+        if uid is None:
+            r["user"] = ""
+            continue
+        try:
+            name = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            name = str(uid)
+        r["user"] = f"{name}({uid})"
+    rows.sort(key=lambda r: (r["start"], r["node"]))
+    return rows
+
+
+def _active_jobs(ctl: Any) -> list[tuple[str, str]]:
+    return [(j.user, j.account) for j in list(ctl.jobs.values()) if not j.state.finished]
+
+
+def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
+    from corral.controller.server import json_response, peer_identity
+
+    lock = asyncio.Lock()
+    acc = accounts_of(ctl)
+
+    async def run(fn: Any) -> Any:
+        # SQLite commits (an fsync) leave the event loop free; the in-memory store is inline
+        if getattr(acc.store, "inline", False):
+            return fn()
+        return await asyncio.to_thread(fn)
+
+    async def body(request: web.Request) -> dict[str, Any]:
+        raw = await request.read()
+        data = json.loads(raw) if raw else {}
+        if not isinstance(data, dict):
+            raise AccountsError(" Malformed request")
+        return data
+
+    def refused(e: AccountsError) -> web.Response:
+        return json_response({"error": e.text, "errno": 0}, e.status)
+
+    async def handle(request: web.Request) -> web.Response:
+        who = peer_identity(request, ctl)
+        try:
+            req = await body(request)
+            caller = Caller(who.user, who.operator)
+            async with lock:
+                active = _active_jobs(ctl)
+                acc.active_jobs = lambda: active
+                out = await run(lambda: acc.execute(caller, req))
+        except AccountsError as e:
+            return refused(e)
+        return json_response(out.to_dict())
+
+    async def dump(request: web.Request) -> web.Response:
+        peer_identity(request, ctl)
+        try:
+            text = acc.dump(request.query.get("cluster") or ctl.cluster_name)
+        except AccountsError as e:
+            return refused(e)
+        return json_response({"text": text})
+
+    async def load(request: web.Request) -> web.Response:
+        who = peer_identity(request, ctl)
+        try:
+            req = await body(request)
+            text = str(req.get("text", ""))
+            commit = bool(req.get("commit", True))
+            caller = Caller(who.user, who.operator)
+            async with lock:
+                out = await run(lambda: acc.load(caller, text, commit))
+        except AccountsError as e:
+            return refused(e)
+        return json_response(out.to_dict())
+
+    async def events(request: web.Request) -> web.Response:
+        peer_identity(request, ctl)
+        q = request.query
+        try:
+            start = float(q["start"]) if q.get("start") else None
+            end = float(q["end"]) if q.get("end") else None
+        except ValueError:
+            return refused(AccountsError(" Invalid time in request"))
+        nodes = [x for x in q.get("nodes", "").split(",") if x] or None
+        if nodes:
+            from corral.model import hostlists
+
+            nodes = [n for spec in nodes for n in hostlists.expand(spec)]
+        return json_response({"events": node_events(ctl, start, end, nodes)})
+
+    router.add_post("/v1/accounts", handle)
+    router.add_get("/v1/accounts/events", events)
+    router.add_get("/v1/accounts/dump", dump)
+    router.add_post("/v1/accounts/load", load)

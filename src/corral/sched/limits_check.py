@@ -1,0 +1,635 @@
+"""Association and QoS limits, pure: may this job start now, may it be submitted at all.
+
+The scheduling pass builds one `LimitLedger` (the accounting tree, what running jobs hold,
+what is queued), then for each candidate in priority order asks `check_start(job)`; a job
+that starts is charged with `start(job)` at once, so the next candidate of the same pass
+sees it (Slurm's acct_policy_job_runnable_post_select).  A job over a limit gets a
+`LimitHit`: Slurm's reason name (`AssocGrpGRES`, `QOSMaxJobsPerUserLimit`, …) plus the
+numbers.  Submission calls `resolve()` then `check_submit()`.
+
+Slurm's rules kept here:
+- Grp* limits of an association count everything below it (its users and sub-accounts);
+  they are checked at every level from the user's association up to root.
+- Max* limits (MaxJobs, MaxSubmitJobs, MaxTRES…, MaxWall) are inherited: a user
+  association without one takes the nearest ancestor's, and it counts the user alone.
+- A QoS limit overrides the association limit of the same kind and TRES.
+- QoS first, then associations from the user up; within each, counts, wall, then TRES.
+- Submit limits always refuse; per-job size and time limits refuse at submit only with the
+  QoS flag DenyOnLimit (otherwise the job pends with the reason, as in Slurm).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from corral.model.assoc import AssocDB, Association, AssocIndex, Limits, Qos
+from corral.model.tres import Tres
+
+# Slurm errnos and messages (src/common/slurm_errno.c)
+ESLURM_INVALID_ACCOUNT = 2045
+ESLURM_ACCOUNTING_POLICY = 2050
+ESLURM_INVALID_QOS = 2066
+MSG_INVALID_ACCOUNT = "Invalid account or account/partition combination specified"
+MSG_ACCOUNTING_POLICY = ("Job violates accounting/QOS policy (job submit limit, user's size "
+                         "and/or time limits)")
+MSG_INVALID_QOS = "Invalid qos specification"
+
+
+# ---- Slurm's reason names (src/common/job_state_reason.c) ---------------------
+def _tres_class(tres: str) -> str:
+    if tres == "cpu":
+        return "cpu"
+    if tres == "mem":
+        return "mem"
+    if tres == "node":
+        return "node"
+    if tres == "billing":
+        return "billing"
+    if tres == "energy":
+        return "energy"
+    kind = tres.split("/", 1)[0]
+    return {"gres": "gres", "license": "license", "bb": "bb"}.get(kind, "unknown")
+
+
+_PART = {"cpu": "Cpu", "mem": "Mem", "node": "Node", "gres": "GRES", "billing": "Billing",
+         "energy": "Energy", "license": "License", "bb": "BB", "unknown": "Unknown"}
+
+
+def reason_name(scope: str, kind: str, tres: str) -> str:
+    """scope: "Assoc" or "QOS"; kind: grp, grp_mins, grp_run_mins, max_per_job,
+    max_per_node, max_mins_per_job, max_per_user, min_per_job."""
+    c = _tres_class(tres)
+    p = _PART[c]
+    if scope == "QOS" and c == "mem" and kind != "grp":
+        p = "Memory"  # Slurm spells QOS memory reasons out (QOSMaxMemoryPerJob)
+    if c == "cpu":
+        name = {"grp": "GrpCpuLimit", "grp_mins": "GrpCPUMinutesLimit",
+                "grp_run_mins": "GrpCPURunMinutesLimit", "max_per_job": "MaxCpuPerJobLimit",
+                "max_per_node": "MaxCpuPerNode", "max_mins_per_job": "MaxCpuMinutesPerJobLimit",
+                "max_per_user": "MaxCpuPerUserLimit", "min_per_job": "MinCpuNotSatisfied"}[kind]
+    elif c == "node":
+        name = {"grp": "GrpNodeLimit", "grp_mins": "GrpNodeMinutes",
+                "grp_run_mins": "GrpNodeRunMinutes", "max_per_job": "MaxNodePerJobLimit",
+                "max_per_node": "MaxUnknownPerNode", "max_mins_per_job": "MaxNodeMinutesPerJob",
+                "max_per_user": "MaxNodePerUserLimit", "min_per_job": "MinNode"}[kind]
+    elif c == "mem" and kind == "grp":
+        name = "GrpMemLimit"
+    else:
+        name = {"grp": f"Grp{p}", "grp_mins": f"Grp{p}Minutes",
+                "grp_run_mins": f"Grp{p}RunMinutes", "max_per_job": f"Max{p}PerJob",
+                "max_per_node": f"Max{p}PerNode", "max_mins_per_job": f"Max{p}MinutesPerJob",
+                "max_per_user": f"Max{p}PerUser", "min_per_job": f"Min{p}"}[kind]
+    return scope + name
+
+
+COUNT_REASONS = {
+    ("Assoc", "grp_jobs"): "AssocGrpJobsLimit",
+    ("Assoc", "max_jobs"): "AssocMaxJobsLimit",
+    ("Assoc", "grp_submit_jobs"): "AssocGrpSubmitJobsLimit",
+    ("Assoc", "max_submit_jobs"): "AssocMaxSubmitJobLimit",
+    ("Assoc", "grp_wall"): "AssocGrpWallLimit",
+    ("Assoc", "max_wall"): "AssocMaxWallDurationPerJobLimit",
+    ("QOS", "grp_jobs"): "QOSGrpJobsLimit",
+    ("QOS", "max_jobs_per_user"): "QOSMaxJobsPerUserLimit",
+    ("QOS", "grp_submit_jobs"): "QOSGrpSubmitJobsLimit",
+    ("QOS", "max_submit_jobs_per_user"): "QOSMaxSubmitJobPerUserLimit",
+    ("QOS", "grp_wall"): "QOSGrpWallLimit",
+    ("QOS", "max_wall"): "QOSMaxWallDurationPerJobLimit",
+}
+
+
+def all_reason_names() -> list[str]:
+    """Every reason this module can return (for the pending-reason enum)."""
+    names = set(COUNT_REASONS.values())
+    for scope in ("Assoc", "QOS"):
+        kinds = ["grp", "grp_mins", "grp_run_mins", "max_per_job", "max_per_node",
+                 "max_mins_per_job"]
+        if scope == "QOS":
+            kinds += ["max_per_user", "min_per_job"]
+        for kind in kinds:
+            for tres in ("cpu", "mem", "node", "gres/gpu", "billing", "energy",
+                         "license/x", "bb/x", "fs/disk"):
+                names.add(reason_name(scope, kind, tres))
+    return sorted(names)
+
+
+# ---- what is checked ------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class JobReq:
+    """What the limits read of a job.  `tres`: the whole job (cpu, mem in MB, node,
+    gres/gpu, billing); `tres_per_node`: the most it holds on one node; minutes."""
+
+    job_id: int
+    user: str
+    account: str
+    partition: str | None = None
+    qos: str | None = None
+    tres: Mapping[str, int] = field(default_factory=dict)
+    tres_per_node: Mapping[str, int] = field(default_factory=dict)
+    time_limit_min: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LimitHit:
+    """Why a job may not start (or be submitted): Slurm's reason name and the numbers."""
+
+    code: str  # e.g. "AssocGrpGRES"; squeue prints it as is
+    limit: str  # sacctmgr's name of the limit: "GrpTRES", "MaxJobsPerUser", …
+    where: str  # "assoc <account>/<user>" or "qos <name>"
+    tres: str | None = None
+    requested: float = 0
+    used: float = 0
+    allowed: float = 0
+
+    def text(self) -> str:
+        return self.code
+
+    def explain(self) -> str:
+        what = f"{self.tres} " if self.tres else ""
+        return (f"{self.limit} {what}of {self.where} is {self.allowed:g}; "
+                f"{self.used:g} in use, the job asks {self.requested:g}")
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitRefusal:
+    """A submission refused: Slurm's message and errno (sbatch prints
+    `sbatch: error: Batch job submission failed: <message>` and exits 1)."""
+
+    message: str
+    errno: int
+    hit: LimitHit | None = None
+
+
+@dataclass(slots=True)
+class Counter:
+    jobs: int = 0  # running
+    submit: int = 0  # pending + running
+    tres: dict[str, int] = field(default_factory=dict)
+    run_mins: dict[str, float] = field(default_factory=dict)  # remaining TRES-minutes
+
+
+def _add(d: dict[str, int], tres: Mapping[str, int], sign: int = 1) -> None:
+    for k, v in tres.items():
+        d[k] = d.get(k, 0) + sign * v
+
+
+def _addf(d: dict[str, float], tres: Mapping[str, int], mins: float, sign: int = 1) -> None:
+    for k, v in tres.items():
+        d[k] = d.get(k, 0.0) + sign * v * mins
+
+
+@dataclass(slots=True)
+class Resolved:
+    assoc: Association
+    chain: list[Association]
+    qos: Qos | None
+    # per association level: (association, "assoc …" label, the limits checked there)
+    levels: list[tuple[Association, str, Limits]] = field(default_factory=list)
+    qos_skip: dict[str, set[str]] = field(default_factory=dict)
+
+
+def _qos_skip(q: Qos | None) -> dict[str, set[str]]:
+    """Which association limits a QoS overrides (it sets the same kind, for that TRES)."""
+    skip: dict[str, set[str]] = {}
+    if q is None:
+        return skip
+    lim = q.limits
+    for name in ("grp_tres", "grp_tres_mins", "grp_tres_run_mins", "max_tres_per_job",
+                 "max_tres_per_node", "max_tres_mins_per_job"):
+        if getattr(lim, name):
+            skip[name] = set(getattr(lim, name))
+    for name in ("grp_jobs", "grp_submit_jobs", "grp_wall", "max_wall"):
+        if getattr(lim, name) is not None:
+            skip[name] = {"*"}
+    if lim.max_jobs_per_user is not None:
+        skip["max_jobs"] = {"*"}
+    if lim.max_submit_jobs_per_user is not None:
+        skip["max_submit_jobs"] = {"*"}
+    return skip
+
+
+def _levels(chain: list[Association]) -> list[tuple[Association, str, Limits]]:
+    out = []
+    for depth, a in enumerate(chain):
+        where = f"assoc {a.account}/{a.user}" if a.user else f"assoc {a.account}"
+        if depth == 0:
+            # the user's association carries the inherited Max* limits
+            lim = _inherited_max(chain)
+        else:
+            lim = Limits(grp_tres=a.limits.grp_tres, grp_tres_mins=a.limits.grp_tres_mins,
+                         grp_tres_run_mins=a.limits.grp_tres_run_mins,
+                         grp_jobs=a.limits.grp_jobs, grp_submit_jobs=a.limits.grp_submit_jobs,
+                         grp_wall=a.limits.grp_wall)
+        if not lim.empty():
+            out.append((a, where, lim))
+    return out
+
+
+class LimitLedger:
+    """Counters of one scheduling pass (or one submission) over an `AssocDB`.
+
+    `used_tres_mins`: decayed usage per association id and per QoS name in TRES-minutes
+    (the fairshare state's usage; GrpTRESMins compares with it, as Slurm's usage_tres_raw);
+    `used_wall_mins`: the same for GrpWall."""
+
+    def __init__(self, db: AssocDB, cluster: str, *,
+                 used_tres_mins: Mapping[int | str, Mapping[str, float]] | None = None,
+                 used_wall_mins: Mapping[int | str, float] | None = None) -> None:
+        self.db = db
+        self.index = AssocIndex(db)
+        self.cluster = cluster
+        self.assoc: dict[int, Counter] = {}
+        self.qos: dict[str, Counter] = {}
+        self.qos_user: dict[tuple[str, str], Counter] = {}
+        self.used_tres_mins = used_tres_mins or {}
+        self.used_wall_mins = used_wall_mins or {}
+        self._resolved: dict[tuple[str, str, str | None, str | None], Resolved | None] = {}
+
+    # ---- resolution ---------------------------------------------------------
+    def resolve(self, job: JobReq) -> Resolved | None:
+        key = (job.user, job.account, job.partition, job.qos)
+        if key in self._resolved:
+            return self._resolved[key]
+        a = self.index.job_assoc(self.cluster, job.user, job.account, job.partition)
+        r = None
+        if a is not None:
+            chain = self.index.chain(a)
+            q = self.db.qos.get(job.qos) if job.qos else None
+            r = Resolved(a, chain, q, _levels(chain), _qos_skip(q))
+        self._resolved[key] = r
+        return r
+
+    def _counters(self, r: Resolved, job: JobReq) -> list[Counter]:
+        out = [self.assoc.setdefault(a.id, Counter()) for a in r.chain]
+        if r.qos is not None:
+            out.append(self.qos.setdefault(r.qos.name, Counter()))
+            out.append(self.qos_user.setdefault((r.qos.name, job.user), Counter()))
+        return out
+
+    # ---- charging -------------------------------------------------------------
+    def add_pending(self, job: JobReq) -> None:
+        r = self.resolve(job)
+        if r is None:
+            return
+        for c in self._counters(r, job):
+            c.submit += 1
+
+    def add_running(self, job: JobReq, remaining_min: float | None = None,
+                    counted_pending: bool = False) -> None:
+        """A running job (or one started in this pass: `start`).  `remaining_min` defaults
+        to its time limit (GrpTRESRunMins counts what is left to run)."""
+        r = self.resolve(job)
+        if r is None:
+            return
+        left = remaining_min if remaining_min is not None else (job.time_limit_min or 0)
+        for c in self._counters(r, job):
+            c.jobs += 1
+            if not counted_pending:
+                c.submit += 1
+            _add(c.tres, job.tres)
+            _addf(c.run_mins, job.tres, left)
+
+    def start(self, job: JobReq) -> None:
+        """Charge a job the pass decided to start (it was counted as pending)."""
+        self.add_running(job, None, counted_pending=True)
+
+    # ---- checks ---------------------------------------------------------------
+    def check_start(self, job: JobReq) -> LimitHit | None:
+        r = self.resolve(job)
+        if r is None:
+            return None  # no association: the submit check (enforce=associations) refuses
+        items = _sorted(job.tres)
+        if r.qos is not None:
+            hit = self._check_qos(job, items, r.qos, submit=False)
+            if hit:
+                return hit
+        return self._check_assocs(job, items, r, submit=False)
+
+    def check_submit(self, job: JobReq) -> SubmitRefusal | None:
+        """Submit-time limits: the submit counts always; size and time with DenyOnLimit."""
+        r = self.resolve(job)
+        if r is None:
+            return SubmitRefusal(MSG_INVALID_ACCOUNT, ESLURM_INVALID_ACCOUNT)
+        items = _sorted(job.tres)
+        hit = None
+        if r.qos is not None:
+            hit = self._check_qos(job, items, r.qos, submit=True)
+        if hit is None:
+            hit = self._check_assocs(job, items, r, submit=True)
+        if hit is None:
+            return None
+        deny = r.qos is not None and r.qos.deny_on_limit
+        if hit.limit in ("GrpSubmitJobs", "MaxSubmitJobs", "MaxSubmitJobsPerUser") or deny:
+            return SubmitRefusal(MSG_ACCOUNTING_POLICY, ESLURM_ACCOUNTING_POLICY, hit)
+        return None
+
+    def pending_reason_at_submit(self, job: JobReq) -> LimitHit | None:
+        """A per-job limit the job can never pass (it pends with this reason; DenyOnLimit
+        refuses it instead: `check_submit`)."""
+        r = self.resolve(job)
+        if r is None:
+            return None
+        items = _sorted(job.tres)
+        if r.qos is not None:
+            hit = self._check_qos(job, items, r.qos, submit=True)
+            if hit:
+                return hit
+        return self._check_assocs(job, items, r, submit=True)
+
+    def _check_qos(self, job: JobReq, items: list[tuple[str, int]], q: Qos,
+                   submit: bool) -> LimitHit | None:
+        lim = q.limits
+        if lim.empty():
+            return None
+        return _check_level(
+            "QOS", f"qos {q.name}", lim, job, items, submit,
+            grp=self.qos.get(q.name) or _EMPTY,
+            mine=self.qos_user.get((q.name, job.user)) or _EMPTY,
+            used_mins=self.used_tres_mins.get(q.name, {}),
+            used_wall=self.used_wall_mins.get(q.name, 0.0),
+            per_user_counts=(("max_jobs_per_user", "MaxJobsPerUser"),
+                             ("max_submit_jobs_per_user", "MaxSubmitJobsPerUser")),
+            skip={})
+
+    def _check_assocs(self, job: JobReq, items: list[tuple[str, int]], r: Resolved,
+                      submit: bool) -> LimitHit | None:
+        for a, where, lim in r.levels:
+            c = self.assoc.get(a.id) or _EMPTY
+            hit = _check_level("Assoc", where, lim, job, items, submit, grp=c, mine=c,
+                               used_mins=self.used_tres_mins.get(a.id, {}),
+                               used_wall=self.used_wall_mins.get(a.id, 0.0),
+                               per_user_counts=(("max_jobs", "MaxJobs"),
+                                                ("max_submit_jobs", "MaxSubmitJobs")),
+                               skip=r.qos_skip)
+            if hit:
+                return hit
+        return None
+
+
+_EMPTY = Counter()  # read only: a level nothing is charged to yet
+
+
+def _inherited_max(chain: list[Association]) -> Limits:
+    """The user association's own Grp* limits plus every Max* limit, each from the
+    nearest association up the chain that sets it."""
+    first = chain[0].limits
+    out = Limits(grp_tres=dict(first.grp_tres), grp_tres_mins=dict(first.grp_tres_mins),
+                 grp_tres_run_mins=dict(first.grp_tres_run_mins), grp_jobs=first.grp_jobs,
+                 grp_submit_jobs=first.grp_submit_jobs, grp_wall=first.grp_wall)
+    for name in ("max_tres_per_job", "max_tres_per_node", "max_tres_mins_per_job"):
+        merged: Tres = {}
+        for a in reversed(chain):
+            merged.update(getattr(a.limits, name))
+        setattr(out, name, merged)
+    for name in ("max_jobs", "max_submit_jobs", "max_wall"):
+        for a in chain:
+            v = getattr(a.limits, name)
+            if v is not None:
+                setattr(out, name, v)
+                break
+    return out
+
+
+def _skip(skip: Mapping[str, set[str]], name: str, tres: str = "*") -> bool:
+    s = skip.get(name)
+    return bool(s) and (tres in s or "*" in s)  # type: ignore[operator]
+
+
+def _check_level(scope: str, where: str, lim: Limits, job: JobReq,
+                 items: list[tuple[str, int]], submit: bool, *,
+                 grp: Counter, mine: Counter, used_mins: Mapping[str, float],
+                 used_wall: float, per_user_counts: Iterable[tuple[str, str]],
+                 skip: Mapping[str, set[str]]) -> LimitHit | None:
+    """One association or QoS: counts, wall, then TRES, in Slurm's order.  At submit
+    (`submit`) the running counts are not checked, the submit counts are, and the TRES
+    limits are checked against the job alone."""
+    def hit(code: str, limit: str, tres: str | None, req: float, used: float,
+            allowed: float) -> LimitHit:
+        return LimitHit(code, limit, where, tres, req, used, allowed)
+
+    # -- job counts
+    if submit:
+        if lim.grp_submit_jobs is not None and not _skip(skip, "grp_submit_jobs") \
+                and grp.submit + 1 > lim.grp_submit_jobs:
+            return hit(COUNT_REASONS[(scope, "grp_submit_jobs")], "GrpSubmitJobs", None, 1,
+                       grp.submit, lim.grp_submit_jobs)
+        for field_name, label in per_user_counts:
+            if "submit" not in field_name:
+                continue
+            v = getattr(lim, field_name)
+            if v is not None and not _skip(skip, "max_submit_jobs") and mine.submit + 1 > v:
+                return hit(COUNT_REASONS[(scope, field_name)], label, None, 1, mine.submit, v)
+    else:
+        if lim.grp_jobs is not None and not _skip(skip, "grp_jobs") \
+                and grp.jobs + 1 > lim.grp_jobs:
+            return hit(COUNT_REASONS[(scope, "grp_jobs")], "GrpJobs", None, 1, grp.jobs,
+                       lim.grp_jobs)
+        for field_name, label in per_user_counts:
+            if "submit" in field_name:
+                continue
+            v = getattr(lim, field_name)
+            if v is not None and not _skip(skip, "max_jobs") and mine.jobs + 1 > v:
+                return hit(COUNT_REASONS[(scope, field_name)], label, None, 1, mine.jobs, v)
+    # -- wall time
+    t = job.time_limit_min
+    if not submit and lim.grp_wall is not None and not _skip(skip, "grp_wall") \
+            and used_wall >= lim.grp_wall:
+        return hit(COUNT_REASONS[(scope, "grp_wall")], "GrpWall", None, t or 0, used_wall,
+                   lim.grp_wall)
+    if lim.max_wall is not None and t is not None and not _skip(skip, "max_wall") \
+            and t > lim.max_wall:
+        return hit(COUNT_REASONS[(scope, "max_wall")], "MaxWall", None, t, 0, lim.max_wall)
+    # -- TRES, per job and per node (can never pass: same at submit and at start)
+    if lim.min_tres_per_job:
+        for name, value in items:
+            m = lim.min_tres_per_job.get(name)
+            if m is not None and value < m:
+                return hit(reason_name(scope, "min_per_job", name), "MinTRESPerJob", name,
+                           value, 0, m)
+        for name, m in lim.min_tres_per_job.items():
+            if name not in job.tres and m > 0:
+                return hit(reason_name(scope, "min_per_job", name), "MinTRESPerJob", name, 0,
+                           0, m)
+    for name, value in items if lim.max_tres_per_job else ():
+        m = lim.max_tres_per_job.get(name)
+        if m is not None and value > m and not _skip(skip, "max_tres_per_job", name):
+            return hit(reason_name(scope, "max_per_job", name),
+                       "MaxTRESPerJob" if scope == "QOS" else "MaxTRES", name, value, 0, m)
+    for name, value in _sorted(job.tres_per_node) if lim.max_tres_per_node else ():
+        m = lim.max_tres_per_node.get(name)
+        if m is not None and value > m and not _skip(skip, "max_tres_per_node", name):
+            return hit(reason_name(scope, "max_per_node", name), "MaxTRESPerNode", name, value,
+                       0, m)
+    if t is not None and lim.max_tres_mins_per_job:
+        for name, value in items:
+            m = lim.max_tres_mins_per_job.get(name)
+            if m is not None and value * t > m and not _skip(skip, "max_tres_mins_per_job", name):
+                return hit(reason_name(scope, "max_mins_per_job", name), "MaxTRESMins", name,
+                           value * t, 0, m)
+    # -- TRES, group and per user
+    for name, value in items if (lim.grp_tres or lim.max_tres_per_user) else ():
+        m = lim.grp_tres.get(name)
+        if m is not None and not _skip(skip, "grp_tres", name):
+            used = 0 if submit else grp.tres.get(name, 0)
+            if used + value > m:
+                return hit(reason_name(scope, "grp", name), "GrpTRES", name, value, used, m)
+        m = lim.max_tres_per_user.get(name)
+        if m is not None:
+            used = 0 if submit else mine.tres.get(name, 0)
+            if used + value > m:
+                return hit(reason_name(scope, "max_per_user", name), "MaxTRESPerUser", name,
+                           value, used, m)
+    if submit or not (lim.grp_tres_mins or lim.grp_tres_run_mins):
+        return None
+    for name, value in items:
+        m = lim.grp_tres_mins.get(name)
+        if m is not None and not _skip(skip, "grp_tres_mins", name) \
+                and used_mins.get(name, 0.0) >= m:
+            return hit(reason_name(scope, "grp_mins", name), "GrpTRESMins", name, value,
+                       used_mins.get(name, 0.0), m)
+        m = lim.grp_tres_run_mins.get(name)
+        if m is not None and t is not None and not _skip(skip, "grp_tres_run_mins", name):
+            used_run = grp.run_mins.get(name, 0.0)
+            if used_run + value * t > m:
+                return hit(reason_name(scope, "grp_run_mins", name), "GrpTRESRunMins", name,
+                           value * t, used_run, m)
+    return None
+
+
+_ORDER = {"cpu": 0, "mem": 1, "energy": 2, "node": 3, "billing": 4}
+
+
+def _sorted(tres: Mapping[str, int]) -> list[tuple[str, int]]:
+    return sorted(tres.items(), key=lambda kv: (_ORDER.get(kv[0], 9), kv[0]))
+
+
+# ---- submission: which association and QoS a job gets --------------------------------
+@dataclass(frozen=True, slots=True)
+class SubmitChoice:
+    account: str
+    qos: str | None
+    assoc_id: int
+
+
+def resolve_submit(db: AssocDB, cluster: str, user: str, account: str | None,
+                   partition: str | None, qos: str | None) -> SubmitChoice | SubmitRefusal:
+    """The account and QoS a submission runs under (AccountingStorageEnforce=associations):
+    the user's default account when none is given; the association's default QoS (else
+    `normal` when allowed, else its only QoS) when none is given; Slurm's refusals for an
+    unknown user, an account the user has no association with, or a QoS not allowed."""
+    u = db.users.get(user)
+    if u is None:
+        return SubmitRefusal(MSG_INVALID_ACCOUNT, ESLURM_INVALID_ACCOUNT)
+    acct = account or u.default_account
+    if not acct:
+        return SubmitRefusal(MSG_INVALID_ACCOUNT, ESLURM_INVALID_ACCOUNT)
+    a = db.job_assoc(cluster, user, acct, partition)
+    if a is None:
+        return SubmitRefusal(MSG_INVALID_ACCOUNT, ESLURM_INVALID_ACCOUNT)
+    allowed = db.effective_qos(a)
+    if qos:
+        if qos not in db.qos or (allowed and qos not in allowed):
+            return SubmitRefusal(MSG_INVALID_QOS, ESLURM_INVALID_QOS)
+        return SubmitChoice(acct, qos, a.id)
+    default = db.effective_default_qos(a)
+    if default is None:
+        if "normal" in db.qos and (not allowed or "normal" in allowed):
+            default = "normal"
+        elif len(allowed) == 1:
+            default = allowed[0]
+    return SubmitChoice(acct, default, a.id)
+
+
+def default_time_limit(db: AssocDB, assoc_id: int, qos: str | None) -> int | None:
+    """A job submitted without --time gets the smallest MaxWall that applies (QoS first,
+    then the nearest association that sets one), in minutes; None when none does."""
+    q = db.qos.get(qos) if qos else None
+    if q is not None and q.limits.max_wall is not None:
+        return q.limits.max_wall
+    a = db.assocs.get(assoc_id)
+    if a is None:
+        return None
+    for x in db.chain(a):
+        if x.limits.max_wall is not None:
+            return x.limits.max_wall
+    return None
+
+
+# ---- from job records -------------------------------------------------------------------
+def job_request(job: object) -> JobReq:
+    """A `JobReq` from a job record (model/job.py `Job`, read by attribute): a running job
+    by its allocation, a pending one by its request.  Memory in MB, minutes."""
+    g = job.__getattribute__
+    alloc = list(g("alloc") or ())
+    limit_s = int(g("time_limit"))
+    minutes = None if limit_s < 0 else -(-limit_s // 60)
+    if alloc:
+        tres = {"cpu": sum(a.cpus for a in alloc), "mem": sum(a.mem_mb for a in alloc),
+                "node": len(alloc)}
+        gpus = sum(len(a.gpus) for a in alloc)
+        per_node = {"cpu": max(a.cpus for a in alloc), "mem": max(a.mem_mb for a in alloc),
+                    "node": 1}
+        if gpus:
+            tres["gres/gpu"] = gpus
+            per_node["gres/gpu"] = max(len(a.gpus) for a in alloc)
+    else:
+        nodes = max(1, int(g("num_nodes") or 1))
+        tasks = max(1, int(g("num_tasks") or 1))
+        cpus = tasks * max(1, int(g("cpus_per_task") or 1))
+        cpus = max(cpus, nodes)
+        mem_node = g("mem_per_node")
+        mem_cpu = g("mem_per_cpu")
+        mem = (mem_node * nodes if mem_node else (mem_cpu * cpus if mem_cpu else 0))
+        gpus = int(g("gpus") or 0) or int(g("gpus_per_node") or 0) * nodes \
+            or int(g("gpus_per_task") or 0) * tasks
+        tres = {"cpu": cpus, "node": nodes}
+        if mem:
+            tres["mem"] = int(mem)
+        per_node = {"cpu": -(-cpus // nodes), "node": 1}
+        if mem:
+            per_node["mem"] = int(mem_node or -(-int(mem) // nodes))
+        if gpus:
+            tres["gres/gpu"] = gpus
+            per_node["gres/gpu"] = -(-gpus // nodes)
+    return JobReq(int(g("job_id")), str(g("user")), str(g("account")),
+                  str(g("partition")) or None, str(g("qos")) or None, tres, per_node, minutes)
+
+
+def build_ledger(db: AssocDB, cluster: str, *, running: Iterable[tuple[JobReq, float | None]],
+                 pending: Iterable[JobReq],
+                 used_tres_mins: Mapping[int | str, Mapping[str, float]] | None = None,
+                 used_wall_mins: Mapping[int | str, float] | None = None) -> LimitLedger:
+    """The ledger of one pass: running jobs with their remaining minutes, pending jobs
+    (for the submit counts), decayed usage (fairshare.tres_minutes of the usage state)."""
+    led = LimitLedger(db, cluster, used_tres_mins=used_tres_mins, used_wall_mins=used_wall_mins)
+    for j, left in running:
+        led.add_running(j, left)
+    for j in pending:
+        led.add_pending(j)
+    return led
+
+
+# ---- AccountingStorageEnforce ---------------------------------------------------------------
+ENFORCE_WORDS = ("associations", "limits", "qos", "safe", "wckeys", "nojobs", "nosteps", "all")
+
+
+def parse_enforce(text: str | None) -> frozenset[str]:
+    """slurm.conf AccountingStorageEnforce: `limits` implies `associations`; `safe` implies
+    `limits` and `associations`; `qos` implies `associations`; `all` is everything but
+    nojobs/nosteps.  Unknown words raise ValueError (the controller refuses the config)."""
+    out: set[str] = set()
+    for w in (text or "").lower().replace(" ", "").split(","):
+        if not w or w == "none" or w == "0":
+            continue
+        if w not in ENFORCE_WORDS:
+            raise ValueError(f"Invalid AccountingStorageEnforce option: {w}")
+        if w == "all":
+            out |= {"associations", "limits", "qos", "safe", "wckeys"}
+        else:
+            out.add(w)
+    if out & {"limits", "safe", "qos"}:
+        out.add("associations")
+    if "safe" in out:
+        out.add("limits")
+    return frozenset(out)
