@@ -434,3 +434,20 @@ def test_ntasks_without_nodes_takes_fewest_nodes(h: Harness) -> None:
     j = h.submit(num_tasks=20)
     h.tick()
     assert nodes_of(h, j) == ["b1", "b2"]
+
+
+def test_agent_bound_cpus_replace_ledger_ids(h: Harness) -> None:
+    j = h.submit(num_nodes=1, num_tasks=2, req_nodes=["c1"])
+    h.tick()
+    assert h.job(j).alloc[0].cpu_ids == [0, 1]
+    assert not h.call(h.ctl.agent_bound_cpus, j, "c1", [5])  # wrong count: ignored
+    assert not h.call(h.ctl.agent_bound_cpus, j, "a1", [5, 6])  # not on that node
+    assert h.call(h.ctl.agent_bound_cpus, j, "c1", [7, 5])
+    assert h.job(j).to_dict()["alloc"][0]["cpu_ids"] == [5, 7]
+    k = h.submit(num_nodes=1, num_tasks=2, req_nodes=["c1"])
+    h.tick()
+    assert h.job(k).alloc[0].cpu_ids == [0, 1]  # 5 and 7 are held
+    h.end(j)
+    assert h.ctl.nodes["c1"].used_cpu_ids == [0, 1]
+    info = h.ctl.ping_info()
+    assert info["ok"] and info["host"]

@@ -104,7 +104,8 @@ def make_request(job: PendingView, def_mem_per_cpu: int) -> Request:
     req_nodes = tuple(dict.fromkeys(job.req_nodes))
     num_nodes = max(job.num_nodes, len(req_nodes), 1)
     tasks = max(job.num_tasks, 1)
-    flexible = not job.nodes_fixed and not req_nodes
+    # (a total --gpus count is shared out per node count: such a job keeps its count)
+    flexible = not job.nodes_fixed and not req_nodes and not job.gpus
     if flexible and job.ntasks_per_node:
         # -n8 --ntasks-per-node=4 without -N: the node count follows
         num_nodes = max(num_nodes, -(-tasks // job.ntasks_per_node))
