@@ -422,5 +422,5 @@ def test_config_names_settings_not_acted_on() -> None:
     assert parse_config(CONF).inert_settings() == []
     cfg = parse_config(CONF.replace("Default=YES", "Default=YES AllowGroups=wheel")
                        + "Prolog=/etc/prolog\nHealthCheckProgram=/bin/true\n")
-    assert cfg.inert_settings() == ["Prolog", "HealthCheckProgram",
-                                    "PartitionName=debug AllowGroups"]
+    # AllowGroups is enforced now (test_partition_access)
+    assert cfg.inert_settings() == ["Prolog", "HealthCheckProgram"]

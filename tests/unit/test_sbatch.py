@@ -119,7 +119,7 @@ def test_getopt_messages(argv: list[str], line: str) -> None:
 def test_getopt_stops_at_first_operand_and_double_dash(tmp_path: Path) -> None:
     path = script_file(tmp_path, "#!/bin/sh\ntrue\n")
     sub = parse(["-p", "a", path, "-N", "2", "--bogus"])
-    assert sub.argv == ["-N", "2", "--bogus"] and sub.spec["num_nodes"] == 1
+    assert sub.argv == ["-N", "2", "--bogus"] and sub.spec["num_nodes"] is None
     sub = parse(["-p", "a", "--", path, "x"])
     assert sub.spec["command"] == path and sub.argv == ["x"]
 
@@ -476,7 +476,10 @@ def test_task_and_node_arithmetic() -> None:
     spec = wrap("-N4", "-n8")
     assert (spec["num_nodes"], spec["num_tasks"]) == (4, 8)
     spec = wrap("-n3")
-    assert (spec["num_nodes"], spec["num_tasks"]) == (1, 3)
+    # no -N: the count is left to the controller (as many nodes as the tasks need)
+    assert (spec["num_nodes"], spec["num_tasks"]) == (None, 3)
+    assert wrap("-w", "n1", "-n3")["num_nodes"] == 1
+    assert wrap("--mincpus=4")["min_cpus"] == 4
     # -n beyond one node's CPUs without -N: no client-side refusal (Slurm's sbatch has
     # none); the controller spreads the tasks.
     spec = wrap("-n3000")

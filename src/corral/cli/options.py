@@ -792,7 +792,7 @@ def parse_alloc_value(key: str, arg: str | None, v: dict[str, object], now: floa
         return parse_begin(a, now)
     if key == "chdir":
         return full_path(a, cwd)
-    if key in ("cpus-per-task", "ntasks", "ntasks-per-node"):
+    if key in ("cpus-per-task", "ntasks", "ntasks-per-node", "mincpus"):
         return parse_int(f"--{key}", a, True)
     if key == "exclusive":
         mode = (arg or "exclusive").lower()
@@ -926,14 +926,17 @@ def export_environment(export: str, env: dict[str, str]) -> dict[str, str]:
 def allocation_spec(v: dict[str, object], *, name: str, cwd: str, submit_line: str,
                     req_nodes: list[str], exc_nodes: list[str], min_nodes: int,
                     max_nodes: int, ntasks: int,
-                    gpus: tuple[int, int, int, str | None]) -> dict[str, object]:
+                    gpus: tuple[int, int, int, str | None],
+                    nodes_given: bool = True) -> dict[str, object]:
     """The job `spec` of an interactive allocation (srun outside a job, salloc): the
-    fields sbatch sends, with `batch` false and no output files."""
+    fields sbatch sends, with `batch` false and no output files.  Without `nodes_given`
+    (no -N, no -w) the node count is left out: the controller spreads the tasks over as
+    many nodes as they need, as Slurm does."""
     return {
         "name": name,
         "batch": False,
         "partition": v.get("partition"),
-        "num_nodes": min_nodes,
+        "num_nodes": min_nodes if nodes_given else None,
         "max_nodes": max_nodes if max_nodes and max_nodes != min_nodes else None,
         "num_tasks": ntasks,
         "ntasks_per_node": v.get("ntasks-per-node"),
@@ -963,6 +966,7 @@ def allocation_spec(v: dict[str, object], *, name: str, cwd: str, submit_line: s
         "held": "user" if v.get("hold") else None,
         **({"priority": v["priority"]} if "priority" in v else {}),
         **({"constraint": v["constraint"]} if "constraint" in v else {}),
+        **({"min_cpus": v["mincpus"]} if "mincpus" in v else {}),
     }
 
 

@@ -90,7 +90,7 @@ def _set(req: SallocRequest, option: Option, arg: str | None, now: float, cwd: s
         if key == "no-shell":
             req.no_shell = True
             return
-        if key in ALLOC_UNSUPPORTED:
+        if key in ALLOC_UNSUPPORTED and key != "mincpus":
             fail(PROG, f"--{option.name} is not supported by Corral")
         if key in ALLOC_NO_EFFECT:
             req.ignored.append(option.name)
@@ -169,7 +169,7 @@ def parse_salloc(argv: list[str], env: dict[str, str], cwd: str, now: float, *,
     req.spec = allocation_spec(
         v, name=name, cwd=cwd, submit_line=" ".join([PROG, *argv]), req_nodes=req_nodes,
         exc_nodes=exc_nodes, min_nodes=min_nodes, max_nodes=max_nodes, ntasks=ntasks,
-        gpus=gpus)
+        gpus=gpus, nodes_given="nodes" in v or bool(req_nodes))
     problem = spec_problem(req.spec)
     if problem is not None:
         first, error = problem
@@ -515,6 +515,8 @@ Parallel run options:
 
 Constraint options:
   -C, --constraint=list       specify a list of constraints
+      --mincpus=n             minimum number of logical processors (threads)
+                              per node
   -F, --nodefile=filename     request a specific list of hosts
       --mem=MB                minimum amount of real memory
   -w, --nodelist=hosts...     request a specific list of hosts

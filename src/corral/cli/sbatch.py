@@ -86,7 +86,7 @@ _NO_EFFECT = frozenset({
 _UNSUPPORTED = frozenset({
     "autocomplete", "batch", "bb", "bbf", "cluster", "cluster-constraint", "clusters",
     "container", "core-spec", "cores-per-socket", "cpus-per-gpu", "deadline",
-    "extra-node-info", "gid", "gpus-per-socket", "licenses", "mem-per-gpu", "mincpus",
+    "extra-node-info", "gid", "gpus-per-socket", "licenses", "mem-per-gpu",
     "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket", "ntasks-per-tres",
     "reservation", "sockets-per-node", "switches", "test-only", "thread-spec",
     "threads-per-core", "tmp", "uid", "switch-req", "switch-wait",
@@ -226,7 +226,7 @@ def _set_option(req: _Request, key: str, option: Option, arg: str | None, source
         value = parse_begin(_req_arg(arg), req.now)
     elif key == "chdir":
         value = full_path(_req_arg(arg), req.cwd)
-    elif key in ("cpus-per-task", "ntasks", "ntasks-per-node"):
+    elif key in ("cpus-per-task", "ntasks", "ntasks-per-node", "mincpus"):
         value = parse_int(f"--{key}", _req_arg(arg), True)
     elif key in ("output", "error", "input"):
         a = _req_arg(arg)
@@ -563,7 +563,9 @@ def _finish(sub: Submission, req: _Request, env: dict[str, str], script_path: st
     sub.spec = {
         "name": name,
         "partition": v.get("partition"),
-        "num_nodes": min_nodes,
+        # without -N (or -w) the controller spreads the tasks over as many nodes as
+        # they need (Slurm's min_nodes NO_VAL): the count is left out
+        "num_nodes": min_nodes if nodes_set else None,
         "max_nodes": max_nodes if max_nodes and max_nodes != min_nodes else None,
         "num_tasks": ntasks,
         "ntasks_per_node": per_node,
@@ -602,6 +604,8 @@ def _finish(sub: Submission, req: _Request, env: dict[str, str], script_path: st
         sub.spec["constraint"] = v["constraint"]
     if "priority" in v:
         sub.spec["priority"] = v["priority"]
+    if "mincpus" in v:
+        sub.spec["min_cpus"] = v["mincpus"]
     _check_spec(sub.spec)
     sub.array = array
     sub.open_mode = v.get("open-mode", "truncate")
@@ -908,6 +912,8 @@ Parallel run options:
 
 Constraint options:
   -C, --constraint=list       specify a list of constraints
+      --mincpus=n             minimum number of logical processors (threads)
+                              per node
   -F, --nodefile=filename     request a specific list of hosts
       --mem=MB                minimum amount of real memory (0 = all of it)
       --hint=                 Bind tasks according to application hints

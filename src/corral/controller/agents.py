@@ -172,3 +172,26 @@ class AgentLinks(UseCases):
                 del self.agent_senders[name]
                 self.nodes[name].responding = False
 
+
+    # ---- what the agents tell about a job's CPUs -------------------------------------
+    def agent_bound_cpus(self, job_id: int, node_name: str, cpu_ids: Any) -> bool:
+        """The agent of `node_name` bound job `job_id` to these real CPU ids: they replace
+        the ledger's indices in the job's allocation (`scontrol -d show job` CPU_IDs=).
+        A report for a job not on that node, or with a wrong count, changes nothing."""
+        job = self.jobs.get(job_id)
+        if job is None or not job.state.active or not isinstance(cpu_ids, list) \
+                or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+                           for c in cpu_ids):
+            return False
+        node = self.nodes.get(node_name)
+        for a in job.alloc:
+            if a.node != node_name or len(cpu_ids) != a.cpus or node is None:
+                continue
+            for c in a.cpu_ids or ():
+                if c in node.used_cpu_ids:
+                    node.used_cpu_ids.remove(c)
+            a.cpu_ids = sorted(cpu_ids)
+            node.used_cpu_ids.extend(a.cpu_ids)
+            self.mark(job)
+            return True
+        return False

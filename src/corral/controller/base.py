@@ -101,6 +101,7 @@ class ControllerBase:
         self.next_id = 1
         self.own_uid = os.geteuid()
         self.operators = self._operator_uids()
+        self.super_users = self._super_user_uids()
         # agent links: node name -> callable sending one message to its agent
         self.agent_senders: dict[str, Callable[[dict[str, Any]], None]] = {}
         self.writer = GroupCommitWriter(store, self.cluster.node_record, lambda: self.next_id)
@@ -130,6 +131,18 @@ class ControllerBase:
             except KeyError:
                 if name.isdigit():
                     uids.add(int(name))
+        return uids
+
+    def _super_user_uids(self) -> set[int]:
+        """root and SlurmUser (Slurm's validate_slurm_user): RootOnly and AllowGroups let
+        them through; the controller's own uid counts as SlurmUser."""
+        uids = {0, self.own_uid}
+        name = self.config.options.get("SlurmUser", "root").strip()
+        try:
+            uids.add(pwd.getpwnam(name).pw_uid)
+        except KeyError:
+            if name.isdigit():
+                uids.add(int(name))
         return uids
 
     def identity(self, uid: int, gid: int) -> Identity:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from corral.model.job import Job
+from corral.model.job import Job, NodeAlloc
 from corral.model.node import Node, Partition
 from corral.store.base import NodeRecord
 
@@ -66,10 +66,19 @@ class Cluster:
         for a in job.alloc:
             n = self.nodes.get(a.node)
             if n is not None:
-                self._take(n, job, a.cpus, a.mem_mb, a.gpus)
+                self._take(n, job, a.cpus, a.mem_mb, a.gpus, a)
 
     @staticmethod
-    def _take(n: Node, job: Job, cpus: int, mem: int, gpus: list[int]) -> None:
+    def _take(n: Node, job: Job, cpus: int, mem: int, gpus: list[int],
+              a: NodeAlloc | None = None) -> None:
+        if a is not None:
+            # CPU indices: the lowest free ones, unless the record names them (recovery,
+            # or ids the agent bound); `scontrol -d show job` prints them as CPU_IDs=
+            used = set(n.used_cpu_ids)
+            if a.cpu_ids is None:
+                free = [i for i in range(max(n.cpus, cpus)) if i not in used]
+                a.cpu_ids = free[:cpus]
+            n.used_cpu_ids.extend(a.cpu_ids)
         n.alloc_cpus += cpus
         n.alloc_mem += mem
         n.alloc_gpus.extend(gpus)
@@ -82,7 +91,7 @@ class Cluster:
         for job in running:
             for a in job.alloc:
                 if a.node == node.name:
-                    self._take(node, job, a.cpus, a.mem_mb, a.gpus)
+                    self._take(node, job, a.cpus, a.mem_mb, a.gpus, a)
 
     def release(self, job: Job, now: float) -> bool:
         """Give back what `job` holds; False (and nothing changes) if it holds nothing."""
@@ -95,6 +104,9 @@ class Cluster:
                 continue
             n.alloc_cpus -= a.cpus
             n.alloc_mem -= a.mem_mb
+            for c in a.cpu_ids or ():
+                if c in n.used_cpu_ids:
+                    n.used_cpu_ids.remove(c)
             for g in a.gpus:
                 if g in n.alloc_gpus:
                     n.alloc_gpus.remove(g)

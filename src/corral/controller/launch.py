@@ -79,6 +79,7 @@ class Launching(JobLifecycle):
                                array_task_id=job.array_task_id)
             return p if os.path.isabs(p) else os.path.join(job.work_dir, p)
 
+        node = self.nodes.get(first.node)
         stdout = path(job.stdout, default_out)
         stderr = path(job.stderr, None) or stdout
         home = home_of(job.uid)
@@ -97,6 +98,9 @@ class Launching(JobLifecycle):
                 "open_mode": payload.open_mode, "env": env, "time_limit": job.time_limit,
                 "kill_wait": self.kill_wait, "signal": signal,
                 "gpus": first.gpus, "cpus_count": first.cpus, "mem_mb": first.mem_mb or None,
+                # the default memory limit of a job without --mem is its node's RealMemory
+                "node_mem_mb": node.real_memory if node is not None else None,
+                "cpu_ids": list(first.cpu_ids) if first.cpu_ids is not None else None,
                 "restart_count": job.restart_count,
             },
         }

@@ -19,6 +19,26 @@ AGENT_END_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NO
                               "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REQUEUED"})
 
 
+def end_reason(state: str, exit_code: int, signal: int, note: str | None = None) -> str:
+    """The Reason= a finished job shows, as slurmctld sets it (job_completion_logger and
+    friends): NonZeroExitCode for FAILED, RaisedSignal:N(NAME) when a signal killed it,
+    TimeLimit, NodeDown, OutOfMemory, JobLaunchFailure, BootFail; None otherwise."""
+    if note is not None and state in ("FAILED", "NODE_FAIL"):
+        return "JobLaunchFailure"
+    if state == "FAILED":
+        if signal and not exit_code:
+            import signal as _signal
+
+            try:
+                name = _signal.Signals(signal).name[3:]
+            except ValueError:
+                name = str(signal)
+            return f"RaisedSignal:{signal}({name})"
+        return "NonZeroExitCode"
+    return {"TIMEOUT": "TimeLimit", "NODE_FAIL": "NodeDown", "OUT_OF_MEMORY": "OutOfMemory",
+            "BOOT_FAIL": "BootFail", "DEADLINE": "DeadLine"}.get(state, Reason.NONE)
+
+
 class JobLifecycle(ControllerBase):
     def _launch(self, job: Job) -> None:
         raise NotImplementedError
@@ -69,8 +89,10 @@ class JobLifecycle(ControllerBase):
                     s.state = state
         reason = job.kill_reason
         job.kill_reason = None
-        if reason in ("REQUEUE", "REQUEUE_HOLD") or (reason == "NODE_FAIL" and job.requeue):
-            self.requeue_job(job, end_time, hold=(reason == "REQUEUE_HOLD"))
+        if reason in ("REQUEUE", "REQUEUE_HOLD", "REQUEUE_UHOLD") or (
+                reason == "NODE_FAIL" and job.requeue):
+            self.requeue_job(job, end_time, hold=reason in ("REQUEUE_HOLD", "REQUEUE_UHOLD"),
+                             held="user" if reason == "REQUEUE_UHOLD" else "admin")
             self.mark(job)
             self.request_schedule()
             return job
@@ -85,7 +107,8 @@ class JobLifecycle(ControllerBase):
             job.exit_code, job.term_signal = exit_code, signal
             if final == "TIMEOUT":
                 job.exit_code, job.term_signal = 0, 0
-        job.reason = Reason.NONE
+        job.reason = end_reason(final, job.exit_code, job.term_signal, note)
+        job.dependency_text = None
         self._count_end(final)
         self.mark(job)
         self.set_state(job, JobState(final), end_time)
@@ -105,7 +128,7 @@ class JobLifecycle(ControllerBase):
         job.kill_reason = None
         job.end_time = now
         job.exit_code, job.term_signal = exit_code, signal
-        job.reason = Reason.NONE
+        job.reason = end_reason(state, exit_code, signal)
         self._count_end(state)
         self.mark(job)
         self.set_state(job, JobState(state), now)
@@ -120,8 +143,9 @@ class JobLifecycle(ControllerBase):
                 log.info("allocation %d reached its time limit", job.job_id)
                 self.end_allocation(job, "TIMEOUT")
 
-    def requeue_job(self, job: Job, now: float, hold: bool) -> None:
-        """Back to PENDING (its resources, if any, are released by the caller)."""
+    def requeue_job(self, job: Job, now: float, hold: bool, held: str | None = "admin") -> None:
+        """Back to PENDING (its resources, if any, are released by the caller); `hold`
+        holds it, as `held` ("admin", or "user": an owner's requeuehold)."""
         job.restart_count += 1
         job.start_time = None
         job.end_time = None
@@ -134,8 +158,8 @@ class JobLifecycle(ControllerBase):
         job.begin_time = now + 1
         job.reason = Reason.BEGIN_TIME
         if hold:
-            job.held = "admin"
-            job.reason = Reason.HELD_ADMIN
+            job.held = "user" if held == "user" else "admin"
+            job.reason = Reason.HELD_USER if job.held == "user" else Reason.HELD_ADMIN
             job.priority = 0
         self.set_state(job, JobState.PENDING, now)
 

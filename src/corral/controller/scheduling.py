@@ -23,7 +23,8 @@ log = logging.getLogger("corral.controller")
 def node_view(n: Node) -> NodeView:
     return NodeView(n.name, n.cpus, n.real_memory, n.gpus, n.free_cpus, n.free_mem_mb,
                     n.free_gpu_ids, n.usable, n.weight, tuple(n.partitions),
-                    tuple(n.features), n.job_count, n.exclusive_job is not None)
+                    tuple(n.features), n.job_count, n.exclusive_job is not None,
+                    n.gpu_type)
 
 
 def running_view(j: Job, now: float) -> RunningView:
@@ -119,6 +120,10 @@ class Scheduling(Launching):
             if waiting is not None:
                 waiting.reason = why.text()
                 self.pending_reasons[job_id] = why
+        for job_id, text in decision.dependency_texts.items():
+            waiting = pending.get(job_id)
+            if waiting is not None:
+                waiting.dependency_text = text
         for job_id, (start_at, names) in decision.planned.items():
             waiting = pending.get(job_id)
             if waiting is not None:

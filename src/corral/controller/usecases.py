@@ -7,32 +7,51 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any
 
-from corral.controller.base import Identity, group_name
-from corral.controller.cluster import NodeEventKind
+from corral.controller.base import Identity, group_name, sched_params
+from corral.controller.cluster import NOT_RESPONDING_REASON, NodeEventKind
 from corral.controller.errors import (
     ESLURM_ACCESS_DENIED,
     ESLURM_ALREADY_DONE,
     ESLURM_DEPENDENCY,
+    ESLURM_DISABLED,
+    ESLURM_INVALID_ACCOUNT,
     ESLURM_INVALID_ARRAY,
+    ESLURM_INVALID_FEATURE,
+    ESLURM_INVALID_GRES,
     ESLURM_INVALID_NODE_NAME,
     ESLURM_INVALID_PARTITION_NAME,
+    ESLURM_INVALID_QOS,
     ESLURM_INVALID_TIME_LIMIT,
+    ESLURM_JOB_HELD,
+    ESLURM_JOB_MISSING_REQUIRED_PARTITION_GROUP,
+    ESLURM_JOB_NOT_PENDING,
     ESLURM_JOB_PENDING,
     ESLURM_PARTITION_NOT_AVAIL,
     ESLURM_PATHNAME_TOO_LONG,
+    ESLURM_PRIO_RESET_FAIL,
     ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE,
     SlurmError,
     access_denied,
+    invalid_user,
 )
 from corral.controller.scheduling import Scheduling
 from corral.model.arrays import ArraySpecError, parse_array_spec
+from corral.model.config import ConfigError, parse_config
 from corral.model.job import Job, JobState, Reason
-from corral.model.jobspec import JobSpecError, script_too_large, validate_spec
-from corral.model.node import Node, Partition
+from corral.model.jobspec import (
+    DEFAULT_MAX_SCRIPT_SIZE,
+    JobSpecError,
+    max_script_size,
+    script_too_large,
+    validate_spec,
+)
+from corral.model.node import Node, Partition, name_list, partition_access
 from corral.sched import deps as sched_deps
 from corral.sched.eligibility import view_of
+from corral.sched.features import ConstraintError, parse_constraint, satisfiable
 from corral.sched.select import fits_ever
 from corral.sched.snapshot import NodeView
 from corral.store.base import JobPayload
@@ -45,11 +64,46 @@ NOT_AVAILABLE = "Required partition not available (inactive or drain)"
 def _idle_view(n: Node) -> NodeView:
     return NodeView(n.name, n.cpus, n.real_memory, n.gpus, n.cpus, n.real_memory,
                     list(range(n.gpus)), True, n.weight, tuple(n.partitions),
-                    tuple(n.features), 0, False)
+                    tuple(n.features), 0, False, n.gpu_type)
+
+
+_ACCESS_ERRORS = {
+    "ESLURM_ACCESS_DENIED": ("Access/permission denied", ESLURM_ACCESS_DENIED),
+    "ESLURM_JOB_MISSING_REQUIRED_PARTITION_GROUP": (
+        "User's group not permitted to use this partition",
+        ESLURM_JOB_MISSING_REQUIRED_PARTITION_GROUP),
+    "ESLURM_INVALID_ACCOUNT": ("Invalid account or account/partition combination specified",
+                               ESLURM_INVALID_ACCOUNT),
+    "ESLURM_INVALID_QOS": ("Invalid qos specification", ESLURM_INVALID_QOS),
+}
+
+
+def user_groups(user: str, gid: int) -> set[str]:
+    """Names of the user's groups, the primary one included (AllowGroups= checks)."""
+    try:
+        gids = set(os.getgrouplist(user, gid))
+    except (KeyError, OSError):
+        gids = {gid}
+    gids.add(gid)
+    return {group_name(g) for g in gids}
 
 
 class UseCases(Scheduling):
     _idle_views: dict[str, list[NodeView]]
+
+    def check_partition_access(self, who: Identity, part: Partition, account: str,
+                               qos: str) -> None:
+        """RootOnly, AllowGroups, AllowAccounts/DenyAccounts, AllowQos/DenyQos, refused
+        with Slurm's errno and message (slurmctld's _part_access_check)."""
+        if part.root_only or name_list(part.allow_groups) is not None:
+            groups = user_groups(who.user, who.gid)
+        else:
+            groups = set()
+        why = partition_access(part, uid=who.uid, groups=groups, account=account, qos=qos,
+                               super_user=who.uid in self.super_users)
+        if why is not None:
+            msg, errno = _ACCESS_ERRORS[why]
+            raise SlurmError(msg, errno, 403 if errno == ESLURM_ACCESS_DENIED else 400)
 
     # -------------------------------------------------------------- submit
     def _validate_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
@@ -98,11 +152,22 @@ class UseCases(Scheduling):
             spec["held"] = "user"
         if spec.get("nice", 0) < 0 and not who.operator:
             raise access_denied()
+        # --priority: operators set it; anyone's 0 holds the job (slurmctld's
+        # job_submit checks: a user's other values are ignored)
+        prio = spec.pop("priority", None)
+        if prio == 0:
+            spec["held"] = "admin" if who.operator else "user"
         job = Job(job_id=0, name=spec.pop("name", "sbatch"), user=who.user, uid=who.uid,
                   gid=who.gid, **spec)
+        if prio and who.operator:
+            job.priority_set = prio
+        # no node count given: spread over as many nodes as the tasks need (Slurm's
+        # job_desc min_nodes NO_VAL); srun's and older clients' specs always name one
+        job.nodes_fixed = "num_nodes" in spec or bool(job.req_nodes)
         job.partition = part.name
         job.group = group_name(who.gid)
         job.account = job.account or who.user
+        self.check_partition_access(who, part, job.account, job.qos)
         job.submit_time = now
         if "time_limit" not in spec or job.time_limit is None:
             job.time_limit = part.default_time if part.default_time is not None else part.max_time
@@ -121,6 +186,7 @@ class UseCases(Scheduling):
                 sched_deps.parse_dependency(job.dependency)
             except sched_deps.DependencyError:
                 raise SlurmError("Job dependency problem", ESLURM_DEPENDENCY) from None
+        self._check_features(job)
         self._check_feasible(job, part)
         if array:
             try:
@@ -152,6 +218,22 @@ class UseCases(Scheduling):
         if not job.held:  # a held job changes nothing the scheduler could act on
             self.request_schedule()
         return job
+
+    def _check_features(self, job: Job) -> None:
+        """--constraint that does not parse or names features no node has, and a GPU type
+        no node has: refused as slurmctld refuses them."""
+        if job.constraint is not None:
+            try:
+                con = parse_constraint(job.constraint)
+            except ConstraintError:
+                raise SlurmError("Invalid feature specification", ESLURM_INVALID_FEATURE) from None
+            if not satisfiable(con, (n.features for n in self.nodes.values())):
+                raise SlurmError("Invalid feature specification", ESLURM_INVALID_FEATURE)
+        if job.gpu_type and not any(n.gpu_type == job.gpu_type and n.gpus
+                                    for n in self.nodes.values()):
+            raise SlurmError("Invalid generic resource (gres) specification", ESLURM_INVALID_GRES)
+        if job.min_cpus is not None and job.min_cpus < 0:
+            raise SlurmError("Invalid mincpus value", 0)
 
     def _check_feasible(self, job: Job, part: Partition) -> None:
         nodes = [self.nodes[n] for n in part.nodes]
@@ -209,9 +291,14 @@ class UseCases(Scheduling):
             self.mark(job)
         self.request_schedule()
 
+    def _check_owner_uid(self, who: Identity, job: Job) -> None:
+        """hold, release and update of another user's job: Slurm says "Invalid user id"."""
+        if not who.operator and who.uid != job.uid:
+            raise invalid_user()
+
     def hold(self, who: Identity, jobs: list[Job], kind: str) -> None:
         for job in jobs:
-            self.check_owner(who, job)
+            self._check_owner_uid(who, job)
             if job.state != JobState.PENDING:
                 raise SlurmError("Job is no longer pending execution", ESLURM_JOB_PENDING)
         for job in jobs:
@@ -222,7 +309,7 @@ class UseCases(Scheduling):
 
     def release(self, who: Identity, jobs: list[Job]) -> None:
         for job in jobs:
-            self.check_owner(who, job)
+            self._check_owner_uid(who, job)
             if job.held == "admin" and not who.operator:
                 raise access_denied()
         for job in jobs:
@@ -246,13 +333,17 @@ class UseCases(Scheduling):
             if not job.batch:
                 raise SlurmError("Job is not a batch job: it cannot be requeued", 0)
         for job in jobs:
+            # Slurm: an operator's requeuehold is an admin hold, the owner's a user hold
+            # the owner may release
+            kind = ("admin" if who.operator else "user") if hold else None
             if job.state.active:
-                job.kill_reason = "REQUEUE_HOLD" if hold else "REQUEUE"
+                job.kill_reason = {"admin": "REQUEUE_HOLD", "user": "REQUEUE_UHOLD"}.get(
+                    kind or "", "REQUEUE")
                 if job.state != JobState.COMPLETING:
                     self.set_state(job, JobState.COMPLETING, now)
                 self._send_control(job, {"op": "requeue"})
             elif job.state.finished:
-                self.requeue_job(job, now, hold)
+                self.requeue_job(job, now, hold, held=kind)
             self.mark(job)
         self.request_schedule()
 
@@ -276,7 +367,7 @@ class UseCases(Scheduling):
             self.mark(job)
 
     def update_job(self, who: Identity, job: Job, changes: dict[str, Any]) -> None:
-        self.check_owner(who, job)
+        self._check_owner_uid(who, job)
         if job.state.finished:
             raise SlurmError("Job has already finished", ESLURM_ALREADY_DONE)
         pending_only = {"partition", "numnodes", "dependency", "name", "jobname"}
@@ -304,6 +395,8 @@ class UseCases(Scheduling):
                     raise SlurmError("Invalid partition name specified", ESLURM_INVALID_PARTITION_NAME)
                 if part.state in ("DRAIN", "INACTIVE"):
                     raise SlurmError(NOT_AVAILABLE, ESLURM_PARTITION_NOT_AVAIL)
+                owner = self.identity(job.uid, job.gid)
+                self.check_partition_access(owner, part, job.account, job.qos)
                 job.partition = part.name
             elif k == "numnodes":
                 try:
@@ -318,6 +411,7 @@ class UseCases(Scheduling):
                     except sched_deps.DependencyError:
                         raise SlurmError("Job dependency problem", ESLURM_DEPENDENCY) from None
                 job.dependency = text or None
+                job.dependency_text = None  # rendered again by the next pass
                 # a rare admin action: the store is read here, never in a pass
                 self.remember_gone(self.unknown_dependencies([job]))
             elif k in ("name", "jobname"):
@@ -334,10 +428,103 @@ class UseCases(Scheduling):
                     job.priority = self.priority_now(job)
             elif k == "comment":
                 job.comment = str(value)
+            elif k == "priority":
+                self._update_priority(who, job, value)
+            elif k in ("starttime", "begintime", "eligibletime"):
+                if job.state != JobState.PENDING:
+                    raise SlurmError("Job is no longer pending execution", ESLURM_JOB_NOT_PENDING)
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise SlurmError("Invalid time specification", 0)
+                # a requeued job waits a moment before it may start again; StartTime=now
+                # makes it eligible at once, as on Slurm
+                job.begin_time = float(value) if value > self.clock() else None
+                if job.reason == Reason.BEGIN_TIME:
+                    job.reason = Reason.NONE
             else:
                 raise SlurmError(f"Update of {key} is not supported", 0)
         self.mark(job)
         self.request_schedule()
+
+    def _update_priority(self, who: Identity, job: Job, value: Any) -> None:
+        """Priority=: operators set it (it stays); 0 holds the job; a user may only lower
+        their job's priority, which Slurm applies but does not keep (ESLURM_PRIO_RESET_FAIL):
+        Corral recomputes priorities every pass, so it refuses that instead."""
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32 - 1:
+            raise SlurmError("Invalid priority value", 0)
+        if job.state != JobState.PENDING:
+            raise SlurmError("Job is no longer pending execution", ESLURM_JOB_NOT_PENDING)
+        if value == 0:
+            self.hold(who, [job], "hold")
+            return
+        if job.held:
+            raise SlurmError("Job is in held state, pending scheduler release", ESLURM_JOB_HELD)
+        if not who.operator:
+            if value >= job.priority:
+                raise access_denied()
+            raise SlurmError("Changes to job priority are not persistent, change nice instead",
+                             ESLURM_PRIO_RESET_FAIL)
+        job.priority_set = value
+        job.priority = value
+
+    def top(self, who: Identity, jobs: list[Job]) -> None:
+        """`scontrol top`: these pending jobs ahead of the same user's other pending jobs
+        in their partition, by taking the highest priorities among them (slurmctld's
+        _set_top: the user's total priority stays the same, so nobody else loses)."""
+        params = self.config.options.get("SchedulerParameters", "").lower()
+        if not who.operator and "disable_user_top" in params:
+            raise access_denied()
+        for job in jobs:
+            if not who.operator and who.uid != job.uid:
+                raise access_denied()
+        for job in jobs:
+            if job.state != JobState.PENDING:
+                raise SlurmError("Job is no longer pending execution", ESLURM_JOB_NOT_PENDING)
+            if job.held:
+                raise SlurmError("Job is in held state, pending scheduler release",
+                                 ESLURM_JOB_HELD)
+        tops = {j.job_id for j in jobs}
+        for part in {j.partition for j in jobs}:
+            top_jobs = [j for j in jobs if j.partition == part]
+            uids = {j.uid for j in top_jobs}
+            others = [j for j in self.pending.values()
+                      if j.uid in uids and j.partition == part and not j.held
+                      and j.job_id not in tops]
+            group = sorted([*top_jobs, *others], key=lambda j: -self._prio_of(j))
+            prios = [self._prio_of(j) for j in group]
+            order = top_jobs + [j for j in group if j.job_id not in tops]
+            # hand the same priorities out again, the top jobs first; nice carries the
+            # difference so each pass's recomputation keeps the new order
+            for j, p in zip(order, prios, strict=True):
+                delta = p - self._prio_of(j)
+                if delta:
+                    if j.priority_set is not None:
+                        j.priority_set = p
+                    else:
+                        j.nice -= delta
+                    j.priority = p
+                    self.mark(j)
+        self.request_schedule()
+
+    def _prio_of(self, job: Job) -> int:
+        return job.priority if job.priority else self.priority_now(job)
+
+    def notify_job(self, who: Identity, job: Job, message: str) -> None:
+        """`scontrol notify`: a message for the job's user.  Slurm writes it to the job's
+        srun/salloc; Corral records it on the job (the controller's log has it too) and
+        sends it to the batch step's agent as a control op."""
+        if not who.operator and who.uid != job.uid:
+            raise invalid_user()
+        if not isinstance(message, str) or not message:
+            raise SlurmError("No message given", 0)
+        if job.state.finished or job.state == JobState.PENDING:
+            raise SlurmError("Job is no longer pending execution" if job.state.finished
+                             else "Job is pending execution", ESLURM_JOB_NOT_PENDING)
+        text = message[:1024]
+        job.notices = [*job.notices[-9:], text]
+        log.info("job %d notified by %s: %s", job.job_id, who.user, text)
+        self._send_control(job, {"op": "notify", "message": text})
+        self.notify("notified", job)
+        self.mark(job)
 
     # --------------------------------------------------------- node admin
     def update_nodes(self, who: Identity, names: list[str], state: str, reason: str | None) -> None:
@@ -380,3 +567,109 @@ class UseCases(Scheduling):
                             .get(n.admin_state, NodeEventKind.RESUMED))
             self.mark_node(n)
         self.request_schedule()
+
+    # ---- configuration ------------------------------------------------------------------
+    def config_info(self) -> dict[str, Any]:
+        """What /v1/config answers (`scontrol show config`): slurm.conf's options and the
+        values Slurm computes (NEXT_JOB_ID, MaxNodeCount)."""
+        return {"cluster_name": self.cluster_name, "options": dict(self.config.options),
+                "config_path": self.config_path, "started": self.started, "home": self.home,
+                "next_job_id": self.next_id, "node_count": len(self.nodes)}
+
+    def ping_info(self) -> dict[str, Any]:
+        """What /v1/ping answers (`scontrol ping` prints the controller's host)."""
+        return {"ok": True, "cluster": self.cluster_name, "host": os.uname().nodename.split(".")[0],
+                "now": self.clock(), "started": self.started}
+
+    def reconfigure(self, who: Identity, text: str | None = None) -> list[str]:
+        """`scontrol reconfigure`: read slurm.conf again (or `text`) and apply it without a
+        restart: global limits and scheduling parameters, node sizes, features and
+        weights, new nodes, partitions and their limits and access lists.  A node that
+        is gone from the file while jobs run on it is refused (Slurm needs a restart to
+        remove nodes).  Operators only.  Returns what changed, one line each."""
+        if not who.operator:
+            raise access_denied()
+        if text is None:
+            if not self.config_path:
+                raise SlurmError("No configuration file to read", ESLURM_DISABLED)
+            try:
+                with open(self.config_path, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as e:
+                raise SlurmError(f"Cannot read {self.config_path}: {e.strerror}", 0) from None
+        try:
+            new = parse_config(text)
+        except ConfigError as e:
+            raise SlurmError(f"Invalid configuration: {e}", 0) from None
+        new_nodes = {n.name: n for n in new.nodes}
+        for name, n in self.nodes.items():
+            if name not in new_nodes and n.job_count and name not in self._dynamic_nodes():
+                raise SlurmError(f"Node {name} is gone from the configuration but runs jobs; "
+                                 "restart the controller to remove it", 0)
+        changes: list[str] = []
+        self.config.options = new.options
+        self.config.unknown = new.unknown
+        self.kill_wait = new.get_int("KillWait")
+        self.min_job_age = new.get_int("MinJobAge")
+        self.def_mem_per_cpu = new.get_int("DefMemPerCPU")
+        self.max_array_size = new.get_int("MaxArraySize")
+        self.max_script_size = max_script_size(new.options.get("SchedulerParameters", "")) \
+            or DEFAULT_MAX_SCRIPT_SIZE
+        self.sched_params = sched_params(new)
+        self.operators = self._operator_uids()
+        self.super_users = self._super_user_uids()
+        dynamic = self._dynamic_nodes()
+        for name in list(self.nodes):
+            if name not in new_nodes and name not in dynamic:
+                del self.nodes[name]
+                self.agent_senders.pop(name, None)
+                changes.append(f"node {name} removed")
+        for name, fresh in new_nodes.items():
+            cur = self.nodes.get(name)
+            if cur is None:
+                fresh.reason, fresh.reason_user, fresh.reason_uid, fresh.reason_time = \
+                    NOT_RESPONDING_REASON, "root", 0, self.clock()
+                fresh.partitions = []
+                self.nodes[name] = fresh
+                changes.append(f"node {name} added")
+                continue
+            before = (cur.cpus, cur.real_memory, cur.gpus, cur.gpu_type, cur.weight,
+                      list(cur.features))
+            cur.cpus, cur.real_memory, cur.gpus, cur.gpu_type = \
+                fresh.cpus, fresh.real_memory, fresh.gpus, fresh.gpu_type
+            cur.sockets, cur.cores_per_socket, cur.threads_per_core = \
+                fresh.sockets, fresh.cores_per_socket, fresh.threads_per_core
+            cur.weight, cur.features = fresh.weight, list(fresh.features)
+            cur.addr = fresh.addr or cur.addr
+            if before != (cur.cpus, cur.real_memory, cur.gpus, cur.gpu_type, cur.weight,
+                          cur.features):
+                changes.append(f"node {name} changed")
+        for n in self.nodes.values():
+            n.partitions = []
+        old_parts = set(self.partitions)
+        self.partitions.clear()
+        for p in new.partitions:
+            p.nodes = [x for x in p.nodes if x in self.nodes]
+            self.partitions[p.name] = p
+            for x in p.nodes:
+                self.nodes[x].partitions.append(p.name)
+        default = new.default_partition()
+        for name in dynamic:  # joined nodes stay in the default partition
+            if default is not None and name in self.nodes and name not in default.nodes:
+                default.nodes.append(name)
+                self.nodes[name].partitions.append(default.name)
+        self.config.nodes = [self.nodes[n] for n in new_nodes if n in self.nodes]
+        self.config.partitions = list(self.partitions.values())
+        changes += [f"partition {p} removed" for p in sorted(old_parts - set(self.partitions))]
+        changes += [f"partition {p} added" for p in sorted(set(self.partitions) - old_parts)]
+        self._idle_views.clear()
+        for n in self.nodes.values():
+            self.mark_node(n)
+        log.info("reconfigured by %s: %s", who.user, "; ".join(changes) or "no node or "
+                 "partition added or removed")
+        self.request_schedule()
+        return changes
+
+    def _dynamic_nodes(self) -> set[str]:
+        configured = {n.name for n in self.config.nodes}
+        return {name for name in self.nodes if name not in configured}

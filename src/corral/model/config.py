@@ -88,15 +88,9 @@ class ClusterConfig:
     def inert_settings(self) -> list[str]:
         """The settings this configuration makes that Corral accepts but does not act on
         (for `corral up` to name in one line): nothing may look in effect that is not."""
-        out = [k for k in NOT_ACTED_ON
-               if self.options.get(k, GLOBAL_DEFAULTS.get(k, "")) not in ("", "0",
-                                                                          GLOBAL_DEFAULTS.get(k))]
-        for p in self.partitions:
-            if p.allow_groups.upper() != "ALL":
-                out.append(f"PartitionName={p.name} AllowGroups")
-            if p.allow_accounts.upper() != "ALL":
-                out.append(f"PartitionName={p.name} AllowAccounts")
-        return out
+        return [k for k in NOT_ACTED_ON
+                if self.options.get(k, GLOBAL_DEFAULTS.get(k, "")) not in ("", "0",
+                                                                           GLOBAL_DEFAULTS.get(k))]
 
     def default_partition(self) -> Partition | None:
         for p in self.partitions:
@@ -191,6 +185,15 @@ def parse_config(text: str) -> ClusterConfig:
     return cfg
 
 
+def _node_features(a: dict[str, str]) -> list[str]:
+    """Feature=/Features= (AvailableFeatures=) and ActiveFeatures=: without a node
+    features plugin the active ones are the available ones (slurm.conf(5)), so either
+    alone sets both."""
+    text = (a.get("Features") or a.get("Feature") or a.get("AvailableFeatures")
+            or a.get("ActiveFeatures") or "")
+    return list(dict.fromkeys(f.strip() for f in text.split(",") if f.strip()))
+
+
 def _add_nodes(cfg: ClusterConfig, expr: str, a: dict[str, str], lineno: int) -> None:
     try:
         names = hostlists.expand(expr)
@@ -209,12 +212,13 @@ def _add_nodes(cfg: ClusterConfig, expr: str, a: dict[str, str], lineno: int) ->
     except ValueError:
         raise ConfigError(f"line {lineno}: bad Gres={a.get('Gres')}") from None
     addrs = hostlists.expand(a["NodeAddr"]) if "NodeAddr" in a else []
+    features = _node_features(a)
     for i, name in enumerate(names):
         cfg.nodes.append(Node(
             name=name, cpus=cpus, real_memory=_to_int("RealMemory", a.get("RealMemory", "1"), lineno),
             gpus=gpus, gpu_type=gtype, sockets=sockets, cores_per_socket=cores,
             threads_per_core=threads, weight=_to_int("Weight", a.get("Weight", "1"), lineno),
-            features=[f for f in a.get("Feature", a.get("Features", "")).split(",") if f],
+            features=list(features),
             addr=addrs[i] if i < len(addrs) else "",
         ))
 
@@ -248,6 +252,10 @@ def _add_partition(cfg: ClusterConfig, name: str, a: dict[str, str], lineno: int
         max_mem_per_node=int(a["MaxMemPerNode"]) if "MaxMemPerNode" in a else None,
         allow_accounts=a.get("AllowAccounts", "ALL"),
         allow_groups=a.get("AllowGroups", "ALL"),
+        deny_accounts=a.get("DenyAccounts", ""),
+        allow_qos=a.get("AllowQos", a.get("AllowQOS", "ALL")),
+        deny_qos=a.get("DenyQos", a.get("DenyQOS", "")),
+        root_only=a.get("RootOnly", "NO").upper() == "YES",
         hidden=a.get("Hidden", "NO").upper() == "YES",
         exclusive_user=a.get("ExclusiveUser", "NO").upper() == "YES",
     )

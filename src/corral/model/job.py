@@ -111,13 +111,22 @@ class NodeAlloc:
     cpus: int
     mem_mb: int
     gpus: list[int] = field(default_factory=list)
+    # the CPU ids held: the ones the agent bound where it did, else the ledger's indices
+    # (`scontrol -d show job` CPU_IDs=); None for records written before they were kept
+    cpu_ids: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"node": self.node, "cpus": self.cpus, "mem_mb": self.mem_mb, "gpus": list(self.gpus)}
+        d: dict[str, Any] = {"node": self.node, "cpus": self.cpus, "mem_mb": self.mem_mb,
+                             "gpus": list(self.gpus)}
+        if self.cpu_ids is not None:
+            d["cpu_ids"] = list(self.cpu_ids)
+        return d
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> NodeAlloc:
-        return NodeAlloc(d["node"], int(d["cpus"]), int(d["mem_mb"]), list(d.get("gpus", [])))
+        ids = d.get("cpu_ids")
+        return NodeAlloc(d["node"], int(d["cpus"]), int(d["mem_mb"]), list(d.get("gpus", [])),
+                         [int(i) for i in ids] if isinstance(ids, list) else None)
 
 
 @dataclass(slots=True)
@@ -168,6 +177,10 @@ class Job:
     # request
     num_nodes: int = 1
     max_nodes: int | None = None
+    # -N given (or the node count otherwise fixed); False: -n alone, spread over as many
+    # nodes as needed, from num_nodes up to max_nodes (None: the partition's nodes)
+    nodes_fixed: bool = True
+    min_cpus: int | None = None  # --mincpus: CPUs every node must offer
     num_tasks: int = 1
     ntasks_per_node: int | None = None
     cpus_per_task: int = 1
@@ -187,7 +200,8 @@ class Job:
     begin_time: float | None = None
     signal: str | None = None  # "[B:]SIG[@secs]" as given
     hint: str | None = None
-    constraint: str | None = None
+    constraint: str | None = None  # --constraint, as given (features a node must have)
+    priority_set: int | None = None  # set by an operator (sbatch --priority, update Priority=)
     mail_type: str | None = None
     mail_user: str | None = None
     comment: str | None = None
@@ -233,6 +247,10 @@ class Job:
     # confirms (CANCELLED, TIMEOUT, NODE_FAIL, REQUEUE, REQUEUE_HOLD, PREEMPTED)
     kill_reason: str | None = None
     steps: list[Step] = field(default_factory=list)
+    # `scontrol show job` Dependency=, rendered by the controller with its entries' states
+    # (derived: refreshed by each scheduling pass)
+    dependency_text: str | None = None
+    notices: list[str] = field(default_factory=list)  # `scontrol notify` messages
 
     # ---- derived values -------------------------------------------------
     @property
@@ -290,6 +308,9 @@ class Job:
         d["alloc_cpus"] = self.alloc_cpus
         d["alloc_mem"] = self.alloc_mem
         d["alloc_gpus"] = self.alloc_gpus
+        d["features"] = self.constraint  # squeue %f, scontrol Features=
+        if self.dependency_text is None:
+            del d["dependency_text"]  # not rendered yet: the client renders it itself
         return d
 
     @staticmethod

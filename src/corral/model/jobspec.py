@@ -33,9 +33,11 @@ class Field:
 FIELDS: tuple[Field, ...] = (
     Field("name", "str", ("-J", "--job-name")),
     Field("partition", "str", ("-p", "--partition")),
+    # absent: -N not given; the job spreads over as many nodes as its tasks need
     Field("num_nodes", "int", ("-N", "--nodes")),
     Field("max_nodes", "opt_int", ("-N", "--nodes")),
     Field("num_tasks", "int", ("-n", "--ntasks")),
+    Field("min_cpus", "opt_int", ("--mincpus",)),
     Field("ntasks_per_node", "opt_int", ("--ntasks-per-node",)),
     Field("cpus_per_task", "int", ("-c", "--cpus-per-task")),
     Field("mem_per_node", "opt_int", ("--mem",)),
@@ -68,6 +70,7 @@ FIELDS: tuple[Field, ...] = (
     Field("account", "str", ("-A", "--account")),
     Field("qos", "str", ("-q", "--qos")),
     Field("nice", "signed_int", ("--nice",)),
+    Field("priority", "opt_int", ("--priority",)),
     Field("held", "hold", ("-H", "--hold")),
     Field("batch", "bool", ()),
 )

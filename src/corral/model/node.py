@@ -45,6 +45,8 @@ class Node:
     alloc_gpus: list[int] = field(default_factory=list)
     job_count: int = 0
     exclusive_job: int | None = None
+    used_cpu_ids: list[int] = field(default_factory=list)  # the ledger's CPU indices held
+
 
     @property
     def free_cpus(self) -> int:
@@ -69,7 +71,7 @@ class Node:
         return node_state_long(self)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "used_cpu_ids"}
         d["alloc_gpus"] = list(self.alloc_gpus)
         d["state"] = node_state_long(self)
         d["state_short"] = node_state_short(self)
@@ -137,8 +139,45 @@ class Partition:
     max_mem_per_node: int | None = None
     allow_accounts: str = "ALL"
     allow_groups: str = "ALL"
+    deny_accounts: str = ""
+    allow_qos: str = "ALL"
+    deny_qos: str = ""
+    root_only: bool = False
     hidden: bool = False
     exclusive_user: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def name_list(text: str) -> set[str] | None:
+    """AllowGroups=a,b → {"a", "b"}; None for ALL (or empty: no restriction)."""
+    names = {x.strip() for x in text.split(",") if x.strip()}
+    if not names or "ALL" in {n.upper() for n in names}:
+        return None
+    return names
+
+
+def partition_access(part: Partition, *, uid: int, groups: set[str], account: str, qos: str,
+                     super_user: bool) -> str | None:
+    """Why `part` refuses a job (slurmctld's _part_access_check and part_policy_valid_*),
+    as the name of the Slurm errno: ESLURM_ACCESS_DENIED (RootOnly),
+    ESLURM_JOB_MISSING_REQUIRED_PARTITION_GROUP (AllowGroups), ESLURM_INVALID_ACCOUNT
+    (AllowAccounts/DenyAccounts), ESLURM_INVALID_QOS (AllowQos/DenyQos); None if allowed.
+    `super_user`: root or SlurmUser, which RootOnly and AllowGroups let through."""
+    if part.root_only and not super_user:
+        return "ESLURM_ACCESS_DENIED"
+    allowed = name_list(part.allow_groups)
+    if allowed is not None and not super_user and not (allowed & groups):
+        return "ESLURM_JOB_MISSING_REQUIRED_PARTITION_GROUP"
+    accounts = name_list(part.allow_accounts)
+    if accounts is not None and account.lower() not in {a.lower() for a in accounts}:
+        return "ESLURM_INVALID_ACCOUNT"
+    if account.lower() in {a.lower() for a in name_list(part.deny_accounts or "ALL") or ()}:
+        return "ESLURM_INVALID_ACCOUNT"
+    qoses = name_list(part.allow_qos)
+    if qoses is not None and qos.lower() not in {q.lower() for q in qoses}:
+        return "ESLURM_INVALID_QOS"
+    if qos.lower() in {q.lower() for q in name_list(part.deny_qos or "ALL") or ()}:
+        return "ESLURM_INVALID_QOS"
+    return None

@@ -18,7 +18,7 @@ indexes ordered by the best-fit key; planning walks only the nodes' own event li
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -26,6 +26,7 @@ from corral.model.job import NodeAlloc
 from corral.model.node import Partition
 from corral.model.reasons import PendingReason, ReasonCode, reason
 
+from .features import Constraint, ConstraintError, parse_constraint
 from .select import (
     NodeLike,
     Request,
@@ -39,7 +40,8 @@ from .snapshot import INFINITE_TIME, NodeView, PendingView, Placement, Snapshot
 
 PARTITION_INACTIVE = ReasonCode.PARTITION_INACTIVE
 PARTITION_CONFIG = ReasonCode.PARTITION_CONFIG
-_NEVER_HERE = (ReasonCode.PARTITION_CONFIG, ReasonCode.PARTITION_NODE_LIMIT)
+_NEVER_HERE = (ReasonCode.PARTITION_CONFIG, ReasonCode.PARTITION_NODE_LIMIT,
+               ReasonCode.BAD_CONSTRAINTS)
 DEFAULT_MAX_PLANNED = 64
 
 # Event deltas on a node: (time, cpus, mem, gpus, jobs, exclusive holds)
@@ -52,7 +54,8 @@ class _Node:
     __slots__ = (
         "name", "cpus", "mem", "gpus", "free_cpus", "free_mem", "free_gpus", "usable",
         "weight", "job_count", "exclusive", "rank", "indexes", "key", "releases",
-        "reservations", "events", "static_key", "part_names", "plan_cache",
+        "reservations", "events", "static_key", "part_names", "plan_cache", "features",
+        "gpu_type",
     )
 
     name: str
@@ -79,6 +82,8 @@ class _Node:
         self.usable = v.usable
         self.weight = v.weight
         self.job_count = v.job_count
+        self.features = v.features
+        self.gpu_type = v.gpu_type
         self.rank = rank
         self.indexes: list[_PartIndex] = []
         self.part_names: set[str] = set()
@@ -323,14 +328,26 @@ class _Pass:
     # ---- planning (reservations) ----------------------------------------------------
     def plan(self, req: Request, part: str, duration: float) -> tuple[float, list[_Node]] | None:
         now = self.now
+        members = self.part_nodes.get(part, ())
+        con = _constraint(req)
+        if req.max_nodes:
+            k = _plan_node_count(req, members, con)
+            if k > req.num_nodes:
+                req = replace(req, num_nodes=k, tasks_per_node=0)
         k = req.num_nodes
         per_node = req.tasks_per_node or -(-req.tasks // k)
         req_set = set(req.req_nodes)
         starts: dict[str, list[tuple[float, float]]] = {}
         candidates: list[_Node] = []
         fixed = None if req.exclusive else req.node_independent_demand(per_node)
-        for node in self.part_nodes.get(part, ()):
+        for node in members:
             if not node.usable or node.name in req.exc_nodes:
+                continue
+            if con is not None and not con.node_may(node.features):
+                continue
+            if req.min_cpus and node.cpus < req.min_cpus:
+                continue
+            if req.gpu_type and node.gpu_type != req.gpu_type:
                 continue
             c, m, g = fixed if fixed is not None else req.demand(node, per_node)
             if c > node.cpus or m > node.mem or g > node.gpus:
@@ -382,8 +399,9 @@ class _Pass:
         return None
 
     def reserve(self, req: Request, nodes: list[_Node], start: float, duration: float) -> None:
-        k = req.num_nodes
-        per_node = req.tasks_per_node or -(-req.tasks // k)
+        k = len(nodes) or req.num_nodes
+        per_node = req.tasks_per_node if req.tasks_per_node and k == req.num_nodes \
+            else -(-req.tasks // k)
         end = start + duration
         for node in nodes:
             c, m, g = req.demand(node, per_node)
@@ -403,6 +421,11 @@ class _Pass:
         job_any = replace(job, partition="")
         def_mem = self._def_mem(part)
         if select_nodes(job_any, self._sample(part.name, req, "all"), def_mem) is None:
+            if job.constraint and select_nodes(replace(job_any, constraint=None),
+                                               self._sample(part.name, req, "all"),
+                                               def_mem) is not None:
+                # only the features are missing (e.g. gone with a reconfigure)
+                return reason(ReasonCode.BAD_CONSTRAINTS)
             return reason(PARTITION_CONFIG)
         down = [name for name in req.req_nodes
                 if name not in self.snap.nodes or not self.snap.nodes[name].usable]
@@ -439,19 +462,21 @@ class _Pass:
         sizes, so at most `num_nodes` nodes of each size are enough, which keeps this cheap
         when thousands of different requests are checked."""
         groups = self._groups.get((part, kind))
-        if groups is None or req.req_nodes or req.exc_nodes:
+        special = bool(req.req_nodes or req.exc_nodes or req.constraint or req.gpu_type)
+        if groups is None or special:
             views = [self.snap.nodes[n.name] for n in self.part_nodes.get(part, [])]
             if kind != "all":
                 idle_only = kind == "idle"
                 views = [v for v in views if v.usable
                          and (not idle_only or (v.job_count == 0 and not v.exclusive))]
-            if req.req_nodes or req.exc_nodes:
+            if special:
                 return [idle_copy(v) for v in views if v.name not in req.exc_nodes]
             grouped: dict[tuple[int, int, int], list[NodeView]] = {}
             for v in views:
                 grouped.setdefault((v.cpus, v.mem, v.gpus), []).append(v)
             groups = self._groups[(part, kind)] = list(grouped.values())
-        k = req.num_nodes
+        # a job without -N may need up to one node per task
+        k = max(req.num_nodes, min(req.tasks, req.max_nodes)) if req.max_nodes else req.num_nodes
         return [idle_copy(v) for group in groups for v in group[:k]]
 
     def _def_mem(self, part: Partition) -> int:
@@ -489,7 +514,8 @@ class _Pass:
             shape = (job.partition, job.num_nodes, job.num_tasks, job.ntasks_per_node,
                      job.cpus_per_task, job.mem_per_node, job.mem_per_cpu, job.gpus,
                      job.gpus_per_node, job.gpus_per_task, job.exclusive, job.req_nodes,
-                     job.exc_nodes)
+                     job.exc_nodes, job.nodes_fixed, job.max_nodes, job.constraint,
+                     job.min_cpus, job.gpu_type)
             req = self.requests.get(shape)
             if req is None:
                 req = self.requests[shape] = make_request(job, self._def_mem(part))
@@ -532,6 +558,33 @@ class _Pass:
             self.reserve(req, nodes, start, duration)
             dec.planned[job.job_id] = (start, [n.name for n in nodes])
         return dec
+
+
+def _constraint(req: Request) -> Constraint | None:
+    if not req.constraint:
+        return None
+    try:
+        return parse_constraint(req.constraint)
+    except ConstraintError:
+        return None
+
+
+def _plan_node_count(req: Request, members: Iterable[_Node], con: Constraint | None) -> int:
+    """Nodes a plan reserves: the job's count, or for a job without -N as many of the
+    partition's largest (matching) nodes as its tasks need."""
+    k = req.num_nodes
+    if not req.max_nodes:
+        return k
+    caps = sorted((n.cpus // req.cpus_per_task for n in members
+                   if con is None or con.node_may(n.features)), reverse=True)
+    left = req.tasks
+    used = 0
+    for cap in caps:
+        if left <= 0:
+            break
+        left -= max(cap, 0)
+        used += 1
+    return max(k, min(used, req.max_nodes) or 1)
 
 
 def schedule(snap: Snapshot, *, max_planned: int = DEFAULT_MAX_PLANNED,

@@ -138,7 +138,9 @@ def view_of(job: SchedJob, job_id: int | None = None) -> PendingView:
         job.job_id if job_id is None else job_id, 0, job.submit_time, job.partition, job.user,
         job.num_nodes, job.max_nodes, job.num_tasks, job.ntasks_per_node, job.cpus_per_task,
         job.mem_per_node, job.mem_per_cpu, job.gpus, job.gpus_per_node, job.gpus_per_task,
-        job.exclusive, tuple(job.req_nodes), tuple(job.exc_nodes), job.time_limit)
+        job.exclusive, tuple(job.req_nodes), tuple(job.exc_nodes), job.time_limit,
+        getattr(job, "nodes_fixed", True), getattr(job, "constraint", None),
+        getattr(job, "min_cpus", None), getattr(job, "gpu_type", None))
 
 
 def eligibility(pending: Iterable[SchedJob], now: float, partitions: Mapping[str, Partition],

@@ -17,10 +17,10 @@ same code.  Preemption, when it comes, is a stage after backfill.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from corral.model.job import NodeAlloc
+from corral.model.job import JobState, NodeAlloc
 from corral.model.node import Partition
 from corral.model.reasons import PendingReason, ReasonCode, reason
 
@@ -74,10 +74,36 @@ class Decision:
     reasons: dict[int, PendingReason] = field(default_factory=dict)  # every job that waits
     planned: dict[int, tuple[float, list[str]]] = field(default_factory=dict)
     became_eligible: list[int] = field(default_factory=list)  # eligible from `now` on
+    # `scontrol show job` Dependency= of every pending job with a dependency ("" once
+    # satisfied), with each entry's state as this pass sees it
+    dependency_texts: dict[int, str] = field(default_factory=dict)
 
     @property
     def reason_texts(self) -> dict[int, str]:
         return {k: r.text() for k, r in self.reasons.items()}
+
+
+def dependency_texts(pending: Iterable[SchedJob], index: sched_deps.DepIndex,
+                     now: float, waiting: Mapping[int, PendingReason]) -> dict[int, str]:
+    """Dependency= of each pending job that has one, e.g. "afterok:5(unfulfilled)"; ""
+    for one that passed eligibility (its dependency is satisfied)."""
+    out: dict[int, str] = {}
+    for job in pending:
+        if not job.dependency or job.state is not JobState.PENDING:
+            continue
+        if job.job_id not in waiting:
+            out[job.job_id] = ""
+            continue
+        try:
+            dep = sched_deps.parse_cached(job.dependency)
+        except sched_deps.DependencyError:
+            out[job.job_id] = job.dependency
+            continue
+        singleton = "singleton" in job.dependency and index.singleton_blocked(job)
+        out[job.job_id] = sched_deps.format_dependency(
+            dep, index.lookup, now, singleton_blocked=singleton,
+            is_array=lambda i: i in index.by_array)
+    return out
 
 
 def run_pass(snap: ClusterSnapshot) -> Decision:
@@ -95,6 +121,7 @@ def run_pass(snap: ClusterSnapshot) -> Decision:
                        params.array_tasks_per_pass)
     dec.reasons.update(elig.reasons)
     dec.became_eligible = elig.became_eligible
+    dec.dependency_texts = dependency_texts(snap.pending, index, now, elig.reasons)
 
     # 2. priority/multifactor, recomputed for every pending job
     dec.priorities = pass_priorities(snap.pending, now, params.priority, snap.partitions)

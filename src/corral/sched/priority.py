@@ -129,6 +129,10 @@ def pass_priorities(jobs: Iterable[PriorityJob], now: float, params: PriorityPar
         if j.held:
             out[j.job_id] = 0
             continue
+        fixed = getattr(j, "priority_set", None)
+        if fixed:  # set by an operator (Slurm's direct_set_prio): not recomputed
+            out[j.job_id] = fixed
+            continue
         age = 0.0
         if j.eligible_time is not None:
             age = age_factor(j.eligible_time, now, params.max_age_s)

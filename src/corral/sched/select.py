@@ -13,13 +13,15 @@ The same allocation core (`allocate`) serves `select_nodes` here and the indexed
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from corral.model.job import NodeAlloc
 
+from .features import ConstraintError, parse_constraint, pick_counted
 from .snapshot import NodeView, PendingView
 
 
@@ -37,6 +39,7 @@ class NodeLike(Protocol):
     weight: int
     job_count: int
     exclusive: bool
+    features: tuple[str, ...]
 
 
 # (node, cpus, mem, gpus, whole_node) -> may the job take this much here?  Backfill uses it
@@ -60,6 +63,12 @@ class Request:
     exclusive: bool
     req_nodes: tuple[str, ...]
     exc_nodes: frozenset[str]
+    # -n without -N: all tasks on one node if one can hold them, else as many nodes as
+    # they need, up to this many (0 = exactly num_nodes)
+    max_nodes: int = 0
+    constraint: str | None = None  # --constraint (sched.features)
+    min_cpus: int = 0  # --mincpus: free CPUs a node must offer
+    gpu_type: str | None = None  # GPUs of this type only
 
     def demand(self, node: NodeLike, tasks: int) -> tuple[int, int, int]:
         """CPUs, MB and GPUs this job asks of `node` with `tasks` tasks there."""
@@ -79,16 +88,28 @@ class Request:
         return cpus, mem, self.gpus_per_node + self.gpus_per_task * tasks
 
     def min_cpus_per_node(self) -> int:
-        return (self.tasks_per_node or 1) * self.cpus_per_task
+        # a job that may spread (max_nodes) may take as little as one task on a node
+        return (1 if self.max_nodes else self.tasks_per_node or 1) * self.cpus_per_task
 
     def min_gpus_per_node(self) -> int:
-        return self.gpus_per_node + self.gpus_per_task * (self.tasks_per_node or 1)
+        per_node = 1 if self.max_nodes else self.tasks_per_node or 1
+        return self.gpus_per_node + self.gpus_per_task * per_node
+
+
+# the most nodes a job without -N may spread over (Slurm: the partition's MaxNodes)
+FLEXIBLE_MAX_NODES = 1 << 30
 
 
 def make_request(job: PendingView, def_mem_per_cpu: int) -> Request:
     req_nodes = tuple(dict.fromkeys(job.req_nodes))
     num_nodes = max(job.num_nodes, len(req_nodes), 1)
     tasks = max(job.num_tasks, 1)
+    # (a total --gpus count is shared out per node count: such a job keeps its count)
+    flexible = not job.nodes_fixed and not req_nodes and not job.gpus
+    if flexible and job.ntasks_per_node:
+        # -n8 --ntasks-per-node=4 without -N: the node count follows
+        num_nodes = max(num_nodes, -(-tasks // job.ntasks_per_node))
+        flexible = False
     if job.ntasks_per_node:
         per_node = job.ntasks_per_node
     elif num_nodes == 1:
@@ -118,6 +139,11 @@ def make_request(job: PendingView, def_mem_per_cpu: int) -> Request:
         exclusive=job.exclusive,
         req_nodes=req_nodes,
         exc_nodes=frozenset(job.exc_nodes),
+        max_nodes=(min(job.max_nodes or FLEXIBLE_MAX_NODES, tasks) if flexible else 0),
+        constraint=job.constraint or None,
+        min_cpus=job.min_cpus or 0,
+        gpu_type=job.gpu_type if job.gpu_type and (
+            job.gpus or job.gpus_per_node or job.gpus_per_task) else None,
     )
 
 
@@ -218,6 +244,82 @@ def allocate(
     ordered: Iterable[NodeLike],
     extra: ExtraCheck | None = None,
 ) -> list[NodeAlloc] | None:
+    """Pick nodes and build the allocation (see `_allocate`), honouring the job's
+    --constraint and --mincpus: each alternative of a [a|b] set is tried in turn, and
+    counted features (a*2) pick their nodes first."""
+    if req.min_cpus:
+        ordered = (n for n in ordered if n.free_cpus >= req.min_cpus)
+        if any(n.free_cpus < req.min_cpus for n in required):
+            return None
+    if req.gpu_type:
+        gtype = req.gpu_type
+        ordered = (n for n in ordered if getattr(n, "gpu_type", None) == gtype)
+        if any(getattr(n, "gpu_type", None) != gtype for n in required):
+            return None
+    if req.max_nodes:
+        # -n without -N: on one node when one can hold the tasks, else spread over as
+        # many as needed (the node order is replayed, not searched twice)
+        first, again = itertools.tee(ordered)
+        out = _allocate_constrained(replace(req, max_nodes=0), required, first, extra)
+        if out is not None or req.max_nodes <= req.num_nodes:
+            return out
+        # As few nodes as will do: the roomiest first (best fit among equals)
+        spread = replace(req, tasks_per_node=0)
+        nodes = list(again)
+        caps = {n.name: _task_capacity(spread, n, extra) for n in nodes}
+        nodes.sort(key=lambda n: -caps[n.name])
+        return _allocate_constrained(spread, required, nodes, extra)
+    return _allocate_constrained(req, required, ordered, extra)
+
+
+def _allocate_constrained(
+    req: Request,
+    required: Sequence[NodeLike],
+    ordered: Iterable[NodeLike],
+    extra: ExtraCheck | None = None,
+) -> list[NodeAlloc] | None:
+    if not req.constraint:
+        return _allocate(req, required, ordered, extra)
+    try:
+        con = parse_constraint(req.constraint)
+    except ConstraintError:
+        return None
+    cands = list(ordered)
+    for alt in con.alternatives:
+        if any(not alt.node_ok(n.features) for n in required):
+            continue
+        pool = [n for n in cands if alt.node_ok(n.features)]
+        if not alt.counts:
+            out = _allocate(req, required, pool, extra)
+        else:
+            usable = [n for n in pool if _can_take_one(req, n, extra)]
+            limit = max(req.num_nodes, req.max_nodes)
+            picked = pick_counted(alt, [*required, *usable], limit)
+            if picked is None:
+                continue
+            req_k = list({n.name: n for n in [*required, *picked]}.values())
+            names = {n.name for n in req_k}
+            sub = replace(req, num_nodes=max(req.num_nodes, len(req_k)))
+            out = _allocate(sub, req_k, [n for n in pool if n.name not in names], extra)
+        if out is not None:
+            return out
+    return None
+
+
+def _can_take_one(req: Request, node: NodeLike, extra: ExtraCheck | None) -> bool:
+    if req.tasks_per_node:
+        c, m, g = req.demand(node, req.tasks_per_node)
+        return fits_now(node, c, m, g, req.exclusive) and (
+            extra is None or extra(node, c, m, g, req.exclusive))
+    return _task_capacity(req, node, extra) >= 1
+
+
+def _allocate(
+    req: Request,
+    required: Sequence[NodeLike],
+    ordered: Iterable[NodeLike],
+    extra: ExtraCheck | None = None,
+) -> list[NodeAlloc] | None:
     """Pick nodes and build the allocation.  `required` are the job's --nodelist nodes (all
     usable and permitted); `ordered` yields the other candidates in best-fit order, already
     filtered to usable, permitted, not excluded nodes.  `extra` vetoes a node/amount."""
@@ -270,29 +372,31 @@ def allocate(
             chosen.append(node)
             caps.append(cap)
         # Walk the best-fit order; when the fullest nodes are too small together, swap the
-        # smallest one picked for a roomier one, until the tasks fit.
+        # smallest one picked for a roomier one, until the tasks fit.  A job without -N
+        # takes nodes until its tasks fit (up to `max_nodes`).
         need = k - len(chosen)
+        most = max(need, req.max_nodes - len(chosen))
         want = req.tasks - sum(caps)
         pool: list[tuple[NodeLike, int]] = []
         pool_sum = 0
-        if need > 0:
+        if most > 0 and (need > 0 or want > 0):
             for node in ordered:
                 if node.name in req_names:
                     continue
                 cap = _task_capacity(req, node, extra)
                 if cap < 1:
                     continue
-                if len(pool) < need:
+                if len(pool) < most:
                     pool.append((node, cap))
                     pool_sum += cap
                 else:
-                    low = min(range(need), key=lambda i: pool[i][1])
+                    low = min(range(most), key=lambda i: pool[i][1])
                     if cap <= pool[low][1]:
                         continue
                     pool_sum += cap - pool[low][1]
                     del pool[low]
                     pool.append((node, cap))
-                if len(pool) == need and pool_sum >= want:
+                if len(pool) >= need and pool_sum >= want:
                     break
             if len(pool) < need:
                 return None
@@ -356,7 +460,7 @@ def idle_copy(node: NodeView, *, usable: bool = True) -> NodeView:
         name=node.name, cpus=node.cpus, mem=node.mem, gpus=node.gpus,
         free_cpus=node.cpus, free_mem=node.mem, free_gpus=list(range(node.gpus)),
         usable=usable, weight=node.weight, partitions=node.partitions,
-        features=node.features, job_count=0, exclusive=False,
+        features=node.features, job_count=0, exclusive=False, gpu_type=node.gpu_type,
     )
 
 

@@ -33,6 +33,7 @@ class NodeView:
     features: tuple[str, ...] = ()
     job_count: int = 0  # jobs running here (an exclusive job needs 0)
     exclusive: bool = False  # held whole by an exclusive job
+    gpu_type: str | None = None  # Gres=gpu:TYPE:N
 
 
 @dataclass(slots=True)
@@ -67,6 +68,10 @@ class PendingView:
     req_nodes: tuple[str, ...] = ()
     exc_nodes: tuple[str, ...] = ()
     time_limit: int = -1  # seconds; -1 = none (the partition's MaxTime is applied before)
+    nodes_fixed: bool = True  # False: -n without -N, as many nodes as the tasks need
+    constraint: str | None = None  # --constraint (sched.features)
+    min_cpus: int | None = None  # --mincpus
+    gpu_type: str | None = None  # --gres=gpu:TYPE:N: only nodes with that type
 
 
 @dataclass(slots=True)
