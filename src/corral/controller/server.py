@@ -222,6 +222,7 @@ class Api:
         r.add_patch("/v1/nodes/{names}", self.update_nodes)
         r.add_get("/v1/partitions", self.list_partitions)
         r.add_get("/v1/config", self.get_config)
+        r.add_post("/v1/reconfigure", self.reconfigure)
         r.add_get("/v1/accounting", self.accounting)
         r.add_get("/v1/diag", self.diag)
         r.add_post("/v1/shutdown", self.shutdown)
@@ -248,8 +249,7 @@ class Api:
 
     # ---- read endpoints -------------------------------------------------
     async def ping(self, request: web.Request) -> web.Response:
-        return json_response({"ok": True, "cluster": self.ctl.cluster_name, "now": time.time(),
-                              "started": self.ctl.started})
+        return json_response(self.ctl.ping_info())
 
     async def whoami(self, request: web.Request) -> web.Response:
         who = peer_identity(request, self.ctl)
@@ -332,9 +332,12 @@ class Api:
 
     async def get_config(self, request: web.Request) -> web.Response:
         listen = request.app.get(door.LISTEN)
-        return json_response({"cluster_name": self.ctl.cluster_name, "options": self.ctl.config.options,
-                              "config_path": self.ctl.config_path, "started": self.ctl.started,
-                              "home": self.ctl.home, "listen": listen})
+        return json_response({**self.ctl.config_info(), "listen": listen})
+
+    async def reconfigure(self, request: web.Request) -> web.Response:
+        changes = self.ctl.reconfigure(peer_identity(request, self.ctl))
+        await self.ctl.durable()
+        return json_response({"ok": True, "changes": changes})
 
     async def diag(self, request: web.Request) -> web.Response:
         ctl = self.ctl
@@ -483,6 +486,14 @@ class Api:
             ctl.suspend(who, jobs, resume=(action == "resume"))
         elif action == "cancel":
             ctl.signal_jobs(who, jobs, 15, batch_only=False, cancel=True)
+        elif action == "top":
+            ctl.top(who, jobs)
+        elif action == "notify":
+            message = (await self._body(request)).get("message")
+            if not isinstance(message, str):
+                raise SlurmError("No message given", 0)
+            for job in jobs:
+                ctl.notify_job(who, job, message)
         else:
             raise SlurmError(f"Unknown job action {action}", 0, 404)
         await ctl.durable()
@@ -747,7 +758,8 @@ class AgentLink:
             job = ctl.jobs.get(msg.job_id)
             _need(job is not None and job.state.active and job.batch_host in self.nodes,
                   f"job {msg.job_id} is not running on this agent's nodes")
-            ctl.job_ended(msg.job_id, "FAILED", 1, 0, time.time())
+            ctl.job_ended(msg.job_id, "FAILED", 1, 0, time.time(),
+                          note=msg.error or "launch failed")
         elif isinstance(msg, m.Heartbeat):
             _need(msg.free_mem is None or msg.free_mem >= 0, "free_mem must not be negative")
             for name in self.nodes:
