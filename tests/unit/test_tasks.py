@@ -351,6 +351,63 @@ def test_output_files() -> None:
         assert col.exits(3) == {0: (1, 0)}
 
 
+def test_fifo_as_output_never_blocks_the_agent() -> None:
+    """srun -o FIFO: without a reader the task fails at once with Slurm's line (the open
+    does not wait in the agent's loop); with a reader the task's writes block normally."""
+    with tempfile.TemporaryDirectory() as d:
+        fifo = os.path.join(d, "fifo")
+        os.mkfifo(fifo)
+        got: list[bytes] = []
+
+        async def body(tm: TaskManager, col: Collector) -> None:
+            t0 = time.monotonic()
+            await tm.launch(launch_msg(["echo", "x"], stdout=fifo))
+            assert time.monotonic() - t0 < 2.0
+            await wait_idle(tm)
+            # a reader: output larger than a pipe holds arrives whole, writes were blocking
+            reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                await tm.launch(launch_msg(["head", "-c", "300000", "/dev/zero"], step_id=1,
+                                           stdout=fifo))
+                loop = asyncio.get_running_loop()
+                chunks: list[bytes] = []
+
+                def drain() -> None:
+                    try:
+                        chunks.append(os.read(reader, 65536))
+                    except BlockingIOError:
+                        pass
+                loop.add_reader(reader, drain)
+                await wait_idle(tm)
+                await wait_for(lambda: sum(map(len, chunks)) >= 300000)
+                loop.remove_reader(reader)
+                got.append(b"".join(chunks))
+            finally:
+                os.close(reader)
+
+        col = run(body)
+        assert col.output(0, "stderr", 0) == (
+            f"slurmstepd: error: Could not open stdout file {fifo}: "
+            f"No such device or address\n").encode()
+        assert col.exits(0) == {0: (1, 0)}
+        assert col.exits(1) == {0: (0, 0)} and got == [b"\0" * 300000]
+
+
+def test_fifo_as_input_without_writer_does_not_block() -> None:
+    with tempfile.TemporaryDirectory() as d:
+        fifo = os.path.join(d, "fifo")
+        os.mkfifo(fifo)
+
+        async def body(tm: TaskManager, col: Collector) -> None:
+            t0 = time.monotonic()
+            await tm.launch(launch_msg(["sh", "-c", "echo started"], stdin_path=fifo))
+            assert time.monotonic() - t0 < 2.0
+            await wait_idle(tm)
+
+        col = run(body)
+        assert col.output(0) == b"started\n" and col.exits() == {0: (0, 0)}
+
+
 def test_background_process_does_not_hold_the_step() -> None:
     async def body(tm: TaskManager, col: Collector) -> None:
         t0 = time.monotonic()

@@ -65,7 +65,6 @@ EARLY_TTL = 60.0
 ENDED_MEMORY = 256
 POLL_INTERVAL = 0.02  # child polling where pidfd_open is missing (Linux < 5.3)
 GROUP_REMOVE_TRIES = 20  # a step group still busy at the step's end: retried every 0.5 s
-_UNSET: Any = object()
 
 # $0: env(1); $1: umask or ""; $2: working directory; $3: the gate's fd or ""; then
 # NAME=VALUE... CMD ARGS...  The gate holds the task until the agent has put it in its cgroup
@@ -216,11 +215,11 @@ class _Early:
 
 class TaskManager:
     def __init__(self, send: Callable[[dict[str, Any]], None], *, kill_wait: float = 30.0,
-                 cgroup_root: str | None = _UNSET, cgroup_cluster: str = "") -> None:
+                 cgroup_root: str | None = None, cgroup_cluster: str = "") -> None:
         self.send = send
         self.kill_wait = kill_wait
-        self._cgroup_arg: tuple[str | None, str] | None = (
-            None if cgroup_root is _UNSET else (cgroup_root, cgroup_cluster))
+        # cgroup_root None: no cgroups (process groups only), as in unit tests
+        self._cgroup_arg: tuple[str | None, str] = (cgroup_root, cgroup_cluster)
         self._steps: dict[tuple[int, int], _Step] = {}
         self._early: dict[tuple[int, int], _Early] = {}
         self._ended: dict[tuple[int, int], None] = {}  # recent steps: late requests are dropped
@@ -438,14 +437,6 @@ class TaskManager:
 
     # ---- the job's cgroup and CPUs -------------------------------------------------
     def _cgroup_config(self) -> tuple[str | None, str]:
-        if self._cgroup_arg is None:
-            # Not given: the agent that owns `send` knows them (it sets them after making
-            # this manager); see docs/STEPS.md on how agent/main.py should pass them.
-            owner = getattr(self.send, "__self__", None)
-            root = getattr(owner, "cgroup_root", None)
-            cluster = getattr(owner, "cgroup_cluster", "")
-            return (root if isinstance(root, str) else None,
-                    cluster if isinstance(cluster, str) else "")
         return self._cgroup_arg
 
     def _join_job_group(self, step: _Step, msg: m.LaunchTasks,
@@ -511,16 +502,22 @@ class TaskManager:
         except OSError as e:  # cannot take the user's rights: refuse rather than open as root
             return {path: e for path in paths}
         append = msg.open_mode == "append"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
+        # O_NONBLOCK for the open only: a FIFO without a reader fails at once (ENXIO) instead
+        # of blocking the agent's event loop; cleared after, so the task's writes block
+        flags = (os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
+                 | (os.O_APPEND if append else os.O_TRUNC))
         umask = _umask_of(specs[0].env)
         old_umask = os.umask(umask) if umask is not None else None
         try:
             with _as_user(ident):
                 for path in paths:
                     try:
-                        files[path] = os.open(path, flags, 0o600)  # private to the owner, as batch output
+                        fd = os.open(path, flags, 0o600)  # private to the owner, as batch output
                     except OSError as e:
                         files[path] = e
+                        continue
+                    os.set_blocking(fd, True)
+                    files[path] = fd
         finally:
             if old_umask is not None:
                 os.umask(old_umask)
@@ -578,7 +575,10 @@ class TaskManager:
                 if in_path:
                     try:
                         with _as_user(ident):
-                            fd = os.open(str(in_path), os.O_RDONLY | os.O_CLOEXEC)
+                            # a FIFO without a writer would block the open: not here
+                            fd = os.open(str(in_path),
+                                         os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+                            os.set_blocking(fd, True)
                     except OSError as e:
                         raise _TaskFailure(f"slurmstepd: error: Could not open stdin file "
                                            f"{in_path}: {_strerror(e.errno or 0)}\n", 1) from None
