@@ -144,7 +144,7 @@ BAD: list[tuple[m.Channel, Any, str]] = [
     (m.TO_AGENT, {"type": "launch_tasks", "job_id": 1, "step_id": 0, "uid": 0, "gid": 0,
                   "tasks": {"task_id": 0}}, "launch_tasks.tasks: expected a list, got dict"),
     (m.TO_AGENT, {"type": "launch_tasks", "job_id": 1, "step_id": 0, "uid": 0, "gid": 0,
-                  "stdin": "3"}, "launch_tasks.stdin: '3' is not one of"),
+                  "stdin": "03"}, "launch_tasks.stdin: '03' is not all, none or a task id"),
     (m.TO_AGENT, {"type": "launch_tasks", "job_id": 1, "step_id": 0, "uid": 0, "gid": 0,
                   "kill_wait": float("nan")}, "launch_tasks.kill_wait: expected a number"),
     (m.TO_AGENT, {"type": "launch_tasks", "job_id": 1, "step_id": 0, "uid": 0, "gid": 0,

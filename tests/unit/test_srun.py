@@ -722,3 +722,38 @@ def test_gpu_bind_read_as_slurmstepd_reads_it() -> None:
     assert parse_gpu_bind("verbose,single:0") == (True, "single", [1])
     assert parse_gpu_bind("c")[1] == "none"  # srun accepts it; slurmstepd binds nothing
     assert parse_gpu_bind("per_task:0")[1] == "none"
+
+
+@pytest.mark.parametrize(("args", "code", "stderr"), [
+    (["-p", "", "true"], 1, "srun: error: invalid partition specified: \n"
+     "srun: error: Unable to allocate resources: Invalid partition name specified\n"),
+    (["-I", "-H", "true"], 1, "srun: error: Unable to allocate resources: Immediate execution "
+     "impossible, insufficient priority\n"),
+    (["-C", "a&|b", "true"], 1,
+     "srun: error: Unable to allocate resources: Invalid feature specification\n"),
+    (["-n1", "true", ":", "-n1", "hostname"], 1,
+     "srun: error: heterogeneous jobs are not supported by Corral\n"
+     "srun: error: Unable to allocate resources: Requested operation not supported on this "
+     "system\n"),
+    (["--cpu-freq=xx", "true"], 255, "srun: error: unrecognized --cpu-freq argument \"xx\"\n"
+     "srun: error: Invalid --cpu-freq argument\n"),
+    (["-m", "bogus", "true"], 255, "srun: error: Invalid --distribution specification\n"),
+])
+def test_allocation_refused_before_asking_the_controller(args: list[str], code: int,
+                                                         stderr: str) -> None:
+    """What slurmctld refuses in the job spec (options.spec_problem), -I with -H, het job
+    components, and bad values of ignored options: Slurm's lines and exit status."""
+    with pytest.raises(CliExit) as info:
+        parse(args)
+    assert (info.value.code, info.value.stderr) == (code, stderr)
+
+
+def test_hold_input_task_and_checked_options_named_by_verbose() -> None:
+    req = parse(["-v", "-H", "-m", "block", "--cpu-freq=high", "--input=3", "-n4", "cat"])
+    assert req.alloc is not None and req.alloc["held"] == "user"
+    assert req.step["stdin"] == "3" and req.step["input"] is None
+    assert req.messages == ["srun: --distribution has no effect under Corral",
+                            "srun: --cpu-freq has no effect under Corral"]
+    assert "--cpu-freq" in srun.HELP_TEXT and "--kill-on-invalid-dep" in srun.HELP_TEXT
+    msg = srun.start_message(req)
+    assert msg["step"]["stdin"] == "3"

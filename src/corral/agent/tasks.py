@@ -584,7 +584,7 @@ class TaskManager:
                                            f"{in_path}: {_strerror(e.errno or 0)}\n", 1) from None
                     child_fds.append(fd)
                     stdio.append(("fd", fd))
-                elif (stdin_mode == "all" or (stdin_mode == "0" and task.task_id == 0)) \
+                elif (stdin_mode == "all" or stdin_mode == str(task.task_id)) \
                         and step.pty_master is None:
                     r, w = os.pipe()
                     child_fds.append(r)

@@ -21,7 +21,9 @@ from corral.cli import client
 from corral.cli.options import (
     ALLOC_NO_EFFECT,
     ALLOC_UNSUPPORTED,
+    CHECKED_NO_EFFECT,
     EXIT_ERROR,
+    IMMEDIATE_HELD,
     NO_ARG,
     OPTIONAL_ARG,
     CliExit,
@@ -34,11 +36,14 @@ from corral.cli.options import (
     export_environment,
     fail,
     gpu_request,
+    hetjob_refusal,
     node_list,
     node_task_counts,
+    option_error,
     option_table,
     parse_alloc_value,
     parse_int,
+    spec_problem,
 )
 from corral.model import messages as m
 
@@ -56,7 +61,7 @@ STEPS_RESOURCE = "/v1/steps/ws"
 
 # srun's own options (the rest are allocation options, shared with salloc).
 _FLAGS = frozenset({"label", "pty", "overlap", "unbuffered", "disable-status",
-                    "quit-on-interrupt"})
+                    "quit-on-interrupt", "hold"})
 
 # SLURM_* input variables srun reads (Slurm 22.05's env_vars[]), lowest priority first:
 # the command line overrides them.
@@ -176,8 +181,10 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
             value = arg or ""
         else:
             value = parse_alloc_value(key, arg, req.v, now, cwd)
+            if key in CHECKED_NO_EFFECT:  # checked as Slurm checks it, then ignored
+                req.ignored.append(name)
     except OptionValueError as e:
-        fail(PROG, e.message, e.code)
+        raise option_error(PROG, e) from None
     req.v[key] = value
     req.src[key] = source
 
@@ -238,8 +245,8 @@ def parse_srun(argv: list[str], env: dict[str, str], cwd: str, now: float, *,
     for option, arg in found:
         _set(req, option, arg, "cli", now, cwd)
     operands = argv[index:]
-    if operands and operands[0] == ":":
-        fail(PROG, "heterogeneous steps (\":\" between components) are not supported by Corral")
+    if ":" in operands:  # srun splits its arguments at every ":" into het job components
+        raise hetjob_refusal(PROG, "Unable to allocate resources")
     if not operands:
         fail(PROG, "No command given to execute.")
     req.argv = operands
@@ -341,6 +348,14 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
             v, name=name, cwd=cwd, submit_line=" ".join([PROG, *argv]), req_nodes=req_nodes,
             exc_nodes=exc_nodes, min_nodes=min_nodes, max_nodes=max_nodes, ntasks=ntasks,
             gpus=gpus)
+        problem = spec_problem(req.alloc)
+        if problem is not None:
+            first, error = problem
+            raise CliExit(EXIT_ERROR, (f"{PROG}: error: {first}\n" if first else "")
+                          + f"{PROG}: error: Unable to allocate resources: {error}\n")
+        if req.immediate is not None and v.get("hold"):
+            # slurmctld refuses at once: a held job never has the top priority
+            fail(PROG, f"Unable to allocate resources: {IMMEDIATE_HELD}")
         alloc_env = export_environment(str(v.get("export", "ALL")), env)
         alloc_env["SLURM_SUBMIT_DIR"] = cwd
         alloc_env["SLURM_SUBMIT_HOST"] = submit_host
@@ -386,11 +401,8 @@ def _stdin_mode(mode: str, pty: bool) -> tuple[str, str | None]:
         return "all", None
     if low == "none":
         return "none", None
-    if mode.isdigit():
-        if int(mode) == 0:
-            return "0", None
-        fail(PROG, f"--input={mode} (stdin to one task other than 0) is not supported "
-                   "by Corral")
+    if mode.isdigit():  # that task reads srun's input, the others /dev/null (srun(1))
+        return str(int(mode)), None
     return "none", mode
 
 
@@ -1064,9 +1076,10 @@ def run_request(req: SrunRequest, *, stdin_fd: int = 0) -> int:
     from corral.cli.ws import ConnectionClosed, WebSocketError, connect
 
     try:
-        ws = connect(client.cli_socket_path(), STEPS_RESOURCE)
-    except (FileNotFoundError, ConnectionRefusedError):
-        sys.stderr.write(f"{PROG}: error: {client._not_running_message()}\n")
+        # a controller restarting: retried within the window, as every command does
+        ws = client.call_with_retry(lambda: connect(client.cli_socket_path(), STEPS_RESOURCE))
+    except client.NotRunning as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
         return 1
     except (OSError, WebSocketError) as e:
         sys.stderr.write(f"{PROG}: error: cannot reach the Corral controller: {e}\n")
@@ -1115,7 +1128,8 @@ Parallel run options:
   -e, --error=err             location of stderr redirection
       --export=env_vars|NONE  environment variables passed to launcher with
                               optional values or NONE (pass no variables)
-  -i, --input=in              location of stdin redirection
+  -i, --input=in              location of stdin redirection (a file, all,
+                              none, or the id of the one task that reads it)
   -I, --immediate[=secs]      exit if resources not available in "secs"
       --jobid=id              run under already allocated job
   -J, --job-name=jobname      name of job
@@ -1164,8 +1178,11 @@ Help options:
 Other options:
   -V, --version               output version information and exit
 
-Accepted without effect under Corral: --cpu-bind, -m/--distribution, --mem-bind, --hint, -X/--disable-status, --exact, --whole and other placement and
-tuning options.  Other Slurm options are refused with an error.
+Accepted without effect under Corral (their values are checked as Slurm checks
+them): --cpu-bind, -m/--distribution, --mem-bind, --cpu-freq, --profile,
+--acctg-freq, --kill-on-invalid-dep, --hint, -X/--disable-status, --exact, --whole
+and other placement and tuning options.  Other Slurm options are refused with an
+error.
 """
 
 

@@ -527,7 +527,8 @@ class StepManager:
             if step.stdin == "none":
                 return
             targets = self._agents_of(step) if step.stdin == "all" else \
-                [s for s in [self.ctl.agent_senders.get(step.task_node(0))] if s is not None]
+                [s for s in [self.ctl.agent_senders.get(step.task_node(int(step.stdin)))]
+                 if s is not None]
             out: m.Message = m.TaskStdin(**key, data=msg.data) if isinstance(msg, m.Stdin) \
                 else m.TaskStdinEof(**key)
             for s in targets:
