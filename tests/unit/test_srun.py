@@ -301,7 +301,8 @@ def test_io_options_and_export() -> None:
     step = req.step
     assert step["output"] == "out-%t.txt" and step["error"] == "/dev/null"
     assert step["stdin"] == "none" and step["kill_on_bad_exit"] and step["overlap"]
-    assert step["env"] == {"A": "1", "SLURM_JOB_ID": "7", "SLURM_X": "y", "SLURM_UMASK": "0022"}
+    env = {k: v for k, v in step["env"].items() if not k.startswith("SLURM_RLIMIT_")}
+    assert env == {"A": "1", "SLURM_JOB_ID": "7", "SLURM_X": "y", "SLURM_UMASK": "0022"}
 
 
 @pytest.mark.parametrize(("args", "code", "stderr"), [
@@ -757,3 +758,33 @@ def test_hold_input_task_and_checked_options_named_by_verbose() -> None:
     assert "--cpu-freq" in srun.HELP_TEXT and "--kill-on-invalid-dep" in srun.HELP_TEXT
     msg = srun.start_message(req)
     assert msg["step"]["stdin"] == "3"
+
+
+def test_resource_limits_propagate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shell's soft limits travel as SLURM_RLIMIT_* (PropagateResourceLimits, default
+    ALL, and PropagateResourceLimitsExcept; --propagate overrides, marking its names "U")."""
+    import resource
+
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path))
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+    try:
+        env = parse(["true"], {"SLURM_JOB_ID": "7"}).step["env"]
+        assert env["SLURM_RLIMIT_CORE"] == "0"
+        assert {k for k in env if k.startswith("SLURM_RLIMIT_")} == {
+            f"SLURM_RLIMIT_{n}" for n in srun.RLIMITS}
+        (tmp_path / "slurm.conf").write_text("PropagateResourceLimitsExcept=CORE,NOFILE\n")
+        env = parse(["true"], {"SLURM_JOB_ID": "7"}).step["env"]
+        assert "SLURM_RLIMIT_CORE" not in env and "SLURM_RLIMIT_STACK" in env
+        (tmp_path / "slurm.conf").write_text("PropagateResourceLimits=NONE\n")
+        env = parse(["--propagate=core", "true"], {"SLURM_JOB_ID": "7"}).step["env"]
+        assert [k for k in env if k.startswith("SLURM_RLIMIT_")] == ["SLURM_RLIMIT_CORE"]
+        assert env["SLURM_RLIMIT_CORE"] == "U0"
+        env = parse(["true"], {"SLURM_JOB_ID": "7"}).step["env"]
+        assert not [k for k in env if k.startswith("SLURM_RLIMIT_")]
+    finally:
+        resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
+    with pytest.raises(CliExit) as info:
+        parse(["--propagate=CORE,bogus", "true"], {"SLURM_JOB_ID": "7"})
+    assert (info.value.code, info.value.stderr) == (
+        1, "srun: error: --propagate=CORE,bogus is not valid.\n")

@@ -824,3 +824,15 @@ def test_agent_drops_descriptors_it_inherited() -> None:
     assert str(w) not in agent_fds and str(w) not in spawner_fds
     # the agent keeps stdio, its end of the spawner's socket and the listing's own fd
     assert len(set(agent_fds) - {"0", "1", "2", str(sock)}) <= 1
+
+
+def test_batch_step_gets_the_submitters_resource_limits(jobs: Jobs) -> None:
+    """SLURM_RLIMIT_* (as srun sends them) are set on the job's process by the shared launch
+    path (agent/launch.py) and taken out of its environment; a malformed one is ignored."""
+    pw = pwd.getpwuid(os.getuid())
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": pw.pw_dir,
+           "SLURM_RLIMIT_NOFILE": "321", "SLURM_RLIMIT_CORE": "0",
+           "SLURM_RLIMIT_STACK": "lots"}
+    d = jobs.start("ulimit -n; ulimit -c; env | grep -c SLURM_RLIMIT_ || true\n", env=env)
+    assert wait_status(d)["state"] == "COMPLETED"
+    assert read(d, "out") == "321\n0\n0\n"

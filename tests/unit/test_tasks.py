@@ -408,6 +408,22 @@ def test_fifo_as_input_without_writer_does_not_block() -> None:
         assert col.output(0) == b"started\n" and col.exits() == {0: (0, 0)}
 
 
+def test_resource_limits_from_srun_are_set_on_each_task() -> None:
+    """SLURM_RLIMIT_* (srun's shell's soft limits) are set on the task while it waits at its
+    gate and are not left in its environment."""
+    async def body(tm: TaskManager, col: Collector) -> None:
+        env = {"PATH": PATH, "SLURM_RLIMIT_NOFILE": "123", "SLURM_RLIMIT_CORE": "0",
+               "SLURM_RLIMIT_FSIZE": "18446744073709551615", "SLURM_RLIMIT_CPU": "x"}
+        await tm.launch(launch_msg(["sh", "-c", "ulimit -n; ulimit -c; ulimit -f; "
+                                    "env | grep -c SLURM_RLIMIT_ || true"], 2, env=env))
+        await wait_idle(tm)
+
+    col = run(body)
+    for t in (0, 1):
+        assert col.output(t) == b"123\n0\nunlimited\n0\n"
+    assert col.exits() == {0: (0, 0), 1: (0, 0)}
+
+
 def test_background_process_does_not_hold_the_step() -> None:
     async def body(tm: TaskManager, col: Collector) -> None:
         t0 = time.monotonic()

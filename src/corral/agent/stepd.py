@@ -800,6 +800,11 @@ class Supervisor:
         problem = launch_mod.bind_cpus(0, launch.get("cpus") or None)
         if problem:
             self.note(problem)
+        # the submitter's resource limits (SLURM_RLIMIT_*), set while still root
+        rlimits, env = launch_mod.rlimits_from_env(
+            {str(k): str(v) for k, v in (launch.get("env") or {}).items()})
+        for problem in launch_mod.apply_rlimits(0, rlimits):
+            self.note(problem)
         uid = int(launch.get("uid", os.getuid()))
         ident = self._identity()
         if ident.error:
@@ -833,7 +838,6 @@ class Supervisor:
                 fail("chdir", e.errno or 0, f"couldn't chdir to {work_dir}", 1)
         script = launch["script"]
         argv = [script, *[str(a) for a in launch.get("argv") or []]]
-        env = {str(k): str(v) for k, v in (launch.get("env") or {}).items()}
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         try:
             os.execve(script, argv, env)

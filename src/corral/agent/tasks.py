@@ -182,6 +182,7 @@ class _Task:
     stderr_file: int | None = None  # where pre-exec errors go when stderr is a file
     reported: bool = False
     cpus: list[int] | None = None  # CPUs it is bound to
+    rlimits: dict[str, tuple[int, bool]] = field(default_factory=dict)  # srun's shell's
 
 
 @dataclass
@@ -471,6 +472,8 @@ class TaskManager:
         err = launch_mod.bind_cpus(task.pid, task.cpus)
         if err:
             log.warning("step %d.%d task %d: %s", step.job_id, step.step_id, task.task_id, err)
+        for problem in launch_mod.apply_rlimits(task.pid, task.rlimits):
+            self._error_output(step, task, f"slurmstepd: error: {problem}\n")
 
     def _release_group(self, step: _Step, tries: int = GROUP_REMOVE_TRIES) -> None:
         group = step.group
@@ -529,8 +532,9 @@ class TaskManager:
                stdin_mode: str, files: dict[str, int | OSError], pty_slave: int | None,
                resolved: dict[tuple[str, str, str], tuple[str, None] | tuple[None, _TaskFailure]],
                ) -> None:
-        env = {k: v for k, v in spec.env.items()
-               if k != "SLURM_TASK_PID" and k and "=" not in k}
+        # the submitting shell's limits (SLURM_RLIMIT_*), set while the task waits at its gate
+        task.rlimits, env = launch_mod.rlimits_from_env(
+            {k: v for k, v in spec.env.items() if k != "SLURM_TASK_PID" and k and "=" not in k})
         child_fds: list[int] = []  # our copies of the child's ends, closed after the spawn
         gate_w: int | None = None
         try:
@@ -605,7 +609,7 @@ class TaskManager:
                         if not step.paused:
                             loop.add_reader(r, self._on_output, step, task, r)
             gate = ""
-            if step.group is not None or task.cpus:
+            if step.group is not None or task.cpus or task.rlimits:
                 gate_r, gate_w = os.pipe()
                 child_fds.append(gate_r)
                 stdio.append(("fd", gate_r))

@@ -162,6 +162,8 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
             value = _gpu_bind(arg or "")
         elif key == "multi-prog":
             value = True
+        elif key == "propagate":
+            value = _propagate(arg)
         elif key in ALLOC_NO_EFFECT and key not in ("wait-srun",):
             req.ignored.append(name)
             return
@@ -299,6 +301,7 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
     step_env = export_environment(str(v.get("export", "ALL")), env)
     if "cpus-per-task" in v:  # the tasks see -c (Slurm's srun sets it when -c is given)
         step_env["SLURM_CPUS_PER_TASK"] = str(v["cpus-per-task"])
+    step_env.update(rlimit_environment(v.get("propagate")))
     # the tasks' umask: the submitting shell's, unless the allocation set one (Slurm's srun
     # sets SLURM_UMASK only where it is not set yet)
     step_env["SLURM_UMASK"] = env.get("SLURM_UMASK") or \
@@ -364,6 +367,69 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
     if req.verbose:
         for name in dict.fromkeys(req.ignored):
             req.messages.append(f"{PROG}: --{name} has no effect under Corral")
+
+
+RLIMITS = ("CPU", "FSIZE", "DATA", "STACK", "CORE", "RSS", "NPROC", "NOFILE", "MEMLOCK", "AS")
+
+
+def _rlimit_names(text: str) -> set[str] | None:
+    """"ALL", "NONE" or a list of rlimit names (Slurm's parse_rlimits); None if bad."""
+    names = {n.strip().upper().removeprefix("RLIMIT_") for n in text.split(",")}
+    if names == {"ALL"}:
+        return set(RLIMITS)
+    if names == {"NONE"}:
+        return set()
+    return names if names <= set(RLIMITS) else None
+
+
+def _propagate(arg: str | None) -> str:
+    if arg is None or arg == "":
+        return "ALL"
+    if _rlimit_names(arg) is None:
+        fail(PROG, f"--propagate={arg} is not valid.")
+    return arg
+
+
+def _configured_propagation() -> set[str]:
+    """PropagateResourceLimits / PropagateResourceLimitsExcept of slurm.conf (default ALL)."""
+    from corral import paths
+
+    chosen, excluded = set(RLIMITS), set()
+    try:
+        with open(paths.config_path(), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, eq, value = line.split("#", 1)[0].partition("=")
+                key = key.strip().lower()
+                names = _rlimit_names(value.strip()) if eq else None
+                if names is None:
+                    continue
+                if key == "propagateresourcelimits":
+                    chosen = names
+                elif key == "propagateresourcelimitsexcept":
+                    excluded = names
+    except OSError:
+        pass
+    return chosen - excluded
+
+
+def rlimit_environment(propagate: str | None) -> dict[str, str]:
+    """SLURM_RLIMIT_<NAME> for the shell's soft limits to propagate to the tasks (as Slurm's
+    srun sends them; "U" first marks a limit the user asked for with --propagate)."""
+    import resource
+
+    explicit = propagate is not None
+    names = _rlimit_names(propagate) if propagate is not None else _configured_propagation()
+    out: dict[str, str] = {}
+    for name in RLIMITS:
+        if name not in (names or ()):
+            continue
+        res = getattr(resource, f"RLIMIT_{name}", None)
+        if res is None:
+            continue
+        soft = resource.getrlimit(res)[0]
+        value = (1 << 64) - 1 if soft == resource.RLIM_INFINITY else soft
+        out[f"SLURM_RLIMIT_{name}"] = f"{'U' if explicit else ''}{value}"
+    return out
 
 
 def _multi_prog(req: SrunRequest, cwd: str) -> str:
