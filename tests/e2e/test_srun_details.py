@@ -1,0 +1,104 @@
+"""srun details through the real commands (issue 9): --input=<task id>, resource limits
+propagated to the tasks, FIFO output files that never hold the agent, allocations refused
+before they reach the controller, het job components, and a controller restart under srun."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from corral import paths
+from tests.e2e.cluster import Cluster
+
+pytestmark = pytest.mark.slow
+
+
+def _srun(c: Cluster, *args: str, input: str | None = None,
+          timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return c.run("srun", *args, input=input, timeout=timeout)
+
+
+def test_input_to_one_task(cluster: Cluster) -> None:
+    r = _srun(cluster, "-N1", "-n3", "--input=1", "-l", "bash", "-c", "echo got:$(cat)",
+              input="hello\n")
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["0: got:", "1: got:hello", "2: got:"]
+
+
+def test_shell_resource_limits_reach_the_tasks(cluster: Cluster) -> None:
+    r = cluster.run("bash", "-c", "ulimit -S -n 200; ulimit -S -c 0; "
+                    "srun -N2 -n2 bash -c 'echo $(ulimit -n) $(ulimit -c)'")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["200 0", "200 0"]
+    r = cluster.run("bash", "-c", "ulimit -S -n 300; "
+                    "srun -N1 --propagate=NONE bash -c 'ulimit -n'")
+    assert r.returncode == 0 and r.stdout.strip() != "300", r.stdout + r.stderr
+
+
+def test_fifo_as_output_does_not_hold_the_agent(cluster: Cluster) -> None:
+    fifo = cluster.workdir / "srun.fifo"
+    os.mkfifo(fifo)
+    try:
+        t0 = time.monotonic()
+        r = _srun(cluster, "-N1", "-w", "node-1", "-o", str(fifo), "echo", "lost", timeout=30)
+        assert time.monotonic() - t0 < 20
+        assert r.returncode == 1
+        assert f"Could not open stdout file {fifo}: No such device or address" in r.stderr
+        # the agent serving the node goes on
+        assert _srun(cluster, "-N1", "-w", "node-1", "echo", "ok").stdout == "ok\n"
+        # with a reader the task writes into it
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+        reader.start()
+        r = _srun(cluster, "-N1", "-w", "node-1", "-o", str(fifo), "echo", "through")
+        reader.join(timeout=30)
+        assert r.returncode == 0 and got == [b"through\n"], r.stderr
+    finally:
+        fifo.unlink()
+
+
+@pytest.mark.parametrize(("args", "stderr"), [
+    (["-p", "", "true"], "srun: error: invalid partition specified: \n"
+     "srun: error: Unable to allocate resources: Invalid partition name specified\n"),
+    (["-I", "-H", "true"], "srun: error: Unable to allocate resources: Immediate execution "
+     "impossible, insufficient priority\n"),
+    (["-n1", "true", ":", "-n1", "true"],
+     "srun: error: heterogeneous jobs are not supported by Corral\n"
+     "srun: error: Unable to allocate resources: Requested operation not supported on this "
+     "system\n"),
+])
+def test_allocations_refused_as_slurm_refuses_them(cluster: Cluster, args: list[str],
+                                                   stderr: str) -> None:
+    before = cluster.ok("squeue", "-h", "-t", "all", "-o", "%i")
+    r = _srun(cluster, *args)
+    assert (r.returncode, r.stdout, r.stderr) == (1, "", stderr)
+    assert cluster.ok("squeue", "-h", "-t", "all", "-o", "%i") == before
+
+
+def test_srun_rides_out_a_controller_restart(cluster: Cluster) -> None:
+    """Last in this file: it restarts the module's controller."""
+    with open(paths.pid_file("controller", str(cluster.home))) as f:
+        pid = int(f.read().split()[0])
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    env = dict(cluster.env, CORRAL_MESSAGE_TIMEOUT="60")
+    proc = subprocess.Popen(["srun", "-N1", "echo", "after-restart"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=str(cluster.workdir))
+    try:
+        time.sleep(1.5)
+        assert proc.poll() is None  # waiting for a controller, not failed
+        cluster.ok("corral", "up", timeout=60)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert out == "after-restart\n"
+    assert "Slurm controller not responding, sleeping and retrying." in err
