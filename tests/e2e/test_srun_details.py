@@ -80,6 +80,46 @@ def test_allocations_refused_as_slurm_refuses_them(cluster: Cluster, args: list[
     assert cluster.ok("squeue", "-h", "-t", "all", "-o", "%i") == before
 
 
+def _batch_output(c: Cluster, script: str, *args: str, timeout: float = 60) -> str:
+    out = c.workdir / f"layout-{time.monotonic_ns()}.out"
+    job = c.sbatch("-o", str(out), *args, "--wrap", script)
+    state = c.wait_state(job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=timeout)
+    text = out.read_text()
+    assert state == "COMPLETED", text
+    return text
+
+
+def test_a_step_goes_to_the_node_where_its_cpus_are_free(cluster: Cluster) -> None:
+    """Slurm's step layout: a one-node step launched while another step holds every CPU of
+    the first node runs on the second node at once instead of waiting."""
+    text = _batch_output(cluster, (
+        "srun -N1 -n1 -c16 bash -c 'echo A $SLURMD_NODENAME; sleep 4' & "
+        "sleep 1; srun -N1 -n1 -c16 bash -c 'echo B $SLURMD_NODENAME'; wait"),
+        "-N2", "--ntasks-per-node=1", "-c16")
+    lines = sorted(ln for ln in text.splitlines() if ln[:2] in ("A ", "B "))
+    assert len(lines) == 2 and lines[0].split()[1] != lines[1].split()[1], text
+    assert "busy" not in text
+
+
+def test_exclusive_steps_spread_over_the_allocation(cluster: Cluster) -> None:
+    text = _batch_output(cluster, (
+        "for i in 1 2 3 4; do srun --exclusive -n1 -c8 bash -c "
+        "'echo S $SLURMD_NODENAME; sleep 2' & done; wait"),
+        "-N2", "--ntasks-per-node=1", "-c16")
+    nodes = sorted(ln.split()[1] for ln in text.splitlines() if ln.startswith("S "))
+    assert len(nodes) == 4 and len(set(nodes)) == 2, text
+    assert nodes.count(nodes[0]) == 2 and "busy" not in text
+
+
+def test_overcommit_runs_more_tasks_than_cpus(cluster: Cluster) -> None:
+    text = _batch_output(cluster, "srun -n3 true; echo rc=$?; srun -O -n3 echo hi",
+                         "-N1", "-n1")
+    assert "More processors requested than permitted" in text
+    assert text.count("hi\n") == 3
+    r = _srun(cluster, "-O", "-n20", "-N1", "echo", "x")  # 20 tasks, 16 CPUs per node
+    assert r.returncode == 0 and r.stdout == "x\n" * 20, r.stderr
+
+
 def test_srun_rides_out_a_controller_restart(cluster: Cluster) -> None:
     """Last in this file: it restarts the module's controller."""
     with open(paths.pid_file("controller", str(cluster.home))) as f:

@@ -164,6 +164,8 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
             value = True
         elif key == "propagate":
             value = _propagate(arg)
+        elif key == "overcommit":
+            value = True
         elif key in ALLOC_NO_EFFECT and key not in ("wait-srun",):
             req.ignored.append(name)
             return
@@ -330,6 +332,7 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         "nodelist": req_nodes,
         "exclude": exc_nodes,
         "overlap": bool(v.get("overlap")),
+        "overcommit": bool(v.get("overcommit")),
         "pty": req.pty,
         "window": {"rows": window[0], "cols": window[1]} if req.pty and window else None,
         "stdin": stdin_mode,
@@ -351,6 +354,10 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
             v, name=name, cwd=cwd, submit_line=" ".join([PROG, *argv]), req_nodes=req_nodes,
             exc_nodes=exc_nodes, min_nodes=min_nodes, max_nodes=max_nodes, ntasks=ntasks,
             gpus=gpus)
+        if v.get("overcommit"):
+            # -O: "resources are allocated as if only one task per node is requested"
+            req.alloc["num_tasks"] = max(min_nodes, 1)
+            req.alloc["ntasks_per_node"] = None
         problem = spec_problem(req.alloc)
         if problem is not None:
             first, error = problem
@@ -1209,8 +1216,11 @@ Parallel run options:
       --ntasks-per-node=n     number of tasks to invoke on each node
   -N, --nodes=N               number of nodes on which to run (N = min[-max])
   -o, --output=out            location of stdout redirection
+  -O, --overcommit            overcommit resources: tasks share the CPUs of
+                              one task per node
       --overlap               Allow other steps to overlap this step
   -p, --partition=partition   partition requested
+      --propagate[=rlimits]   propagate all [or specific list of] rlimits
       --pty                   run task zero in pseudo terminal
   -Q, --quiet                 quiet mode (suppress informational messages)
   -t, --time=minutes          time limit

@@ -331,7 +331,6 @@ class StepManager:
         nnodes = int(nnodes)
         if nnodes < 1 or nnodes > len(nodes):
             raise SlurmError("Requested node configuration is not available")
-        nodes = nodes[:nnodes]
         if per_node:
             counts = [int(per_node)] * nnodes
             if ntasks:
@@ -350,17 +349,39 @@ class StepManager:
                 raise SlurmError("Requested node configuration is not available")
             base, extra = divmod(total, nnodes)
             counts = [base + (1 if i < extra else 0) for i in range(nnodes)]
+        used = self._cpus_in_use(job.job_id)
+
+        def need_of(count: int) -> int:
+            # -O/--overcommit: the step's CPUs are one task's per node, not one per task
+            return cpt if req.overcommit else count * cpt
+
+        def free(node: str) -> int:
+            return alloc[node].cpus - used.get(node, 0)
+
+        if not req.nodelist and nnodes < len(nodes):
+            # Slurm's step layout: the first nodes of the allocation where the step's CPUs
+            # are free now (steps running elsewhere do not hold it back), in node order
+            fits_now = [n for n in nodes if req.overlap or need_of(counts[0]) <= free(n)]
+            if len(fits_now) >= nnodes:
+                nodes = fits_now[:nnodes]
+            else:
+                # not enough free now: wait for the nodes that could hold it at all
+                nodes = ([n for n in nodes if need_of(counts[0]) <= alloc[n].cpus]
+                         or nodes)[:nnodes]
+                if len(nodes) < nnodes:
+                    raise SlurmError("More processors requested than permitted")
+        else:
+            nodes = nodes[:nnodes]
         cpus: dict[str, int] = {}
         gpus: dict[str, list[int]] = {}
         busy = False
-        used = self._cpus_in_use(job.job_id)
         for node, count in zip(nodes, counts, strict=True):
             a = alloc[node]
-            need = count * cpt
+            need = need_of(count)
             if need > a.cpus:
                 raise SlurmError("More processors requested than permitted")
             if not req.overlap:
-                if need > a.cpus - used.get(node, 0):
+                if need > free(node):
                     busy = True
                 cpus[node] = need
             gpt, gpn = req.gpus_per_task, req.gpus_per_node

@@ -360,6 +360,7 @@ class StepSpec(Message):
     nodelist: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
     overlap: bool = False
+    overcommit: bool = False  # -O: tasks share CPUs (the step holds one task's per node)
     pty: bool = False
     window: Window | None = None
     stdin: str = field(default="0", maxlen=16)
