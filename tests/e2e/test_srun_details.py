@@ -80,6 +80,21 @@ def test_allocations_refused_as_slurm_refuses_them(cluster: Cluster, args: list[
     assert cluster.ok("squeue", "-h", "-t", "all", "-o", "%i") == before
 
 
+def test_task_prolog_and_epilog(cluster: Cluster) -> None:
+    w = cluster.workdir
+    (w / "tprolog").write_text("#!/bin/sh\necho export STAGE=prolog-$SLURM_PROCID\n")
+    (w / "tepilog").write_text("#!/bin/sh\necho $SLURM_PROCID > epilog-$SLURM_PROCID.done\n")
+    for name in ("tprolog", "tepilog"):
+        (w / name).chmod(0o755)
+    r = _srun(cluster, "-N2", "-n2", f"--task-prolog={w / 'tprolog'}",
+              f"--task-epilog={w / 'tepilog'}", "bash", "-c", "echo $STAGE")
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["prolog-0", "prolog-1"]
+    # each epilog ran before srun heard of its task's end
+    assert (w / "epilog-0.done").read_text() == "0\n"
+    assert (w / "epilog-1.done").read_text() == "1\n"
+
+
 def _batch_output(c: Cluster, script: str, *args: str, timeout: float = 60) -> str:
     out = c.workdir / f"layout-{time.monotonic_ns()}.out"
     job = c.sbatch("-o", str(out), *args, "--wrap", script)

@@ -424,6 +424,53 @@ def test_resource_limits_from_srun_are_set_on_each_task() -> None:
     assert col.exits() == {0: (0, 0), 1: (0, 0)}
 
 
+def test_task_prolog_and_epilog(monkeypatch: pytest.MonkeyPatch) -> None:
+    """srun --task-prolog runs just before each task with its environment and SLURM_TASK_PID;
+    its "export NAME=value" lines reach the task (and win over srun's); --task-epilog runs
+    just after each task ends, before its exit is reported; one that hangs is killed."""
+    with tempfile.TemporaryDirectory() as d:
+        os.chmod(d, 0o755)
+        prolog = os.path.join(d, "prolog")
+        epilog = os.path.join(d, "epilog")
+        with open(prolog, "w") as f:
+            f.write("#!/bin/sh\necho \"export FROM_PROLOG=rank$SLURM_PROCID\"\n"
+                    "echo 'export SHARED=prolog'\necho 'ignored line'\n"
+                    "echo \"prolog pid $SLURM_TASK_PID\" >&2\n")
+        with open(epilog, "w") as f:
+            f.write("#!/bin/sh\necho \"$SLURM_PROCID $SLURM_TASK_PID $SHARED\" "
+                    "> epilog-$SLURM_PROCID\n[ \"$SLURM_PROCID\" = 1 ] && exec sleep 60\n"
+                    "exit 0\n")
+        os.chmod(prolog, 0o755)
+        os.chmod(epilog, 0o755)
+        monkeypatch.setattr(tasks_mod, "EPILOG_TIMEOUT", 1.0)
+        seen: dict[int, bool] = {}
+
+        async def body(tm: TaskManager, col: Collector) -> None:
+            env = {"PATH": PATH, "SHARED": "srun"}
+            await tm.launch(launch_msg(
+                ["sh", "-c", "echo $FROM_PROLOG $SHARED $SLURM_TASK_PID"], 2, env=env, cwd=d,
+                task_prolog=prolog, task_epilog=epilog))
+
+            def exited() -> bool:
+                for t in col.exits():
+                    seen.setdefault(t, os.path.exists(os.path.join(d, f"epilog-{t}")))
+                return len(col.exits()) == 2
+            t0 = time.monotonic()
+            await wait_for(exited)
+            assert time.monotonic() - t0 < 5  # the hanging epilog was killed after 1 s
+            await wait_idle(tm)
+
+        col = run(body)
+        assert seen == {0: True, 1: True}  # each epilog ran before its task's exit was sent
+        for t in (0, 1):
+            words = col.output(t).decode().split()
+            assert words[:2] == [f"rank{t}", "prolog"], words
+            assert col.output(t, "stderr") == f"prolog pid {words[2]}\n".encode()
+            with open(os.path.join(d, f"epilog-{t}")) as f:
+                assert f.read() == f"{t} {words[2]} srun\n"
+        assert col.exits() == {0: (0, 0), 1: (0, 0)}
+
+
 def test_background_process_does_not_hold_the_step() -> None:
     async def body(tm: TaskManager, col: Collector) -> None:
         t0 = time.monotonic()
@@ -791,3 +838,41 @@ def test_another_users_tasks_join_the_job_group(other_user: pwd.struct_passwd,
         assert col.exits(5) == {0: (0, 0), 1: (0, 0)}, col.messages
     finally:
         remove_cluster_groups(root, cluster)
+
+
+@pytest.mark.parametrize("with_setpriv", [True, False])
+def test_task_prolog_and_epilog_run_as_the_user(other_user: pwd.struct_passwd,
+                                                with_setpriv: bool) -> None:
+    """The prolog and epilog are the user's programs: they run with the task owner's ids,
+    never root's (a root prolog could be made to write anywhere)."""
+    d = tempfile.mkdtemp()
+    os.chmod(d, 0o755)
+    work = os.path.join(d, "work")
+    os.mkdir(work)
+    os.chown(work, other_user.pw_uid, other_user.pw_gid)
+    prolog, epilog = os.path.join(d, "prolog"), os.path.join(d, "epilog")
+    with open(prolog, "w") as f:
+        f.write("#!/bin/sh\necho \"export PROLOG_UID=$(id -u)\"\n")
+    with open(epilog, "w") as f:
+        f.write("#!/bin/sh\nid -u > epilog.uid\n")
+    os.chmod(prolog, 0o755)
+    os.chmod(epilog, 0o755)
+    try:
+        async def body(tm: TaskManager, col: Collector) -> None:
+            if not with_setpriv:
+                tm._setpriv = None
+            await tm.launch(launch_msg(
+                ["sh", "-c", "echo $PROLOG_UID"], cwd=work, uid=other_user.pw_uid,
+                gid=other_user.pw_gid, user=other_user.pw_name,
+                task_prolog=prolog, task_epilog=epilog))
+            await wait_idle(tm)
+
+        col = run(body)
+        assert col.output(0) == f"{other_user.pw_uid}\n".encode()
+        assert col.exits() == {0: (0, 0)}
+        out = os.path.join(work, "epilog.uid")
+        with open(out) as f:
+            assert f.read() == f"{other_user.pw_uid}\n"
+        assert os.stat(out).st_uid == other_user.pw_uid
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

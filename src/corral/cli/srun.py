@@ -166,6 +166,10 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
             value = _propagate(arg)
         elif key == "overcommit":
             value = True
+        elif key in ("task-prolog", "task-epilog"):
+            # run by the agent on the node (slurmstepd's role): a path as given, relative
+            # ones from the task's working directory
+            value = arg or ""
         elif key in ALLOC_NO_EFFECT and key not in ("wait-srun",):
             req.ignored.append(name)
             return
@@ -333,6 +337,8 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         "exclude": exc_nodes,
         "overlap": bool(v.get("overlap")),
         "overcommit": bool(v.get("overcommit")),
+        "task_prolog": v.get("task-prolog") or None,
+        "task_epilog": v.get("task-epilog") or None,
         "pty": req.pty,
         "window": {"rows": window[0], "cols": window[1]} if req.pty and window else None,
         "stdin": stdin_mode,
@@ -1219,6 +1225,8 @@ Parallel run options:
   -O, --overcommit            overcommit resources: tasks share the CPUs of
                               one task per node
       --overlap               Allow other steps to overlap this step
+      --task-epilog=program   run "program" after launching task
+      --task-prolog=program   run "program" before launching task
   -p, --partition=partition   partition requested
       --propagate[=rlimits]   propagate all [or specific list of] rlimits
       --pty                   run task zero in pseudo terminal

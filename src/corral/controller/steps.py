@@ -528,6 +528,7 @@ class StepManager:
                 cpus_per_task=req.cpus_per_task,
                 node_cpus={n: step.cpus.get(n, 0) for n in step.nodes},
                 node_mem_mb={n: alloc[n].mem_mb if has_mem else 0 for n in step.nodes},
+                task_prolog=req.task_prolog, task_epilog=req.task_epilog,
             ).to_dict())
         self._maybe_finish(step)
 

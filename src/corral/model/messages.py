@@ -361,6 +361,8 @@ class StepSpec(Message):
     exclude: list[str] = field(default_factory=list)
     overlap: bool = False
     overcommit: bool = False  # -O: tasks share CPUs (the step holds one task's per node)
+    task_prolog: str | None = field(default=None, omit_none=True, maxlen=4096)
+    task_epilog: str | None = field(default=None, omit_none=True, maxlen=4096)
     pty: bool = False
     window: Window | None = None
     stdin: str = field(default="0", maxlen=16)
@@ -574,6 +576,9 @@ class LaunchTasks(Message):
     cpus_per_task: int = field(default=1, lo=1, hi=1 << 24)
     node_cpus: dict[str, int] = field(default_factory=dict, lo=0, hi=1 << 24)
     node_mem_mb: dict[str, int] = field(default_factory=dict, lo=0, hi=1 << 40)
+    # srun --task-prolog / --task-epilog: run as the user around each task
+    task_prolog: str | None = field(default=None, omit_none=True, maxlen=4096)
+    task_epilog: str | None = field(default=None, omit_none=True, maxlen=4096)
 
     def validate(self, where: str) -> None:
         _check_stdin(self.stdin, where)
