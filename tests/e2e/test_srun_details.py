@@ -135,6 +135,37 @@ def test_overcommit_runs_more_tasks_than_cpus(cluster: Cluster) -> None:
     assert r.returncode == 0 and r.stdout == "x\n" * 20, r.stderr
 
 
+def test_step_memory_is_held_as_slurm_holds_it(cluster: Cluster) -> None:
+    """In a job with memory, a step takes all of it by default (a concurrent step waits),
+    --mem/--mem-per-cpu what it asks, --mem=0 and --overlap none; more than the job has is
+    refused."""
+    two = ("srun -n1 {o} bash -c 'sleep 3; echo first' & sleep 1; "
+           "srun -n1 {o} bash -c 'echo second'; wait")
+    text = _batch_output(cluster, two.format(o=""), "-N1", "-n2", "--mem=1000")
+    assert "Requested nodes are busy" in text
+    assert text.index("first") < text.index("second"), text
+    for opt in ("--mem=400", "--mem-per-cpu=300", "--mem=0", "--overlap"):
+        text = _batch_output(cluster, two.format(o=opt), "-N1", "-n2", "--mem=1000")
+        assert "busy" not in text and text.index("second") < text.index("first"), (opt, text)
+    text = _batch_output(cluster, "srun --mem=2000 true; echo rc=$?", "-N1", "--mem=1000")
+    assert "Memory required by task is not available" in text and "rc=1" in text, text
+
+
+def test_no_allocate_runs_for_an_operator_beside_a_full_node(cluster: Cluster) -> None:
+    job = cluster.sbatch("-w", "node-3", "--exclusive", "--wrap", "sleep 30")
+    try:
+        cluster.wait_state(job, "RUNNING")
+        r = _srun(cluster, "-Z", "-w", "node-3", "-n2", "-l", "bash", "-c",
+                  "echo $SLURMD_NODENAME $SLURM_STEP_NUM_TASKS")
+        assert r.returncode == 0, r.stderr
+        assert sorted(r.stdout.splitlines()) == ["0: node-3 2", "1: node-3 2"]
+        # no job was made for it
+        ids = cluster.ok("squeue", "-h", "-t", "all", "-o", "%i").split()
+        assert ids == [str(job)]
+    finally:
+        cluster.run("scancel", str(job))
+
+
 def test_srun_rides_out_a_controller_restart(cluster: Cluster) -> None:
     """Last in this file: it restarts the module's controller."""
     with open(paths.pid_file("controller", str(cluster.home))) as f:

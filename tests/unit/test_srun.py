@@ -788,3 +788,17 @@ def test_resource_limits_propagate(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         parse(["--propagate=CORE,bogus", "true"], {"SLURM_JOB_ID": "7"})
     assert (info.value.code, info.value.stderr) == (
         1, "srun: error: --propagate=CORE,bogus is not valid.\n")
+
+
+def test_no_allocate_needs_a_node_list_and_makes_no_allocation() -> None:
+    for args, err in ((["-Z", "true"], "must specify a node list with -Z, --no-allocate."),
+                      (["-Z", "-w", "node-1", "-x", "node-2", "true"],
+                       "can not specify --exclude list with -Z, --no-allocate.")):
+        with pytest.raises(CliExit) as info:
+            parse(args)
+        assert (info.value.code, info.value.stderr) == (1, f"srun: error: {err}\n")
+    req = parse(["-Z", "-w", "node-1", "-n2", "hostname"], {"SLURM_JOB_ID": "9"})
+    assert req.job_id is None and req.alloc is None
+    msg = srun.start_message(req)
+    assert msg["job_id"] is None and msg["alloc"] is None
+    assert msg["step"]["no_allocate"] and msg["step"]["nodelist"] == ["node-1"]

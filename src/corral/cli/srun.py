@@ -154,13 +154,13 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
         if key == "quiet":
             req.quiet += 1
             return
-        if key in ALLOC_UNSUPPORTED and key != "multi-prog":
+        if key in ALLOC_UNSUPPORTED and key not in ("multi-prog", "no-allocate"):
             fail(PROG, f"--{name} is not supported by Corral")
         if key in _FLAGS:
             value: Any = True
         elif key == "gpu-bind":
             value = _gpu_bind(arg or "")
-        elif key == "multi-prog":
+        elif key in ("multi-prog", "no-allocate"):
             value = True
         elif key == "propagate":
             value = _propagate(arg)
@@ -280,6 +280,13 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
                                 "disregarding --pty option")
         req.pty = False
     req.job_id = v.get("jobid")
+    no_alloc = bool(v.get("no-allocate"))
+    if no_alloc:  # srun -Z: no job at all, on the named nodes (operators only)
+        if not v.get("nodelist"):
+            fail(PROG, "must specify a node list with -Z, --no-allocate.")
+        if v.get("exclude"):
+            fail(PROG, "can not specify --exclude list with -Z, --no-allocate.")
+        req.job_id = None
     if req.job_id is not None and env.get("SLURM_JOB_NODELIST"):
         req.alloc_info = (env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or "1",
                           env["SLURM_JOB_NODELIST"], env.get("SLURM_JOB_CPUS_PER_NODE", "1"))
@@ -313,6 +320,10 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
     step_env["SLURM_UMASK"] = env.get("SLURM_UMASK") or \
         f"0{umask >> 6 & 7}{umask >> 3 & 7}{umask & 7}"
     stdin_mode, input_path = _stdin_mode(str(v.get("input", "all")), req.pty)
+    # the command line's --mem or --mem-per-cpu beats either from the environment
+    mem_keys = [k for k in ("mem", "mem-per-cpu") if k in v]
+    mem_key = next((k for k in mem_keys if req.src.get(k) == "cli"), None) or \
+        (mem_keys[0] if mem_keys else None)
     time_limit = v.get("time")
     per_node_gpus: int | None = None
     if "gres" in v or "gpus-per-node" in v:
@@ -337,6 +348,10 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         "exclude": exc_nodes,
         "overlap": bool(v.get("overlap")),
         "overcommit": bool(v.get("overcommit")),
+        "no_allocate": no_alloc,
+        # the step's memory (--mem, --mem-per-cpu, or the allocation's SLURM_MEM_PER_*)
+        "mem_per_node": v["mem"] if mem_key == "mem" else None,
+        "mem_per_cpu": v["mem-per-cpu"] if mem_key == "mem-per-cpu" else None,
         "task_prolog": v.get("task-prolog") or None,
         "task_epilog": v.get("task-epilog") or None,
         "pty": req.pty,
@@ -351,7 +366,7 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         "open_mode": "append" if str(v.get("open-mode") or env.get("SLURM_OPEN_MODE", "t"))
         .startswith("a") else "truncate",
     }
-    if req.job_id is None:
+    if req.job_id is None and not no_alloc:
         if "job-name" in v:
             name = str(v["job-name"])
         else:
@@ -1234,6 +1249,8 @@ Parallel run options:
   -t, --time=minutes          time limit
   -u, --unbuffered            do not line-buffer stdout/err
   -v, --verbose               verbose mode (multiple -v's increase verbosity)
+  -Z, --no-allocate           don't allocate nodes (must supply -w; operators
+                              only)
   -W, --wait=sec              seconds to wait after first task exits
                               before killing job
 

@@ -361,6 +361,9 @@ class StepSpec(Message):
     exclude: list[str] = field(default_factory=list)
     overlap: bool = False
     overcommit: bool = False  # -O: tasks share CPUs (the step holds one task's per node)
+    no_allocate: bool = False  # srun -Z (operators): run on `nodelist` without a job
+    mem_per_node: int | None = field(default=None, lo=0, hi=1 << 40, omit_none=True)  # MB
+    mem_per_cpu: int | None = field(default=None, lo=0, hi=1 << 40, omit_none=True)
     task_prolog: str | None = field(default=None, omit_none=True, maxlen=4096)
     task_epilog: str | None = field(default=None, omit_none=True, maxlen=4096)
     pty: bool = False
