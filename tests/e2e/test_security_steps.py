@@ -245,3 +245,18 @@ def test_srun_program_lookup_runs_with_the_users_rights(
         assert _srun_as(c, user, "-N1", "id", "-un").stdout == f"{USER}\n"
     finally:
         shutil.rmtree(private, ignore_errors=True)
+
+
+def test_no_allocate_is_for_operators_only(
+        user_cluster: tuple[Cluster, pwd.struct_passwd]) -> None:
+    """srun -Z runs tasks on a node with no job: only root, SlurmUser and AdminUsers may;
+    anyone else is refused as slurmd refuses the launch (and nothing runs)."""
+    c, user = user_cluster
+    marker = Path(user.pw_dir) / "ran-without-allocation"
+    r = _srun_as(c, user, "-Z", "-w", "node-1", "touch", str(marker))
+    assert r.returncode == 1
+    assert r.stderr == ("srun: error: Task launch for StepId=4294967294.0 failed on node "
+                        "node-1: Invalid job credential\n")
+    time.sleep(0.5)
+    assert not marker.exists()
+    assert _srun_as(c, user, "-N1", "id", "-un").stdout == f"{USER}\n"  # still healthy

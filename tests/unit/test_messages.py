@@ -144,7 +144,7 @@ BAD: list[tuple[m.Channel, Any, str]] = [
     (m.TO_AGENT, {"type": "launch_tasks", "job_id": 1, "step_id": 0, "uid": 0, "gid": 0,
                   "tasks": {"task_id": 0}}, "launch_tasks.tasks: expected a list, got dict"),
     (m.TO_AGENT, {"type": "launch_tasks", "job_id": 1, "step_id": 0, "uid": 0, "gid": 0,
-                  "stdin": "3"}, "launch_tasks.stdin: '3' is not one of"),
+                  "stdin": "03"}, "launch_tasks.stdin: '03' is not all, none or a task id"),
     (m.TO_AGENT, {"type": "launch_tasks", "job_id": 1, "step_id": 0, "uid": 0, "gid": 0,
                   "kill_wait": float("nan")}, "launch_tasks.kill_wait: expected a number"),
     (m.TO_AGENT, {"type": "launch_tasks", "job_id": 1, "step_id": 0, "uid": 0, "gid": 0,
@@ -307,5 +307,67 @@ def test_session_output_queue_pauses_resumes_and_is_capped(monkeypatch: Any) -> 
         assert flows == [True]  # 60 queued: not yet below 40
         s.sent(s.queue.get_nowait())
         assert flows == [True, False] and s.queued == 0
+
+    asyncio.run(body())
+
+
+def test_agent_drops_a_bad_controller_message_alone(tmp_path: Any) -> None:
+    """agent/main.py: every message is decoded with TO_AGENT (task messages by the
+    TaskManager first); a bad one, alone or in a batch, is logged and dropped, never raised,
+    and the good ones around it are handled."""
+    from corral.agent.main import Agent
+
+    async def body() -> None:
+        agent = Agent(str(tmp_path), ["node-1"], str(tmp_path / "none.sock"))
+        assert agent.tasks._cgroup_config() == (agent.cgroup_root, agent.cgroup_cluster)
+        controls: list[tuple[int, dict[str, Any]]] = []
+
+        async def control(job_id: int, op: dict[str, Any]) -> None:
+            controls.append((job_id, op))
+        agent.control = control  # type: ignore[method-assign]
+        for frame in ["{", "[]", '{"type": "ack", "job_id": "7"}', '{"type": "launch"}',
+                      '{"type": "launch", "launch": {"job_id": -1}}',
+                      '{"type": "kill_tasks", "job_id": 1}', '{"type": "task_flow"}',
+                      '{"type": "control", "job_id": 3, "control": {"op": "explode"}}',
+                      '{"type": "batch", "messages": 5}', '{"type": "no-such-kind"}',
+                      '{"type": "registered", "heartbeat": "soon"}']:
+            agent._on_frame(frame)
+        assert not agent._registered.is_set() and not agent.launching
+        agent._on_frame(json.dumps({"type": "batch", "messages": [
+            {"type": "control", "job_id": 3, "control": {"op": "signal", "signal": "x"}},
+            {"type": "control", "job_id": 3, "control": {"op": "cancel"}},
+            {"type": "registered", "heartbeat": 3.5, "config": {"kill_wait": 2}}]}))
+        await asyncio.sleep(0)
+        assert controls == [(3, {"op": "cancel"})]
+        assert agent._registered.is_set() and agent.heartbeat == 3.5
+        assert agent.cluster_config == {"kill_wait": 2}
+
+    asyncio.run(body())
+
+
+def test_agent_ignores_bad_notifications(tmp_path: Any) -> None:
+    """A datagram on the notification socket that is not a StepdExited/StepdStarted is
+    logged and ignored; a good one after it is still handled."""
+    import socket
+
+    from corral.agent.main import Agent
+
+    async def body() -> None:
+        agent = Agent(str(tmp_path), ["node-1"], str(tmp_path / "none.sock"))
+        reported: list[int] = []
+        agent._report = reported.append  # type: ignore[method-assign]
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        agent._dgram = b
+        b.setblocking(False)
+        for data in [b"{", b'{"event": "exited", "job_id": "1", "state": "COMPLETED"}',
+                     b'{"event": "exited", "job_id": 2, "state": "WHATEVER"}',
+                     b'{"event": "started", "job_id": 4, "pid": 0}',
+                     m.encode(m.StepdStarted(job_id=5, pid=99)).encode(),
+                     m.encode(m.StepdExited(job_id=6, state="FAILED", exit_code=3)).encode()]:
+            a.send(data)
+        agent._on_notify()
+        a.close()
+        b.close()
+        assert reported == [6]
 
     asyncio.run(body())

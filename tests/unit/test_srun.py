@@ -301,7 +301,8 @@ def test_io_options_and_export() -> None:
     step = req.step
     assert step["output"] == "out-%t.txt" and step["error"] == "/dev/null"
     assert step["stdin"] == "none" and step["kill_on_bad_exit"] and step["overlap"]
-    assert step["env"] == {"A": "1", "SLURM_JOB_ID": "7", "SLURM_X": "y", "SLURM_UMASK": "0022"}
+    env = {k: v for k, v in step["env"].items() if not k.startswith("SLURM_RLIMIT_")}
+    assert env == {"A": "1", "SLURM_JOB_ID": "7", "SLURM_X": "y", "SLURM_UMASK": "0022"}
 
 
 @pytest.mark.parametrize(("args", "code", "stderr"), [
@@ -722,3 +723,82 @@ def test_gpu_bind_read_as_slurmstepd_reads_it() -> None:
     assert parse_gpu_bind("verbose,single:0") == (True, "single", [1])
     assert parse_gpu_bind("c")[1] == "none"  # srun accepts it; slurmstepd binds nothing
     assert parse_gpu_bind("per_task:0")[1] == "none"
+
+
+@pytest.mark.parametrize(("args", "code", "stderr"), [
+    (["-p", "", "true"], 1, "srun: error: invalid partition specified: \n"
+     "srun: error: Unable to allocate resources: Invalid partition name specified\n"),
+    (["-I", "-H", "true"], 1, "srun: error: Unable to allocate resources: Immediate execution "
+     "impossible, insufficient priority\n"),
+    (["-C", "a&|b", "true"], 1,
+     "srun: error: Unable to allocate resources: Invalid feature specification\n"),
+    (["-n1", "true", ":", "-n1", "hostname"], 1,
+     "srun: error: heterogeneous jobs are not supported by Corral\n"
+     "srun: error: Unable to allocate resources: Requested operation not supported on this "
+     "system\n"),
+    (["--cpu-freq=xx", "true"], 255, "srun: error: unrecognized --cpu-freq argument \"xx\"\n"
+     "srun: error: Invalid --cpu-freq argument\n"),
+    (["-m", "bogus", "true"], 255, "srun: error: Invalid --distribution specification\n"),
+])
+def test_allocation_refused_before_asking_the_controller(args: list[str], code: int,
+                                                         stderr: str) -> None:
+    """What slurmctld refuses in the job spec (options.spec_problem), -I with -H, het job
+    components, and bad values of ignored options: Slurm's lines and exit status."""
+    with pytest.raises(CliExit) as info:
+        parse(args)
+    assert (info.value.code, info.value.stderr) == (code, stderr)
+
+
+def test_hold_input_task_and_checked_options_named_by_verbose() -> None:
+    req = parse(["-v", "-H", "-m", "block", "--cpu-freq=high", "--input=3", "-n4", "cat"])
+    assert req.alloc is not None and req.alloc["held"] == "user"
+    assert req.step["stdin"] == "3" and req.step["input"] is None
+    assert req.messages == ["srun: --distribution has no effect under Corral",
+                            "srun: --cpu-freq has no effect under Corral"]
+    assert "--cpu-freq" in srun.HELP_TEXT and "--kill-on-invalid-dep" in srun.HELP_TEXT
+    msg = srun.start_message(req)
+    assert msg["step"]["stdin"] == "3"
+
+
+def test_resource_limits_propagate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shell's soft limits travel as SLURM_RLIMIT_* (PropagateResourceLimits, default
+    ALL, and PropagateResourceLimitsExcept; --propagate overrides, marking its names "U")."""
+    import resource
+
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path))
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+    try:
+        env = parse(["true"], {"SLURM_JOB_ID": "7"}).step["env"]
+        assert env["SLURM_RLIMIT_CORE"] == "0"
+        assert {k for k in env if k.startswith("SLURM_RLIMIT_")} == {
+            f"SLURM_RLIMIT_{n}" for n in srun.RLIMITS}
+        (tmp_path / "slurm.conf").write_text("PropagateResourceLimitsExcept=CORE,NOFILE\n")
+        env = parse(["true"], {"SLURM_JOB_ID": "7"}).step["env"]
+        assert "SLURM_RLIMIT_CORE" not in env and "SLURM_RLIMIT_STACK" in env
+        (tmp_path / "slurm.conf").write_text("PropagateResourceLimits=NONE\n")
+        env = parse(["--propagate=core", "true"], {"SLURM_JOB_ID": "7"}).step["env"]
+        assert [k for k in env if k.startswith("SLURM_RLIMIT_")] == ["SLURM_RLIMIT_CORE"]
+        assert env["SLURM_RLIMIT_CORE"] == "U0"
+        env = parse(["true"], {"SLURM_JOB_ID": "7"}).step["env"]
+        assert not [k for k in env if k.startswith("SLURM_RLIMIT_")]
+    finally:
+        resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
+    with pytest.raises(CliExit) as info:
+        parse(["--propagate=CORE,bogus", "true"], {"SLURM_JOB_ID": "7"})
+    assert (info.value.code, info.value.stderr) == (
+        1, "srun: error: --propagate=CORE,bogus is not valid.\n")
+
+
+def test_no_allocate_needs_a_node_list_and_makes_no_allocation() -> None:
+    for args, err in ((["-Z", "true"], "must specify a node list with -Z, --no-allocate."),
+                      (["-Z", "-w", "node-1", "-x", "node-2", "true"],
+                       "can not specify --exclude list with -Z, --no-allocate.")):
+        with pytest.raises(CliExit) as info:
+            parse(args)
+        assert (info.value.code, info.value.stderr) == (1, f"srun: error: {err}\n")
+    req = parse(["-Z", "-w", "node-1", "-n2", "hostname"], {"SLURM_JOB_ID": "9"})
+    assert req.job_id is None and req.alloc is None
+    msg = srun.start_message(req)
+    assert msg["job_id"] is None and msg["alloc"] is None
+    assert msg["step"]["no_allocate"] and msg["step"]["nodelist"] == ["node-1"]

@@ -371,7 +371,9 @@ def test_signal_batch_only_or_all(jobs: Jobs) -> None:
     assert stepd.send_control(d, {"op": "no-such-op"})
     time.sleep(0.2)
     assert stepd.is_alive(d) and stepd.read_status(d) is None
-    assert "unknown control op 'no-such-op'" in read(d, stepd.LOG_FILE)
+    log_text = read(d, stepd.LOG_FILE)
+    assert "unknown message op 'no-such-op'" in log_text
+    assert "signal.signal: 999 is out of range" in log_text
     stepd.send_control(d, {"op": "cancel"})
     assert wait_status(d)["state"] == "CANCELLED"
 
@@ -795,3 +797,42 @@ def test_launch_fields_that_name_identities_or_paths_are_checked(
     assert wait_status(d)["state"] == "FAILED"
     assert problem in read(d, stepd.LOG_FILE)
     assert not os.path.exists(os.path.join(d, "ran"))
+
+
+def test_agent_drops_descriptors_it_inherited() -> None:
+    """`python -m corral.agent` starts with Spawner.start(): a descriptor without
+    close-on-exec left by whatever started the agent must not reach the spawner (hence the
+    supervisors) or the agent (hence its posix_spawned srun tasks)."""
+    r, w = os.pipe()
+    os.set_inheritable(w, True)
+    code = ("import json, os\n"
+            "from corral.agent.spawner import Spawner\n"
+            f"inherited = os.path.exists('/proc/self/fd/{w}')\n"
+            "s = Spawner.start()\n"
+            "print(json.dumps([inherited, s.sock.fileno(), os.listdir('/proc/self/fd'),\n"
+            "                  os.listdir(f'/proc/{s.pid}/fd')]))\n"
+            "s.close()\n")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], pass_fds=(w,), capture_output=True,
+                             text=True, timeout=30)
+    finally:
+        os.close(r)
+        os.close(w)
+    assert out.returncode == 0, out.stderr
+    inherited, sock, agent_fds, spawner_fds = json.loads(out.stdout)
+    assert inherited  # the test hands one down
+    assert str(w) not in agent_fds and str(w) not in spawner_fds
+    # the agent keeps stdio, its end of the spawner's socket and the listing's own fd
+    assert len(set(agent_fds) - {"0", "1", "2", str(sock)}) <= 1
+
+
+def test_batch_step_gets_the_submitters_resource_limits(jobs: Jobs) -> None:
+    """SLURM_RLIMIT_* (as srun sends them) are set on the job's process by the shared launch
+    path (agent/launch.py) and taken out of its environment; a malformed one is ignored."""
+    pw = pwd.getpwuid(os.getuid())
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": pw.pw_dir,
+           "SLURM_RLIMIT_NOFILE": "321", "SLURM_RLIMIT_CORE": "0",
+           "SLURM_RLIMIT_STACK": "lots"}
+    d = jobs.start("ulimit -n; ulimit -c; env | grep -c SLURM_RLIMIT_ || true\n", env=env)
+    assert wait_status(d)["state"] == "COMPLETED"
+    assert read(d, "out") == "321\n0\n0\n"

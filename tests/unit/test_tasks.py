@@ -351,6 +351,126 @@ def test_output_files() -> None:
         assert col.exits(3) == {0: (1, 0)}
 
 
+def test_fifo_as_output_never_blocks_the_agent() -> None:
+    """srun -o FIFO: without a reader the task fails at once with Slurm's line (the open
+    does not wait in the agent's loop); with a reader the task's writes block normally."""
+    with tempfile.TemporaryDirectory() as d:
+        fifo = os.path.join(d, "fifo")
+        os.mkfifo(fifo)
+        got: list[bytes] = []
+
+        async def body(tm: TaskManager, col: Collector) -> None:
+            t0 = time.monotonic()
+            await tm.launch(launch_msg(["echo", "x"], stdout=fifo))
+            assert time.monotonic() - t0 < 2.0
+            await wait_idle(tm)
+            # a reader: output larger than a pipe holds arrives whole, writes were blocking
+            reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                await tm.launch(launch_msg(["head", "-c", "300000", "/dev/zero"], step_id=1,
+                                           stdout=fifo))
+                loop = asyncio.get_running_loop()
+                chunks: list[bytes] = []
+
+                def drain() -> None:
+                    try:
+                        chunks.append(os.read(reader, 65536))
+                    except BlockingIOError:
+                        pass
+                loop.add_reader(reader, drain)
+                await wait_idle(tm)
+                await wait_for(lambda: sum(map(len, chunks)) >= 300000)
+                loop.remove_reader(reader)
+                got.append(b"".join(chunks))
+            finally:
+                os.close(reader)
+
+        col = run(body)
+        assert col.output(0, "stderr", 0) == (
+            f"slurmstepd: error: Could not open stdout file {fifo}: "
+            f"No such device or address\n").encode()
+        assert col.exits(0) == {0: (1, 0)}
+        assert col.exits(1) == {0: (0, 0)} and got == [b"\0" * 300000]
+
+
+def test_fifo_as_input_without_writer_does_not_block() -> None:
+    with tempfile.TemporaryDirectory() as d:
+        fifo = os.path.join(d, "fifo")
+        os.mkfifo(fifo)
+
+        async def body(tm: TaskManager, col: Collector) -> None:
+            t0 = time.monotonic()
+            await tm.launch(launch_msg(["sh", "-c", "echo started"], stdin_path=fifo))
+            assert time.monotonic() - t0 < 2.0
+            await wait_idle(tm)
+
+        col = run(body)
+        assert col.output(0) == b"started\n" and col.exits() == {0: (0, 0)}
+
+
+def test_resource_limits_from_srun_are_set_on_each_task() -> None:
+    """SLURM_RLIMIT_* (srun's shell's soft limits) are set on the task while it waits at its
+    gate and are not left in its environment."""
+    async def body(tm: TaskManager, col: Collector) -> None:
+        env = {"PATH": PATH, "SLURM_RLIMIT_NOFILE": "123", "SLURM_RLIMIT_CORE": "0",
+               "SLURM_RLIMIT_FSIZE": "18446744073709551615", "SLURM_RLIMIT_CPU": "x"}
+        await tm.launch(launch_msg(["sh", "-c", "ulimit -n; ulimit -c; ulimit -f; "
+                                    "env | grep -c SLURM_RLIMIT_ || true"], 2, env=env))
+        await wait_idle(tm)
+
+    col = run(body)
+    for t in (0, 1):
+        assert col.output(t) == b"123\n0\nunlimited\n0\n"
+    assert col.exits() == {0: (0, 0), 1: (0, 0)}
+
+
+def test_task_prolog_and_epilog(monkeypatch: pytest.MonkeyPatch) -> None:
+    """srun --task-prolog runs just before each task with its environment and SLURM_TASK_PID;
+    its "export NAME=value" lines reach the task (and win over srun's); --task-epilog runs
+    just after each task ends, before its exit is reported; one that hangs is killed."""
+    with tempfile.TemporaryDirectory() as d:
+        os.chmod(d, 0o755)
+        prolog = os.path.join(d, "prolog")
+        epilog = os.path.join(d, "epilog")
+        with open(prolog, "w") as f:
+            f.write("#!/bin/sh\necho \"export FROM_PROLOG=rank$SLURM_PROCID\"\n"
+                    "echo 'export SHARED=prolog'\necho 'ignored line'\n"
+                    "echo \"prolog pid $SLURM_TASK_PID\" >&2\n")
+        with open(epilog, "w") as f:
+            f.write("#!/bin/sh\necho \"$SLURM_PROCID $SLURM_TASK_PID $SHARED\" "
+                    "> epilog-$SLURM_PROCID\n[ \"$SLURM_PROCID\" = 1 ] && exec sleep 60\n"
+                    "exit 0\n")
+        os.chmod(prolog, 0o755)
+        os.chmod(epilog, 0o755)
+        monkeypatch.setattr(tasks_mod, "EPILOG_TIMEOUT", 1.0)
+        seen: dict[int, bool] = {}
+
+        async def body(tm: TaskManager, col: Collector) -> None:
+            env = {"PATH": PATH, "SHARED": "srun"}
+            await tm.launch(launch_msg(
+                ["sh", "-c", "echo $FROM_PROLOG $SHARED $SLURM_TASK_PID"], 2, env=env, cwd=d,
+                task_prolog=prolog, task_epilog=epilog))
+
+            def exited() -> bool:
+                for t in col.exits():
+                    seen.setdefault(t, os.path.exists(os.path.join(d, f"epilog-{t}")))
+                return len(col.exits()) == 2
+            t0 = time.monotonic()
+            await wait_for(exited)
+            assert time.monotonic() - t0 < 5  # the hanging epilog was killed after 1 s
+            await wait_idle(tm)
+
+        col = run(body)
+        assert seen == {0: True, 1: True}  # each epilog ran before its task's exit was sent
+        for t in (0, 1):
+            words = col.output(t).decode().split()
+            assert words[:2] == [f"rank{t}", "prolog"], words
+            assert col.output(t, "stderr") == f"prolog pid {words[2]}\n".encode()
+            with open(os.path.join(d, f"epilog-{t}")) as f:
+                assert f.read() == f"{t} {words[2]} srun\n"
+        assert col.exits() == {0: (0, 0), 1: (0, 0)}
+
+
 def test_background_process_does_not_hold_the_step() -> None:
     async def body(tm: TaskManager, col: Collector) -> None:
         t0 = time.monotonic()
@@ -718,3 +838,41 @@ def test_another_users_tasks_join_the_job_group(other_user: pwd.struct_passwd,
         assert col.exits(5) == {0: (0, 0), 1: (0, 0)}, col.messages
     finally:
         remove_cluster_groups(root, cluster)
+
+
+@pytest.mark.parametrize("with_setpriv", [True, False])
+def test_task_prolog_and_epilog_run_as_the_user(other_user: pwd.struct_passwd,
+                                                with_setpriv: bool) -> None:
+    """The prolog and epilog are the user's programs: they run with the task owner's ids,
+    never root's (a root prolog could be made to write anywhere)."""
+    d = tempfile.mkdtemp()
+    os.chmod(d, 0o755)
+    work = os.path.join(d, "work")
+    os.mkdir(work)
+    os.chown(work, other_user.pw_uid, other_user.pw_gid)
+    prolog, epilog = os.path.join(d, "prolog"), os.path.join(d, "epilog")
+    with open(prolog, "w") as f:
+        f.write("#!/bin/sh\necho \"export PROLOG_UID=$(id -u)\"\n")
+    with open(epilog, "w") as f:
+        f.write("#!/bin/sh\nid -u > epilog.uid\n")
+    os.chmod(prolog, 0o755)
+    os.chmod(epilog, 0o755)
+    try:
+        async def body(tm: TaskManager, col: Collector) -> None:
+            if not with_setpriv:
+                tm._setpriv = None
+            await tm.launch(launch_msg(
+                ["sh", "-c", "echo $PROLOG_UID"], cwd=work, uid=other_user.pw_uid,
+                gid=other_user.pw_gid, user=other_user.pw_name,
+                task_prolog=prolog, task_epilog=epilog))
+            await wait_idle(tm)
+
+        col = run(body)
+        assert col.output(0) == f"{other_user.pw_uid}\n".encode()
+        assert col.exits() == {0: (0, 0)}
+        out = os.path.join(work, "epilog.uid")
+        with open(out) as f:
+            assert f.read() == f"{other_user.pw_uid}\n"
+        assert os.stat(out).st_uid == other_user.pw_uid
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

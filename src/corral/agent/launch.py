@@ -308,3 +308,60 @@ def bind_cpus(pid: int, cpus: list[int] | None) -> str | None:
     except OSError as e:
         return f"cannot bind to CPUs {cpus}: {e.strerror}"
     return None
+
+
+# ---- resource limits (PropagateResourceLimits) -----------------------------------------------
+
+# srun sends the submitting shell's soft limits as SLURM_RLIMIT_<NAME>=<value> ("U" first when
+# the user asked for that one with --propagate); slurmstepd sets them before the task runs
+# and takes the variables out of its environment.
+RLIMIT_NAMES = ("CPU", "FSIZE", "DATA", "STACK", "CORE", "RSS", "NPROC", "NOFILE", "MEMLOCK",
+                "AS")
+_RLIM_INFINITY_WIRE = (1 << 64) - 1
+
+
+def rlimits_from_env(env: dict[str, str]) -> tuple[dict[str, tuple[int, bool]], dict[str, str]]:
+    """({NAME: (soft limit, asked for explicitly)}, the environment without the variables).
+    A malformed value is dropped (the limit stays the node's)."""
+    import resource
+
+    limits: dict[str, tuple[int, bool]] = {}
+    rest: dict[str, str] = {}
+    for k, v in env.items():
+        name = k[len("SLURM_RLIMIT_"):] if k.startswith("SLURM_RLIMIT_") else ""
+        if name not in RLIMIT_NAMES:
+            rest[k] = v
+            continue
+        explicit = v.startswith("U")
+        digits = v[1:] if explicit else v
+        if not digits.isdecimal() or not digits.isascii() or len(digits) > 20:
+            continue
+        value = int(digits)
+        limits[name] = (resource.RLIM_INFINITY if value >= _RLIM_INFINITY_WIRE else value,
+                        explicit)
+    return limits, rest
+
+
+def apply_rlimits(pid: int, limits: dict[str, tuple[int, bool]]) -> list[str]:
+    """Set each soft limit on `pid` (0: this process) as slurmstepd does: the hard limit is
+    raised to it where needed (root may); the lines to report for limits that could not be
+    set but were asked for explicitly (srun --propagate=NAME)."""
+    import resource
+
+    problems: list[str] = []
+    for name, (soft, explicit) in limits.items():
+        res = getattr(resource, f"RLIMIT_{name}", None)
+        if res is None:
+            continue
+        try:
+            _, hard = resource.prlimit(pid, res)
+            inf = resource.RLIM_INFINITY
+            if hard != inf and (soft == inf or soft > hard):
+                hard = soft
+            resource.prlimit(pid, res, (soft, hard))
+        except (OSError, ValueError) as e:
+            if explicit:
+                reason = e.strerror if isinstance(e, OSError) else str(e)
+                problems.append(f"Can't propagate RLIMIT_{name} of {soft} from submit host: "
+                                f"{reason}")
+    return problems

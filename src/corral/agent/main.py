@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import functools
 import json
 import logging
@@ -34,6 +33,7 @@ from corral.agent.remote import JoinError, RemoteController, fingerprint_mismatc
 from corral.agent.spawner import Spawner
 from corral.agent.tasks import TaskManager
 from corral.auth import join_token_path, parse_fingerprint
+from corral.model import messages
 
 log = logging.getLogger("corral.agent")
 
@@ -43,7 +43,6 @@ class Agent:
                  spawner: Spawner | None = None, remote: RemoteController | None = None) -> None:
         self.spawner = spawner
         self._outbox: asyncio.Queue[dict[str, Any]] | None = None
-        self.tasks = TaskManager(self._send)
         self.launching: dict[int, asyncio.Task[None]] = {}
         self.heartbeat = 10.0  # seconds; the controller sets it from SlurmdTimeout
         self.home = home
@@ -63,6 +62,8 @@ class Agent:
         self.cgroup_root = _cgroup_root()
         # one cgroup subtree per agent home: clusters side by side never share a job's group
         self.cgroup_cluster = cluster_group_name(home)
+        self.tasks = TaskManager(self._send, cgroup_root=self.cgroup_root,
+                                 cgroup_cluster=self.cgroup_cluster)
         self.cgroup_conf = CgroupConf.load(os.path.join(home, "cgroup.conf"))
         for note in self.cgroup_conf.notes:
             log.warning("%s", note)
@@ -185,9 +186,7 @@ class Agent:
                             if msg.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSED):
                                 break
                             continue
-                        data = json.loads(msg.data)
-                        for m in data.get("messages", [data]):
-                            self._handle(m)
+                        self._on_frame(msg.data)
                 finally:
                     hb.cancel()
                     sender.cancel()
@@ -214,40 +213,60 @@ class Agent:
         if self._outbox is not None:
             self._outbox.put_nowait(msg)
 
-    def _handle(self, m: dict[str, Any]) -> None:
-        mtype = m.get("type")
-        if mtype == "launch":
-            jid = int(m["launch"]["job_id"])
-            task = asyncio.get_running_loop().create_task(self.launch(m["launch"]))
+    def _on_frame(self, text: str) -> None:
+        """One WebSocket frame: a message, or a batch of them; a bad one is dropped alone."""
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            log.warning("ignored a controller frame that is not JSON: %r", text[:200])
+            return
+        if isinstance(data, dict) and data.get("type") == "batch":
+            try:
+                batch = messages.decode(data, messages.TO_AGENT)
+            except messages.MessageError as e:
+                log.warning("ignored %s", e)
+                return
+            assert isinstance(batch, messages.Batch)
+            for m in batch.messages:
+                self._handle(m)
+            return
+        self._handle(data)
+
+    def _handle(self, m: Any) -> None:
+        """Dispatch one controller message; a malformed one is logged and dropped, alone."""
+        try:
+            if self.tasks.handle(m):
+                return
+            msg = messages.decode(m, messages.TO_AGENT)
+        except messages.MessageError as e:
+            log.warning("ignored %s", e)
+            return
+        except Exception:  # a bug must not end the link to the controller
+            log.exception("ignored a controller message that could not be handled")
+            return
+        loop = asyncio.get_running_loop()
+        if isinstance(msg, messages.LaunchJob):
+            jid = int(msg.launch["job_id"])
+            task = loop.create_task(self.launch(msg.launch))
             self.launching[jid] = task
             task.add_done_callback(functools.partial(self._launched, jid))
-        elif mtype == "control":
-            asyncio.get_running_loop().create_task(self.control(int(m["job_id"]), m["control"]))
-        elif mtype == "launch_tasks":
-            asyncio.get_running_loop().create_task(self.tasks.launch(m))
-        elif mtype == "task_stdin":
-            self.tasks.stdin(int(m["job_id"]), int(m["step_id"]), base64.b64decode(m.get("data", "")))
-        elif mtype == "task_stdin_eof":
-            self.tasks.stdin(int(m["job_id"]), int(m["step_id"]), None)
-        elif mtype == "signal_tasks":
-            self.tasks.signal(int(m["job_id"]), int(m["step_id"]), int(m["signal"]))
-        elif mtype == "kill_tasks":
-            asyncio.get_running_loop().create_task(self.tasks.kill(int(m["job_id"]), int(m["step_id"])))
-        elif mtype == "resize_tasks":
-            self.tasks.resize(int(m["job_id"]), int(m["step_id"]), int(m["rows"]), int(m["cols"]))
-        elif mtype == "ack":
-            self._forget(int(m["job_id"]))
-        elif mtype == "reconnect":
+        elif isinstance(msg, messages.Control):
+            loop.create_task(self.control(msg.job_id, msg.control))
+        elif isinstance(msg, messages.Ack):
+            self._forget(msg.job_id)
+        elif isinstance(msg, messages.Reconnect):
             # the controller gave this link up (it heard nothing for SlurmdTimeout)
-            log.warning("the controller asks for a new connection (%s)", m.get("reason"))
+            log.warning("the controller asks for a new connection (%s)", msg.reason)
             if self.ws is not None:
-                asyncio.get_running_loop().create_task(self.ws.close())
-        elif mtype == "registered":
-            self.heartbeat = float(m.get("heartbeat") or self.heartbeat)
-            self.cluster_config = dict(m.get("config") or {})
+                loop.create_task(self.ws.close())
+        elif isinstance(msg, messages.Registered):
+            self.heartbeat = msg.heartbeat
+            self.cluster_config = dict(msg.config)
             self._registered.set()
-            for jid in m.get("ack", []):
-                self._forget(int(jid))
+            for jid in msg.ack:
+                self._forget(jid)
+        else:
+            log.warning("ignored a %s message not meant for an agent", msg.TYPE)
 
     def _launched(self, job_id: int, _task: asyncio.Task[None]) -> None:
         self.launching.pop(job_id, None)
@@ -352,11 +371,12 @@ class Agent:
             except OSError:
                 return
             try:
-                msg = json.loads(data)
-                if msg.get("event") == "exited":
-                    self._report(int(msg["job_id"]))
-            except (ValueError, TypeError, AttributeError, KeyError):
-                log.warning("ignored a bad notification %r", data[:200])
+                msg = messages.decode(data, messages.TO_AGENT_FROM_STEPD)
+            except messages.MessageError as e:
+                log.warning("ignored a bad notification %r: %s", data[:200], e)
+                continue
+            if isinstance(msg, messages.StepdExited):
+                self._report(msg.job_id)
 
     def _report(self, job_id: int) -> None:
         if job_id in self.reported or self.ws is None:

@@ -39,6 +39,26 @@ def _serve(sock: socket.socket) -> NoReturn:
             os._exit(0)
 
 
+def close_inherited_fds() -> None:
+    """Close every descriptor above stderr that this process inherited.
+
+    The agent starts srun tasks with posix_spawn, which passes on any descriptor not marked
+    close-on-exec, and step supervisors are forked from here: a descriptor left open by
+    whatever started the agent (a shell, a service manager, a test harness) would reach
+    every job of every user."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        os.closerange(3, 65536)
+        return
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the listing's own descriptor, already closed
+
+
 class Spawner:
     def __init__(self, sock: socket.socket, pid: int) -> None:
         self.sock = sock
@@ -47,6 +67,9 @@ class Spawner:
 
     @classmethod
     def start(cls) -> Spawner:
+        """Fork the spawner; called first thing by `python -m corral.agent`, so the agent
+        and the spawner drop the descriptors they inherited before opening their own."""
+        close_inherited_fds()
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:

@@ -42,7 +42,9 @@ import sys
 import time
 from typing import Any, NoReturn
 
+from corral.agent import launch as launch_mod
 from corral.agent.cgroup import CgroupError, StepCgroup
+from corral.model import messages
 
 LAUNCH_FILE = "launch.json"
 STATUS_FILE = "status.json"
@@ -659,20 +661,21 @@ class Supervisor:
             parent.close()
             child.close()
 
-    def _become_owner(self) -> None:
-        """Switch this (forked) process to the job's user and groups; OSError if impossible."""
+    def _identity(self) -> launch_mod.Identity:
+        """Who the job runs as: `launch.task_identity()`, as for srun tasks."""
         launch = self.launch
-        uid = int(launch["uid"])
-        gid = int(launch.get("gid", os.getgid()))
-        groups = launch.get("groups")
-        if groups is None:
-            try:
-                groups = os.getgrouplist(str(launch.get("user") or uid), gid)
-            except OSError:
-                groups = [gid]
-        os.setgroups([int(g) for g in groups])
-        os.setgid(gid)
-        os.setuid(uid)
+        return launch_mod.task_identity(int(launch.get("uid", os.getuid())),
+                                        int(launch.get("gid", os.getgid())),
+                                        str(launch.get("user") or ""), None)
+
+    def _become_owner(self, ident: launch_mod.Identity | None = None) -> None:
+        """Switch this (forked) process to the job's user and groups; OSError if impossible.
+        The launch description's `groups`, when given, replace the user's own."""
+        ident = ident or self._identity()
+        groups = self.launch.get("groups")
+        os.setgroups([int(g) for g in (ident.groups if groups is None else groups)])
+        os.setgid(ident.gid)
+        os.setuid(ident.uid)
         _set_not_dumpable()
 
     # -- set-up -------------------------------------------------------------------------
@@ -793,16 +796,22 @@ class Supervisor:
                 self.cgroup.add_self()
             except CgroupError as e:
                 self.note(f"job not confined: {e}")
-        cpus = launch.get("cpus")
-        if cpus:
-            try:
-                os.sched_setaffinity(0, cpus)
-            except OSError as e:
-                self.note(f"cannot bind to CPUs {cpus}: {e.strerror}")
+        # the same launch pieces as an srun task's (agent/launch.py): CPUs, then identity
+        problem = launch_mod.bind_cpus(0, launch.get("cpus") or None)
+        if problem:
+            self.note(problem)
+        # the submitter's resource limits (SLURM_RLIMIT_*), set while still root
+        rlimits, env = launch_mod.rlimits_from_env(
+            {str(k): str(v) for k, v in (launch.get("env") or {}).items()})
+        for problem in launch_mod.apply_rlimits(0, rlimits):
+            self.note(problem)
         uid = int(launch.get("uid", os.getuid()))
-        if os.geteuid() == 0 and uid != os.geteuid():
+        ident = self._identity()
+        if ident.error:
+            fail("identity", 0, ident.error, 1)
+        if ident.switch:
             try:
-                self._become_owner()
+                self._become_owner(ident)
             except OSError as e:
                 fail("identity", e.errno or 0, f"cannot become uid {uid}: {e.strerror}", 1)
         umask = launch.get("umask")
@@ -829,7 +838,6 @@ class Supervisor:
                 fail("chdir", e.errno or 0, f"couldn't chdir to {work_dir}", 1)
         script = launch["script"]
         argv = [script, *[str(a) for a in launch.get("argv") or []]]
-        env = {str(k): str(v) for k, v in (launch.get("env") or {}).items()}
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         try:
             os.execve(script, argv, env)
@@ -954,7 +962,8 @@ class Supervisor:
             self.note(f"job did not start: {self.exec_error.get('message')}")
         elif not self.started_sent:
             self.started_sent = True
-            self._notify({"event": "started", "pid": self.job_pid})
+            self._notify(messages.StepdStarted(job_id=self._job_id(), step=self._step_name(),
+                                               pid=self.job_pid))
 
     def _read_control(self) -> None:
         assert self.ctl is not None
@@ -964,34 +973,31 @@ class Supervisor:
             except (BlockingIOError, InterruptedError):
                 return
             try:
-                message = json.loads(data)
-                self._handle(message)
-            except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
+                self._handle(messages.decode(data, messages.TO_STEPD))
+            except messages.MessageError as e:
                 self.note(f"bad control message {data[:200]!r}: {e}")
+            except OSError as e:
+                self.note(f"control message {data[:200]!r} failed: {e}")
 
-    def _handle(self, message: dict[str, Any]) -> None:
-        op = message["op"]
-        if op == "cancel":
+    def _handle(self, message: messages.Message) -> None:
+        if isinstance(message, messages.CancelOp):
             self._terminate("CANCELLED")
-        elif op == "requeue":
+        elif isinstance(message, messages.RequeueOp):
             self._terminate("REQUEUED")
-        elif op == "signal":
-            sig = int(message["signal"])
-            if message.get("batch_only"):
-                self._signal_batch(sig)
+        elif isinstance(message, messages.SignalOp):
+            if message.batch_only:
+                self._signal_batch(message.signal)
             else:
-                self._signal_all(sig)
-        elif op == "suspend":
+                self._signal_all(message.signal)
+        elif isinstance(message, messages.SuspendOp):
             self._suspend()
-        elif op == "resume":
+        elif isinstance(message, messages.ResumeOp):
             self._resume()
-        elif op == "time_limit":
-            self.time_limit = float(message["seconds"])
+        elif isinstance(message, messages.TimeLimitOp):
+            self.time_limit = message.seconds
             if self.warn_signal and self.warn_sent:
                 # A longer limit re-arms the warning signal (as Slurm does on extension).
                 self.warn_sent = self._elapsed() >= self.time_limit - self.warn_signal[1]
-        else:
-            self.note(f"unknown control op {op!r}")
 
     # -- time ---------------------------------------------------------------------------
     def _elapsed(self) -> float:
@@ -1216,8 +1222,9 @@ class Supervisor:
             os.close(self.out_fd)
             self.out_fd = None
         write_atomic(self.dir_fd, STATUS_FILE, (json.dumps(status) + "\n").encode(), 0o600)
-        self._notify({"event": "exited", **{k: status[k] for k in
-                                            ("state", "exit_code", "signal")}})
+        self._notify(messages.StepdExited(job_id=self._job_id(), step=self._step_name(),
+                                          state=status["state"], exit_code=status["exit_code"],
+                                          signal=status["signal"]))
         if self.cgroup is not None and not self.cgroup.remove():
             self.note("could not remove the step's cgroup")
 
@@ -1230,18 +1237,23 @@ class Supervisor:
             except OSError:
                 pass
 
-    def _notify(self, event: dict[str, Any]) -> None:
+    def _job_id(self) -> int:
+        jid = self.launch.get("job_id")
+        return jid if type(jid) is int and jid >= 0 else 0
+
+    def _step_name(self) -> str:
+        return str(self.launch.get("step", "batch"))
+
+    def _notify(self, event: messages.StepdStarted | messages.StepdExited) -> None:
         path = self.launch.get("notify_socket")
         if not path:
             return
-        message = {"job_id": self.launch.get("job_id"), "step": self.launch.get("step", "batch"),
-                   **event}
         try:
             with _socket_address(path) as address:
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
                 try:
                     sock.setblocking(False)
-                    sock.sendto(json.dumps(message).encode(), address)
+                    sock.sendto(messages.encode(event).encode(), address)
                 finally:
                     sock.close()
         except OSError as e:

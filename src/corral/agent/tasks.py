@@ -64,16 +64,19 @@ EARLY_STEPS = 64
 EARLY_TTL = 60.0
 ENDED_MEMORY = 256
 POLL_INTERVAL = 0.02  # child polling where pidfd_open is missing (Linux < 5.3)
+EPILOG_TIMEOUT = 5.0  # srun --task-epilog: "killed if it does not end within a few seconds"
 GROUP_REMOVE_TRIES = 20  # a step group still busy at the step's end: retried every 0.5 s
-_UNSET: Any = object()
 
-# $0: env(1); $1: umask or ""; $2: working directory; $3: the gate's fd or ""; then
-# NAME=VALUE... CMD ARGS...  The gate holds the task until the agent has put it in its cgroup
+# $0: env(1); $1: umask or ""; $2: working directory; $3: the gate's fd or ""; $4: the task
+# prolog or ""; $5: the number K of NAME=VALUE pairs; then NAME=VALUE... CMD ARGS...
+# srun --task-prolog runs as the user with the task's environment and SLURM_TASK_PID, just
+# before the task; its "export NAME=value" lines are added to the task's environment (placed
+# after the K pairs, so they win; POSIX sh has no arrays: the list is rebuilt in place).  The gate holds the task until the agent has put it in its cgroup
 # and bound its CPUs (posix_spawn runs no code of ours in the child): one byte, then EOF.
 # dash names fds 0-9 only: on the setpriv-less subprocess path the gate keeps its own number
 # and is read through /proc (and stays open, an empty pipe, in that rare fallback).
 _WRAPPER = (
-    'u=$1 d=$2 g=$3; shift 3; '
+    'u=$1 d=$2 g=$3 p=$4 k=$5; shift 5; '
     'if [ -z "$g" ]; then :; elif [ "$g" -lt 10 ]; then eval "read -r g <&$g; exec $g<&-" '
     '|| exit 1; else read -r g <"/proc/self/fd/$g" || exit 1; fi; '
     '[ -z "$u" ] || umask "$u"; '
@@ -85,6 +88,15 @@ _WRAPPER = (
     '"$d" "$e" >&2; '
     "cd /tmp || { echo \"slurmstepd: error: couldn't chdir to /tmp either. dying.\" >&2; "
     'exit 1; }; fi; '
+    'if [ -n "$p" ]; then '
+    'o=$(n=$#; for a do set -- "$@" "$a"; done; shift $n; i=0; for a do '
+    '[ $i -lt $k ] && set -- "$@" "$a"; i=$((i+1)); done; shift $n; '
+    'exec "$0" -i SLURM_TASK_PID=$$ "$@" "$p" </dev/null); '
+    'n=$#; i=0; for a do [ $i -lt $k ] && set -- "$@" "$a"; i=$((i+1)); done; '
+    'while IFS= read -r l; do case $l in "export "*=*) set -- "$@" "${l#export }";; esac; '
+    'done <<E\n$o\nE\n'
+    'i=0; for a do [ $i -ge $k ] && [ $i -lt $n ] && set -- "$@" "$a"; i=$((i+1)); done; '
+    'shift $n; fi; '
     'exec "$0" -i SLURM_TASK_PID=$$ "$@"'
 )
 
@@ -183,6 +195,9 @@ class _Task:
     stderr_file: int | None = None  # where pre-exec errors go when stderr is a file
     reported: bool = False
     cpus: list[int] | None = None  # CPUs it is bound to
+    rlimits: dict[str, tuple[int, bool]] = field(default_factory=dict)  # srun's shell's
+    env: dict[str, str] = field(default_factory=dict)  # what it was started with
+    epilog: str = ""  # "": none to run, "running", "done"
 
 
 @dataclass
@@ -200,6 +215,10 @@ class _Step:
     group_checked: bool = False
     cpus: list[int] | None = None  # the step's CPUs on this node (None: not bound)
     paused: bool = False  # output flow control: the client is behind, pipes are not read
+    task_prolog: str = ""  # srun --task-prolog / --task-epilog: run as the user per task
+    task_epilog: str = ""
+    ident: _Identity | None = None
+    cwd: str = "/tmp"
 
 
 @dataclass
@@ -216,11 +235,11 @@ class _Early:
 
 class TaskManager:
     def __init__(self, send: Callable[[dict[str, Any]], None], *, kill_wait: float = 30.0,
-                 cgroup_root: str | None = _UNSET, cgroup_cluster: str = "") -> None:
+                 cgroup_root: str | None = None, cgroup_cluster: str = "") -> None:
         self.send = send
         self.kill_wait = kill_wait
-        self._cgroup_arg: tuple[str | None, str] | None = (
-            None if cgroup_root is _UNSET else (cgroup_root, cgroup_cluster))
+        # cgroup_root None: no cgroups (process groups only), as in unit tests
+        self._cgroup_arg: tuple[str | None, str] = (cgroup_root, cgroup_cluster)
         self._steps: dict[tuple[int, int], _Step] = {}
         self._early: dict[tuple[int, int], _Early] = {}
         self._ended: dict[tuple[int, int], None] = {}  # recent steps: late requests are dropped
@@ -289,6 +308,8 @@ class TaskManager:
         if early is not None and early.cancelled:
             step.killing = True
         ident = self._identity(msg)
+        step.ident, step.cwd = ident, msg.cwd or "/tmp"
+        step.task_prolog, step.task_epilog = msg.task_prolog or "", msg.task_epilog or ""
         if not step.group_checked and specs and ident.error is None:
             self._join_job_group(step, msg, specs)
         cwd = msg.cwd or "/tmp"
@@ -438,14 +459,6 @@ class TaskManager:
 
     # ---- the job's cgroup and CPUs -------------------------------------------------
     def _cgroup_config(self) -> tuple[str | None, str]:
-        if self._cgroup_arg is None:
-            # Not given: the agent that owns `send` knows them (it sets them after making
-            # this manager); see docs/STEPS.md on how agent/main.py should pass them.
-            owner = getattr(self.send, "__self__", None)
-            root = getattr(owner, "cgroup_root", None)
-            cluster = getattr(owner, "cgroup_cluster", "")
-            return (root if isinstance(root, str) else None,
-                    cluster if isinstance(cluster, str) else "")
         return self._cgroup_arg
 
     def _join_job_group(self, step: _Step, msg: m.LaunchTasks,
@@ -480,6 +493,8 @@ class TaskManager:
         err = launch_mod.bind_cpus(task.pid, task.cpus)
         if err:
             log.warning("step %d.%d task %d: %s", step.job_id, step.step_id, task.task_id, err)
+        for problem in launch_mod.apply_rlimits(task.pid, task.rlimits):
+            self._error_output(step, task, f"slurmstepd: error: {problem}\n")
 
     def _release_group(self, step: _Step, tries: int = GROUP_REMOVE_TRIES) -> None:
         group = step.group
@@ -511,16 +526,22 @@ class TaskManager:
         except OSError as e:  # cannot take the user's rights: refuse rather than open as root
             return {path: e for path in paths}
         append = msg.open_mode == "append"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
+        # O_NONBLOCK for the open only: a FIFO without a reader fails at once (ENXIO) instead
+        # of blocking the agent's event loop; cleared after, so the task's writes block
+        flags = (os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
+                 | (os.O_APPEND if append else os.O_TRUNC))
         umask = _umask_of(specs[0].env)
         old_umask = os.umask(umask) if umask is not None else None
         try:
             with _as_user(ident):
                 for path in paths:
                     try:
-                        files[path] = os.open(path, flags, 0o600)  # private to the owner, as batch output
+                        fd = os.open(path, flags, 0o600)  # private to the owner, as batch output
                     except OSError as e:
                         files[path] = e
+                        continue
+                    os.set_blocking(fd, True)
+                    files[path] = fd
         finally:
             if old_umask is not None:
                 os.umask(old_umask)
@@ -532,8 +553,9 @@ class TaskManager:
                stdin_mode: str, files: dict[str, int | OSError], pty_slave: int | None,
                resolved: dict[tuple[str, str, str], tuple[str, None] | tuple[None, _TaskFailure]],
                ) -> None:
-        env = {k: v for k, v in spec.env.items()
-               if k != "SLURM_TASK_PID" and k and "=" not in k}
+        # the submitting shell's limits (SLURM_RLIMIT_*), set while the task waits at its gate
+        task.rlimits, env = launch_mod.rlimits_from_env(
+            {k: v for k, v in spec.env.items() if k != "SLURM_TASK_PID" and k and "=" not in k})
         child_fds: list[int] = []  # our copies of the child's ends, closed after the spawn
         gate_w: int | None = None
         try:
@@ -578,13 +600,16 @@ class TaskManager:
                 if in_path:
                     try:
                         with _as_user(ident):
-                            fd = os.open(str(in_path), os.O_RDONLY | os.O_CLOEXEC)
+                            # a FIFO without a writer would block the open: not here
+                            fd = os.open(str(in_path),
+                                         os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+                            os.set_blocking(fd, True)
                     except OSError as e:
                         raise _TaskFailure(f"slurmstepd: error: Could not open stdin file "
                                            f"{in_path}: {_strerror(e.errno or 0)}\n", 1) from None
                     child_fds.append(fd)
                     stdio.append(("fd", fd))
-                elif (stdin_mode == "all" or (stdin_mode == "0" and task.task_id == 0)) \
+                elif (stdin_mode == "all" or stdin_mode == str(task.task_id)) \
                         and step.pty_master is None:
                     r, w = os.pipe()
                     child_fds.append(r)
@@ -605,7 +630,7 @@ class TaskManager:
                         if not step.paused:
                             loop.add_reader(r, self._on_output, step, task, r)
             gate = ""
-            if step.group is not None or task.cpus:
+            if step.group is not None or task.cpus or task.rlimits:
                 gate_r, gate_w = os.pipe()
                 child_fds.append(gate_r)
                 stdio.append(("fd", gate_r))
@@ -616,9 +641,11 @@ class TaskManager:
                     gate = str(gate_r)
                     os.fchown(gate_r, ident.uid, ident.gid)
             umask = _umask_of(env)
+            task.env = env
             pairs = [f"{k}={v}" for k, v in env.items()]
             cmd = [self._shell, "-c", _WRAPPER, self._env,
-                   "" if umask is None else f"{umask:04o}", cwd, gate, *pairs, program,
+                   "" if umask is None else f"{umask:04o}", cwd, gate, step.task_prolog,
+                   str(len(pairs)), *pairs, program,
                    *argv[1:]]
             self._spawn(task, ident, cmd, stdio, pty_slave is not None)
             if gate_w is not None:
@@ -803,6 +830,11 @@ class TaskManager:
         return True
 
     def _check_task(self, step: _Step, task: _Task) -> None:
+        if task.status is not None and not task.streams and not task.reported \
+                and step.task_epilog and task.pid is not None and task.epilog != "done":
+            if not task.epilog:
+                self._run_epilog(step, task)
+            return  # reported once the epilog has ended
         if task.status is not None and not task.streams and not task.reported:
             task.reported = True
             if task.input is not None:
@@ -837,6 +869,57 @@ class TaskManager:
                 del self._ended[next(iter(self._ended))]
         self._release_group(step)
         step.done.set()
+
+    def _run_epilog(self, step: _Step, task: _Task) -> None:
+        """srun --task-epilog: as the user, with the task's environment and SLURM_TASK_PID,
+        just after the task ended; killed with what it started after EPILOG_TIMEOUT."""
+        task.epilog = "running"
+        ident = step.ident
+        ep = _Task(task.task_id, task.local_id)
+        if ident is None or ident.error:
+            task.epilog = "done"
+            self._check_task(step, task)
+            return
+        env = dict(task.env)
+        umask = _umask_of(env)
+        pairs = [f"{k}={v}" for k, v in env.items()] + [f"SLURM_TASK_PID={task.pid}"]
+        cmd = [self._shell, "-c", _WRAPPER, self._env, "" if umask is None else f"{umask:04o}",
+               step.cwd, "", "", str(len(pairs)), *pairs, step.task_epilog]
+        null_out = ("open", os.devnull, os.O_WRONLY)
+        try:
+            self._spawn(ep, ident, cmd, [("open", os.devnull, os.O_RDONLY), null_out, null_out],
+                        False)
+        except OSError as e:
+            log.warning("step %d.%d task %d: task epilog not started: %s", step.job_id,
+                        step.step_id, task.task_id, e)
+            task.epilog = "done"
+            self._check_task(step, task)
+            return
+        deadline = asyncio.get_running_loop().time() + EPILOG_TIMEOUT
+        self._poll_epilog(step, task, ep, deadline)
+
+    def _poll_epilog(self, step: _Step, task: _Task, ep: _Task, deadline: float) -> None:
+        assert ep.pid is not None
+        loop = asyncio.get_running_loop()
+        try:
+            done = os.waitpid(ep.pid, os.WNOHANG)[0] != 0
+        except ChildProcessError:
+            done = True
+        if not done and loop.time() >= deadline:
+            log.warning("step %d.%d task %d: task epilog still running after %.0f s: killed",
+                        step.job_id, step.step_id, task.task_id, EPILOG_TIMEOUT)
+            with contextlib.suppress(OSError):
+                os.killpg(ep.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(ep.pid, 0)
+            done = True
+        if not done:
+            loop.call_later(POLL_INTERVAL * 2, self._poll_epilog, step, task, ep, deadline)
+            return
+        if ep.popen is not None:
+            ep.popen.returncode = 0  # reaped here
+        task.epilog = "done"
+        self._check_task(step, task)
 
     def _end_processes(self, step: _Step) -> None:
         """Every task's process ended: kill what they left behind, as slurmstepd does at

@@ -21,7 +21,9 @@ from corral.cli import client
 from corral.cli.options import (
     ALLOC_NO_EFFECT,
     ALLOC_UNSUPPORTED,
+    CHECKED_NO_EFFECT,
     EXIT_ERROR,
+    IMMEDIATE_HELD,
     NO_ARG,
     OPTIONAL_ARG,
     CliExit,
@@ -34,11 +36,14 @@ from corral.cli.options import (
     export_environment,
     fail,
     gpu_request,
+    hetjob_refusal,
     node_list,
     node_task_counts,
+    option_error,
     option_table,
     parse_alloc_value,
     parse_int,
+    spec_problem,
 )
 from corral.model import messages as m
 
@@ -56,7 +61,7 @@ STEPS_RESOURCE = "/v1/steps/ws"
 
 # srun's own options (the rest are allocation options, shared with salloc).
 _FLAGS = frozenset({"label", "pty", "overlap", "unbuffered", "disable-status",
-                    "quit-on-interrupt"})
+                    "quit-on-interrupt", "hold"})
 
 # SLURM_* input variables srun reads (Slurm 22.05's env_vars[]), lowest priority first:
 # the command line overrides them.
@@ -149,14 +154,22 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
         if key == "quiet":
             req.quiet += 1
             return
-        if key in ALLOC_UNSUPPORTED and key != "multi-prog":
+        if key in ALLOC_UNSUPPORTED and key not in ("multi-prog", "no-allocate"):
             fail(PROG, f"--{name} is not supported by Corral")
         if key in _FLAGS:
             value: Any = True
         elif key == "gpu-bind":
             value = _gpu_bind(arg or "")
-        elif key == "multi-prog":
+        elif key in ("multi-prog", "no-allocate"):
             value = True
+        elif key == "propagate":
+            value = _propagate(arg)
+        elif key == "overcommit":
+            value = True
+        elif key in ("task-prolog", "task-epilog"):
+            # run by the agent on the node (slurmstepd's role): a path as given, relative
+            # ones from the task's working directory
+            value = arg or ""
         elif key in ALLOC_NO_EFFECT and key not in ("wait-srun",):
             req.ignored.append(name)
             return
@@ -176,8 +189,10 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
             value = arg or ""
         else:
             value = parse_alloc_value(key, arg, req.v, now, cwd)
+            if key in CHECKED_NO_EFFECT:  # checked as Slurm checks it, then ignored
+                req.ignored.append(name)
     except OptionValueError as e:
-        fail(PROG, e.message, e.code)
+        raise option_error(PROG, e) from None
     req.v[key] = value
     req.src[key] = source
 
@@ -238,8 +253,8 @@ def parse_srun(argv: list[str], env: dict[str, str], cwd: str, now: float, *,
     for option, arg in found:
         _set(req, option, arg, "cli", now, cwd)
     operands = argv[index:]
-    if operands and operands[0] == ":":
-        fail(PROG, "heterogeneous steps (\":\" between components) are not supported by Corral")
+    if ":" in operands:  # srun splits its arguments at every ":" into het job components
+        raise hetjob_refusal(PROG, "Unable to allocate resources")
     if not operands:
         fail(PROG, "No command given to execute.")
     req.argv = operands
@@ -265,6 +280,13 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
                                 "disregarding --pty option")
         req.pty = False
     req.job_id = v.get("jobid")
+    no_alloc = bool(v.get("no-allocate"))
+    if no_alloc:  # srun -Z: no job at all, on the named nodes (operators only)
+        if not v.get("nodelist"):
+            fail(PROG, "must specify a node list with -Z, --no-allocate.")
+        if v.get("exclude"):
+            fail(PROG, "can not specify --exclude list with -Z, --no-allocate.")
+        req.job_id = None
     if req.job_id is not None and env.get("SLURM_JOB_NODELIST"):
         req.alloc_info = (env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or "1",
                           env["SLURM_JOB_NODELIST"], env.get("SLURM_JOB_CPUS_PER_NODE", "1"))
@@ -292,11 +314,16 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
     step_env = export_environment(str(v.get("export", "ALL")), env)
     if "cpus-per-task" in v:  # the tasks see -c (Slurm's srun sets it when -c is given)
         step_env["SLURM_CPUS_PER_TASK"] = str(v["cpus-per-task"])
+    step_env.update(rlimit_environment(v.get("propagate")))
     # the tasks' umask: the submitting shell's, unless the allocation set one (Slurm's srun
     # sets SLURM_UMASK only where it is not set yet)
     step_env["SLURM_UMASK"] = env.get("SLURM_UMASK") or \
         f"0{umask >> 6 & 7}{umask >> 3 & 7}{umask & 7}"
     stdin_mode, input_path = _stdin_mode(str(v.get("input", "all")), req.pty)
+    # the command line's --mem or --mem-per-cpu beats either from the environment
+    mem_keys = [k for k in ("mem", "mem-per-cpu") if k in v]
+    mem_key = next((k for k in mem_keys if req.src.get(k) == "cli"), None) or \
+        (mem_keys[0] if mem_keys else None)
     time_limit = v.get("time")
     per_node_gpus: int | None = None
     if "gres" in v or "gpus-per-node" in v:
@@ -320,6 +347,13 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         "nodelist": req_nodes,
         "exclude": exc_nodes,
         "overlap": bool(v.get("overlap")),
+        "overcommit": bool(v.get("overcommit")),
+        "no_allocate": no_alloc,
+        # the step's memory (--mem, --mem-per-cpu, or the allocation's SLURM_MEM_PER_*)
+        "mem_per_node": v["mem"] if mem_key == "mem" else None,
+        "mem_per_cpu": v["mem-per-cpu"] if mem_key == "mem-per-cpu" else None,
+        "task_prolog": v.get("task-prolog") or None,
+        "task_epilog": v.get("task-epilog") or None,
         "pty": req.pty,
         "window": {"rows": window[0], "cols": window[1]} if req.pty and window else None,
         "stdin": stdin_mode,
@@ -332,7 +366,7 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         "open_mode": "append" if str(v.get("open-mode") or env.get("SLURM_OPEN_MODE", "t"))
         .startswith("a") else "truncate",
     }
-    if req.job_id is None:
+    if req.job_id is None and not no_alloc:
         if "job-name" in v:
             name = str(v["job-name"])
         else:
@@ -341,6 +375,18 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
             v, name=name, cwd=cwd, submit_line=" ".join([PROG, *argv]), req_nodes=req_nodes,
             exc_nodes=exc_nodes, min_nodes=min_nodes, max_nodes=max_nodes, ntasks=ntasks,
             gpus=gpus)
+        if v.get("overcommit"):
+            # -O: "resources are allocated as if only one task per node is requested"
+            req.alloc["num_tasks"] = max(min_nodes, 1)
+            req.alloc["ntasks_per_node"] = None
+        problem = spec_problem(req.alloc)
+        if problem is not None:
+            first, error = problem
+            raise CliExit(EXIT_ERROR, (f"{PROG}: error: {first}\n" if first else "")
+                          + f"{PROG}: error: Unable to allocate resources: {error}\n")
+        if req.immediate is not None and v.get("hold"):
+            # slurmctld refuses at once: a held job never has the top priority
+            fail(PROG, f"Unable to allocate resources: {IMMEDIATE_HELD}")
         alloc_env = export_environment(str(v.get("export", "ALL")), env)
         alloc_env["SLURM_SUBMIT_DIR"] = cwd
         alloc_env["SLURM_SUBMIT_HOST"] = submit_host
@@ -349,6 +395,69 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
     if req.verbose:
         for name in dict.fromkeys(req.ignored):
             req.messages.append(f"{PROG}: --{name} has no effect under Corral")
+
+
+RLIMITS = ("CPU", "FSIZE", "DATA", "STACK", "CORE", "RSS", "NPROC", "NOFILE", "MEMLOCK", "AS")
+
+
+def _rlimit_names(text: str) -> set[str] | None:
+    """"ALL", "NONE" or a list of rlimit names (Slurm's parse_rlimits); None if bad."""
+    names = {n.strip().upper().removeprefix("RLIMIT_") for n in text.split(",")}
+    if names == {"ALL"}:
+        return set(RLIMITS)
+    if names == {"NONE"}:
+        return set()
+    return names if names <= set(RLIMITS) else None
+
+
+def _propagate(arg: str | None) -> str:
+    if arg is None or arg == "":
+        return "ALL"
+    if _rlimit_names(arg) is None:
+        fail(PROG, f"--propagate={arg} is not valid.")
+    return arg
+
+
+def _configured_propagation() -> set[str]:
+    """PropagateResourceLimits / PropagateResourceLimitsExcept of slurm.conf (default ALL)."""
+    from corral import paths
+
+    chosen, excluded = set(RLIMITS), set()
+    try:
+        with open(paths.config_path(), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, eq, value = line.split("#", 1)[0].partition("=")
+                key = key.strip().lower()
+                names = _rlimit_names(value.strip()) if eq else None
+                if names is None:
+                    continue
+                if key == "propagateresourcelimits":
+                    chosen = names
+                elif key == "propagateresourcelimitsexcept":
+                    excluded = names
+    except OSError:
+        pass
+    return chosen - excluded
+
+
+def rlimit_environment(propagate: str | None) -> dict[str, str]:
+    """SLURM_RLIMIT_<NAME> for the shell's soft limits to propagate to the tasks (as Slurm's
+    srun sends them; "U" first marks a limit the user asked for with --propagate)."""
+    import resource
+
+    explicit = propagate is not None
+    names = _rlimit_names(propagate) if propagate is not None else _configured_propagation()
+    out: dict[str, str] = {}
+    for name in RLIMITS:
+        if name not in (names or ()):
+            continue
+        res = getattr(resource, f"RLIMIT_{name}", None)
+        if res is None:
+            continue
+        soft = resource.getrlimit(res)[0]
+        value = (1 << 64) - 1 if soft == resource.RLIM_INFINITY else soft
+        out[f"SLURM_RLIMIT_{name}"] = f"{'U' if explicit else ''}{value}"
+    return out
 
 
 def _multi_prog(req: SrunRequest, cwd: str) -> str:
@@ -386,11 +495,8 @@ def _stdin_mode(mode: str, pty: bool) -> tuple[str, str | None]:
         return "all", None
     if low == "none":
         return "none", None
-    if mode.isdigit():
-        if int(mode) == 0:
-            return "0", None
-        fail(PROG, f"--input={mode} (stdin to one task other than 0) is not supported "
-                   "by Corral")
+    if mode.isdigit():  # that task reads srun's input, the others /dev/null (srun(1))
+        return str(int(mode)), None
     return "none", mode
 
 
@@ -1064,9 +1170,10 @@ def run_request(req: SrunRequest, *, stdin_fd: int = 0) -> int:
     from corral.cli.ws import ConnectionClosed, WebSocketError, connect
 
     try:
-        ws = connect(client.cli_socket_path(), STEPS_RESOURCE)
-    except (FileNotFoundError, ConnectionRefusedError):
-        sys.stderr.write(f"{PROG}: error: {client._not_running_message()}\n")
+        # a controller restarting: retried within the window, as every command does
+        ws = client.call_with_retry(lambda: connect(client.cli_socket_path(), STEPS_RESOURCE))
+    except client.NotRunning as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
         return 1
     except (OSError, WebSocketError) as e:
         sys.stderr.write(f"{PROG}: error: cannot reach the Corral controller: {e}\n")
@@ -1115,7 +1222,8 @@ Parallel run options:
   -e, --error=err             location of stderr redirection
       --export=env_vars|NONE  environment variables passed to launcher with
                               optional values or NONE (pass no variables)
-  -i, --input=in              location of stdin redirection
+  -i, --input=in              location of stdin redirection (a file, all,
+                              none, or the id of the one task that reads it)
   -I, --immediate[=secs]      exit if resources not available in "secs"
       --jobid=id              run under already allocated job
   -J, --job-name=jobname      name of job
@@ -1129,13 +1237,20 @@ Parallel run options:
       --ntasks-per-node=n     number of tasks to invoke on each node
   -N, --nodes=N               number of nodes on which to run (N = min[-max])
   -o, --output=out            location of stdout redirection
+  -O, --overcommit            overcommit resources: tasks share the CPUs of
+                              one task per node
       --overlap               Allow other steps to overlap this step
+      --task-epilog=program   run "program" after launching task
+      --task-prolog=program   run "program" before launching task
   -p, --partition=partition   partition requested
+      --propagate[=rlimits]   propagate all [or specific list of] rlimits
       --pty                   run task zero in pseudo terminal
   -Q, --quiet                 quiet mode (suppress informational messages)
   -t, --time=minutes          time limit
   -u, --unbuffered            do not line-buffer stdout/err
   -v, --verbose               verbose mode (multiple -v's increase verbosity)
+  -Z, --no-allocate           don't allocate nodes (must supply -w; operators
+                              only)
   -W, --wait=sec              seconds to wait after first task exits
                               before killing job
 
@@ -1164,8 +1279,11 @@ Help options:
 Other options:
   -V, --version               output version information and exit
 
-Accepted without effect under Corral: --cpu-bind, -m/--distribution, --mem-bind, --hint, -X/--disable-status, --exact, --whole and other placement and
-tuning options.  Other Slurm options are refused with an error.
+Accepted without effect under Corral (their values are checked as Slurm checks
+them): --cpu-bind, -m/--distribution, --mem-bind, --cpu-freq, --profile,
+--acctg-freq, --kill-on-invalid-dep, --hint, -X/--disable-status, --exact, --whole
+and other placement and tuning options.  Other Slurm options are refused with an
+error.
 """
 
 

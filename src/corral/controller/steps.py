@@ -28,7 +28,7 @@ from aiohttp import ClientConnectionResetError, WSMsgType, web
 from corral.controller.state import Controller, Identity, SlurmError, parse_signal_spec
 from corral.model import hostlists
 from corral.model import messages as m
-from corral.model.job import Job, JobState, Step
+from corral.model.job import Job, JobState, NodeAlloc, Step
 from corral.model.jobenv import (
     GpuBindError,
     allocation_environment,
@@ -45,6 +45,7 @@ log = logging.getLogger("corral.controller")
 OUTPUT_HIGH = 1 << 20  # queued output bytes of one client: ask its step's agents to pause
 OUTPUT_LOW = 256 << 10  # ... and to resume once the queue is this small again
 OUTPUT_HARD = 16 << 20  # beyond this (an agent that does not pause), output is dropped
+NO_ALLOC_JOB_ID = 4294967294  # srun -Z steps: no job (Slurm's NO_VAL job id)
 
 
 class Session:
@@ -99,6 +100,7 @@ class LiveStep:
     gpus: dict[str, list[int]]
     record: Step
     stdin: str = "0"
+    mem: dict[str, int] = field(default_factory=dict)  # MB of the job's memory it holds per node
     exits: dict[int, tuple[int, int]] = field(default_factory=dict)
     cancelled: bool = False
 
@@ -122,6 +124,7 @@ class StepManager:
         self.alloc_waiters: dict[int, asyncio.Future[str]] = {}
         self.alloc_sessions: dict[int, Send] = {}  # allocation job id -> its client
         self.step_freed: dict[int, asyncio.Event] = {}
+        self.no_alloc_steps = 0  # srun -Z steps started (their step ids)
         ctl.listeners.append(self._on_job_event)
 
     def _to_agents(self, step: LiveStep, msg: m.Message) -> None:
@@ -235,6 +238,9 @@ class StepManager:
 
     async def _start(self, msg: m.Start, who: Identity, send: Send, session: Session) -> None:
         try:
+            if msg.step is not None and msg.step.no_allocate:
+                self._run_without_allocation(msg.step, who, send, session)
+                return
             if msg.job_id is None:
                 job = await self._allocate(msg.alloc or {}, msg.alloc_env or {}, who, send,
                                            session)
@@ -303,7 +309,9 @@ class StepManager:
         return job
 
     # ---- steps ---------------------------------------------------------------
-    def _layout(self, job: Job, req: m.StepSpec) -> tuple[list[str], list[int], dict[str, int], dict[str, list[int]]]:
+    def _layout(self, job: Job, req: m.StepSpec,
+                mem: dict[str, int] | None = None,
+                ) -> tuple[list[str], list[int], dict[str, int], dict[str, list[int]]]:
         """Nodes, tasks per node, CPUs and GPUs per node for a step; SlurmError if impossible,
         None-like busy signalled by raising _Busy."""
         alloc = {a.node: a for a in job.alloc}
@@ -331,7 +339,6 @@ class StepManager:
         nnodes = int(nnodes)
         if nnodes < 1 or nnodes > len(nodes):
             raise SlurmError("Requested node configuration is not available")
-        nodes = nodes[:nnodes]
         if per_node:
             counts = [int(per_node)] * nnodes
             if ntasks:
@@ -350,19 +357,63 @@ class StepManager:
                 raise SlurmError("Requested node configuration is not available")
             base, extra = divmod(total, nnodes)
             counts = [base + (1 if i < extra else 0) for i in range(nnodes)]
+        used = self._cpus_in_use(job.job_id)
+        mem_used = self._mem_in_use(job.job_id)
+        # memory is a step resource when the job has some (Slurm's CR_*_Memory): --overlap
+        # steps hold none; --mem=0 none (bounded by the job's); otherwise --mem per node,
+        # --mem-per-cpu times the step's CPUs there, or by default all of the job's memory
+        has_mem = job.mem_per_node is not None or job.mem_per_cpu is not None
+
+        def need_of(count: int) -> int:
+            # -O/--overcommit: the step's CPUs are one task's per node, not one per task
+            return cpt if req.overcommit else count * cpt
+
+        def free(node: str) -> int:
+            return alloc[node].cpus - used.get(node, 0)
+
+        def mem_of(node: str, count: int) -> int:
+            if not has_mem or req.overlap:
+                return 0
+            if req.mem_per_node is not None:
+                return req.mem_per_node
+            if req.mem_per_cpu is not None:
+                return req.mem_per_cpu * need_of(count)
+            return alloc[node].mem_mb
+
+        def fits(node: str, count: int) -> bool:
+            return req.overlap or (need_of(count) <= free(node) and mem_of(node, count)
+                                   <= alloc[node].mem_mb - mem_used.get(node, 0))
+
+        if not req.nodelist and nnodes < len(nodes):
+            # Slurm's step layout: the first nodes of the allocation where the step's CPUs
+            # and memory are free now (steps running elsewhere do not hold it back)
+            fits_now = [n for n in nodes if fits(n, counts[0])]
+            if len(fits_now) >= nnodes:
+                nodes = fits_now[:nnodes]
+            else:
+                # not enough free now: wait for the nodes that could hold it at all
+                nodes = ([n for n in nodes if need_of(counts[0]) <= alloc[n].cpus]
+                         or nodes)[:nnodes]
+                if len(nodes) < nnodes:
+                    raise SlurmError("More processors requested than permitted")
+        else:
+            nodes = nodes[:nnodes]
         cpus: dict[str, int] = {}
         gpus: dict[str, list[int]] = {}
         busy = False
-        used = self._cpus_in_use(job.job_id)
         for node, count in zip(nodes, counts, strict=True):
             a = alloc[node]
-            need = count * cpt
+            need = need_of(count)
             if need > a.cpus:
                 raise SlurmError("More processors requested than permitted")
+            if mem_of(node, count) > a.mem_mb:
+                raise SlurmError("Memory required by task is not available")
             if not req.overlap:
-                if need > a.cpus - used.get(node, 0):
+                if not fits(node, count):
                     busy = True
                 cpus[node] = need
+                if mem is not None and has_mem:
+                    mem[node] = mem_of(node, count)
             gpt, gpn = req.gpus_per_task, req.gpus_per_node
             if gpn == 0:
                 gpus[node] = []
@@ -381,6 +432,14 @@ class StepManager:
             raise _Busy()
         return nodes, counts, cpus, gpus
 
+    def _mem_in_use(self, job_id: int) -> dict[str, int]:
+        used: dict[str, int] = {}
+        for (jid, _), st in self.live.items():
+            if jid == job_id:
+                for node, n in st.mem.items():
+                    used[node] = used.get(node, 0) + n
+        return used
+
     def _cpus_in_use(self, job_id: int) -> dict[str, int]:
         used: dict[str, int] = {}
         for (jid, _), st in self.live.items():
@@ -398,8 +457,9 @@ class StepManager:
         while True:
             if job.state != JobState.RUNNING:
                 raise SlurmError(f"Job {job.job_id} is no longer running")
+            mem: dict[str, int] = {}
             try:
-                nodes, counts, cpus, gpus = self._layout(job, req)
+                nodes, counts, cpus, gpus = self._layout(job, req, mem)
                 break
             except _Busy:
                 if not said_waiting:
@@ -421,12 +481,51 @@ class StepManager:
         job.steps.append(record)
         self.ctl.mark(job)
         step = LiveStep(job.job_id, step_id, send, nodes, counts, cpus, gpus, record,
-                        stdin=req.stdin)
+                        stdin=req.stdin, mem=mem)
         self.live[(job.job_id, step_id)] = step
         session.step = step
         send(m.StepStarted(job_id=job.job_id, step_id=step_id, nodes=nodes,
                            tasks_per_node=counts, ntasks=sum(counts)))
         self._launch(job, step, req)
+
+    def _run_without_allocation(self, req: m.StepSpec, who: Identity, send: Send,
+                                session: Session) -> None:
+        """srun -Z/--no-allocate: an operator runs tasks on the named nodes with no job and
+        no resources taken from anyone (Slurm's srun -Z; slurmd accepts the launch only from
+        root or SlurmUser, and refuses others' credentials)."""
+        step_id = self.no_alloc_steps
+        nodes = list(dict.fromkeys(req.nodelist))
+        if not who.operator:
+            node = nodes[0] if nodes else "?"
+            raise SlurmError(f"Task launch for StepId={NO_ALLOC_JOB_ID}.{step_id} failed on "
+                             f"node {node}: Invalid job credential")
+        unknown = [n for n in nodes if n not in self.ctl.nodes]
+        if not nodes or unknown:
+            raise SlurmError("Unable to create step: Invalid node name specified")
+        if not req.argv:
+            raise SlurmError("No command given")
+        self.no_alloc_steps += 1
+        now = time.time()
+        job = Job(job_id=NO_ALLOC_JOB_ID, name=req.name or os.path.basename(req.argv[0]),
+                  user=who.user, uid=who.uid, gid=who.gid, state=JobState.RUNNING,
+                  num_nodes=len(nodes), num_tasks=req.ntasks or len(nodes), batch=False,
+                  work_dir=req.cwd or "/", start_time=now, nodes=nodes,
+                  alloc=[NodeAlloc(n, self.ctl.nodes[n].cpus, 0, []) for n in nodes],
+                  submit_host=os.uname().nodename)
+        # nothing is held: the step overlaps whatever runs there, and has no GPUs
+        layout_req = m.StepSpec.from_dict({**req.to_dict(), "overlap": True,
+                                           "gpus_per_node": 0})
+        nodes, counts, cpus, gpus = self._layout(job, layout_req)
+        record = Step(str(step_id), job.name, JobState.RUNNING.value, start_time=now,
+                      cpus=sum(a.cpus for a in job.alloc if a.node in nodes),
+                      nodes=hostlists.compress(nodes), ntasks=sum(counts))
+        step = LiveStep(job.job_id, step_id, send, nodes, counts, cpus, gpus, record,
+                        stdin=req.stdin)
+        self.live[(job.job_id, step_id)] = step
+        session.step = step
+        send(m.StepStarted(job_id=job.job_id, step_id=step_id, nodes=nodes,
+                           tasks_per_node=counts, ntasks=sum(counts)))
+        self._launch(job, step, layout_req)
 
     @staticmethod
     def _next_step_id(job: Job) -> int:
@@ -507,6 +606,7 @@ class StepManager:
                 cpus_per_task=req.cpus_per_task,
                 node_cpus={n: step.cpus.get(n, 0) for n in step.nodes},
                 node_mem_mb={n: alloc[n].mem_mb if has_mem else 0 for n in step.nodes},
+                task_prolog=req.task_prolog, task_epilog=req.task_epilog,
             ).to_dict())
         self._maybe_finish(step)
 
@@ -527,7 +627,8 @@ class StepManager:
             if step.stdin == "none":
                 return
             targets = self._agents_of(step) if step.stdin == "all" else \
-                [s for s in [self.ctl.agent_senders.get(step.task_node(0))] if s is not None]
+                [s for s in [self.ctl.agent_senders.get(step.task_node(int(step.stdin)))]
+                 if s is not None]
             out: m.Message = m.TaskStdin(**key, data=msg.data) if isinstance(msg, m.Stdin) \
                 else m.TaskStdinEof(**key)
             for s in targets:

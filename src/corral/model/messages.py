@@ -39,7 +39,7 @@ MAX_SIGNAL = 64
 JOB_END_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
                             "OUT_OF_MEMORY", "REQUEUED", "PREEMPTED", "BOOT_FAIL", "DEADLINE"})
 STREAMS = ("stdout", "stderr")
-STDIN_MODES = ("0", "all", "none")
+STDIN_MODES = ("0", "all", "none")  # or any task id: "5" (srun --input=5)
 OPEN_MODES = ("append", "truncate")
 
 
@@ -328,6 +328,13 @@ TO_STEPD = Channel("control message", key="op")  # agent -> step supervisor (dat
 TO_AGENT_FROM_STEPD = Channel("step notification", key="event")  # supervisor -> agent
 
 
+def _check_stdin(mode: str, where: str) -> None:
+    """A step's stdin mode: "all", "none", or the id of the one task that reads it."""
+    if mode not in STDIN_MODES and not (mode.isdecimal() and mode.isascii()
+                                        and int(mode) < 1 << 24 and mode == str(int(mode))):
+        raise MessageError(f"{where}.stdin: {mode[:40]!r} is not all, none or a task id")
+
+
 # ---- records nested in messages ----------------------------------------------------------
 
 class Window(Message):
@@ -353,15 +360,24 @@ class StepSpec(Message):
     nodelist: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
     overlap: bool = False
+    overcommit: bool = False  # -O: tasks share CPUs (the step holds one task's per node)
+    no_allocate: bool = False  # srun -Z (operators): run on `nodelist` without a job
+    mem_per_node: int | None = field(default=None, lo=0, hi=1 << 40, omit_none=True)  # MB
+    mem_per_cpu: int | None = field(default=None, lo=0, hi=1 << 40, omit_none=True)
+    task_prolog: str | None = field(default=None, omit_none=True, maxlen=4096)
+    task_epilog: str | None = field(default=None, omit_none=True, maxlen=4096)
     pty: bool = False
     window: Window | None = None
-    stdin: str = field(default="0", choices=STDIN_MODES)
+    stdin: str = field(default="0", maxlen=16)
     output: str | None = None
     error: str | None = None
     input: str | None = None
     kill_on_bad_exit: bool = False
     time_limit: int | None = field(default=None, lo=1)
     open_mode: str = field(default="truncate", choices=OPEN_MODES)
+
+    def validate(self, where: str) -> None:
+        _check_stdin(self.stdin, where)
 
 
 class TaskSpec(Message):
@@ -556,13 +572,19 @@ class LaunchTasks(Message):
     argv: list[str] = field(default_factory=list)
     pty: bool = False
     window: Window | None = None
-    stdin: str = field(default="0", choices=STDIN_MODES)
+    stdin: str = field(default="0", maxlen=16)
     kill_wait: float | None = field(default=None, lo=0, hi=1e6)
     open_mode: str = field(default="truncate", choices=OPEN_MODES)
     tasks: list[TaskSpec] = field(default_factory=list)
     cpus_per_task: int = field(default=1, lo=1, hi=1 << 24)
     node_cpus: dict[str, int] = field(default_factory=dict, lo=0, hi=1 << 24)
     node_mem_mb: dict[str, int] = field(default_factory=dict, lo=0, hi=1 << 40)
+    # srun --task-prolog / --task-epilog: run as the user around each task
+    task_prolog: str | None = field(default=None, omit_none=True, maxlen=4096)
+    task_epilog: str | None = field(default=None, omit_none=True, maxlen=4096)
+
+    def validate(self, where: str) -> None:
+        _check_stdin(self.stdin, where)
 
 
 class _StepRef(Message):
