@@ -99,6 +99,8 @@ class ControllerBase:
         # the typed reason behind each pending job's reason text (for explanations)
         self.pending_reasons: dict[int, PendingReason] = {}
         self.next_id = 1
+        # (uid, submit_id) -> job id: a submission resent after a lost answer is not run twice
+        self.submit_ids: dict[tuple[int, str], int] = {}
         self.own_uid = os.geteuid()
         self.operators = self._operator_uids()
         self.super_users = self._super_user_uids()
@@ -244,6 +246,9 @@ class ControllerBase:
                 n.reason, n.reason_user, n.reason_uid, n.reason_time = \
                     NOT_RESPONDING_REASON, "root", 0, self.started
         self.next_id = self.store.next_job_id()
+        for job in self.jobs.values():
+            if job.submit_id:
+                self.submit_ids[(job.uid, job.submit_id)] = job.array_job_id or job.job_id
         self.remember_gone(self.unknown_dependencies(self.pending.values()))
         log.info("recovered %d pending and %d running jobs; next job id %d",
                  len(self.pending), len(self.running), self.next_id)

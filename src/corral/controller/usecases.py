@@ -129,6 +129,16 @@ class UseCases(Scheduling):
             raise SlurmError(NOT_AVAILABLE, ESLURM_PARTITION_NOT_AVAIL)
         return part
 
+    def _submitted(self, uid: int, sid: str) -> Job | None:
+        """The job an earlier request with this submit id created, if memory holds it."""
+        jid = self.submit_ids.get((uid, sid))
+        if jid is None:
+            return None
+        job = self.jobs.get(jid)
+        if job is None:  # an array record whose tasks were all split off: any of them
+            job = next((j for j in self.jobs.values() if j.array_job_id == jid), None)
+        return job
+
     async def submit(self, who: Identity, spec_in: dict[str, Any], script: str,
                      env: dict[str, str], argv: list[str], array: str | None,
                      open_mode: str = "truncate") -> Job:
@@ -146,6 +156,13 @@ class UseCases(Scheduling):
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
             raise SlurmError("Invalid script arguments", 0)
         spec = self._validate_spec(spec_in)
+        sid = spec.get("submit_id")
+        if sid:
+            done = self._submitted(who.uid, sid)
+            if done is not None:
+                # the same request again (its answer was lost): the job it created
+                await self.durable()
+                return done
         now = self.clock()
         part = self._submit_partition(spec.pop("partition", None))
         if spec.get("held") == "admin" and not who.operator:
@@ -204,6 +221,8 @@ class UseCases(Scheduling):
         job.job_id = self._new_job_id()
         if job.array_tasks is not None:
             job.array_job_id = job.job_id
+        if sid:
+            self.submit_ids[(who.uid, sid)] = job.job_id
         job.priority = self.priority_now(job)
         if job.held:
             job.reason = Reason.HELD_ADMIN if job.held == "admin" else Reason.HELD_USER

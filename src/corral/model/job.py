@@ -206,6 +206,7 @@ class Job:
     mail_user: str | None = None
     comment: str | None = None
     batch: bool = True
+    submit_id: str | None = None  # the client's id of the submission (idempotent retries)
 
     # where and how
     work_dir: str = "/"
