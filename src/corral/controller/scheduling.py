@@ -10,12 +10,17 @@ import asyncio
 import logging
 import time
 
+from corral.controller.jobs import JobEvent, JobEventKind
 from corral.controller.launch import Launching
 from corral.model.job import Job
 from corral.model.node import Node
-from corral.sched.pipeline import ClusterSnapshot, Decision, run_pass
+from corral.sched import fairshare as fs
+from corral.sched.limits import PolicySnapshot
+from corral.sched.limits_check import job_request
+from corral.sched.pipeline import ClusterSnapshot, Decision, fairshare_of, run_pass
 from corral.sched.priority import pass_priorities
 from corral.sched.snapshot import INFINITE_TIME, NodeView, RunningView
+from corral.store.base import UsageRecord
 
 log = logging.getLogger("corral.controller")
 
@@ -70,6 +75,76 @@ class Scheduling(Launching):
             # loop, so submissions keep flowing while the queue is long.
             self.request_schedule(max(0.002, min(1.0, 2 * self.last_sched_duration)))
 
+    # ---- accounting policy: the pass's view, usage charging -------------------------
+    def policy_snapshot(self, now: float) -> PolicySnapshot | None:
+        """What the pass needs of accounting, or None when nothing uses it (no limits
+        enforced, no fairshare weight): existing clusters pay nothing."""
+        limits = "limits" in self.enforce
+        if not limits and not self.sched_params.priority.weights.fairshare:
+            return None
+        pending: dict[int, object] = {}
+        running: list[tuple[object, float | None]] = []
+        if limits:
+            pending = {j.job_id: job_request(j) for j in self.pending.values() if not j.held}
+            for j in self.running.values():
+                left = None
+                if j.time_limit > 0 and j.start_time is not None:
+                    left = max(0.0, (j.start_time + j.time_limit - now) / 60)
+                running.append((job_request(j), left))
+        return PolicySnapshot(
+            db=self.accounts.db, cluster=self.cluster_name, enforce=self.enforce,
+            pending=pending, running=tuple(running),  # type: ignore[arg-type]
+            used_tres_mins=fs.tres_minutes(self.usage.assoc) if limits else {},  # type: ignore[arg-type]
+            usage=self.usage, fair_tree=self.fair_params.fair_tree)
+
+    def _running_for_usage(self, j: Job) -> fs.RunningJob | None:
+        a = self.accounts.db.job_assoc(self.cluster_name, j.user, j.account, j.partition)
+        if a is None or j.start_time is None:
+            return None
+        tres = dict(job_request(j).tres)
+        return fs.RunningJob(j.job_id, a.id, j.qos or None, j.start_time, tres)
+
+    def _usage_factor(self) -> dict[str, float]:
+        return {name: q.usage_factor for name, q in self.accounts.db.qos.items()}
+
+    def charge_usage(self, now: float, force: bool = False) -> None:
+        """Every PriorityCalcPeriod: decay the usage and charge the running jobs (per
+        TRES, TRESBillingWeights, QoS UsageFactor); persisted so a restart keeps it."""
+        if not force and now - self.usage.last_decay < self.calc_period_s \
+                and self.usage.last_decay:
+            return
+        running = [r for r in (self._running_for_usage(j) for j in self.running.values())
+                   if r is not None]
+        self.usage = fs.advance(self.usage, now, running, self.fair_params,
+                                usage_factor=self._usage_factor())
+        self._save_usage()
+
+    def _save_usage(self) -> None:
+        try:
+            self.store.save_usage_state(self.usage.to_dict())
+        except Exception:  # usage is derived: a failed save costs accuracy, not jobs
+            log.exception("saving the fairshare usage failed")
+
+    def usage_on_event(self, ev: JobEvent) -> None:
+        """A job that ended is charged for its last stretch at once, so the next pass's
+        fairshare sees it."""
+        if ev.kind is not JobEventKind.ENDED or ev.job.start_time is None:
+            return
+        r = self._running_for_usage(ev.job)
+        if r is None:
+            return
+        end = ev.job.end_time or ev.time
+        fs.charge_ended(self.usage, r, end, self.fair_params, self._usage_factor())
+        spans = [fs.UsageSpan(r.assoc_id, r.start_time, end, r.tres,
+                              fs.billing(r.tres, self.fair_params.billing_weights,
+                                         self.fair_params.max_tres))]
+        try:  # the job's whole run, by hour, for usage reports
+            self.store.add_usage([UsageRecord(c, a, h, t, b) for c, a, h, t, b
+                                  in fs.hourly_records(self.cluster_name, spans)])
+        except Exception:
+            log.exception("recording usage failed")
+        self._save_usage()
+
     def snapshot(self, now: float) -> ClusterSnapshot:
         return ClusterSnapshot(
             now=now,
@@ -80,9 +155,12 @@ class Scheduling(Launching):
             jobs=list(self.jobs.values()),
             gone=self.gone,
             params=self.sched_params,
+            policy=self.policy_snapshot(now),
         )
 
     def schedule_pass(self, now: float) -> Decision | None:
+        if self.sched_params.priority.weights.fairshare or "limits" in self.enforce:
+            self.charge_usage(now)
         if not self.pending:
             return None
         decision = run_pass(self.snapshot(now))
@@ -134,5 +212,14 @@ class Scheduling(Launching):
 
     def priority_now(self, job: Job) -> int:
         """The job's priority as the next pass will compute it (for a new or changed job)."""
-        return pass_priorities([job], self.clock(), self.sched_params.priority,
-                               self.partitions)[job.job_id]
+        now = self.clock()
+        return pass_priorities([job], now, self.sched_params.priority, self.partitions,
+                               fairshare_of(self.policy_snapshot_light(), self.sched_params)
+                               )[job.job_id]
+
+    def policy_snapshot_light(self) -> PolicySnapshot | None:
+        """Enough of the policy for one job's priority (fairshare only)."""
+        if not self.sched_params.priority.weights.fairshare:
+            return None
+        return PolicySnapshot(db=self.accounts.db, cluster=self.cluster_name,
+                              usage=self.usage, fair_tree=self.fair_params.fair_tree)

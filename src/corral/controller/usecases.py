@@ -52,6 +52,13 @@ from corral.model.node import Node, Partition, name_list, partition_access
 from corral.sched import deps as sched_deps
 from corral.sched.eligibility import view_of
 from corral.sched.features import ConstraintError, parse_constraint, satisfiable
+from corral.sched.limits_check import (
+    SubmitRefusal,
+    build_ledger,
+    default_time_limit,
+    job_request,
+    resolve_submit,
+)
 from corral.sched.select import fits_ever
 from corral.sched.snapshot import NodeView
 from corral.store.base import JobPayload
@@ -129,6 +136,41 @@ class UseCases(Scheduling):
             raise SlurmError(NOT_AVAILABLE, ESLURM_PARTITION_NOT_AVAIL)
         return part
 
+    def _submit_association(self, who: Identity, job: Job, account_given: bool,
+                            qos_given: bool) -> int | None:
+        """The account and QoS the job runs under, and its association's id (None when
+        it has none).  With AccountingStorageEnforce=associations a user without an
+        association, an account they may not use, or a QoS their association does not
+        allow is refused with Slurm's message; without it the job keeps what it asked
+        for (the user's default account when they have one, else their name)."""
+        db = self.accounts.db
+        enforced = "associations" in self.enforce
+        if not enforced and who.user not in db.users:
+            job.account = job.account or who.user
+            return None
+        choice = resolve_submit(db, self.cluster_name, who.user,
+                                job.account if account_given and job.account else None,
+                                job.partition, job.qos if qos_given else None)
+        if isinstance(choice, SubmitRefusal):
+            if enforced:
+                raise SlurmError(choice.message, choice.errno)
+            job.account = job.account or who.user
+            return None
+        job.account = choice.account
+        if choice.qos is not None:
+            job.qos = choice.qos
+        return choice.assoc_id
+
+    def _check_submit_limits(self, job: Job) -> None:
+        """GrpSubmitJobs, MaxSubmitJobs(PerUser) always; size and time limits only with
+        the QoS's DenyOnLimit (else the job pends with the limit's reason)."""
+        led = build_ledger(self.accounts.db, self.cluster_name,
+                           running=[(job_request(j), None) for j in self.running.values()],
+                           pending=[job_request(j) for j in self.pending.values()])
+        refusal = led.check_submit(job_request(job))
+        if refusal is not None:
+            raise SlurmError(refusal.message, refusal.errno)
+
     def _submitted(self, uid: int, sid: str) -> Job | None:
         """The job an earlier request with this submit id created, if memory holds it."""
         jid = self.submit_ids.get((uid, sid))
@@ -183,11 +225,16 @@ class UseCases(Scheduling):
         job.nodes_fixed = "num_nodes" in spec or bool(job.req_nodes)
         job.partition = part.name
         job.group = group_name(who.gid)
-        job.account = job.account or who.user
+        assoc_id = self._submit_association(who, job, "account" in spec_in, "qos" in spec_in)
         self.check_partition_access(who, part, job.account, job.qos)
         job.submit_time = now
         if "time_limit" not in spec or job.time_limit is None:
             job.time_limit = part.default_time if part.default_time is not None else part.max_time
+            if assoc_id is not None and "limits" in self.enforce:
+                # no --time: the smallest MaxWall that applies (Slurm's default)
+                wall = default_time_limit(self.accounts.db, assoc_id, job.qos or None)
+                if wall is not None and (job.time_limit < 0 or wall * 60 < job.time_limit):
+                    job.time_limit = wall * 60
         if job.num_nodes < 1 or job.num_tasks < 1 or job.cpus_per_task < 1:
             raise SlurmError("Invalid node count or task count", 0)
         if job.max_nodes is not None and job.max_nodes < job.num_nodes:
@@ -205,6 +252,8 @@ class UseCases(Scheduling):
                 raise SlurmError("Job dependency problem", ESLURM_DEPENDENCY) from None
         self._check_features(job)
         self._check_feasible(job, part)
+        if assoc_id is not None and "limits" in self.enforce:
+            self._check_submit_limits(job)
         if array:
             try:
                 ids, throttle = parse_array_spec(array, self.max_array_size)

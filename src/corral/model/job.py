@@ -101,6 +101,7 @@ class Reason:
     PARTITION_INACTIVE = ReasonCode.PARTITION_INACTIVE.value
     BAD_CONSTRAINTS = ReasonCode.BAD_CONSTRAINTS.value
     NODE_FAIL_REQUEUED = ReasonCode.NODE_FAIL_REQUEUED.value
+    LIMIT = ReasonCode.LIMIT.value
 
 
 @dataclass(slots=True)

@@ -3,8 +3,10 @@
     ClusterSnapshot ──► eligibility ──► priority ──► limits ──► select + backfill ──► Decision
                         (hold, begin,   (priority/   (QOS and   (select/cons_tres,
                          dependencies,   multifactor, association sched/backfill)
-                         partition,      aged every   limits:
-                         arrays)         pass)        not yet)
+                         partition,      fairshare,   limits, a
+                         arrays)         aged every   gate asked
+                                         pass)        in priority
+                                                      order)
 
 The controller builds a `ClusterSnapshot` (every pending job, the nodes' free resources, the
 running jobs, the partitions, and `now`), calls `run_pass`, and applies the `Decision`:
@@ -27,8 +29,9 @@ from corral.model.reasons import PendingReason, ReasonCode, reason
 from . import deps as sched_deps
 from .backfill import DEFAULT_MAX_PLANNED, schedule
 from .eligibility import SchedJob, eligibility
-from .limits import limits
-from .priority import PriorityParams, pass_priorities
+from .fairshare import FairshareView
+from .limits import PolicySnapshot, limit_gate
+from .priority import Fairshare, PriorityParams, pass_priorities
 from .snapshot import NodeView, RunningView, Snapshot
 
 # Tasks of one array record considered per pass; the rest come in the next passes.
@@ -58,6 +61,7 @@ class ClusterSnapshot:
     jobs: Sequence[sched_deps.DepJob]  # every job in memory: what dependencies may name
     gone: sched_deps.GoneJobs | None = None  # final states of jobs no longer in memory
     params: SchedParams = SchedParams()
+    policy: PolicySnapshot | None = None  # accounts, limits, usage (None: no accounting)
 
 
 @dataclass(slots=True)
@@ -106,6 +110,14 @@ def dependency_texts(pending: Iterable[SchedJob], index: sched_deps.DepIndex,
     return out
 
 
+def fairshare_of(policy: PolicySnapshot | None, params: SchedParams) -> Fairshare | None:
+    """The pass's fairshare factor of (user, account, partition); None without
+    accounting or without PriorityWeightFairshare."""
+    if policy is None or policy.usage is None or not params.priority.weights.fairshare:
+        return None
+    return FairshareView(policy.db, policy.cluster, policy.usage, policy.fair_tree).factor
+
+
 def run_pass(snap: ClusterSnapshot) -> Decision:
     now = snap.now
     params = snap.params
@@ -124,22 +136,24 @@ def run_pass(snap: ClusterSnapshot) -> Decision:
     dec.dependency_texts = dependency_texts(snap.pending, index, now, elig.reasons)
 
     # 2. priority/multifactor, recomputed for every pending job
-    dec.priorities = pass_priorities(snap.pending, now, params.priority, snap.partitions)
+    dec.priorities = pass_priorities(snap.pending, now, params.priority, snap.partitions,
+                                     fairshare=fairshare_of(snap.policy, params))
     order = dict(dec.priorities)
     for vid, (meta, _) in elig.tasks.items():
         order[vid] = dec.priorities.get(meta, 1)
 
-    # 3. limits (not yet: see sched/limits.py)
-    candidates, held_back = limits(elig.candidates)
-    dec.reasons.update(held_back)
+    # 3. limits: a gate backfill asks in priority order, so starts made earlier in this
+    # pass count (sched/limits.py)
+    candidates = elig.candidates
     if not candidates:
         return dec
+    gate = limit_gate(snap.policy, {vid: meta for vid, (meta, _) in elig.tasks.items()})
 
     # 4+5. select/cons_tres and sched/backfill
     placed = schedule(Snapshot(now=now, nodes=snap.nodes, partitions=snap.partitions,
                                running=snap.running, pending=candidates,
                                def_mem_per_cpu=params.def_mem_per_cpu, backfill=params.backfill),
-                      max_planned=params.max_planned, priorities=order)
+                      max_planned=params.max_planned, priorities=order, gate=gate)
     tasks = elig.tasks
     started_tasks: dict[int, int] = {}
     for cid, alloc in placed.starts:

@@ -1,0 +1,133 @@
+"""Accounting policy in the controller (harness: in process, injected clock): association
+and QoS limits counted inside the pass with Slurm's reasons, submit-time refusals with
+Slurm's messages, AccountingStorageEnforce, and fairshare in priority/multifactor."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from corral.controller.accounts import Caller
+from corral.controller.errors import SlurmError
+from corral.controller.harness import Harness
+from corral.model.job import JobState
+from corral.store.memory import MemoryStore
+
+BASE = """\
+ClusterName=t
+PriorityWeightAge=0
+PriorityWeightPartition=0
+NodeName=n[1-2] CPUs=4 RealMemory=4000 Gres=gpu:2
+PartitionName=debug Nodes=n[1-2] Default=YES
+"""
+ROOT = Caller("root", True)
+
+
+def sacctmgr(h: Harness, op: str, entity: str, names: list[str] | None = None,
+             where: dict[str, str] | None = None, sets: dict[str, str] | None = None) -> str:
+    return h.ctl.accounts.execute(ROOT, {"op": op, "entity": entity, "names": names or [],
+                                         "where": where or {}, "set": sets or {},
+                                         "options": {}}).out
+
+
+def lab(h: Harness) -> None:
+    sacctmgr(h, "add", "account", ["lab"])
+    sacctmgr(h, "add", "user", ["user1000", "user1001"], {"account": "lab"})
+
+
+@pytest.fixture
+def h() -> Iterator[Harness]:
+    with Harness(BASE + "AccountingStorageEnforce=associations,limits\n") as harness:
+        lab(harness)
+        yield harness
+
+
+def state(h: Harness, job_id: int) -> JobState:
+    return h.job(job_id).state
+
+
+def test_grp_gres_counts_starts_of_the_same_pass_and_frees_on_end(h: Harness) -> None:
+    sacctmgr(h, "modify", "user", where={"names": "user1000"}, sets={"GrpTRES": "gres/gpu=2"})
+    a = [h.submit(uid=1000, gpus=1) for _ in range(3)]
+    b = h.submit(uid=1001, gpus=1)
+    h.tick()
+    assert [state(h, j) for j in a] == [JobState.RUNNING, JobState.RUNNING, JobState.PENDING]
+    assert h.job(a[2]).reason == "AssocGrpGRES"
+    assert "GrpTRES gres/gpu" in h.ctl.pending_reasons[a[2]].explain()
+    assert state(h, b) == JobState.RUNNING  # another user's job is not held back
+    h.end(a[0])
+    h.tick()
+    assert state(h, a[2]) == JobState.RUNNING  # starts as soon as the limit allows
+
+
+def test_max_jobs_and_qos_limits_have_slurms_reasons(h: Harness) -> None:
+    sacctmgr(h, "modify", "user", where={"names": "user1001"}, sets={"MaxJobs": "1"})
+    x = [h.submit(uid=1001) for _ in range(2)]
+    h.tick()
+    assert state(h, x[0]) == JobState.RUNNING and h.job(x[1]).reason == "AssocMaxJobsLimit"
+    sacctmgr(h, "add", "qos", ["small"], {"MaxJobsPerUser": "1"})
+    sacctmgr(h, "modify", "user", where={"names": "user1000"}, sets={"QOS": "normal,small"})
+    y = [h.submit(uid=1000, qos="small") for _ in range(2)]
+    h.tick()
+    assert state(h, y[0]) == JobState.RUNNING
+    assert h.job(y[1]).reason == "QOSMaxJobsPerUserLimit"
+
+
+def test_submit_limit_and_unknown_user_account_qos_are_refused(h: Harness) -> None:
+    sacctmgr(h, "modify", "user", where={"names": "user1001"}, sets={"MaxSubmitJobs": "2"})
+    h.submit(uid=1001, held="user")
+    h.submit(uid=1001, held="user")
+    with pytest.raises(SlurmError) as e:
+        h.submit(uid=1001)
+    assert e.value.errno == 2050 and str(e.value) == (
+        "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)")
+    with pytest.raises(SlurmError) as e:
+        h.submit(uid=1002)  # no association
+    assert e.value.errno == 2045
+    assert str(e.value) == "Invalid account or account/partition combination specified"
+    with pytest.raises(SlurmError) as e:
+        h.submit(uid=1000, account="other")
+    assert e.value.errno == 2045
+    sacctmgr(h, "add", "qos", ["high"])
+    with pytest.raises(SlurmError) as e:
+        h.submit(uid=1000, qos="high")  # not in the association's QOS list
+    assert str(e.value) == "Invalid qos specification"
+    j = h.submit(uid=1000)
+    assert h.job(j).account == "lab" and h.job(j).qos == "normal"
+
+
+def test_nothing_enforced_by_default() -> None:
+    with Harness(BASE) as h:
+        lab(h)
+        sacctmgr(h, "modify", "user", where={"names": "user1000"},
+                 sets={"GrpTRES": "gres/gpu=1"})
+        a = [h.submit(uid=1000, gpus=1) for _ in range(2)]
+        other = h.submit(uid=1002)  # no association: accepted, account = user name
+        h.tick()
+        assert all(state(h, j) == JobState.RUNNING for j in [*a, other])
+        assert h.job(a[0]).account == "lab" and h.job(other).account == "user1002"
+
+
+def test_fairshare_puts_the_user_who_used_the_gpus_behind() -> None:
+    store = MemoryStore()
+    conf = BASE + "PriorityWeightFairshare=10000\nAccountingStorageEnforce=associations\n"
+    with Harness(conf, store=store) as h:
+        lab(h)
+        hog = h.submit(uid=1000, gpus=2, num_nodes=2)
+        h.tick()
+        assert state(h, hog) == JobState.RUNNING
+        h.clock.advance(3600)
+        h.end(hog)
+        blocker = h.submit(uid=0, num_nodes=2, exclusive=True)
+        h.tick()
+        assert state(h, blocker) == JobState.RUNNING
+        first = h.submit(uid=1000)
+        second = h.submit(uid=1001)
+        h.tick()
+        assert h.job(second).priority > h.job(first).priority
+        assert store.load_usage_state()  # persisted
+        now = h.clock()
+    with Harness(conf, store=store, now=now) as h2:  # usage survives a restart
+        h2.tick()
+        assert h2.job(second).priority > h2.job(first).priority
