@@ -39,6 +39,7 @@ def running_view(j: Job, now: float) -> RunningView:
 
 class Scheduling(Launching):
     _sched_handle: asyncio.Handle | None = None
+    _sched_loop: asyncio.AbstractEventLoop | None = None
     _sched_running = False
     _sched_again = False
     last_sched_duration = 0.0
@@ -52,10 +53,23 @@ class Scheduling(Launching):
         if self._sched_handle is not None:
             return
         loop = asyncio.get_running_loop()
+        self._sched_loop = loop
         if delay:
             self._sched_handle = loop.call_later(delay, self._run_schedule)
         else:
             self._sched_handle = loop.call_soon(self._run_schedule)
+
+    def schedule_from_any_thread(self) -> None:
+        """request_schedule from a worker thread too (sacctmgr changes are committed off
+        the loop): the next pass sees the new associations and limits."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            loop = self._sched_loop
+            if loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(self.request_schedule)
+            return
+        self.request_schedule()
 
     def _run_schedule(self) -> None:
         self._sched_handle = None

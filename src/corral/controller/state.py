@@ -52,7 +52,7 @@ class Controller(AgentLinks):
         self._idle_views: dict[str, list[NodeView]] = {}  # per partition, for feasibility checks
         self.silent_nodes: set[str] = set()
         self.table.subscribe(self.usage_on_event)  # fairshare: charge a job as it ends
-        self.accounts.on_change = lambda _db: self.request_schedule()  # next pass sees it
+        self.accounts.on_change = lambda _db: self.schedule_from_any_thread()
 
 
 __all__ = [

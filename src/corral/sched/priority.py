@@ -195,3 +195,43 @@ def pass_priorities(jobs: Iterable[PriorityJob], now: float, params: PriorityPar
                     total += weight * min(1.0, tres.get(name, 0) / totals[name])
         out[j.job_id] = max(1, int(total) - j.nice)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Components:
+    """One job's priority factors as sprio shows them: each factor normalised to [0, 1]
+    (`sprio -n`) and its weighted value; `tres` per TRES name."""
+
+    priority: int
+    age: float = 0.0
+    fairshare: float = 0.0
+    job_size: float = 0.0
+    partition: float = 0.0
+    qos: float = 0.0
+    nice: int = 0
+    tres: Mapping[str, float] = field(default_factory=dict)
+
+
+def components(j: PriorityJob, now: float, params: PriorityParams,
+               partitions: Mapping[str, Partition],
+               fairshare: Fairshare | None = None) -> Components:
+    """The factors behind `pass_priorities` for one job (the same arithmetic)."""
+    max_factor = max((p.priority_job_factor for p in partitions.values()), default=1) or 1
+    part = partitions.get(j.partition)
+    pf = partition_factor(part.priority_job_factor, max_factor) if part else 0.0
+    age = age_factor(j.eligible_time, now, params.max_age_s) \
+        if j.eligible_time is not None else 0.0
+    f = fairshare(getattr(j, "user", ""), getattr(j, "account", ""), j.partition) \
+        if fairshare is not None and params.weights.fairshare else 0.0
+    max_qos = max(params.qos_priority.values(), default=0)
+    q = params.qos_priority.get(getattr(j, "qos", "") or "", 0) / max_qos if max_qos else 0.0
+    tres = _job_tres(j)
+    totals = params.totals
+    size = 0.0
+    if totals.get("cpu"):
+        size = min(1.0, tres["cpu"] / totals["cpu"])
+        size = 1.0 - size if params.favor_small else size
+    per_tres = {name: min(1.0, tres.get(name, 0) / totals[name])
+                for name in params.weights.tres if totals.get(name)}
+    prio = pass_priorities([j], now, params, partitions, fairshare)[j.job_id]
+    return Components(prio, age, f, size, pf, q, j.nice, per_tres)
