@@ -131,3 +131,31 @@ def test_fairshare_puts_the_user_who_used_the_gpus_behind() -> None:
     with Harness(conf, store=store, now=now) as h2:  # usage survives a restart
         h2.tick()
         assert h2.job(second).priority > h2.job(first).priority
+
+
+def test_grp_submit_jobs_on_the_account_counts_every_user_below_it(h: Harness) -> None:
+    sacctmgr(h, "modify", "account", where={"names": "lab"}, sets={"GrpSubmitJobs": "2"})
+    h.submit(uid=1000, held="user")
+    h.submit(uid=1001, held="user")
+    with pytest.raises(SlurmError) as e:
+        h.submit(uid=1000)
+    assert e.value.errno == 2050
+
+
+def test_tres_weight_makes_gpus_count_and_sprio_components_add_up() -> None:
+    from corral.sched.priority import components
+
+    conf = BASE.replace("PriorityWeightAge=0", "PriorityWeightAge=0\nPriorityWeightTRES=GRES/gpu=4000"
+                        "\nPriorityWeightJobSize=1000\nPriorityFavorSmall=YES")
+    with Harness(conf) as h:
+        big = h.submit(gpus=4, num_nodes=2, held="user")
+        small = h.submit(held="user")
+        p = h.ctl.sched_params.priority
+        jb, js = h.job(big), h.job(small)
+        jb.held = js.held = None
+        cb = components(jb, h.clock(), p, h.ctl.partitions)
+        cs = components(js, h.clock(), p, h.ctl.partitions)
+        assert cb.tres == {"gres/gpu": 1.0} and cs.tres == {"gres/gpu": 0.0}
+        assert cs.job_size > cb.job_size  # PriorityFavorSmall
+        assert cb.priority == int(4000 * 1.0 + 1000 * cb.job_size)
+        assert cb.priority > cs.priority  # the GPUs weigh more than the size

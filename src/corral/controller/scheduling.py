@@ -12,6 +12,7 @@ import time
 
 from corral.controller.jobs import JobEvent, JobEventKind
 from corral.controller.launch import Launching
+from corral.model.assoc import AssocIndex
 from corral.model.job import Job
 from corral.model.node import Node
 from corral.sched import fairshare as fs
@@ -111,8 +112,9 @@ class Scheduling(Launching):
             used_tres_mins=fs.tres_minutes(self.usage.assoc) if limits else {},  # type: ignore[arg-type]
             usage=self.usage, fair_tree=self.fair_params.fair_tree)
 
-    def _running_for_usage(self, j: Job) -> fs.RunningJob | None:
-        a = self.accounts.db.job_assoc(self.cluster_name, j.user, j.account, j.partition)
+    def _running_for_usage(self, j: Job, index: AssocIndex | None = None) -> fs.RunningJob | None:
+        a = (index or self.accounts.db).job_assoc(self.cluster_name, j.user, j.account,
+                                                  j.partition)
         if a is None or j.start_time is None:
             return None
         tres = dict(job_request(j).tres)
@@ -127,7 +129,8 @@ class Scheduling(Launching):
         if not force and now - self.usage.last_decay < self.calc_period_s \
                 and self.usage.last_decay:
             return
-        running = [r for r in (self._running_for_usage(j) for j in self.running.values())
+        index = AssocIndex(self.accounts.db)  # O(1) lookups for every running job
+        running = [r for r in (self._running_for_usage(j, index) for j in self.running.values())
                    if r is not None]
         self.usage = fs.advance(self.usage, now, running, self.fair_params,
                                 usage_factor=self._usage_factor())

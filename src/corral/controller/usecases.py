@@ -161,12 +161,33 @@ class UseCases(Scheduling):
             job.qos = choice.qos
         return choice.assoc_id
 
-    def _check_submit_limits(self, job: Job) -> None:
+    def _check_submit_limits(self, job: Job, assoc_id: int) -> None:
         """GrpSubmitJobs, MaxSubmitJobs(PerUser) always; size and time limits only with
-        the QoS's DenyOnLimit (else the job pends with the limit's reason)."""
-        led = build_ledger(self.accounts.db, self.cluster_name,
-                           running=[(job_request(j), None) for j in self.running.values()],
-                           pending=[job_request(j) for j in self.pending.values()])
+        the QoS's DenyOnLimit (else the job pends with the limit's reason).  Only the jobs
+        a submit count could include are charged: the user's in this account, every job
+        under the highest account with GrpSubmitJobs, the QoS's when it counts them."""
+        db = self.accounts.db
+        a = db.assocs.get(assoc_id)
+        top = None
+        for x in db.chain(a) if a is not None else ():
+            if x.user is None and x.limits.grp_submit_jobs is not None:
+                top = x.account
+        accounts = db.subaccounts(self.cluster_name, top) if top is not None else set()
+        q = db.qos.get(job.qos) if job.qos else None
+        qos_all = q is not None and q.limits.grp_submit_jobs is not None
+        qos_user = q is not None and q.limits.max_submit_jobs_per_user is not None
+
+        def counted(j: Job) -> bool:
+            if j.account in accounts or (qos_all and j.qos == job.qos):
+                return True
+            return j.user == job.user and (j.account == job.account
+                                           or (qos_user and j.qos == job.qos))
+
+        led = build_ledger(db, self.cluster_name,
+                           running=[(job_request(j), None) for j in self.running.values()
+                                    if counted(j)],
+                           pending=[job_request(j) for j in self.pending.values()
+                                    if counted(j)])
         refusal = led.check_submit(job_request(job))
         if refusal is not None:
             raise SlurmError(refusal.message, refusal.errno)
@@ -253,7 +274,7 @@ class UseCases(Scheduling):
         self._check_features(job)
         self._check_feasible(job, part)
         if assoc_id is not None and "limits" in self.enforce:
-            self._check_submit_limits(job)
+            self._check_submit_limits(job, assoc_id)
         if array:
             try:
                 ids, throttle = parse_array_spec(array, self.max_array_size)
