@@ -137,3 +137,26 @@ def test_sshare_and_sprio_show_why(c: Cluster) -> None:
     n = c.ok(*SPRIO, "-n", "-h", "-j", str(waiting)).split()
     assert n[0] == str(waiting) and 0.0 <= float(n[-1]) <= 1.0
     c.ok("scancel", str(blocker), str(waiting))
+
+
+def test_fairshare_reorders_queued_jobs_after_gpu_use(
+        c: Cluster, users: dict[str, pwd.struct_passwd]) -> None:  # noqa: F811
+    """root (account lab) has used GPUs in the tests above, alice not: with the cluster
+    full, root's job queued first still starts after alice's, and sprio shows why."""
+    alice = users["corral-alice"]
+    blocker = c.sbatch("-N", "2", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 60")
+    c.wait_state(blocker, "RUNNING")
+    mine = c.sbatch("-N", "2", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 60")
+    r = as_user(c, alice, "sbatch", "--parsable", "-N", "2", "--exclusive", "-o", "/dev/null",
+                "--wrap", "sleep 60")
+    assert r.returncode == 0, r.stderr
+    hers = int(r.stdout.strip())
+    c.wait_for(lambda: "PENDING" in reason(c, hers), what="queued")
+    time.sleep(1.5)  # a pass computes both priorities
+    rows = {ln.split()[0]: ln.split() for ln in c.ok(*SPRIO, "-h").splitlines()}
+    assert int(rows[str(hers)][2]) > int(rows[str(mine)][2])  # PRIORITY
+    assert int(rows[str(hers)][4]) > int(rows[str(mine)][4])  # FAIRSHARE
+    c.ok("scancel", str(blocker))
+    c.wait_state(hers, "RUNNING")
+    assert "PENDING" in reason(c, mine)
+    c.ok("scancel", str(hers), str(mine))

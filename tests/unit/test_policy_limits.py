@@ -159,3 +159,17 @@ def test_tres_weight_makes_gpus_count_and_sprio_components_add_up() -> None:
         assert cs.job_size > cb.job_size  # PriorityFavorSmall
         assert cb.priority == int(4000 * 1.0 + 1000 * cb.job_size)
         assert cb.priority > cs.priority  # the GPUs weigh more than the size
+
+
+def test_qos_priority_weighs_with_priority_weight_qos() -> None:
+    conf = BASE.replace("PriorityWeightAge=0", "PriorityWeightAge=0\nPriorityWeightQOS=1000")
+    with Harness(conf) as h:
+        lab(h)
+        sacctmgr(h, "add", "qos", ["high"], {"Priority": "100"})
+        sacctmgr(h, "add", "qos", ["low"], {"Priority": "25"})
+        sacctmgr(h, "modify", "user", where={"names": "user1000"},
+                 sets={"QOS": "normal,high,low"})
+        hi = h.submit(uid=1000, qos="high", begin_time=h.clock() + 3600)
+        lo = h.submit(uid=1000, qos="low", begin_time=h.clock() + 3600)
+        h.tick()
+        assert (h.job(hi).priority, h.job(lo).priority) == (1000, 250)

@@ -214,7 +214,7 @@ def priority_rows(ctl: Any) -> dict[str, Any]:
     from corral.sched.pipeline import fairshare_of
     from corral.sched.priority import components
 
-    params = ctl.sched_params.priority
+    params = ctl.pass_params().priority
     fs = fairshare_of(ctl.policy_snapshot_light(), ctl.sched_params)
     now = ctl.clock()
     w = params.weights

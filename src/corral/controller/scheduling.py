@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 
 from corral.controller.jobs import JobEvent, JobEventKind
 from corral.controller.launch import Launching
@@ -18,7 +19,7 @@ from corral.model.node import Node
 from corral.sched import fairshare as fs
 from corral.sched.limits import PolicySnapshot
 from corral.sched.limits_check import job_request
-from corral.sched.pipeline import ClusterSnapshot, Decision, fairshare_of, run_pass
+from corral.sched.pipeline import ClusterSnapshot, Decision, SchedParams, fairshare_of, run_pass
 from corral.sched.priority import pass_priorities
 from corral.sched.snapshot import INFINITE_TIME, NodeView, RunningView
 from corral.store.base import UsageRecord
@@ -162,6 +163,17 @@ class Scheduling(Launching):
             log.exception("recording usage failed")
         self._save_usage()
 
+    def pass_params(self) -> SchedParams:
+        """slurm.conf's parameters plus what sacctmgr sets: QoS priorities (for
+        PriorityWeightQOS, normalised by the largest)."""
+        params = self.sched_params
+        if not params.priority.weights.qos:
+            return params
+        qos = {name: q.priority for name, q in self.accounts.db.qos.items()}
+        if qos == params.priority.qos_priority:
+            return params
+        return replace(params, priority=replace(params.priority, qos_priority=qos))
+
     def snapshot(self, now: float) -> ClusterSnapshot:
         return ClusterSnapshot(
             now=now,
@@ -171,7 +183,7 @@ class Scheduling(Launching):
             pending=list(self.pending.values()),
             jobs=list(self.jobs.values()),
             gone=self.gone,
-            params=self.sched_params,
+            params=self.pass_params(),
             policy=self.policy_snapshot(now),
         )
 
@@ -230,7 +242,7 @@ class Scheduling(Launching):
     def priority_now(self, job: Job) -> int:
         """The job's priority as the next pass will compute it (for a new or changed job)."""
         now = self.clock()
-        return pass_priorities([job], now, self.sched_params.priority, self.partitions,
+        return pass_priorities([job], now, self.pass_params().priority, self.partitions,
                                fairshare_of(self.policy_snapshot_light(), self.sched_params)
                                )[job.job_id]
 
