@@ -160,3 +160,22 @@ def test_fairshare_reorders_queued_jobs_after_gpu_use(
     c.wait_state(hers, "RUNNING")
     assert "PENDING" in reason(c, mine)
     c.ok("scancel", str(hers), str(mine))
+
+
+def test_policy_guide_commands_run_as_written(c: Cluster) -> None:
+    """docs/POLICY.md's sacctmgr block, run line by line, gives the lab it describes."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "POLICY.md").read_text()
+    block = doc.split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = [ln.split() for ln in block.splitlines() if ln.strip()]
+    assert len(lines) >= 8 and all(ln[0] == "sacctmgr" for ln in lines)
+    for ln in lines:
+        c.ok(*SACCTMGR, *ln[1:])
+    out = c.ok(*SACCTMGR, "-nP", "show", "assoc", "where", "account=smithlab,students",
+               "format=account,user,grptres,maxwall,qos")
+    rows = out.splitlines()
+    assert "smithlab||gres/gpu=16||normal" in rows or any(
+        r.startswith("smithlab||gres/gpu=16|") for r in rows), rows
+    assert any(r.startswith("students|ann|gres/gpu=2|1-00:00:00") for r in rows), rows
+    assert any(r.startswith("smithlab|pi|") and "deadline" in r for r in rows), rows
+    assert "pi" in c.ok(*SACCTMGR, "-nP", "show", "account", "smithlab", "withcoord",
+                        "format=account,coordinators")
