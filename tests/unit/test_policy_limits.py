@@ -173,3 +173,11 @@ def test_qos_priority_weighs_with_priority_weight_qos() -> None:
         lo = h.submit(uid=1000, qos="low", begin_time=h.clock() + 3600)
         h.tick()
         assert (h.job(hi).priority, h.job(lo).priority) == (1000, 250)
+
+
+def test_oversubscribe_exclusive_partition_gives_whole_nodes() -> None:
+    conf = BASE.replace("Default=YES", "Default=YES OverSubscribe=EXCLUSIVE")
+    with Harness(conf) as h:
+        a, b = h.submit(), h.submit()
+        h.tick()
+        assert h.job(a).exclusive and h.job(a).nodes != h.job(b).nodes

@@ -78,7 +78,8 @@ def values(row: dict[str, Any], fair_tree: bool) -> dict[str, str]:
         "user": user,
         "partition": row.get("partition", ""),
         "rawshares": "" if is_root else str(row["raw_shares"]),
-        "normshares": f"{row['norm_shares']:.6f}" if not is_root else "",
+        # the root line shows no raw shares and 0 normalised shares, as Slurm's does
+        "normshares": f"{row['norm_shares']:.6f}" if not is_root else f"{0.0:.6f}",
         "rawusage": str(int(row["raw_usage"])),
         "normusage": f"{row['norm_usage']:.6f}",
         "effectvusage": f"{row['effective_usage']:.6f}",

@@ -245,6 +245,8 @@ class UseCases(Scheduling):
         # job_desc min_nodes NO_VAL); srun's and older clients' specs always name one
         job.nodes_fixed = "num_nodes" in spec or bool(job.req_nodes)
         job.partition = part.name
+        if part.oversubscribe.startswith("EXCLUSIVE"):
+            job.exclusive = True  # OverSubscribe=EXCLUSIVE: whole nodes for every job
         job.group = group_name(who.gid)
         assoc_id = self._submit_association(who, job, "account" in spec_in, "qos" in spec_in)
         self.check_partition_access(who, part, job.account, job.qos)
