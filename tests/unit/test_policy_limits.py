@@ -181,3 +181,28 @@ def test_oversubscribe_exclusive_partition_gives_whole_nodes() -> None:
         a, b = h.submit(), h.submit()
         h.tick()
         assert h.job(a).exclusive and h.job(a).nodes != h.job(b).nodes
+
+
+def test_job_submitted_to_two_partitions_starts_where_it_can_first() -> None:
+    conf = BASE.replace("PartitionName=debug Nodes=n[1-2] Default=YES",
+                        "PartitionName=a Nodes=n1 Default=YES\nPartitionName=b Nodes=n2")
+    with Harness(conf) as h:
+        fill_a = h.submit(partition="a", exclusive=True)
+        fill_b = h.submit(partition="b", exclusive=True)
+        h.tick()
+        both = h.submit(partition="a,b", exclusive=True)
+        array = h.submit(partition="b,a", array="1-2", exclusive=True)
+        h.tick()
+        assert h.job(both).state == JobState.PENDING and h.job(both).partition == "a,b"
+        assert h.job(both).reason not in ("None", "")
+        h.end(fill_b)
+        h.tick()
+        assert h.job(both).state == JobState.RUNNING and h.job(both).partition == "b"
+        h.end(fill_a)
+        h.tick()
+        started = [j for j in h.ctl.jobs.values() if j.array_job_id == array
+                   and j.state == JobState.RUNNING]
+        assert [j.partition for j in started] == ["a"]  # one task, in the free partition
+        assert h.ctl.jobs[array].state == JobState.PENDING
+    with Harness(conf) as h2, pytest.raises(SlurmError):
+        h2.submit(partition="a,nosuch")

@@ -221,6 +221,8 @@ class Scheduling(Launching):
                     continue
                 job = self.split_array_task(found, now, start.array_task_id)
                 more = more or bool(found.array_tasks)
+            if start.partition:  # -p a,b: it runs in the partition that could start it
+                job.partition = start.partition
             self.start_job(job, start.alloc, now)
         for job_id, why in decision.reasons.items():
             waiting = pending.get(job_id)

@@ -227,7 +227,12 @@ class UseCases(Scheduling):
                 await self.durable()
                 return done
         now = self.clock()
-        part = self._submit_partition(spec.pop("partition", None))
+        pname = spec.pop("partition", None)
+        # -p a,b: the job may run in any of them (it starts where it can start first)
+        names = list(dict.fromkeys(x for x in pname.split(",") if x)) \
+            if isinstance(pname, str) and "," in pname else []
+        part = self._submit_partition(names[0] if names else pname)
+        others = [self._submit_partition(n) for n in names[1:]]
         if spec.get("held") == "admin" and not who.operator:
             spec["held"] = "user"
         if spec.get("nice", 0) < 0 and not who.operator:
@@ -244,12 +249,13 @@ class UseCases(Scheduling):
         # no node count given: spread over as many nodes as the tasks need (Slurm's
         # job_desc min_nodes NO_VAL); srun's and older clients' specs always name one
         job.nodes_fixed = "num_nodes" in spec or bool(job.req_nodes)
-        job.partition = part.name
+        job.partition = ",".join(p.name for p in [part, *others])
         if part.oversubscribe.startswith("EXCLUSIVE"):
             job.exclusive = True  # OverSubscribe=EXCLUSIVE: whole nodes for every job
         job.group = group_name(who.gid)
         assoc_id = self._submit_association(who, job, "account" in spec_in, "qos" in spec_in)
-        self.check_partition_access(who, part, job.account, job.qos)
+        for p in [part, *others]:
+            self.check_partition_access(who, p, job.account, job.qos)
         job.submit_time = now
         if "time_limit" not in spec or job.time_limit is None:
             job.time_limit = part.default_time if part.default_time is not None else part.max_time
@@ -265,7 +271,8 @@ class UseCases(Scheduling):
         for name in [*job.req_nodes, *job.exc_nodes]:
             if name not in self.nodes:
                 raise SlurmError("Invalid node name specified", ESLURM_INVALID_NODE_NAME)
-        if job.req_nodes and not set(job.req_nodes) <= set(part.nodes):
+        if job.req_nodes and not set(job.req_nodes) <= {n for p in [part, *others]
+                                                         for n in p.nodes}:
             raise SlurmError("Requested node configuration is not available",
                              ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
         if job.dependency:
@@ -274,7 +281,7 @@ class UseCases(Scheduling):
             except sched_deps.DependencyError:
                 raise SlurmError("Job dependency problem", ESLURM_DEPENDENCY) from None
         self._check_features(job)
-        self._check_feasible(job, part)
+        self._check_feasible_anywhere(job, [part, *others])
         if assoc_id is not None and "limits" in self.enforce:
             self._check_submit_limits(job, assoc_id)
         if array:
@@ -325,6 +332,18 @@ class UseCases(Scheduling):
             raise SlurmError("Invalid generic resource (gres) specification", ESLURM_INVALID_GRES)
         if job.min_cpus is not None and job.min_cpus < 0:
             raise SlurmError("Invalid mincpus value", 0)
+
+    def _check_feasible_anywhere(self, job: Job, parts: list[Partition]) -> None:
+        """Refused only when no partition it names could ever run it."""
+        first: SlurmError | None = None
+        for p in parts:
+            try:
+                self._check_feasible(job, p)
+                return
+            except SlurmError as e:
+                first = first or e
+        if first is not None:
+            raise first
 
     def _check_feasible(self, job: Job, part: Partition) -> None:
         nodes = [self.nodes[n] for n in part.nodes]

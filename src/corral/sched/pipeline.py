@@ -30,7 +30,7 @@ from . import deps as sched_deps
 from .backfill import DEFAULT_MAX_PLANNED, schedule
 from .eligibility import SchedJob, eligibility
 from .fairshare import FairshareView
-from .limits import PolicySnapshot, limit_gate
+from .limits import LimitGate, PolicySnapshot, limit_gate
 from .priority import Fairshare, PriorityParams, pass_priorities
 from .snapshot import NodeView, RunningView, Snapshot
 
@@ -69,6 +69,7 @@ class Start:
     job_id: int  # the pending record
     alloc: list[NodeAlloc]
     array_task_id: int | None = None  # for an array record: the task that starts
+    partition: str | None = None  # for a job submitted to several: where it starts
 
 
 @dataclass(slots=True)
@@ -118,6 +119,30 @@ def fairshare_of(policy: PolicySnapshot | None, params: SchedParams) -> Fairshar
     return FairshareView(policy.db, policy.cluster, policy.usage, policy.fair_tree).factor
 
 
+class _Siblings:
+    """The gate that lets one of a job's per-partition candidates start (`-p a,b`: the
+    first partition that can start it wins), in front of the limits gate."""
+
+    def __init__(self, tasks: Mapping[int, tuple[int, int | None]],
+                 inner: LimitGate | None) -> None:
+        self.tasks = tasks
+        self.inner = inner
+        self.done: set[tuple[int, int | None]] = set()
+
+    def check(self, cid: int) -> PendingReason | None:
+        key = self.tasks.get(cid)
+        if key is not None and key in self.done:
+            return reason(ReasonCode.PRIORITY)  # dropped: the job started elsewhere
+        return self.inner.check(cid) if self.inner is not None else None
+
+    def started(self, cid: int) -> None:
+        key = self.tasks.get(cid)
+        if key is not None:
+            self.done.add(key)
+        if self.inner is not None:
+            self.inner.started(cid)
+
+
 def run_pass(snap: ClusterSnapshot) -> Decision:
     now = snap.now
     params = snap.params
@@ -147,7 +172,10 @@ def run_pass(snap: ClusterSnapshot) -> Decision:
     candidates = elig.candidates
     if not candidates:
         return dec
-    gate = limit_gate(snap.policy, {vid: meta for vid, (meta, _) in elig.tasks.items()})
+    gate: LimitGate | _Siblings | None = limit_gate(
+        snap.policy, {vid: meta for vid, (meta, _) in elig.tasks.items()})
+    if elig.partition_of:
+        gate = _Siblings(elig.tasks, gate if isinstance(gate, LimitGate) else None)
 
     # 4+5. select/cons_tres and sched/backfill
     placed = schedule(Snapshot(now=now, nodes=snap.nodes, partitions=snap.partitions,
@@ -156,21 +184,29 @@ def run_pass(snap: ClusterSnapshot) -> Decision:
                       max_planned=params.max_planned, priorities=order, gate=gate)
     tasks = elig.tasks
     started_tasks: dict[int, int] = {}
+    started_keys: set[tuple[int, int | None] | None] = set()
     for cid, alloc in placed.starts:
         task = tasks.get(cid)
         if task is None:
             dec.starts.append(Start(cid, alloc))
         else:
-            dec.starts.append(Start(task[0], alloc, task[1]))
-            started_tasks[task[0]] = started_tasks.get(task[0], 0) + 1
-    # An array record waits with the reason of its first task that did not start.
+            dec.starts.append(Start(task[0], alloc, task[1], elig.partition_of.get(cid)))
+            started_keys.add(task)
+            if task[1] is not None:
+                started_tasks[task[0]] = started_tasks.get(task[0], 0) + 1
+    # An array record waits with the reason of its first task that did not start (a
+    # job that started in one of its partitions has no reason from the others).
     for cid in sorted(placed.reasons):
         task = tasks.get(cid)
+        if task in started_keys:
+            continue
         job_id = cid if task is None else task[0]
         if job_id not in dec.reasons:
             dec.reasons[job_id] = placed.reasons[cid]
     for cid in sorted(placed.planned):
         task = tasks.get(cid)
+        if task in started_keys:
+            continue
         dec.planned.setdefault(cid if task is None else task[0], placed.planned[cid])
     # an array whose every candidate started but which hit its % throttle waits on it
     by_id = {j.job_id: j for j in snap.pending if j.job_id in started_tasks}
