@@ -206,3 +206,18 @@ def test_job_submitted_to_two_partitions_starts_where_it_can_first() -> None:
         assert h.ctl.jobs[array].state == JobState.PENDING
     with Harness(conf) as h2, pytest.raises(SlurmError):
         h2.submit(partition="a,nosuch")
+
+
+def test_association_priority_weighs_with_priority_weight_assoc() -> None:
+    conf = BASE.replace("PriorityWeightAge=0", "PriorityWeightAge=0\nPriorityWeightAssoc=1000")
+    with Harness(conf) as h:
+        lab(h)
+        sacctmgr(h, "add", "account", ["other"])
+        sacctmgr(h, "add", "user", ["user1001"], {"account": "other"})
+        sacctmgr(h, "modify", "account", where={"names": "lab"}, sets={"Priority": "40"})
+        sacctmgr(h, "modify", "user", where={"names": "user1001", "account": "other"},
+                 sets={"Priority": "10"})
+        a = h.submit(uid=1000, begin_time=h.clock() + 3600)  # inherits lab's 40
+        b = h.submit(uid=1001, account="other", begin_time=h.clock() + 3600)
+        h.tick()
+        assert (h.job(a).priority, h.job(b).priority) == (1000, 250)

@@ -211,24 +211,26 @@ def share_rows(ctl: Any) -> dict[str, Any]:
 
 def priority_rows(ctl: Any) -> dict[str, Any]:
     """sprio's data: each pending job's priority factors, normalised and weighted."""
-    from corral.sched.pipeline import fairshare_of
+    from corral.sched.pipeline import assoc_factor_of, fairshare_of
     from corral.sched.priority import components
 
     params = ctl.pass_params().priority
-    fs = fairshare_of(ctl.policy_snapshot_light(), ctl.sched_params)
+    light = ctl.policy_snapshot_light()
+    fs = fairshare_of(light, ctl.sched_params)
+    af = assoc_factor_of(light, ctl.sched_params)
     now = ctl.clock()
     w = params.weights
     jobs = []
     for j in sorted(ctl.pending.values(), key=lambda x: x.job_id):
         if j.held or j.is_array_meta and not j.array_tasks:
             continue
-        c = components(j, now, params, ctl.partitions, fs)
+        c = components(j, now, params, ctl.partitions, fs, af)
         jobs.append({"job_id": j.job_id, "display_id": j.display_id(),
                      "partition": j.partition, "user": j.user,
                      "account": j.account, "qos": j.qos, "priority": c.priority,
-                     "site": 0, "age": c.age, "assoc": 0.0, "fairshare": c.fairshare,
+                     "site": 0, "age": c.age, "assoc": c.assoc, "fairshare": c.fairshare,
                      "job_size": c.job_size, "partition_factor": c.partition, "qos_factor": c.qos,
                      "nice": c.nice, "tres": dict(c.tres)})
-    return {"jobs": jobs, "weights": {"age": w.age, "assoc": 0, "fairshare": w.fairshare,
+    return {"jobs": jobs, "weights": {"age": w.age, "assoc": w.assoc, "fairshare": w.fairshare,
                                       "job_size": w.job_size, "partition": w.partition,
                                       "qos": w.qos, "tres": dict(w.tres)}}

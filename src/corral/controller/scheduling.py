@@ -19,7 +19,14 @@ from corral.model.node import Node
 from corral.sched import fairshare as fs
 from corral.sched.limits import PolicySnapshot
 from corral.sched.limits_check import job_request
-from corral.sched.pipeline import ClusterSnapshot, Decision, SchedParams, fairshare_of, run_pass
+from corral.sched.pipeline import (
+    ClusterSnapshot,
+    Decision,
+    SchedParams,
+    assoc_factor_of,
+    fairshare_of,
+    run_pass,
+)
 from corral.sched.priority import pass_priorities
 from corral.sched.snapshot import INFINITE_TIME, NodeView, RunningView
 from corral.store.base import UsageRecord
@@ -96,7 +103,8 @@ class Scheduling(Launching):
         """What the pass needs of accounting, or None when nothing uses it (no limits
         enforced, no fairshare weight): existing clusters pay nothing."""
         limits = "limits" in self.enforce
-        if not limits and not self.sched_params.priority.weights.fairshare:
+        w = self.sched_params.priority.weights
+        if not limits and not w.fairshare and not w.assoc:
             return None
         pending: dict[int, object] = {}
         running: list[tuple[object, float | None]] = []
@@ -244,13 +252,15 @@ class Scheduling(Launching):
     def priority_now(self, job: Job) -> int:
         """The job's priority as the next pass will compute it (for a new or changed job)."""
         now = self.clock()
+        light = self.policy_snapshot_light()
         return pass_priorities([job], now, self.pass_params().priority, self.partitions,
-                               fairshare_of(self.policy_snapshot_light(), self.sched_params)
-                               )[job.job_id]
+                               fairshare_of(light, self.sched_params),
+                               assoc_factor_of(light, self.sched_params))[job.job_id]
 
     def policy_snapshot_light(self) -> PolicySnapshot | None:
         """Enough of the policy for one job's priority (fairshare only)."""
-        if not self.sched_params.priority.weights.fairshare:
+        w = self.sched_params.priority.weights
+        if not (w.fairshare or w.assoc):
             return None
         return PolicySnapshot(db=self.accounts.db, cluster=self.cluster_name,
                               usage=self.usage, fair_tree=self.fair_params.fair_tree)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from corral.model.assoc import AssocIndex
 from corral.model.job import JobState, NodeAlloc
 from corral.model.node import Partition
 from corral.model.reasons import PendingReason, ReasonCode, reason
@@ -143,6 +144,27 @@ class _Siblings:
             self.inner.started(cid)
 
 
+def assoc_factor_of(policy: PolicySnapshot | None, params: SchedParams) -> Fairshare | None:
+    """The association priority factor of (user, account, partition): the Priority= of
+    the association or the nearest parent that sets one, over the largest in the tree."""
+    if policy is None or not params.priority.weights.assoc:
+        return None
+    index = AssocIndex(policy.db)
+    top = max((a.priority or 0 for a in policy.db.assocs.values()), default=0)
+    if top <= 0:
+        return None
+
+    def factor(user: str, account: str, partition: str) -> float:
+        a = index.job_assoc(policy.cluster, user, account, partition)
+        if a is None:
+            return 0.0
+        for x in index.chain(a):
+            if x.priority is not None:
+                return x.priority / top
+        return 0.0
+    return factor
+
+
 def run_pass(snap: ClusterSnapshot) -> Decision:
     now = snap.now
     params = snap.params
@@ -162,7 +184,8 @@ def run_pass(snap: ClusterSnapshot) -> Decision:
 
     # 2. priority/multifactor, recomputed for every pending job
     dec.priorities = pass_priorities(snap.pending, now, params.priority, snap.partitions,
-                                     fairshare=fairshare_of(snap.policy, params))
+                                     fairshare=fairshare_of(snap.policy, params),
+                                     assoc=assoc_factor_of(snap.policy, params))
     order = dict(dec.priorities)
     for vid, (meta, _) in elig.tasks.items():
         order[vid] = dec.priorities.get(meta, 1)

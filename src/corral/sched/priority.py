@@ -41,6 +41,7 @@ class PriorityWeights:
     qos: int = 0
     job_size: int = 0
     tres: Mapping[str, float] = field(default_factory=dict)  # PriorityWeightTRES
+    assoc: int = 0  # PriorityWeightAssoc
 
 
 def parse_tres_weights(text: str) -> dict[str, float]:
@@ -148,14 +149,16 @@ def _job_tres(j: object) -> dict[str, int]:
 
 def pass_priorities(jobs: Iterable[PriorityJob], now: float, params: PriorityParams,
                     partitions: Mapping[str, Partition],
-                    fairshare: Fairshare | None = None) -> dict[int, int]:
+                    fairshare: Fairshare | None = None,
+                    assoc: Fairshare | None = None) -> dict[int, int]:
     """The priority/multifactor stage: every pending job's priority at `now`.
 
     Recomputed on every pass (Slurm recomputes every PriorityCalcPeriod; a pass runs at
     least every SchedulerInterval), so the age factor grows until PriorityMaxAge.  A job
     ages from the time it became eligible (Slurm: from its begin time once eligible); one
     not yet eligible has age 0.  Held jobs have priority 0, as in Slurm.  `fairshare`
-    gives a job's fairshare factor (None: no accounting, factor 0)."""
+    gives a job's fairshare factor (None: no accounting, factor 0); `assoc` its
+    association's priority factor (PriorityWeightAssoc)."""
     max_factor = max((p.priority_job_factor for p in partitions.values()), default=1) or 1
     part_factor = {name: partition_factor(p.priority_job_factor, max_factor)
                    for name, p in partitions.items()}
@@ -183,6 +186,9 @@ def pass_priorities(jobs: Iterable[PriorityJob], now: float, params: PriorityPar
             if f is None:
                 f = fs_cache[key] = fairshare(*key)
             total += w.fairshare * f
+        if assoc is not None and w.assoc:
+            key = (getattr(j, "user", ""), getattr(j, "account", ""), j.partition)
+            total += w.assoc * assoc(*key)
         if w.qos and max_qos > 0:
             total += w.qos * params.qos_priority.get(getattr(j, "qos", "") or "", 0) / max_qos
         if sized:
@@ -210,11 +216,13 @@ class Components:
     qos: float = 0.0
     nice: int = 0
     tres: Mapping[str, float] = field(default_factory=dict)
+    assoc: float = 0.0
 
 
 def components(j: PriorityJob, now: float, params: PriorityParams,
                partitions: Mapping[str, Partition],
-               fairshare: Fairshare | None = None) -> Components:
+               fairshare: Fairshare | None = None,
+               assoc: Fairshare | None = None) -> Components:
     """The factors behind `pass_priorities` for one job (the same arithmetic)."""
     max_factor = max((p.priority_job_factor for p in partitions.values()), default=1) or 1
     part = partitions.get(j.partition)
@@ -233,5 +241,7 @@ def components(j: PriorityJob, now: float, params: PriorityParams,
         size = 1.0 - size if params.favor_small else size
     per_tres = {name: min(1.0, tres.get(name, 0) / totals[name])
                 for name in params.weights.tres if totals.get(name)}
-    prio = pass_priorities([j], now, params, partitions, fairshare)[j.job_id]
-    return Components(prio, age, f, size, pf, q, j.nice, per_tres)
+    a = assoc(getattr(j, "user", ""), getattr(j, "account", ""), j.partition) \
+        if assoc is not None and params.weights.assoc else 0.0
+    prio = pass_priorities([j], now, params, partitions, fairshare, assoc)[j.job_id]
+    return Components(prio, age, f, size, pf, q, j.nice, per_tres, a)
