@@ -221,3 +221,12 @@ def test_association_priority_weighs_with_priority_weight_assoc() -> None:
         b = h.submit(uid=1001, account="other", begin_time=h.clock() + 3600)
         h.tick()
         assert (h.job(a).priority, h.job(b).priority) == (1000, 250)
+
+
+def test_partition_min_nodes_holds_smaller_jobs() -> None:
+    conf = BASE.replace("Default=YES", "Default=YES MinNodes=2")
+    with Harness(conf) as h:
+        small, big = h.submit(), h.submit(num_nodes=2)
+        h.tick()
+        assert h.job(small).reason == "PartitionNodeLimit"
+        assert h.job(big).state == JobState.RUNNING

@@ -32,6 +32,7 @@ from corral.sched.snapshot import INFINITE_TIME, NodeView, RunningView
 from corral.store.base import UsageRecord
 
 log = logging.getLogger("corral.controller")
+USAGE_SAVE_S = 5.0  # ended jobs' usage is written at most this often
 
 
 def node_view(n: Node) -> NodeView:
@@ -49,6 +50,9 @@ def running_view(j: Job, now: float) -> RunningView:
 class Scheduling(Launching):
     _sched_handle: asyncio.Handle | None = None
     _sched_loop: asyncio.AbstractEventLoop | None = None
+    _usage_dirty = False
+    _usage_saved = 0.0
+    _usage_spans: list[fs.UsageSpan]
     _sched_running = False
     _sched_again = False
     last_sched_duration = 0.0
@@ -146,30 +150,44 @@ class Scheduling(Launching):
         self._save_usage()
 
     def _save_usage(self) -> None:
+        self._usage_dirty = False
         try:
             self.store.save_usage_state(self.usage.to_dict())
         except Exception:  # usage is derived: a failed save costs accuracy, not jobs
             log.exception("saving the fairshare usage failed")
 
+    def accounting_on(self) -> bool:
+        """Whether anything reads usage: fairshare or enforced limits."""
+        return bool(self.sched_params.priority.weights.fairshare) or "limits" in self.enforce
+
     def usage_on_event(self, ev: JobEvent) -> None:
         """A job that ended is charged for its last stretch at once, so the next pass's
-        fairshare sees it."""
-        if ev.kind is not JobEventKind.ENDED or ev.job.start_time is None:
+        fairshare sees it; the state and the hourly records are written in batches (at
+        most every few seconds: a flood of short jobs must not cost a write each)."""
+        if ev.kind is not JobEventKind.ENDED or ev.job.start_time is None \
+                or not self.accounting_on():
             return
         r = self._running_for_usage(ev.job)
         if r is None:
             return
         end = ev.job.end_time or ev.time
         fs.charge_ended(self.usage, r, end, self.fair_params, self._usage_factor())
-        spans = [fs.UsageSpan(r.assoc_id, r.start_time, end, r.tres,
-                              fs.billing(r.tres, self.fair_params.billing_weights,
-                                         self.fair_params.max_tres))]
-        try:  # the job's whole run, by hour, for usage reports
+        self._usage_spans.append(fs.UsageSpan(
+            r.assoc_id, r.start_time, end, r.tres,
+            fs.billing(r.tres, self.fair_params.billing_weights, self.fair_params.max_tres)))
+        self._usage_dirty = True
+
+    def flush_usage(self, now: float, force: bool = False) -> None:
+        if not self._usage_dirty or (not force and now - self._usage_saved < USAGE_SAVE_S):
+            return
+        spans, self._usage_spans = self._usage_spans, []
+        try:  # each job's whole run, by hour, for usage reports
             self.store.add_usage([UsageRecord(c, a, h, t, b) for c, a, h, t, b
                                   in fs.hourly_records(self.cluster_name, spans)])
         except Exception:
             log.exception("recording usage failed")
         self._save_usage()
+        self._usage_saved = now
 
     def pass_params(self) -> SchedParams:
         """slurm.conf's parameters plus what sacctmgr sets: QoS priorities (for
@@ -196,8 +214,9 @@ class Scheduling(Launching):
         )
 
     def schedule_pass(self, now: float) -> Decision | None:
-        if self.sched_params.priority.weights.fairshare or "limits" in self.enforce:
+        if self.accounting_on():
             self.charge_usage(now)
+            self.flush_usage(now)
         if not self.pending:
             return None
         decision = run_pass(self.snapshot(now))

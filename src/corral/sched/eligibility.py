@@ -137,6 +137,9 @@ def partition_reason(job: SchedJob, part: Partition | None,
         most = len(part.nodes) if not part.max_nodes else min(len(part.nodes), part.max_nodes)
         return reason(ReasonCode.PARTITION_NODE_LIMIT, requested=(("nodes", job.num_nodes),),
                       available=(("nodes", most),), per_node=False)
+    if part.min_nodes and job.num_nodes < part.min_nodes:  # MinNodes=
+        return reason(ReasonCode.PARTITION_NODE_LIMIT, requested=(("nodes", job.num_nodes),),
+                      available=(("nodes", part.min_nodes),), per_node=False)
     if job.array_tasks is not None and job.array_max_running:
         running = running_per_array.get(job.job_id, 0)
         if running >= job.array_max_running:
