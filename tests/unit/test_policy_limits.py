@@ -230,3 +230,14 @@ def test_partition_min_nodes_holds_smaller_jobs() -> None:
         h.tick()
         assert h.job(small).reason == "PartitionNodeLimit"
         assert h.job(big).state == JobState.RUNNING
+
+
+def test_grp_tres_mins_on_the_account_counts_its_users_decayed_usage(h: Harness) -> None:
+    sacctmgr(h, "modify", "account", where={"names": "lab"}, sets={"GrpTRESMins": "cpu=60"})
+    first = h.submit(uid=1000, num_tasks=2)
+    h.tick()
+    h.clock.advance(3600)  # 2 CPUs for an hour: 120 CPU-minutes, over the account's 60
+    h.end(first)
+    late = h.submit(uid=1001)
+    h.tick()
+    assert h.job(late).reason == "AssocGrpCPUMinutesLimit"

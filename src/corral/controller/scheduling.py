@@ -122,8 +122,19 @@ class Scheduling(Launching):
         return PolicySnapshot(
             db=self.accounts.db, cluster=self.cluster_name, enforce=self.enforce,
             pending=pending, running=tuple(running),  # type: ignore[arg-type]
-            used_tres_mins=fs.tres_minutes(self.usage.assoc) if limits else {},  # type: ignore[arg-type]
+            used_tres_mins=self._used_minutes() if limits else {},
             usage=self.usage, fair_tree=self.fair_params.fair_tree)
+
+    def _used_minutes(self) -> dict[int | str, dict[str, float]]:
+        """GrpTRESMins' usage: each association's including everything below it (as
+        Slurm charges parents), and each QoS's."""
+        tree = fs.tree_usage(self.accounts.db, self.cluster_name, self.usage.assoc)
+        used: dict[int | str, fs.Usage] = {}
+        for name, q in self.usage.qos.items():
+            used[name] = q
+        for aid, u in tree.items():
+            used[aid] = u
+        return fs.tres_minutes(used)
 
     def _running_for_usage(self, j: Job, index: AssocIndex | None = None) -> fs.RunningJob | None:
         a = (index or self.accounts.db).job_assoc(self.cluster_name, j.user, j.account,
