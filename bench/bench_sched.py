@@ -1,6 +1,7 @@
 """Time one full scheduling pass of the controller, as it runs in production.
 
     python bench/bench_sched.py [--runs N] [--jobs N] [--nodes N] [--running N] [--curve]
+                                [--no-policy]
 
 One pass = build the snapshot from the controller's state, eligibility (holds, begin
 times, dependencies through the per-pass index), priority/multifactor for every pending
@@ -15,6 +16,10 @@ ends spread over a day), 10,000 pending jobs of mixed shapes, half of them with
 dependencies: on other pending jobs, on running jobs, and on jobs long finished (known
 only through the controller's compact record of them).  Prints the median over several
 runs, then the curve from 1,000 to 100,000 pending jobs and its growth ratios.
+Policy (on unless --no-policy): AccountingStorageEnforce=associations,limits and
+PriorityWeightFairshare, 500 users in 50 accounts (GrpTRES on every account, MaxJobs
+and GrpTRES on users), decayed usage on every association: every candidate goes through
+the limits gate and every job gets its fairshare factor.
 Budget: < 1 s for the 10,000-job pass on the project's slow 2-core machine.
 """
 
@@ -30,11 +35,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from corral.controller.accounts import Caller  # noqa: E402
 from corral.controller.harness import FakeClock, HarnessController  # noqa: E402
 from corral.model.config import ClusterConfig  # noqa: E402
 from corral.model.job import Job, JobState, NodeAlloc  # noqa: E402
 from corral.model.node import Node, Partition  # noqa: E402
 from corral.sched.deps import GoneRecord  # noqa: E402
+from corral.sched.fairshare import Usage  # noqa: E402
 from corral.sched.pipeline import Decision  # noqa: E402
 from corral.store.base import JobPayload  # noqa: E402
 from corral.store.memory import MemoryStore  # noqa: E402
@@ -54,17 +61,50 @@ SHAPES: list[dict[str, object]] = [
 ]
 
 
-def build(n_nodes: int, n_pending: int, n_running: int, seed: int = 1) -> HarnessController:
+N_USERS, N_ACCOUNTS = 500, 50
+ROOT = Caller("root", True)
+
+
+def policy_setup(ctl: HarnessController, rng: random.Random) -> None:
+    """500 users in 50 accounts with limits, and decayed usage for each of them."""
+    acc = ctl.accounts
+
+    def mgr(op: str, entity: str, names: list[str], where: dict[str, str]) -> None:
+        acc.execute(ROOT, {"op": op, "entity": entity, "names": names, "where": where,
+                           "set": {}, "options": {}})
+
+    for a in range(N_ACCOUNTS):
+        mgr("add", "account", [f"a{a}"], {"GrpTRES": f"gres/gpu={rng.choice([64, 128, 256])}"})
+    for a in range(N_ACCOUNTS):
+        users = [f"u{k}" for k in range(1, N_USERS + 1) if k % N_ACCOUNTS == a]
+        mgr("add", "user", users, {"account": f"a{a}", "MaxJobs": "40",
+                                   "GrpTRES": "gres/gpu=32"})
+    for assoc in acc.db.assocs.values():
+        if assoc.user:
+            ctl.usage.assoc[assoc.id] = Usage(rng.random() * 1e7, {"cpu": rng.random() * 1e7})
+
+
+def account_of(user: str) -> str:
+    return f"a{int(user[1:]) % N_ACCOUNTS}"
+
+
+def build(n_nodes: int, n_pending: int, n_running: int, seed: int = 1,
+          policy: bool = True) -> HarnessController:
     rng = random.Random(seed)
     names = [f"gpu{i:04d}" for i in range(n_nodes)]
     config = ClusterConfig()
     config.options.update({"DefMemPerCPU": "1024", "MinJobAge": "300"})
+    if policy:
+        config.options.update({"AccountingStorageEnforce": "associations,limits",
+                               "PriorityWeightFairshare": "10000"})
     config.nodes = [Node(name=n, cpus=64, real_memory=512_000, gpus=8, partitions=["gpu", "cpu"])
                     for n in names]
     config.partitions = [Partition(name="gpu", nodes=list(names), default=True),
                          Partition(name="cpu", nodes=list(names[: n_nodes // 4]))]
     store = MemoryStore()
     ctl = HarnessController(config, store, clock=FakeClock(NOW))
+    if policy:
+        policy_setup(ctl, rng)
     for n in ctl.nodes.values():
         n.responding = n.registered = True
         n.last_contact = NOW
@@ -87,8 +127,9 @@ def build(n_nodes: int, n_pending: int, n_running: int, seed: int = 1) -> Harnes
             cpus = 4 if roomy else (12 if k < 4 else 8)
             node = ctl.nodes[name]
             gpu_ids = node.free_gpu_ids[:gpus]
-            job = Job(job_id=job_id, name=f"r{job_id}", user="u1", uid=1001, gid=1001,
-                      partition="gpu", state=JobState.RUNNING, submit_time=NOW - 3600,
+            ru = f"u{rng.randint(1, N_USERS)}"
+            job = Job(job_id=job_id, name=f"r{job_id}", user=ru, uid=1001, gid=1001,
+                      account=account_of(ru), partition="gpu", state=JobState.RUNNING, submit_time=NOW - 3600,
                       start_time=NOW - rng.randint(60, 3600),
                       time_limit=rng.choice([3600, 4 * 3600, 86_400]),
                       alloc=[NodeAlloc(name, cpus, cpus * 1024, gpu_ids)], nodes=[name],
@@ -111,7 +152,8 @@ def build(n_nodes: int, n_pending: int, n_running: int, seed: int = 1) -> Harnes
                 dep = f"afterany:{rng.choice(running_ids)}"
             else:
                 dep = f"afterok:{rng.choice(finished_ids)}"
-        job = Job(job_id=job_id, name=f"p{job_id}", user=f"u{rng.randint(1, 50)}", uid=2000,
+        pu = f"u{rng.randint(1, N_USERS)}"
+        job = Job(job_id=job_id, name=f"p{job_id}", user=pu, account=account_of(pu), uid=2000,
                   gid=2000, submit_time=NOW - rng.randint(0, 86_400),
                   eligible_time=None if dep else NOW - rng.randint(0, 86_400),
                   time_limit=rng.choice([600, 3600, 4 * 3600, 86_400]), dependency=dep,
@@ -138,11 +180,12 @@ def one_pass(ctl: HarnessController) -> tuple[float, Decision | None]:
         loop.close()
 
 
-def median_pass(n_nodes: int, n_pending: int, n_running: int, runs: int) -> tuple[float, Decision]:
+def median_pass(n_nodes: int, n_pending: int, n_running: int, runs: int,
+                policy: bool = True) -> tuple[float, Decision]:
     times = []
     dec: Decision | None = None
     for _ in range(runs):
-        ctl = build(n_nodes, n_pending, n_running, seed=1)  # the same state every run
+        ctl = build(n_nodes, n_pending, n_running, seed=1, policy=policy)  # same state each run
         elapsed, dec = one_pass(ctl)
         times.append(elapsed)
     assert dec is not None
@@ -156,13 +199,18 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=1_000)
     ap.add_argument("--running", type=int, default=5_000)
     ap.add_argument("--curve", action="store_true", help="also time 1,000 to 100,000 pending jobs")
+    ap.add_argument("--no-policy", action="store_true",
+                    help="without accounts, limits and fairshare")
     args = ap.parse_args()
-    t, dec = median_pass(args.nodes, args.jobs, args.running, args.runs)
-    waiting = {}
+    policy = not args.no_policy
+    t, dec = median_pass(args.nodes, args.jobs, args.running, args.runs, policy)
+    waiting: dict[str, int] = {}
     for why in dec.reasons.values():
-        waiting[why.code.value] = waiting.get(why.code.value, 0) + 1
+        waiting[why.text()] = waiting.get(why.text(), 0) + 1
     print(f"nodes={args.nodes}x8 GPUs running={args.running} pending={args.jobs} "
-          f"(half with dependencies)")
+          f"(half with dependencies)"
+          + (f"; policy: {N_USERS} users in {N_ACCOUNTS} accounts, limits enforced, "
+             "fairshare" if policy else "; no policy"))
     print(f"full pass, median of {args.runs}: {t * 1000:.0f} ms  (started {len(dec.starts)}, "
           f"planned {len(dec.planned)}, waiting {len(dec.reasons)}: "
           + ", ".join(f"{k} {v}" for k, v in sorted(waiting.items(), key=lambda kv: -kv[1])[:5])
@@ -171,7 +219,7 @@ def main() -> int:
         print(f"{'pending':>8} {'ms':>8} {'us/job':>7} {'ratio':>6}")
         prev: tuple[int, float] | None = None
         for n in (1_000, 3_000, 10_000, 30_000, 100_000):
-            tn, _ = median_pass(args.nodes, n, args.running, 3)
+            tn, _ = median_pass(args.nodes, n, args.running, 3, policy)
             ratio = "" if prev is None else f"{(tn / prev[1]) / (n / prev[0]):.2f}"
             print(f"{n:>8} {tn * 1000:>8.0f} {tn / n * 1e6:>7.1f} {ratio:>6}")
             prev = (n, tn)

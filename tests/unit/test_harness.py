@@ -424,3 +424,22 @@ def test_config_names_settings_not_acted_on() -> None:
                        + "Prolog=/etc/prolog\nHealthCheckProgram=/bin/true\n")
     # AllowGroups is enforced now (test_partition_access)
     assert cfg.inert_settings() == ["Prolog", "HealthCheckProgram"]
+
+
+# ---- idempotent submission ----------------------------------------------------------------
+
+def test_submission_resent_with_its_submit_id_returns_the_same_job() -> None:
+    store = MemoryStore()
+    with Harness(CONF, store=store) as h:
+        a = h.submit(submit_id="ab" * 16, held="user")
+        assert h.submit(submit_id="ab" * 16, held="user") == a  # the answer was lost: resent
+        assert h.submit(uid=1001, submit_id="ab" * 16, held="user") != a  # per user
+        other = h.submit(submit_id="cd" * 16, held="user")
+        assert other != a
+        count = len(h.ctl.jobs)
+        now = h.clock()
+    # a controller restarted after committing the job knows the id from the job record
+    with Harness(CONF, store=store, now=now) as h2:
+        assert h2.submit(submit_id="ab" * 16, held="user") == a
+        assert len(h2.ctl.jobs) == count
+        assert h2.submit(submit_id="ef" * 16, held="user") not in (a, other)

@@ -679,8 +679,9 @@ class FakeClient:
         self.error = error
         self.posts: list[tuple[str, Any]] = []
 
-    def post(self, path: str, body: Any = None) -> Any:
+    def post(self, path: str, body: Any = None, *, idempotent: bool = False) -> Any:
         self.posts.append((path, body))
+        self.idempotent = idempotent
         if self.error:
             raise self.error
         return self.reply
@@ -700,6 +701,11 @@ def test_main_submits_and_prints(fake: FakeClient, capsys: pytest.CaptureFixture
     path, body = fake.posts[0]
     assert path == "/v1/jobs" and body["spec"]["name"] == "hello"
     assert body["script"].endswith("echo hi\n")
+    # a fresh 128-bit id per run, so the client may resend it after a lost answer
+    sid = body["spec"]["submit_id"]
+    assert len(sid) == 32 and int(sid, 16) >= 0 and fake.idempotent
+    assert sbatch.main(["--wrap=true"]) == 0
+    assert fake.posts[1][1]["spec"]["submit_id"] != sid
 
 
 def test_main_parsable_and_quiet(fake: FakeClient, capsys: pytest.CaptureFixture[str]) -> None:
@@ -839,8 +845,9 @@ def test_main_wait(monkeypatch: pytest.MonkeyPatch, fake: FakeClient,
 
 
 def _serve_http(server: socket.socket, received: list[bytes], answer: bytes | None,
-                count: int = 1) -> None:
-    """Accept `count` connections; read each request; answer it (or, with None, close)."""
+                count: int = 1, full: bool = False) -> None:
+    """Accept `count` connections; read each request (`full`: with its body); answer it
+    (or, with None, close)."""
     for _ in range(count):
         try:
             conn, _ = server.accept()
@@ -849,6 +856,12 @@ def _serve_http(server: socket.socket, received: list[bytes], answer: bytes | No
         data = b""
         while b"\r\n\r\n" not in data:
             data += conn.recv(65536)
+        if full:
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            while len(body) < length:
+                body += conn.recv(65536)
+            data = head + b"\r\n\r\n" + body
         received.append(data)
         if answer is not None:
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -916,13 +929,13 @@ def test_main_without_any_controller_fails_at_once(tmp_path: Path,
     assert "no Corral controller is running" in capsys.readouterr().err
 
 
-def test_submission_is_never_sent_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
-    """A controller that read the request and closed without answering may have acted
-    on it: the POST is not repeated (a GET would be)."""
+def test_plain_post_is_never_sent_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A controller that read a request and closed without answering may have acted on
+    it: a POST without a submission id is not repeated (a GET would be)."""
     monkeypatch.setenv("CORRAL_HOME", str(tmp_path))
     monkeypatch.setenv("CORRAL_MESSAGE_TIMEOUT", "3")
-    monkeypatch.setattr(client, "_announced", False)
+    monkeypatch.setattr(client, "_announced", True)
+    monkeypatch.setattr(client, "_retry_prog", "scancel")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(tmp_path / "corral.sock"))
     server.listen(4)
@@ -932,12 +945,43 @@ def test_submission_is_never_sent_twice(tmp_path: Path, monkeypatch: pytest.Monk
                               daemon=True)
     thread.start()
     try:
-        assert sbatch.main(["--wrap=true"]) == 1
+        with pytest.raises(client.ApiError):
+            client.post("/v1/jobs/1/signal", {"signal": 9})
     finally:
         thread.join(timeout=10)
         server.close()
-    assert len(received) == 1 and received[0].startswith(b"POST /v1/jobs")
-    assert "Traceback" not in capsys.readouterr().err
+    assert len(received) == 1
+
+
+def test_submission_lost_answer_is_resent_with_the_same_id(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The controller read the submission and died before answering: sbatch sends it
+    again with the same submit_id, which the controller answers with the job it made."""
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path))
+    monkeypatch.setenv("CORRAL_MESSAGE_TIMEOUT", "5")
+    monkeypatch.setattr(client, "_announced", False)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(tmp_path / "corral.sock"))
+    server.listen(4)
+    server.settimeout(4)
+    received: list[bytes] = []
+
+    def serve() -> None:
+        _serve_http(server, received, None, full=True)  # the old controller, killed
+        _serve_http(server, received, b'{"job_id": 42}', full=True)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        assert sbatch.main(["--parsable", "--wrap=true"]) == 0
+    finally:
+        thread.join(timeout=10)
+        server.close()
+    assert capsys.readouterr().out == "42\n"
+    assert len(received) == 2
+    ids = [json.loads(r.partition(b"\r\n\r\n")[2])["spec"]["submit_id"] for r in received]
+    assert ids[0] == ids[1] and len(ids[0]) == 32
 
 
 def test_get_is_asked_again_after_a_silent_close(tmp_path: Path,

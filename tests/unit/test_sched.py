@@ -621,13 +621,6 @@ def test_pipeline_arrays_expand_and_throttle() -> None:
     assert len(dec.starts) == 8 and dec.reason_texts == {8: "Resources"}
 
 
-def test_pipeline_limits_stage_is_a_pass_through_today() -> None:
-    from corral.sched.limits import limits
-
-    views = [job(1), job(2)]
-    assert limits(views) == (views, {})
-
-
 def test_reason_rendering_is_byte_exact() -> None:
     from corral.model.reasons import PendingReason, ReasonCode, from_text
 

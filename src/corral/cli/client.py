@@ -71,7 +71,9 @@ def cli_socket_path() -> str:
 # (run_cli turns it on): `corral up` must learn at once that nothing runs.  A request is
 # sent again only when the connection itself failed, so nothing was received: a
 # submission is never duplicated.  GETs, which change nothing, are also retried when
-# the controller closed the connection without answering.
+# the controller closed the connection without answering, and so is a request marked
+# idempotent: a submission carrying the client's `submit_id`, which the controller
+# answers with the job it already created when it sees that id again.
 DEFAULT_MESSAGE_TIMEOUT = 10.0
 _retry_prog: str | None = None  # the command that retries (and names itself in the notice)
 _announced = False
@@ -161,8 +163,12 @@ def call_with_retry(connect: Any) -> Any:
                 raise NotRunning(_not_running_message()) from e
 
 
-def request(method: str, path: str, body: Any = None, *, timeout: float = 60.0) -> Any:
-    """Send one request; return the decoded JSON answer or raise ApiError/NotRunning."""
+def request(method: str, path: str, body: Any = None, *, timeout: float = 60.0,
+            idempotent: bool = False) -> Any:
+    """Send one request; return the decoded JSON answer or raise ApiError/NotRunning.
+
+    `idempotent`: sending it twice does no harm, so it is sent again when the
+    connection is lost before the answer (as a GET is)."""
     payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
     head = (f"{method} {path} HTTP/1.1\r\nHost: corral\r\nConnection: close\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n")
@@ -177,8 +183,8 @@ def request(method: str, path: str, body: Any = None, *, timeout: float = 60.0) 
         finally:
             s.close()
         # A controller going down may accept and then close without an answer: only a
-        # GET is asked again (a POST may have been acted on).
-        if raw or method != "GET" or not waiter.again():
+        # GET or an idempotent request is asked again (a POST may have been acted on).
+        if raw or not (method == "GET" or idempotent) or not waiter.again():
             break
     header, _, content = raw.partition(b"\r\n\r\n")
     status_line = header.split(b"\r\n", 1)[0]
@@ -239,8 +245,8 @@ def get(path: str, **params: Any) -> Any:
     return request("GET", f"{path}?{q}" if q else path)
 
 
-def post(path: str, body: Any = None) -> Any:
-    return request("POST", path, body if body is not None else {})
+def post(path: str, body: Any = None, *, idempotent: bool = False) -> Any:
+    return request("POST", path, body if body is not None else {}, idempotent=idempotent)
 
 
 def patch(path: str, body: Any) -> Any:

@@ -819,7 +819,10 @@ def _run(args: list[str]) -> int:
     for line in sub.messages:
         sys.stderr.write(line + "\n")
     try:
-        reply = client.post("/v1/jobs", build_payload(sub))
+        payload = build_payload(sub)
+        # one id per sbatch run: resent after a lost answer, it returns the same job
+        payload["spec"]["submit_id"] = os.urandom(16).hex()
+        reply = client.post("/v1/jobs", payload, idempotent=True)
         job_id = int(reply["job_id"])
     except client.NotRunning as e:
         failed = "Batch job submission failed: " if e.timed_out else ""

@@ -617,7 +617,10 @@ class Accounts:
             raise AccountsError(" You didn't give me anything to set")
         names = _split_list(where.get("names", "") or where.get("user", ""))
         if not names:
-            raise AccountsError(" No conditions given")
+            # `where account=students` alone names every user with an association there
+            if not any(where.get(k) for k in ("account", "cluster", "partition")):
+                raise AccountsError(" No conditions given")
+            names = sorted({a.user for a in self._user_assocs(db, where) if a.user})
         for n in names:
             if n not in db.users:
                 raise AccountsError(f" Error with request: User {n} does not exist")

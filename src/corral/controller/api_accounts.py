@@ -156,7 +156,81 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
             nodes = [n for spec in nodes for n in hostlists.expand(spec)]
         return json_response({"events": node_events(ctl, start, end, nodes)})
 
+    async def sshare(request: web.Request) -> web.Response:
+        peer_identity(request, ctl)
+        return json_response(share_rows(ctl))
+
+    async def sprio(request: web.Request) -> web.Response:
+        peer_identity(request, ctl)
+        return json_response(priority_rows(ctl))
+
+    router.add_get("/v1/sshare", sshare)
+    router.add_get("/v1/sprio", sprio)
     router.add_post("/v1/accounts", handle)
     router.add_get("/v1/accounts/events", events)
     router.add_get("/v1/accounts/dump", dump)
     router.add_post("/v1/accounts/load", load)
+
+
+def share_rows(ctl: Any) -> dict[str, Any]:
+    """sshare's data: every association of this cluster in tree order with its shares,
+    usage and fairshare factor (sched/fairshare.py), users' factors under Fair Tree."""
+    from corral.sched import fairshare as fs
+
+    db = ctl.accounts.db
+    infos = fs.fairshare_factors(db, ctl.cluster_name, ctl.usage.assoc, ctl.fair_params.fair_tree)
+    minutes = fs.tres_minutes(fs.tree_usage(db, ctl.cluster_name, ctl.usage.assoc))  # type: ignore[arg-type]
+    run_mins: dict[int, dict[str, float]] = {}
+    for j in ctl.running.values():
+        a = db.job_assoc(ctl.cluster_name, j.user, j.account, j.partition)
+        if a is None or j.time_limit <= 0 or j.start_time is None:
+            continue
+        left = max(0.0, (j.start_time + j.time_limit - ctl.clock()) / 60)
+        from corral.sched.limits_check import job_request
+
+        for x in db.chain(a):
+            d = run_mins.setdefault(x.id, {})
+            for k, v in job_request(j).tres.items():
+                d[k] = d.get(k, 0.0) + v * left
+    rows = []
+    for depth, a in db.iter_tree(ctl.cluster_name):
+        i = infos.get(a.id)
+        rows.append({
+            "depth": depth, "account": a.account, "user": a.user or "",
+            "partition": a.partition or "", "raw_shares": a.shares,
+            "norm_shares": i.norm_shares if i else 0.0, "raw_usage": i.raw_usage if i else 0.0,
+            "norm_usage": i.norm_usage if i else 0.0,
+            "effective_usage": i.effective_usage if i else 0.0,
+            "level_fs": i.level_fs if i else 0.0, "fairshare": i.fairshare if i else 0.0,
+            "grp_tres_mins": a.limits.to_dict().get("grp_tres_mins") or {},
+            "tres_mins": minutes.get(a.id, {}),
+            "tres_run_mins": run_mins.get(a.id, {}),
+        })
+    return {"rows": rows, "fair_tree": ctl.fair_params.fair_tree}
+
+
+def priority_rows(ctl: Any) -> dict[str, Any]:
+    """sprio's data: each pending job's priority factors, normalised and weighted."""
+    from corral.sched.pipeline import assoc_factor_of, fairshare_of
+    from corral.sched.priority import components
+
+    params = ctl.pass_params().priority
+    light = ctl.policy_snapshot_light()
+    fs = fairshare_of(light, ctl.sched_params)
+    af = assoc_factor_of(light, ctl.sched_params)
+    now = ctl.clock()
+    w = params.weights
+    jobs = []
+    for j in sorted(ctl.pending.values(), key=lambda x: x.job_id):
+        if j.held or j.is_array_meta and not j.array_tasks:
+            continue
+        c = components(j, now, params, ctl.partitions, fs, af)
+        jobs.append({"job_id": j.job_id, "display_id": j.display_id(),
+                     "partition": j.partition, "user": j.user,
+                     "account": j.account, "qos": j.qos, "priority": c.priority,
+                     "site": 0, "age": c.age, "assoc": c.assoc, "fairshare": c.fairshare,
+                     "job_size": c.job_size, "partition_factor": c.partition, "qos_factor": c.qos,
+                     "nice": c.nice, "tres": dict(c.tres)})
+    return {"jobs": jobs, "weights": {"age": w.age, "assoc": w.assoc, "fairshare": w.fairshare,
+                                      "job_size": w.job_size, "partition": w.partition,
+                                      "qos": w.qos, "tres": dict(w.tres)}}

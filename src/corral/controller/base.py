@@ -15,18 +15,22 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from corral.controller.accounts import Accounts
 from corral.controller.cluster import NOT_RESPONDING_REASON, Cluster, NodeEvent, NodeEventKind
 from corral.controller.errors import SlurmError, access_denied, invalid_job
 from corral.controller.jobs import JobEvent, JobEventKind, JobTable
 from corral.controller.persist import GroupCommitWriter
-from corral.model.config import ClusterConfig
+from corral.model.config import ClusterConfig, ConfigError
 from corral.model.job import Job, JobState
 from corral.model.jobspec import DEFAULT_MAX_SCRIPT_SIZE, max_script_size
 from corral.model.node import Node, Partition
 from corral.model.reasons import PendingReason
+from corral.model.timefmt import parse_time_limit
 from corral.sched import deps as sched_deps
+from corral.sched.fairshare import FairshareParams, UsageState, parse_billing_weights
+from corral.sched.limits_check import parse_enforce
 from corral.sched.pipeline import SchedParams
-from corral.sched.priority import PriorityParams, PriorityWeights
+from corral.sched.priority import PriorityParams, PriorityWeights, parse_tres_weights
 from corral.store.base import Store
 
 log = logging.getLogger("corral.controller")
@@ -61,13 +65,45 @@ def group_name(gid: int) -> str:
 
 
 def sched_params(config: ClusterConfig) -> SchedParams:
+    try:
+        tres_weights = parse_tres_weights(config.options.get("PriorityWeightTRES", ""))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    totals: dict[str, int] = {"cpu": 0, "mem": 0, "node": 0, "gres/gpu": 0}
+    for n in config.nodes:
+        totals["cpu"] += n.cpus
+        totals["mem"] += n.real_memory
+        totals["node"] += 1
+        totals["gres/gpu"] += n.gpus
     return SchedParams(
         priority=PriorityParams(
             weights=PriorityWeights(age=config.get_int("PriorityWeightAge"),
-                                    partition=config.get_int("PriorityWeightPartition")),
-            max_age_s=config.get_seconds("PriorityMaxAge")),
+                                    partition=config.get_int("PriorityWeightPartition"),
+                                    fairshare=config.get_int("PriorityWeightFairshare"),
+                                    qos=config.get_int("PriorityWeightQOS"),
+                                    job_size=config.get_int("PriorityWeightJobSize"),
+                                    tres=tres_weights,
+                                    assoc=config.get_int("PriorityWeightAssoc")),
+            max_age_s=config.get_seconds("PriorityMaxAge"),
+            favor_small=config.options.get("PriorityFavorSmall", "NO").upper() in ("YES", "1"),
+            totals=totals),
         def_mem_per_cpu=config.get_int("DefMemPerCPU"),
     )
+
+
+def fairshare_params(config: ClusterConfig) -> FairshareParams:
+    """PriorityDecayHalfLife, PriorityUsageResetPeriod, TRESBillingWeights, PriorityFlags."""
+    o = config.options
+    flags = {f.strip().upper() for f in o.get("PriorityFlags", "").split(",") if f.strip()}
+    try:
+        weights = parse_billing_weights(o.get("TRESBillingWeights", ""))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    half = o.get("PriorityDecayHalfLife", "7-0")
+    return FairshareParams(half_life_s=float(max(0, parse_time_limit(half))),
+                           reset_period=o.get("PriorityUsageResetPeriod", "NONE"),
+                           billing_weights=weights, max_tres="MAX_TRES" in flags,
+                           fair_tree="NO_FAIR_TREE" not in flags)
 
 
 class ControllerBase:
@@ -87,6 +123,16 @@ class ControllerBase:
         self.max_script_size = max_script_size(config.options.get("SchedulerParameters", "")) \
             or DEFAULT_MAX_SCRIPT_SIZE
         self.sched_params = sched_params(config)
+        # accounting policy: the association tree (sacctmgr), what is enforced, usage
+        try:
+            self.enforce = parse_enforce(config.options.get("AccountingStorageEnforce"))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        self.fair_params = fairshare_params(config)
+        calc = config.options.get("PriorityCalcPeriod", "5")
+        self.calc_period_s = max(60, parse_time_limit(calc))
+        self.accounts = Accounts(store, self.cluster_name, active_jobs=self._active_pairs)
+        self.usage = UsageState.from_dict(store.load_usage_state())
         self.cluster = Cluster(config.nodes, config.partitions)
         self.nodes: dict[str, Node] = self.cluster.nodes
         self.partitions: dict[str, Partition] = self.cluster.partitions
@@ -99,6 +145,8 @@ class ControllerBase:
         # the typed reason behind each pending job's reason text (for explanations)
         self.pending_reasons: dict[int, PendingReason] = {}
         self.next_id = 1
+        # (uid, submit_id) -> job id: a submission resent after a lost answer is not run twice
+        self.submit_ids: dict[tuple[int, str], int] = {}
         self.own_uid = os.geteuid()
         self.operators = self._operator_uids()
         self.super_users = self._super_user_uids()
@@ -223,6 +271,11 @@ class ControllerBase:
             # `scontrol requeue $SLURM_JOB_ID` inside the job must not be killed mid-request.
             self.writer.after_commit(send, {"type": "control", "job_id": job.job_id, "control": op})
 
+    def _active_pairs(self) -> list[tuple[str, str]]:
+        """(user, account) of every pending or running job: sacctmgr refuses to delete
+        an association that has some."""
+        return [(j.user, j.account) for j in self.jobs.values() if not j.state.finished]
+
     # ---- recovery ----------------------------------------------------------------
     def recover(self) -> None:
         """Load what the store holds after a restart."""
@@ -244,6 +297,9 @@ class ControllerBase:
                 n.reason, n.reason_user, n.reason_uid, n.reason_time = \
                     NOT_RESPONDING_REASON, "root", 0, self.started
         self.next_id = self.store.next_job_id()
+        for job in self.jobs.values():
+            if job.submit_id:
+                self.submit_ids[(job.uid, job.submit_id)] = job.array_job_id or job.job_id
         self.remember_gone(self.unknown_dependencies(self.pending.values()))
         log.info("recovered %d pending and %d running jobs; next job id %d",
                  len(self.pending), len(self.running), self.next_id)

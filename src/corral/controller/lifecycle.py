@@ -197,6 +197,8 @@ class JobLifecycle(ControllerBase):
             if j.job_id in named or (j.array_job_id is not None and j.array_job_id in named):
                 self.gone.add(sched_deps.GoneRecord.of(j))
             self.table.forget(j.job_id)
+            if j.submit_id and self.submit_ids.get((j.uid, j.submit_id)) == j.job_id:
+                del self.submit_ids[(j.uid, j.submit_id)]
         if len(self.gone) > 2 * len(named) + 1024:  # drop what no dependency names any more
             keep = sched_deps.GoneJobs()
             for rec in self.gone.by_id.values():

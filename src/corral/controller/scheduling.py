@@ -9,15 +9,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 
+from corral.controller.jobs import JobEvent, JobEventKind
 from corral.controller.launch import Launching
+from corral.model.assoc import AssocIndex
 from corral.model.job import Job
 from corral.model.node import Node
-from corral.sched.pipeline import ClusterSnapshot, Decision, run_pass
+from corral.sched import fairshare as fs
+from corral.sched.limits import PolicySnapshot
+from corral.sched.limits_check import job_request
+from corral.sched.pipeline import (
+    ClusterSnapshot,
+    Decision,
+    SchedParams,
+    assoc_factor_of,
+    fairshare_of,
+    run_pass,
+)
 from corral.sched.priority import pass_priorities
 from corral.sched.snapshot import INFINITE_TIME, NodeView, RunningView
+from corral.store.base import UsageRecord
 
 log = logging.getLogger("corral.controller")
+USAGE_SAVE_S = 5.0  # ended jobs' usage is written at most this often
 
 
 def node_view(n: Node) -> NodeView:
@@ -34,6 +49,10 @@ def running_view(j: Job, now: float) -> RunningView:
 
 class Scheduling(Launching):
     _sched_handle: asyncio.Handle | None = None
+    _sched_loop: asyncio.AbstractEventLoop | None = None
+    _usage_dirty = False
+    _usage_saved = 0.0
+    _usage_spans: list[fs.UsageSpan]
     _sched_running = False
     _sched_again = False
     last_sched_duration = 0.0
@@ -47,10 +66,23 @@ class Scheduling(Launching):
         if self._sched_handle is not None:
             return
         loop = asyncio.get_running_loop()
+        self._sched_loop = loop
         if delay:
             self._sched_handle = loop.call_later(delay, self._run_schedule)
         else:
             self._sched_handle = loop.call_soon(self._run_schedule)
+
+    def schedule_from_any_thread(self) -> None:
+        """request_schedule from a worker thread too (sacctmgr changes are committed off
+        the loop): the next pass sees the new associations and limits."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            loop = self._sched_loop
+            if loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(self.request_schedule)
+            return
+        self.request_schedule()
 
     def _run_schedule(self) -> None:
         self._sched_handle = None
@@ -70,6 +102,115 @@ class Scheduling(Launching):
             # loop, so submissions keep flowing while the queue is long.
             self.request_schedule(max(0.002, min(1.0, 2 * self.last_sched_duration)))
 
+    # ---- accounting policy: the pass's view, usage charging -------------------------
+    def policy_snapshot(self, now: float) -> PolicySnapshot | None:
+        """What the pass needs of accounting, or None when nothing uses it (no limits
+        enforced, no fairshare weight): existing clusters pay nothing."""
+        limits = "limits" in self.enforce
+        w = self.sched_params.priority.weights
+        if not limits and not w.fairshare and not w.assoc:
+            return None
+        pending: dict[int, object] = {}
+        running: list[tuple[object, float | None]] = []
+        if limits:
+            pending = {j.job_id: job_request(j) for j in self.pending.values() if not j.held}
+            for j in self.running.values():
+                left = None
+                if j.time_limit > 0 and j.start_time is not None:
+                    left = max(0.0, (j.start_time + j.time_limit - now) / 60)
+                running.append((job_request(j), left))
+        return PolicySnapshot(
+            db=self.accounts.db, cluster=self.cluster_name, enforce=self.enforce,
+            pending=pending, running=tuple(running),  # type: ignore[arg-type]
+            used_tres_mins=self._used_minutes() if limits else {},
+            usage=self.usage, fair_tree=self.fair_params.fair_tree)
+
+    def _used_minutes(self) -> dict[int | str, dict[str, float]]:
+        """GrpTRESMins' usage: each association's including everything below it (as
+        Slurm charges parents), and each QoS's."""
+        tree = fs.tree_usage(self.accounts.db, self.cluster_name, self.usage.assoc)
+        used: dict[int | str, fs.Usage] = {}
+        for name, q in self.usage.qos.items():
+            used[name] = q
+        for aid, u in tree.items():
+            used[aid] = u
+        return fs.tres_minutes(used)
+
+    def _running_for_usage(self, j: Job, index: AssocIndex | None = None) -> fs.RunningJob | None:
+        a = (index or self.accounts.db).job_assoc(self.cluster_name, j.user, j.account,
+                                                  j.partition)
+        if a is None or j.start_time is None:
+            return None
+        tres = dict(job_request(j).tres)
+        return fs.RunningJob(j.job_id, a.id, j.qos or None, j.start_time, tres)
+
+    def _usage_factor(self) -> dict[str, float]:
+        return {name: q.usage_factor for name, q in self.accounts.db.qos.items()}
+
+    def charge_usage(self, now: float, force: bool = False) -> None:
+        """Every PriorityCalcPeriod: decay the usage and charge the running jobs (per
+        TRES, TRESBillingWeights, QoS UsageFactor); persisted so a restart keeps it."""
+        if not force and now - self.usage.last_decay < self.calc_period_s \
+                and self.usage.last_decay:
+            return
+        index = AssocIndex(self.accounts.db)  # O(1) lookups for every running job
+        running = [r for r in (self._running_for_usage(j, index) for j in self.running.values())
+                   if r is not None]
+        self.usage = fs.advance(self.usage, now, running, self.fair_params,
+                                usage_factor=self._usage_factor())
+        self._save_usage()
+
+    def _save_usage(self) -> None:
+        self._usage_dirty = False
+        try:
+            self.store.save_usage_state(self.usage.to_dict())
+        except Exception:  # usage is derived: a failed save costs accuracy, not jobs
+            log.exception("saving the fairshare usage failed")
+
+    def accounting_on(self) -> bool:
+        """Whether anything reads usage: fairshare or enforced limits."""
+        return bool(self.sched_params.priority.weights.fairshare) or "limits" in self.enforce
+
+    def usage_on_event(self, ev: JobEvent) -> None:
+        """A job that ended is charged for its last stretch at once, so the next pass's
+        fairshare sees it; the state and the hourly records are written in batches (at
+        most every few seconds: a flood of short jobs must not cost a write each)."""
+        if ev.kind is not JobEventKind.ENDED or ev.job.start_time is None \
+                or not self.accounting_on():
+            return
+        r = self._running_for_usage(ev.job)
+        if r is None:
+            return
+        end = ev.job.end_time or ev.time
+        fs.charge_ended(self.usage, r, end, self.fair_params, self._usage_factor())
+        self._usage_spans.append(fs.UsageSpan(
+            r.assoc_id, r.start_time, end, r.tres,
+            fs.billing(r.tres, self.fair_params.billing_weights, self.fair_params.max_tres)))
+        self._usage_dirty = True
+
+    def flush_usage(self, now: float, force: bool = False) -> None:
+        if not self._usage_dirty or (not force and now - self._usage_saved < USAGE_SAVE_S):
+            return
+        spans, self._usage_spans = self._usage_spans, []
+        try:  # each job's whole run, by hour, for usage reports
+            self.store.add_usage([UsageRecord(c, a, h, t, b) for c, a, h, t, b
+                                  in fs.hourly_records(self.cluster_name, spans)])
+        except Exception:
+            log.exception("recording usage failed")
+        self._save_usage()
+        self._usage_saved = now
+
+    def pass_params(self) -> SchedParams:
+        """slurm.conf's parameters plus what sacctmgr sets: QoS priorities (for
+        PriorityWeightQOS, normalised by the largest)."""
+        params = self.sched_params
+        if not params.priority.weights.qos:
+            return params
+        qos = {name: q.priority for name, q in self.accounts.db.qos.items()}
+        if qos == params.priority.qos_priority:
+            return params
+        return replace(params, priority=replace(params.priority, qos_priority=qos))
+
     def snapshot(self, now: float) -> ClusterSnapshot:
         return ClusterSnapshot(
             now=now,
@@ -79,10 +220,14 @@ class Scheduling(Launching):
             pending=list(self.pending.values()),
             jobs=list(self.jobs.values()),
             gone=self.gone,
-            params=self.sched_params,
+            params=self.pass_params(),
+            policy=self.policy_snapshot(now),
         )
 
     def schedule_pass(self, now: float) -> Decision | None:
+        if self.accounting_on():
+            self.charge_usage(now)
+            self.flush_usage(now)
         if not self.pending:
             return None
         decision = run_pass(self.snapshot(now))
@@ -114,6 +259,8 @@ class Scheduling(Launching):
                     continue
                 job = self.split_array_task(found, now, start.array_task_id)
                 more = more or bool(found.array_tasks)
+            if start.partition:  # -p a,b: it runs in the partition that could start it
+                job.partition = start.partition
             self.start_job(job, start.alloc, now)
         for job_id, why in decision.reasons.items():
             waiting = pending.get(job_id)
@@ -134,5 +281,16 @@ class Scheduling(Launching):
 
     def priority_now(self, job: Job) -> int:
         """The job's priority as the next pass will compute it (for a new or changed job)."""
-        return pass_priorities([job], self.clock(), self.sched_params.priority,
-                               self.partitions)[job.job_id]
+        now = self.clock()
+        light = self.policy_snapshot_light()
+        return pass_priorities([job], now, self.pass_params().priority, self.partitions,
+                               fairshare_of(light, self.sched_params),
+                               assoc_factor_of(light, self.sched_params))[job.job_id]
+
+    def policy_snapshot_light(self) -> PolicySnapshot | None:
+        """Enough of the policy for one job's priority (fairshare only)."""
+        w = self.sched_params.priority.weights
+        if not (w.fairshare or w.assoc):
+            return None
+        return PolicySnapshot(db=self.accounts.db, cluster=self.cluster_name,
+                              usage=self.usage, fair_tree=self.fair_params.fair_tree)

@@ -51,6 +51,9 @@ class Controller(AgentLinks):
         super().__init__(config, store, config_path=config_path, home=home, clock=clock)
         self._idle_views: dict[str, list[NodeView]] = {}  # per partition, for feasibility checks
         self.silent_nodes: set[str] = set()
+        self._usage_spans = []
+        self.table.subscribe(self.usage_on_event)  # fairshare: charge a job as it ends
+        self.accounts.on_change = lambda _db: self.schedule_from_any_thread()
 
 
 __all__ = [

@@ -52,6 +52,13 @@ from corral.model.node import Node, Partition, name_list, partition_access
 from corral.sched import deps as sched_deps
 from corral.sched.eligibility import view_of
 from corral.sched.features import ConstraintError, parse_constraint, satisfiable
+from corral.sched.limits_check import (
+    SubmitRefusal,
+    build_ledger,
+    default_time_limit,
+    job_request,
+    resolve_submit,
+)
 from corral.sched.select import fits_ever
 from corral.sched.snapshot import NodeView
 from corral.store.base import JobPayload
@@ -129,6 +136,72 @@ class UseCases(Scheduling):
             raise SlurmError(NOT_AVAILABLE, ESLURM_PARTITION_NOT_AVAIL)
         return part
 
+    def _submit_association(self, who: Identity, job: Job, account_given: bool,
+                            qos_given: bool) -> int | None:
+        """The account and QoS the job runs under, and its association's id (None when
+        it has none).  With AccountingStorageEnforce=associations a user without an
+        association, an account they may not use, or a QoS their association does not
+        allow is refused with Slurm's message; without it the job keeps what it asked
+        for (the user's default account when they have one, else their name)."""
+        db = self.accounts.db
+        enforced = "associations" in self.enforce
+        if not enforced and who.user not in db.users:
+            job.account = job.account or who.user
+            return None
+        choice = resolve_submit(db, self.cluster_name, who.user,
+                                job.account if account_given and job.account else None,
+                                job.partition, job.qos if qos_given else None)
+        if isinstance(choice, SubmitRefusal):
+            if enforced:
+                raise SlurmError(choice.message, choice.errno)
+            job.account = job.account or who.user
+            return None
+        job.account = choice.account
+        if choice.qos is not None:
+            job.qos = choice.qos
+        return choice.assoc_id
+
+    def _check_submit_limits(self, job: Job, assoc_id: int) -> None:
+        """GrpSubmitJobs, MaxSubmitJobs(PerUser) always; size and time limits only with
+        the QoS's DenyOnLimit (else the job pends with the limit's reason).  Only the jobs
+        a submit count could include are charged: the user's in this account, every job
+        under the highest account with GrpSubmitJobs, the QoS's when it counts them."""
+        db = self.accounts.db
+        a = db.assocs.get(assoc_id)
+        top = None
+        for x in db.chain(a) if a is not None else ():
+            if x.user is None and x.limits.grp_submit_jobs is not None:
+                top = x.account
+        accounts = db.subaccounts(self.cluster_name, top) if top is not None else set()
+        q = db.qos.get(job.qos) if job.qos else None
+        qos_all = q is not None and q.limits.grp_submit_jobs is not None
+        qos_user = q is not None and q.limits.max_submit_jobs_per_user is not None
+
+        def counted(j: Job) -> bool:
+            if j.account in accounts or (qos_all and j.qos == job.qos):
+                return True
+            return j.user == job.user and (j.account == job.account
+                                           or (qos_user and j.qos == job.qos))
+
+        led = build_ledger(db, self.cluster_name,
+                           running=[(job_request(j), None) for j in self.running.values()
+                                    if counted(j)],
+                           pending=[job_request(j) for j in self.pending.values()
+                                    if counted(j)])
+        refusal = led.check_submit(job_request(job))
+        if refusal is not None:
+            raise SlurmError(refusal.message, refusal.errno)
+
+    def _submitted(self, uid: int, sid: str) -> Job | None:
+        """The job an earlier request with this submit id created, if memory holds it."""
+        jid = self.submit_ids.get((uid, sid))
+        if jid is None:
+            return None
+        job = self.jobs.get(jid)
+        if job is None:  # an array record whose tasks were all split off: any of them
+            job = next((j for j in self.jobs.values() if j.array_job_id == jid), None)
+        return job
+
     async def submit(self, who: Identity, spec_in: dict[str, Any], script: str,
                      env: dict[str, str], argv: list[str], array: str | None,
                      open_mode: str = "truncate") -> Job:
@@ -146,8 +219,20 @@ class UseCases(Scheduling):
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
             raise SlurmError("Invalid script arguments", 0)
         spec = self._validate_spec(spec_in)
+        sid = spec.get("submit_id")
+        if sid:
+            done = self._submitted(who.uid, sid)
+            if done is not None:
+                # the same request again (its answer was lost): the job it created
+                await self.durable()
+                return done
         now = self.clock()
-        part = self._submit_partition(spec.pop("partition", None))
+        pname = spec.pop("partition", None)
+        # -p a,b: the job may run in any of them (it starts where it can start first)
+        names = list(dict.fromkeys(x for x in pname.split(",") if x)) \
+            if isinstance(pname, str) and "," in pname else []
+        part = self._submit_partition(names[0] if names else pname)
+        others = [self._submit_partition(n) for n in names[1:]]
         if spec.get("held") == "admin" and not who.operator:
             spec["held"] = "user"
         if spec.get("nice", 0) < 0 and not who.operator:
@@ -164,13 +249,21 @@ class UseCases(Scheduling):
         # no node count given: spread over as many nodes as the tasks need (Slurm's
         # job_desc min_nodes NO_VAL); srun's and older clients' specs always name one
         job.nodes_fixed = "num_nodes" in spec or bool(job.req_nodes)
-        job.partition = part.name
+        job.partition = ",".join(p.name for p in [part, *others])
+        if part.oversubscribe.startswith("EXCLUSIVE"):
+            job.exclusive = True  # OverSubscribe=EXCLUSIVE: whole nodes for every job
         job.group = group_name(who.gid)
-        job.account = job.account or who.user
-        self.check_partition_access(who, part, job.account, job.qos)
+        assoc_id = self._submit_association(who, job, "account" in spec_in, "qos" in spec_in)
+        for p in [part, *others]:
+            self.check_partition_access(who, p, job.account, job.qos)
         job.submit_time = now
         if "time_limit" not in spec or job.time_limit is None:
             job.time_limit = part.default_time if part.default_time is not None else part.max_time
+            if assoc_id is not None and "limits" in self.enforce:
+                # no --time: the smallest MaxWall that applies (Slurm's default)
+                wall = default_time_limit(self.accounts.db, assoc_id, job.qos or None)
+                if wall is not None and (job.time_limit < 0 or wall * 60 < job.time_limit):
+                    job.time_limit = wall * 60
         if job.num_nodes < 1 or job.num_tasks < 1 or job.cpus_per_task < 1:
             raise SlurmError("Invalid node count or task count", 0)
         if job.max_nodes is not None and job.max_nodes < job.num_nodes:
@@ -178,7 +271,8 @@ class UseCases(Scheduling):
         for name in [*job.req_nodes, *job.exc_nodes]:
             if name not in self.nodes:
                 raise SlurmError("Invalid node name specified", ESLURM_INVALID_NODE_NAME)
-        if job.req_nodes and not set(job.req_nodes) <= set(part.nodes):
+        if job.req_nodes and not set(job.req_nodes) <= {n for p in [part, *others]
+                                                         for n in p.nodes}:
             raise SlurmError("Requested node configuration is not available",
                              ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
         if job.dependency:
@@ -187,7 +281,9 @@ class UseCases(Scheduling):
             except sched_deps.DependencyError:
                 raise SlurmError("Job dependency problem", ESLURM_DEPENDENCY) from None
         self._check_features(job)
-        self._check_feasible(job, part)
+        self._check_feasible_anywhere(job, [part, *others])
+        if assoc_id is not None and "limits" in self.enforce:
+            self._check_submit_limits(job, assoc_id)
         if array:
             try:
                 ids, throttle = parse_array_spec(array, self.max_array_size)
@@ -204,6 +300,8 @@ class UseCases(Scheduling):
         job.job_id = self._new_job_id()
         if job.array_tasks is not None:
             job.array_job_id = job.job_id
+        if sid:
+            self.submit_ids[(who.uid, sid)] = job.job_id
         job.priority = self.priority_now(job)
         if job.held:
             job.reason = Reason.HELD_ADMIN if job.held == "admin" else Reason.HELD_USER
@@ -234,6 +332,18 @@ class UseCases(Scheduling):
             raise SlurmError("Invalid generic resource (gres) specification", ESLURM_INVALID_GRES)
         if job.min_cpus is not None and job.min_cpus < 0:
             raise SlurmError("Invalid mincpus value", 0)
+
+    def _check_feasible_anywhere(self, job: Job, parts: list[Partition]) -> None:
+        """Refused only when no partition it names could ever run it."""
+        first: SlurmError | None = None
+        for p in parts:
+            try:
+                self._check_feasible(job, p)
+                return
+            except SlurmError as e:
+                first = first or e
+        if first is not None:
+            raise first
 
     def _check_feasible(self, job: Job, part: Partition) -> None:
         nodes = [self.nodes[n] for n in part.nodes]

@@ -53,7 +53,12 @@ GLOBAL_DEFAULTS: dict[str, str] = {
 # Keys accepted (and shown by `scontrol show config`) that Corral does not act on yet.
 NOT_ACTED_ON = ("Prolog", "Epilog", "HealthCheckProgram", "HealthCheckInterval")
 # Keys Corral reads that have no default shown by `scontrol show config` when unset.
-OPTIONAL_KEYS = {"SchedulerParameters"}
+OPTIONAL_KEYS = {"SchedulerParameters",
+                 # accounting policy and priority/multifactor (docs/POLICY.md)
+                 "AccountingStorageEnforce", "PriorityWeightFairshare", "PriorityWeightQOS",
+                 "PriorityWeightAssoc", "PriorityWeightTRES", "PriorityFavorSmall",
+                 "PriorityDecayHalfLife", "PriorityCalcPeriod", "PriorityUsageResetPeriod",
+                 "PriorityFlags", "TRESBillingWeights"}
 # Keys accepted from real slurm.conf files that Corral has no use for; quietly ignored.
 IGNORED_KEYS = {
     "SlurmctldHost", "ControlMachine", "SlurmctldPort", "SlurmdPort", "AuthType",

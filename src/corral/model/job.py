@@ -101,6 +101,7 @@ class Reason:
     PARTITION_INACTIVE = ReasonCode.PARTITION_INACTIVE.value
     BAD_CONSTRAINTS = ReasonCode.BAD_CONSTRAINTS.value
     NODE_FAIL_REQUEUED = ReasonCode.NODE_FAIL_REQUEUED.value
+    LIMIT = ReasonCode.LIMIT.value
 
 
 @dataclass(slots=True)
@@ -206,6 +207,7 @@ class Job:
     mail_user: str | None = None
     comment: str | None = None
     batch: bool = True
+    submit_id: str | None = None  # the client's id of the submission (idempotent retries)
 
     # where and how
     work_dir: str = "/"

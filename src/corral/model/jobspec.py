@@ -73,6 +73,9 @@ FIELDS: tuple[Field, ...] = (
     Field("priority", "opt_int", ("--priority",)),
     Field("held", "hold", ("-H", "--hold")),
     Field("batch", "bool", ()),
+    # client-generated id of one submission: a request resent after a lost connection
+    # returns the job it already created (sbatch riding out a controller restart)
+    Field("submit_id", "str", (), 64),
 )
 BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
 FIELD_NAMES = frozenset(BY_NAME)

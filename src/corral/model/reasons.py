@@ -34,6 +34,10 @@ class ReasonCode(StrEnum):
     ARRAY_LIMIT = "JobArrayTaskLimit"
     BAD_CONSTRAINTS = "BadConstraints"
     NODE_FAIL_REQUEUED = "NodeFail"
+    # an association or QoS limit (AccountingStorageEnforce=limits): `PendingReason.label`
+    # holds Slurm's name of the limit (AssocGrpGRES, QOSMaxJobsPerUserLimit, …, the list
+    # is sched.limits_check.all_reason_names())
+    LIMIT = "AccountingPolicy"
 
 
 # (name, amount) pairs: "cpus", "mem" (MB), "gpus", "nodes", "tasks", "seconds", …
@@ -48,9 +52,13 @@ class PendingReason:
     available: Amounts = ()  # the most there is (e.g. most free on any node of the partition)
     nodes: tuple[str, ...] = ()  # the nodes concerned (ReqNodeNotAvail)
     per_node: bool = True  # `requested`/`available` are per node
+    label: str = ""  # LIMIT: Slurm's reason name of the limit
+    note: str = ""  # LIMIT: the limit, its value and its use, for explain()
 
     def text(self) -> str:
         """The reason exactly as squeue's %r prints it."""
+        if self.label:
+            return self.label
         if self.code is ReasonCode.REQ_NODE_NOT_AVAIL and self.nodes:
             from corral.model.hostlists import compress
 
@@ -75,6 +83,8 @@ class PendingReason:
         if self.code is ReasonCode.PARTITION_TIME_LIMIT and req:
             return (f"asks {req.get('seconds', 0)} s; the partition allows "
                     f"{avail.get('seconds', 0)} s")
+        if self.note:
+            return self.note
         if self.code is ReasonCode.PARTITION_NODE_LIMIT and req:
             return f"asks {req.get('nodes', 0)} nodes; the partition allows {avail.get('nodes', 0)}"
         return self.text()
@@ -97,6 +107,8 @@ def from_text(text: str) -> PendingReason:
     head, _, rest = text.partition(", UnavailableNodes:")
     code = _BY_TEXT.get(head)
     if code is None:
+        if head.startswith(("Assoc", "QOS")) and head.isalnum():  # a limit's reason
+            return PendingReason(ReasonCode.LIMIT, label=head)
         return _PLAIN[ReasonCode.NONE]
     if rest:
         from corral.model.hostlists import expand

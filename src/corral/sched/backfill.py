@@ -20,7 +20,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from corral.model.job import NodeAlloc
 from corral.model.node import Partition
@@ -226,7 +226,16 @@ def _feasible_starts(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
     return out
 
 
+class Gate(Protocol):
+    """The limits stage as backfill sees it (sched/limits.py LimitGate)."""
+
+    def check(self, cid: int) -> PendingReason | None: ...
+    def started(self, cid: int) -> None: ...
+
+
 class _Pass:
+    gate: Gate | None = None
+
     def __init__(self, snap: Snapshot, max_planned: int,
                  priorities: dict[int, int] | None = None) -> None:
         self.snap = snap
@@ -507,6 +516,11 @@ class _Pass:
             if part.max_time != -1 and job.time_limit > part.max_time:
                 dec.reasons[job.job_id] = reason(ReasonCode.PARTITION_TIME_LIMIT)
                 continue
+            if self.gate is not None:
+                over = self.gate.check(job.job_id)
+                if over is not None:
+                    dec.reasons[job.job_id] = over
+                    continue
             p_blocked = job.partition in blocked
             if p_blocked and (not snap.backfill or pos >= snap.max_backfill_jobs):
                 dec.reasons[job.job_id] = reason(ReasonCode.PRIORITY)
@@ -528,6 +542,8 @@ class _Pass:
                     self.commit(allocs, end, req.exclusive)
                     self._most_free.pop(job.partition, None)
                     dec.starts.append((job.job_id, allocs))
+                    if self.gate is not None:
+                        self.gate.started(job.job_id)
                     continue
                 self.failed_now[shape] = duration
             if shape not in self.static:
@@ -588,9 +604,14 @@ def _plan_node_count(req: Request, members: Iterable[_Node], con: Constraint | N
 
 
 def schedule(snap: Snapshot, *, max_planned: int = DEFAULT_MAX_PLANNED,
-             priorities: dict[int, int] | None = None) -> Placement:
+             priorities: dict[int, int] | None = None, gate: Gate | None = None) -> Placement:
     """One pass over the pending jobs: which start now (and where), why the others wait,
     and when the planned ones are expected to start.  `max_planned` bounds how many jobs
     behind each partition's first blocked job get a reservation.  `priorities` (job id →
-    priority, from the priority stage) overrides each view's own `priority`."""
-    return _Pass(snap, max_planned, priorities).run()
+    priority, from the priority stage) overrides each view's own `priority`.  `gate` (the
+    limits stage, sched/limits.py) is asked about each job in priority order just before
+    it is placed and told of each start; a job it stops waits with its reason and
+    reserves nothing."""
+    p = _Pass(snap, max_planned, priorities)
+    p.gate = gate
+    return p.run()

@@ -84,8 +84,12 @@ class Eligible:
     candidates: list[PendingView] = field(default_factory=list)
     reasons: dict[int, PendingReason] = field(default_factory=dict)
     became_eligible: list[int] = field(default_factory=list)
-    # candidate id -> (array record's job id, task id) for expanded array tasks
-    tasks: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # candidate id -> (record's job id, array task id) for expanded array tasks and for
+    # the per-partition candidates of a job submitted to several (`-p a,b`: task id None
+    # for a plain job)
+    tasks: dict[int, tuple[int, int | None]] = field(default_factory=dict)
+    # candidate id -> the partition it stands for (jobs submitted to several)
+    partition_of: dict[int, str] = field(default_factory=dict)
 
 
 def held_reason(job: SchedJob) -> PendingReason:
@@ -110,7 +114,16 @@ def check_job(job: SchedJob, now: float, partitions: Mapping[str, Partition],
             return reason(ReasonCode.DEPENDENCY)
         if verdict == sched_deps.NEVER:
             return reason(ReasonCode.DEPENDENCY_NEVER)
-    part = partitions.get(job.partition)
+    if "," in job.partition:  # -p a,b: eligible when any of them may run it
+        whys = [partition_reason(job, partitions.get(p), running_per_array)
+                for p in job.partition.split(",")]
+        return None if any(w is None for w in whys) else whys[0]
+    return partition_reason(job, partitions.get(job.partition), running_per_array)
+
+
+def partition_reason(job: SchedJob, part: Partition | None,
+                     running_per_array: Mapping[int, int]) -> PendingReason | None:
+    """Why `part` cannot run `job` now (state, MaxTime, node counts, array throttle)."""
     # DRAIN: queued jobs still run (only new submissions are refused); INACTIVE and DOWN
     # start nothing (slurm.conf(5) State=).
     if part is None or part.state == "DOWN":
@@ -124,6 +137,9 @@ def check_job(job: SchedJob, now: float, partitions: Mapping[str, Partition],
         most = len(part.nodes) if not part.max_nodes else min(len(part.nodes), part.max_nodes)
         return reason(ReasonCode.PARTITION_NODE_LIMIT, requested=(("nodes", job.num_nodes),),
                       available=(("nodes", most),), per_node=False)
+    if part.min_nodes and job.num_nodes < part.min_nodes:  # MinNodes=
+        return reason(ReasonCode.PARTITION_NODE_LIMIT, requested=(("nodes", job.num_nodes),),
+                      available=(("nodes", part.min_nodes),), per_node=False)
     if job.array_tasks is not None and job.array_max_running:
         running = running_per_array.get(job.job_id, 0)
         if running >= job.array_max_running:
@@ -157,15 +173,34 @@ def eligibility(pending: Iterable[SchedJob], now: float, partitions: Mapping[str
         if job.eligible_time is None:
             out.became_eligible.append(job.job_id)
         tasks = job.array_tasks
+        multi = "," in job.partition
+        parts = [p for p in job.partition.split(",")
+                 if partition_reason(job, partitions.get(p), running_per_array) is None] \
+            if multi else []
         if tasks is None:
-            out.candidates.append(view_of(job))
+            if not multi:
+                out.candidates.append(view_of(job))
+                continue
+            for p in parts:  # one candidate per partition; the first to start wins
+                vid = _VIRTUAL_BASE + len(out.tasks)
+                out.tasks[vid] = (job.job_id, None)
+                out.partition_of[vid] = p
+                view = view_of(job, vid)
+                view.partition = p
+                out.candidates.append(view)
             continue
         # an array record: one candidate per task that may start now, in task order
         room = len(tasks)
         if job.array_max_running:
             room = min(room, job.array_max_running - running_per_array.get(job.job_id, 0))
+        choices: list[str | None] = list(parts) or [None]
         for task_id in tasks[:min(room, tasks_per_pass)]:
-            vid = _VIRTUAL_BASE + len(out.tasks)
-            out.tasks[vid] = (job.job_id, task_id)
-            out.candidates.append(view_of(job, vid))
+            for choice in choices:
+                vid = _VIRTUAL_BASE + len(out.tasks)
+                out.tasks[vid] = (job.job_id, task_id)
+                view = view_of(job, vid)
+                if choice is not None:
+                    out.partition_of[vid] = choice
+                    view.partition = choice
+                out.candidates.append(view)
     return out

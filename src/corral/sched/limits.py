@@ -1,19 +1,80 @@
-"""The limits stage: association and QOS limits counted inside the pass.
+"""The limits stage: association and QoS limits counted inside the pass.
 
-NOT IMPLEMENTED YET, and honest about it: this stage passes every candidate through
-unchanged and decides no reason.  It is where GrpTRES, MaxJobsPerUser, MaxTRESPerJob and
-the QOS limits of the policy issue go: each candidate is charged against the usage the
-snapshot carries (running jobs plus the starts made earlier in the same pass), and one
-over a limit waits with Slurm's reason (AssocGrpGRES, QOSMaxJobsPerUserLimit, …).
+`LimitGate` wraps one pass's `limits_check.LimitLedger` (running jobs, pending submit
+counts, decayed usage).  Backfill asks it about each candidate in priority order, just
+before trying to place it, and tells it about each start, so a job started earlier in
+the same pass counts against the limits of the next ones.  A job over a limit waits with
+Slurm's reason (AssocGrpGRES, QOSMaxJobsPerUserLimit, …) and reserves nothing: as in
+Slurm, it does not hold back lower-priority jobs, and it starts in the first pass after
+the limit allows it.
 """
 
 from __future__ import annotations
 
-from corral.model.reasons import PendingReason
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
-from .snapshot import PendingView
+from corral.model.assoc import AssocDB
+from corral.model.reasons import PendingReason, ReasonCode
+
+from .fairshare import UsageState
+from .limits_check import JobReq, LimitLedger, build_ledger
 
 
-def limits(candidates: list[PendingView]) -> tuple[list[PendingView], dict[int, PendingReason]]:
-    """(candidates that stay, reasons of those held back): today all stay."""
-    return candidates, {}
+@dataclass(frozen=True, slots=True)
+class PolicySnapshot:
+    """What the pass knows of accounting: the association tree (immutable), what
+    AccountingStorageEnforce enforces, each pending job's request and each running job's
+    request with its remaining minutes, and the decayed usage per association / QoS."""
+
+    db: AssocDB
+    cluster: str
+    enforce: frozenset[str] = frozenset()
+    pending: Mapping[int, JobReq] = field(default_factory=dict)
+    running: tuple[tuple[JobReq, float | None], ...] = ()
+    used_tres_mins: Mapping[int | str, Mapping[str, float]] = field(default_factory=dict)
+    usage: UsageState | None = None  # decayed usage: the fairshare factor reads it
+    fair_tree: bool = True  # PriorityFlags without NO_FAIR_TREE
+
+    @property
+    def limits_enforced(self) -> bool:
+        return "limits" in self.enforce
+
+
+class LimitGate:
+    """One pass's limit checks; candidate ids may be array-task ids (`tasks`: candidate
+    id -> its record's id)."""
+
+    def __init__(self, ledger: LimitLedger, reqs: Mapping[int, JobReq],
+                 tasks: Mapping[int, int] | None = None) -> None:
+        self.ledger = ledger
+        self.reqs = reqs
+        self.tasks = tasks or {}
+
+    def _req(self, cid: int) -> JobReq | None:
+        return self.reqs.get(self.tasks.get(cid, cid))
+
+    def check(self, cid: int) -> PendingReason | None:
+        req = self._req(cid)
+        if req is None:
+            return None
+        hit = self.ledger.check_start(req)
+        if hit is None:
+            return None
+        return PendingReason(ReasonCode.LIMIT, label=hit.code, note=hit.explain())
+
+    def started(self, cid: int) -> None:
+        req = self._req(cid)
+        if req is not None:
+            self.ledger.start(req)
+
+
+def limit_gate(policy: PolicySnapshot | None, tasks: Mapping[int, int] | None = None,
+               candidates: Iterable[int] = ()) -> LimitGate | None:
+    """The pass's gate, or None when limits are not enforced (nothing to check)."""
+    if policy is None or not policy.limits_enforced:
+        return None
+    ledger = build_ledger(policy.db, policy.cluster, running=policy.running,
+                          pending=policy.pending.values(),
+                          used_tres_mins=policy.used_tres_mins)
+    return LimitGate(ledger, policy.pending, tasks)

@@ -3,8 +3,10 @@
     ClusterSnapshot ──► eligibility ──► priority ──► limits ──► select + backfill ──► Decision
                         (hold, begin,   (priority/   (QOS and   (select/cons_tres,
                          dependencies,   multifactor, association sched/backfill)
-                         partition,      aged every   limits:
-                         arrays)         pass)        not yet)
+                         partition,      fairshare,   limits, a
+                         arrays)         aged every   gate asked
+                                         pass)        in priority
+                                                      order)
 
 The controller builds a `ClusterSnapshot` (every pending job, the nodes' free resources, the
 running jobs, the partitions, and `now`), calls `run_pass`, and applies the `Decision`:
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from corral.model.assoc import AssocIndex
 from corral.model.job import JobState, NodeAlloc
 from corral.model.node import Partition
 from corral.model.reasons import PendingReason, ReasonCode, reason
@@ -27,8 +30,9 @@ from corral.model.reasons import PendingReason, ReasonCode, reason
 from . import deps as sched_deps
 from .backfill import DEFAULT_MAX_PLANNED, schedule
 from .eligibility import SchedJob, eligibility
-from .limits import limits
-from .priority import PriorityParams, pass_priorities
+from .fairshare import FairshareView
+from .limits import LimitGate, PolicySnapshot, limit_gate
+from .priority import Fairshare, PriorityParams, pass_priorities
 from .snapshot import NodeView, RunningView, Snapshot
 
 # Tasks of one array record considered per pass; the rest come in the next passes.
@@ -58,6 +62,7 @@ class ClusterSnapshot:
     jobs: Sequence[sched_deps.DepJob]  # every job in memory: what dependencies may name
     gone: sched_deps.GoneJobs | None = None  # final states of jobs no longer in memory
     params: SchedParams = SchedParams()
+    policy: PolicySnapshot | None = None  # accounts, limits, usage (None: no accounting)
 
 
 @dataclass(slots=True)
@@ -65,6 +70,7 @@ class Start:
     job_id: int  # the pending record
     alloc: list[NodeAlloc]
     array_task_id: int | None = None  # for an array record: the task that starts
+    partition: str | None = None  # for a job submitted to several: where it starts
 
 
 @dataclass(slots=True)
@@ -106,6 +112,59 @@ def dependency_texts(pending: Iterable[SchedJob], index: sched_deps.DepIndex,
     return out
 
 
+def fairshare_of(policy: PolicySnapshot | None, params: SchedParams) -> Fairshare | None:
+    """The pass's fairshare factor of (user, account, partition); None without
+    accounting or without PriorityWeightFairshare."""
+    if policy is None or policy.usage is None or not params.priority.weights.fairshare:
+        return None
+    return FairshareView(policy.db, policy.cluster, policy.usage, policy.fair_tree).factor
+
+
+class _Siblings:
+    """The gate that lets one of a job's per-partition candidates start (`-p a,b`: the
+    first partition that can start it wins), in front of the limits gate."""
+
+    def __init__(self, tasks: Mapping[int, tuple[int, int | None]],
+                 inner: LimitGate | None) -> None:
+        self.tasks = tasks
+        self.inner = inner
+        self.done: set[tuple[int, int | None]] = set()
+
+    def check(self, cid: int) -> PendingReason | None:
+        key = self.tasks.get(cid)
+        if key is not None and key in self.done:
+            return reason(ReasonCode.PRIORITY)  # dropped: the job started elsewhere
+        return self.inner.check(cid) if self.inner is not None else None
+
+    def started(self, cid: int) -> None:
+        key = self.tasks.get(cid)
+        if key is not None:
+            self.done.add(key)
+        if self.inner is not None:
+            self.inner.started(cid)
+
+
+def assoc_factor_of(policy: PolicySnapshot | None, params: SchedParams) -> Fairshare | None:
+    """The association priority factor of (user, account, partition): the Priority= of
+    the association or the nearest parent that sets one, over the largest in the tree."""
+    if policy is None or not params.priority.weights.assoc:
+        return None
+    index = AssocIndex(policy.db)
+    top = max((a.priority or 0 for a in policy.db.assocs.values()), default=0)
+    if top <= 0:
+        return None
+
+    def factor(user: str, account: str, partition: str) -> float:
+        a = index.job_assoc(policy.cluster, user, account, partition)
+        if a is None:
+            return 0.0
+        for x in index.chain(a):
+            if x.priority is not None:
+                return x.priority / top
+        return 0.0
+    return factor
+
+
 def run_pass(snap: ClusterSnapshot) -> Decision:
     now = snap.now
     params = snap.params
@@ -124,39 +183,53 @@ def run_pass(snap: ClusterSnapshot) -> Decision:
     dec.dependency_texts = dependency_texts(snap.pending, index, now, elig.reasons)
 
     # 2. priority/multifactor, recomputed for every pending job
-    dec.priorities = pass_priorities(snap.pending, now, params.priority, snap.partitions)
+    dec.priorities = pass_priorities(snap.pending, now, params.priority, snap.partitions,
+                                     fairshare=fairshare_of(snap.policy, params),
+                                     assoc=assoc_factor_of(snap.policy, params))
     order = dict(dec.priorities)
     for vid, (meta, _) in elig.tasks.items():
         order[vid] = dec.priorities.get(meta, 1)
 
-    # 3. limits (not yet: see sched/limits.py)
-    candidates, held_back = limits(elig.candidates)
-    dec.reasons.update(held_back)
+    # 3. limits: a gate backfill asks in priority order, so starts made earlier in this
+    # pass count (sched/limits.py)
+    candidates = elig.candidates
     if not candidates:
         return dec
+    gate: LimitGate | _Siblings | None = limit_gate(
+        snap.policy, {vid: meta for vid, (meta, _) in elig.tasks.items()})
+    if elig.partition_of:
+        gate = _Siblings(elig.tasks, gate if isinstance(gate, LimitGate) else None)
 
     # 4+5. select/cons_tres and sched/backfill
     placed = schedule(Snapshot(now=now, nodes=snap.nodes, partitions=snap.partitions,
                                running=snap.running, pending=candidates,
                                def_mem_per_cpu=params.def_mem_per_cpu, backfill=params.backfill),
-                      max_planned=params.max_planned, priorities=order)
+                      max_planned=params.max_planned, priorities=order, gate=gate)
     tasks = elig.tasks
     started_tasks: dict[int, int] = {}
+    started_keys: set[tuple[int, int | None] | None] = set()
     for cid, alloc in placed.starts:
         task = tasks.get(cid)
         if task is None:
             dec.starts.append(Start(cid, alloc))
         else:
-            dec.starts.append(Start(task[0], alloc, task[1]))
-            started_tasks[task[0]] = started_tasks.get(task[0], 0) + 1
-    # An array record waits with the reason of its first task that did not start.
+            dec.starts.append(Start(task[0], alloc, task[1], elig.partition_of.get(cid)))
+            started_keys.add(task)
+            if task[1] is not None:
+                started_tasks[task[0]] = started_tasks.get(task[0], 0) + 1
+    # An array record waits with the reason of its first task that did not start (a
+    # job that started in one of its partitions has no reason from the others).
     for cid in sorted(placed.reasons):
         task = tasks.get(cid)
+        if task in started_keys:
+            continue
         job_id = cid if task is None else task[0]
         if job_id not in dec.reasons:
             dec.reasons[job_id] = placed.reasons[cid]
     for cid in sorted(placed.planned):
         task = tasks.get(cid)
+        if task in started_keys:
+            continue
         dec.planned.setdefault(cid if task is None else task[0], placed.planned[cid])
     # an array whose every candidate started but which hit its % throttle waits on it
     by_id = {j.job_id: j for j in snap.pending if j.job_id in started_tasks}
