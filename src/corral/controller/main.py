@@ -158,6 +158,7 @@ async def serve(home: str, config_path: str, listen: str | None = None) -> int:
     await stop.wait()
     log.info("controller stopping")
     tick.cancel()
+    ctl.flush_usage(time.time(), force=True)  # fairshare usage is batched: keep the last seconds
     await ctl.durable()
     await runner.cleanup()
     store.close()
