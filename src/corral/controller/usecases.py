@@ -379,7 +379,7 @@ class UseCases(Scheduling):
         through the step manager unless -b)."""
         now = self.clock()
         for job in jobs:
-            self.check_owner(who, job)
+            self.check_job_control(who, job)
         for job in jobs:
             if job.state.finished:
                 continue
@@ -402,8 +402,9 @@ class UseCases(Scheduling):
         self.request_schedule()
 
     def _check_owner_uid(self, who: Identity, job: Job) -> None:
-        """hold, release and update of another user's job: Slurm says "Invalid user id"."""
-        if not who.operator and who.uid != job.uid:
+        """hold, release and update of another user's job: Slurm says "Invalid user id"
+        (ESLURM_USER_ID_MISSING) unless the caller coordinates the job's account."""
+        if not who.operator and who.uid != job.uid and not self.is_coordinator_of(who, job):
             raise invalid_user()
 
     def hold(self, who: Identity, jobs: list[Job], kind: str) -> None:
@@ -412,7 +413,9 @@ class UseCases(Scheduling):
             if job.state != JobState.PENDING:
                 raise SlurmError("Job is no longer pending execution", ESLURM_JOB_PENDING)
         for job in jobs:
-            job.held = "admin" if (kind == "hold" and who.operator) else "user"
+            # a coordinator's hold is an admin hold: the job's owner cannot release it
+            op = self.as_job_operator(who, job).operator
+            job.held = "admin" if (kind == "hold" and op) else "user"
             job.priority = 0
             job.reason = Reason.HELD_ADMIN if job.held == "admin" else Reason.HELD_USER
             self.mark(job)
@@ -420,7 +423,7 @@ class UseCases(Scheduling):
     def release(self, who: Identity, jobs: list[Job]) -> None:
         for job in jobs:
             self._check_owner_uid(who, job)
-            if job.held == "admin" and not who.operator:
+            if job.held == "admin" and not self.as_job_operator(who, job).operator:
                 raise access_denied()
         for job in jobs:
             if job.state == JobState.PENDING and job.held:
@@ -432,7 +435,7 @@ class UseCases(Scheduling):
 
     def requeue(self, who: Identity, jobs: list[Job], hold: bool) -> None:
         for job in jobs:
-            self.check_owner(who, job)
+            self.check_job_control(who, job)
             if job.state == JobState.PENDING or (job.state.finished and job.state not in (
                     JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED,
                     JobState.NODE_FAIL, JobState.OUT_OF_MEMORY, JobState.PREEMPTED)):
@@ -445,7 +448,8 @@ class UseCases(Scheduling):
         for job in jobs:
             # Slurm: an operator's requeuehold is an admin hold, the owner's a user hold
             # the owner may release
-            kind = ("admin" if who.operator else "user") if hold else None
+            kind = ("admin" if self.as_job_operator(who, job).operator else "user") \
+                if hold else None
             if job.state.active:
                 job.kill_reason = {"admin": "REQUEUE_HOLD", "user": "REQUEUE_UHOLD"}.get(
                     kind or "", "REQUEUE")
@@ -478,6 +482,7 @@ class UseCases(Scheduling):
 
     def update_job(self, who: Identity, job: Job, changes: dict[str, Any]) -> None:
         self._check_owner_uid(who, job)
+        who = self.as_job_operator(who, job)
         if job.state.finished:
             raise SlurmError("Job has already finished", ESLURM_ALREADY_DONE)
         pending_only = {"partition", "numnodes", "dependency", "name", "jobname"}
