@@ -293,8 +293,8 @@ def usage_report(ctl: Any, start: float, end: float, stored: list[Any]) -> dict[
         _add(per_pair.setdefault((j.user, j.account or ""), {}), tres, secs)
     capacity: dict[str, int] = {}
     for n in ctl.nodes.values():
-        for k, v in _node_tres(n).items():
-            capacity[k] = capacity.get(k, 0) + v
+        for name, count in _node_tres(n).items():
+            capacity[name] = capacity.get(name, 0) + count
     span = max(0.0, min(end, now) - start)
     reported = {k: v * span for k, v in capacity.items()}
     down: dict[str, float] = {}
@@ -313,7 +313,7 @@ def usage_report(ctl: Any, start: float, end: float, stored: list[Any]) -> dict[
             used = dict(per_pair.get((a.user, a.account), {}))
         else:
             below = db.subaccounts(ctl.cluster_name, a.account)
-            for (u, acct), d in per_pair.items():
+            for (_u, acct), d in per_pair.items():
                 if acct in below or a.account == "root":
                     for k, v in d.items():
                         used[k] = used.get(k, 0.0) + v
