@@ -240,6 +240,8 @@ def test_every_bad_line_is_refused_with_slurms_message_and_changes_nothing(c: Cl
             assert r.returncode == 1, (args, r.stdout, r.stderr)
             assert msg in r.stdout + r.stderr, (args, r.stdout, r.stderr)
             assert "Traceback" not in r.stderr
+        r = mgr(c, "-i", "delete", "account", "badlab")
+        assert f"  JobID = {job:<10} C = " in r.stderr + r.stdout, r  # which job holds it
         assert ok(c, "-nP", "show", "assoc") + ok(c, "-nP", "show", "qos") == before
     finally:
         c.ok("scancel", str(job))

@@ -81,8 +81,9 @@ def node_events(ctl: Any, start: float | None, end: float | None,
     return rows
 
 
-def _active_jobs(ctl: Any) -> list[tuple[str, str]]:
-    return [(j.user, j.account) for j in list(ctl.jobs.values()) if not j.state.finished]
+def _active_jobs(ctl: Any) -> list[tuple[str, str, int]]:
+    return [(j.user, j.account, j.job_id) for j in list(ctl.jobs.values())
+            if not j.state.finished]
 
 
 def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:

@@ -290,10 +290,11 @@ class ControllerBase:
             # `scontrol requeue $SLURM_JOB_ID` inside the job must not be killed mid-request.
             self.writer.after_commit(send, {"type": "control", "job_id": job.job_id, "control": op})
 
-    def _active_pairs(self) -> list[tuple[str, str]]:
-        """(user, account) of every pending or running job: sacctmgr refuses to delete
-        an association that has some."""
-        return [(j.user, j.account) for j in self.jobs.values() if not j.state.finished]
+    def _active_pairs(self) -> list[tuple[str, str, int]]:
+        """(user, account, job id) of every pending or running job: sacctmgr refuses to
+        delete an association that has some."""
+        return [(j.user, j.account, j.job_id) for j in self.jobs.values()
+                if not j.state.finished]
 
     # ---- recovery ----------------------------------------------------------------
     def recover(self) -> None:
