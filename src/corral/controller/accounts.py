@@ -869,8 +869,12 @@ class Accounts:
                                     f"{sets['usagethreshold']}") from None
             q.usage_threshold = None if thres < 0 else thres
         if "gracetime" in sets:
-            w = _wall("GraceTime", sets["gracetime"])
-            q.grace_time = 0 if w is None else w * 60
+            g = sets["gracetime"].strip()
+            if g.isdigit():  # sacctmgr's GraceTime is in seconds (get_uint)
+                q.grace_time = int(g)
+            else:
+                w = _wall("GraceTime", g)
+                q.grace_time = 0 if w is None else w * 60
         if "preemptexempttime" in sets:
             w = _wall("PreemptExemptTime", sets["preemptexempttime"])
             q.preempt_exempt_time = None if w is None else w * 60
