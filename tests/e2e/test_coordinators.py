@@ -97,6 +97,12 @@ def test_coordinator_controls_members_jobs(c: Cluster,
     assert r.returncode == 0, r.stderr
     c.wait_state(int(running), "CANCELLED")
 
+    # and adds users to the account (bob to smithlab itself)
+    r = as_user(c, alice, *SACCTMGR, "-i", "add", "user", bob.pw_name, "account=smithlab")
+    assert r.returncode == 0, r.stderr
+    assert "smithlab" in c.ok(*SACCTMGR, "-nP", "show", "assoc", "where", f"user={bob.pw_name}",
+                              "format=account")
+
 
 def test_non_coordinator_cannot(c: Cluster, users: dict[str, pwd.struct_passwd]) -> None:  # noqa: F811
     alice, bob = users["corral-alice"], users["corral-bob"]

@@ -94,3 +94,43 @@ def test_array_tasks_count_in_submit_limits() -> None:
         h.submit(uid=1000, held="user")
         with pytest.raises(SlurmError):
             h.submit(uid=1000, held="user")
+
+
+def test_a_node_in_two_partitions_is_shared_between_them() -> None:
+    conf = ("ClusterName=t\nNodeName=n1 CPUs=4 RealMemory=4000\n"
+            "PartitionName=a Nodes=n1 Default=YES\nPartitionName=b Nodes=n1 PriorityTier=2\n")
+    with Harness(conf) as h:
+        x = h.submit(uid=1000, partition="a", num_tasks=4)
+        h.tick()
+        y = h.submit(uid=1000, partition="b", num_tasks=1)
+        h.tick()
+        assert h.job(x).state == JobState.RUNNING and h.job(y).state == JobState.PENDING
+        h.end(x)
+        h.tick()
+        assert h.job(y).state == JobState.RUNNING
+
+
+def test_coordinators_act_on_their_accounts_jobs() -> None:
+    with Harness(CONF) as h:
+        lab(h)  # account lab with user1000 and user1001
+        sacctmgr(h, "add", "account", ["sub"], {"parent": "lab"})
+        sacctmgr(h, "add", "user", ["user1002"], {"account": "sub"})
+        sacctmgr(h, "add", "coordinator", ["user1000"], {"account": "lab"})
+        j = h.submit(uid=1002, held="user")
+        coord, other = h.who(1000), h.who(1001)
+        with pytest.raises(SlurmError, match="Invalid user id"):
+            h.call(h.ctl.hold, other, [h.job(j)], "hold")
+        h.call(h.ctl.hold, coord, [h.job(j)], "hold")
+        assert h.job(j).held == "admin"  # the owner cannot release a coordinator's hold
+        with pytest.raises(SlurmError, match="Access/permission denied"):
+            h.call(h.ctl.release, h.who(1002), [h.job(j)])
+        h.call(h.ctl.release, coord, [h.job(j)])
+        with pytest.raises(SlurmError, match="Access/permission denied"):
+            h.call(h.ctl.signal_jobs, other, [h.job(j)], 15, batch_only=False, cancel=True)
+        h.call(h.ctl.signal_jobs, coord, [h.job(j)], 15, batch_only=False, cancel=True)
+        assert h.job(j).state == JobState.CANCELLED
+        # a coordinator of sub has no say over lab's own jobs
+        sacctmgr(h, "add", "coordinator", ["user1001"], {"account": "sub"})
+        k = h.submit(uid=1000, held="user")
+        with pytest.raises(SlurmError, match="Invalid user id"):
+            h.call(h.ctl.release, h.who(1001), [h.job(k)])
