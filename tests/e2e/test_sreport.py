@@ -81,6 +81,10 @@ def test_account_utilization_by_user_and_topusage(c: Cluster) -> None:
         "Cluster|Login|Proper Name|Account|Used|Energy"
     r = lines[5].split("|")
     assert (r[0], r[1], r[3]) == ("lab", "root", "physics") and int(r[4]) >= 6
+    picked = c.ok(*SREPORT, "-nP", "-t", "seconds", "user", "topusage", "format=login,used",
+                  *WINDOW)
+    login, used = picked.strip().split("|")
+    assert login == "root" and int(used) >= 6
     # nothing ran yesterday
     assert c.ok(*SREPORT, "-nP", "user", "topusage") == ""
 
@@ -92,6 +96,7 @@ def test_account_utilization_by_user_and_topusage(c: Cluster) -> None:
     (["cluster", "utilization", "start=yesterdayish"], "Invalid time specification"),
     (["cluster", "utilization", "bogus=1"], "Unknown condition: bogus=1"),
     (["-T", "gres/tpu", "cluster", "utilization"], "Invalid TRES"),
+    (["user", "topusage", "format=login,nonsense"], 'Invalid field requested: "nonsense"'),
 ])
 def test_bad_input(c: Cluster, args: list[str], msg: str) -> None:
     r = c.run(*SREPORT, *args)

@@ -117,24 +117,55 @@ def _proper_name(user: str) -> str:
 
 
 class Table:
+    """A report's table; `fields` (format=Name[%W],...) picks and sizes its columns."""
+
     def __init__(self, cols: list[tuple[str, int, bool]], sep: str | None, trailing: bool,
-                 header: bool) -> None:
-        self.cols, self.sep, self.trailing, self.header = cols, sep, trailing, header
-        self.lines: list[str] = []
-        if header:
-            if sep is not None:
-                self.lines.append(sep.join(h for h, _, _ in cols) + (sep if trailing else ""))
-            else:
-                self.lines.append(" ".join(h[:w].rjust(w) for h, w, _ in cols) + " ")
-                self.lines.append(" ".join("-" * w for _, w, _ in cols) + " ")
+                 header: bool, fields: str | None = None) -> None:
+        self.all_cols, self.sep, self.trailing, self.header = cols, sep, trailing, header
+        self.pick = list(range(len(cols)))
+        self.cols = list(cols)
+        if fields:
+            keys = [h.lower().replace(" ", "") for h, _, _ in cols]
+            self.pick, self.cols = [], []
+            for spec in (x.strip() for x in fields.split(",") if x.strip()):
+                name, _, width = spec.partition("%")
+                n = name.lower().replace(" ", "")
+                found = [k for k in keys if k == n] or [k for k in keys if len(n) >= 2
+                                                        and k.startswith(n)]
+                if not found:
+                    raise ReportError(f"Invalid field requested: \"{name}\"")
+                at = keys.index(found[0])
+                head, w, left = cols[at]
+                if width:
+                    try:
+                        w = abs(int(width))
+                    except ValueError:
+                        raise ReportError(f"Invalid field requested: \"{spec}\"") from None
+                self.pick.append(at)
+                self.cols.append((head, w, left))
+        self.rows: list[list[str]] = []
 
     def row(self, cells: list[str]) -> None:
-        if self.sep is not None:
-            self.lines.append(self.sep.join(cells) + (self.sep if self.trailing else ""))
-            return
-        self.lines.append(" ".join(
-            c[:w].ljust(w) if left else c[:w].rjust(w)
-            for c, (_, w, left) in zip(cells, self.cols, strict=True)) + " ")
+        self.rows.append([cells[i] for i in self.pick])
+
+    @property
+    def lines(self) -> list[str]:
+        out: list[str] = []
+        sep, end = self.sep, (self.sep if self.trailing else "") or ""
+        if self.header:
+            if sep is not None:
+                out.append(sep.join(h for h, _, _ in self.cols) + end)
+            else:
+                out.append(" ".join(h[:w].rjust(w) for h, w, _ in self.cols) + " ")
+                out.append(" ".join("-" * w for _, w, _ in self.cols) + " ")
+        for cells in self.rows:
+            if sep is not None:
+                out.append(sep.join(cells) + end)
+            else:
+                out.append(" ".join(c[:w].ljust(w) if left else c[:w].rjust(w)
+                                    for c, (_, w, left) in zip(cells, self.cols, strict=True))
+                           + " ")
+        return out
 
 
 def _banner(title: str, tres: list[str], fmt: str) -> list[str]:
@@ -158,7 +189,8 @@ def report(kind: str, params: dict[str, str], data: dict[str, Any], *, tres: lis
             out += _banner(f"Cluster Utilization {span}", tres, fmt)
         t = Table([("Cluster", 9, False), *tres_col, ("Allocated", 13, False),
                    ("Down", 10, False), ("PLND Down", 9, False), ("Idle", 13, False),
-                   ("Reserved", 9, False), ("Reported", 13, False)], sep, trailing, header)
+                   ("Reserved", 9, False), ("Reported", 13, False)], sep, trailing, header,
+                  params.get("format"))
         for name in tres:
             rep = float(data["reported"].get(name, 0.0))
             alloc = min(rep, float(data["allocated"].get(name, 0.0)))
@@ -174,7 +206,7 @@ def report(kind: str, params: dict[str, str], data: dict[str, Any], *, tres: lis
             out += _banner(f"Cluster/Account/User Utilization {span} ({secs} secs)", tres, fmt)
         t = Table([("Cluster", 9, False), ("Account", 15, True), ("Login", 9, False),
                    ("Proper Name", 15, False), *tres_col, ("Used", 10, False),
-                   ("Energy", 10, False)], sep, trailing, header)
+                   ("Energy", 10, False)], sep, trailing, header, params.get("format"))
         for name in tres:
             total = float(data["reported"].get(name, 0.0))
             for r in data["assocs"]:
@@ -196,7 +228,7 @@ def report(kind: str, params: dict[str, str], data: dict[str, Any], *, tres: lis
         out += _banner(f"Top {top} Users {span} ({secs} secs)", tres, fmt)
     t = Table([("Cluster", 9, False), ("Login", 9, False), ("Proper Name", 15, False),
                ("Account", 15, False), *tres_col, ("Used", 10, False), ("Energy", 10, False)],
-              sep, trailing, header)
+              sep, trailing, header, params.get("format"))
     for name in tres:
         total = float(data["reported"].get(name, 0.0))
         rows = [u for u in data["users"]
