@@ -44,9 +44,10 @@ def test_account_tree_is_indented_and_parsable_is_not() -> None:
     assert _report("accountutilizationbyuser") == [
         "lab|root|||60|0", "lab|lab|||60|0", "lab|lab|zz-nouser||60|0"]
     text = _report("accountutilizationbyuser", sep=None, header=True)
-    assert text[0].split() == ["Cluster", "Account", "Login", "Proper", "Name", "Used",
+    assert text[0] == "-" * 80 and text[2] == "Usage reported in CPU Minutes"
+    assert text[4].split() == ["Cluster", "Account", "Login", "Proper", "Name", "Used",
                                "Energy"]
-    assert text[3].startswith("      lab  lab ") and text[4].startswith("      lab   lab ")
+    assert text[7].startswith("      lab  lab ") and text[8].startswith("      lab   lab ")
 
 
 def test_topusage_orders_and_cuts() -> None:
