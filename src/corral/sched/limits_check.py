@@ -194,13 +194,18 @@ class Resolved:
     part_qos: Qos | None = None
     part_skip: dict[str, set[str]] = field(default_factory=dict)
 
+    _qos_levels: list[tuple[Qos, dict[str, set[str]]]] | None = None
+
     def qos_levels(self) -> list[tuple[Qos, dict[str, set[str]]]]:
-        out: list[tuple[Qos, dict[str, set[str]]]] = []
-        if self.part_qos is not None:
-            out.append((self.part_qos, {}))
-        if self.qos is not None:
-            out.append((self.qos, self.part_skip))
-        return out
+        """The QoS to check, in order, with what each skips (made once per resolution)."""
+        if self._qos_levels is None:
+            out: list[tuple[Qos, dict[str, set[str]]]] = []
+            if self.part_qos is not None:
+                out.append((self.part_qos, {}))
+            if self.qos is not None:
+                out.append((self.qos, self.part_skip))
+            self._qos_levels = out
+        return self._qos_levels
 
 
 def _qos_skip(q: Qos | None) -> dict[str, set[str]]:
