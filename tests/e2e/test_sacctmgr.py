@@ -188,3 +188,60 @@ def test_list_event_shows_drained_nodes(c: Cluster) -> None:
         assert ok(c, "-nP", "list", "event", "nodes=node-1") == ""
     finally:
         c.ok("scontrol", "update", "nodename=node-4", "state=resume")
+
+
+def test_every_bad_line_is_refused_with_slurms_message_and_changes_nothing(c: Cluster) -> None:
+    """Malformed lines, unknown account/user/QoS, limits that do not parse, cycles and the
+    deletion of an account whose users run jobs: Slurm's message, exit 1, nothing changed."""
+    ok(c, "-i", "add", "account", "badlab")
+    ok(c, "-i", "add", "account", "badsub", "parent=badlab")
+    ok(c, "-i", "add", "user", "root", "account=badsub")
+    job = c.sbatch("-A", "badsub", "-o", "/dev/null", "--wrap", "sleep 120")
+    c.wait_state(job, "RUNNING")
+    before = ok(c, "-nP", "show", "assoc") + ok(c, "-nP", "show", "qos")
+    try:
+        for args, msg in [
+            (("add",), "Need an entity to add"),
+            (("frobnicate", "user", "x"), "invalid keyword: frobnicate"),
+            (("add", "widget", "x"), "Unknown entity type: widget"),
+            (("add", "user"), "Need name of user to add."),
+            (("add", "user", "nobody1"), "Need a default account for these users to add."),
+            (("add", "user", "nobody1", "account=nosuch"), "This account 'nosuch' doesn't exist."),
+            (("add", "user", "nobody1", "account=badlab", "qos=nosuch"), "Unknown QOS name: nosuch"),
+            (("modify", "user", "where", "name=nosuch", "set", "MaxJobs=2"),
+             "User nosuch does not exist"),
+            (("delete", "user", "nosuch"), "Nothing deleted"),
+            (("delete", "account", "nosuch"), "Nothing deleted"),
+            (("modify", "qos", "nosuch", "set", "priority=3"), "Nothing modified"),
+            (("modify", "user", "where", "name=root", "set", "MaxJobs=abc"),
+             "Bad maxjobs value: abc"),
+            (("modify", "user", "where", "name=root", "set", "MaxWall=forever"),
+             "Bad maxwall time format: forever"),
+            (("modify", "user", "where", "name=root", "set", "GrpTRES=cpu"),
+             "Invalid TRES string 'cpu'"),
+            (("modify", "user", "where", "name=root", "set", "GrpTRES=bogus=3"),
+             "Invalid TRES name 'bogus'"),
+            (("modify", "user", "where", "name=root", "set", "QOS=nosuch"),
+             "Unknown QOS name: nosuch"),
+            (("modify", "user", "where", "set", "MaxJobs=1"), "No conditions given"),
+            (("modify", "account", "where", "name=badlab", "set", "parent=badlab"),
+             "You can't make badlab a child of badlab"),
+            (("modify", "account", "where", "name=badlab", "set", "parent=badsub"),
+             "badsub is below it"),
+            (("delete", "account", "badsub"), "Job(s) active, cancel job(s) before remove"),
+            (("delete", "account", "badlab"), "Job(s) active, cancel job(s) before remove"),
+            (("add", "qos", "q2", "Flags=Nonsense"), "Unknown QOS flag used in:"),
+            (("add", "qos", "q3", "Preempt=nosuch"), "Unknown QOS name: nosuch"),
+            (("add", "qos", "q4", "UsageFactor=x"), "Bad UsageFactor value: x"),
+            (("add", "coordinator", "nosuch", "account=badlab"), "User nosuch doesn't exist."),
+            (("add", "account", "x", "Fairshare=abc"), "Bad Fairshare value: abc"),
+        ]:
+            r = mgr(c, "-i", *args)
+            assert r.returncode == 1, (args, r.stdout, r.stderr)
+            assert msg in r.stdout + r.stderr, (args, r.stdout, r.stderr)
+            assert "Traceback" not in r.stderr
+        r = mgr(c, "-i", "delete", "account", "badlab")
+        assert f"  JobID = {job:<10} C = " in r.stderr + r.stdout, r  # which job holds it
+        assert ok(c, "-nP", "show", "assoc") + ok(c, "-nP", "show", "qos") == before
+    finally:
+        c.ok("scancel", str(job))

@@ -177,3 +177,20 @@ def test_qos_lists_and_flags_set_add_remove_clear(acc: Accounts) -> None:
         run(acc, ROOT, "modify", "qos", ["gpu"], sets={"Flags": "Bogus"})
     run(acc, ROOT, "modify", "qos", ["gpu"], sets={"Flags": ""})
     assert acc.db.qos["gpu"].flags == ()
+
+
+def test_qos_preemption_fields_are_recorded_and_shown(acc: Accounts) -> None:
+    """GraceTime, Preempt, PreemptMode, UsageFactor, UsageThreshold and Flags are kept
+    (preemption itself is not done yet) and `show qos` prints them."""
+    run(acc, ROOT, "add", "qos", ["urgent"], {
+        "Priority": "100", "GraceTime": "120", "Preempt": "normal", "PreemptMode": "requeue",
+        "UsageFactor": "2", "UsageThreshold": "0.5", "Flags": "NoReserve,PartitionTimeLimit"})
+    q = acc.db.qos["urgent"]
+    assert (q.priority, q.grace_time, q.preempt, q.preempt_mode.lower(), q.usage_factor,
+            q.usage_threshold) == (100, 120, ("normal",), "requeue", 2.0, 0.5)
+    assert set(q.flags) == {"NoReserve", "PartitionTimeLimit"}
+    shown = acc.execute(ROOT, {"op": "show", "entity": "qos", "names": ["urgent"],
+                               "where": {}, "set": {}, "options": {}}).rows
+    row = next(r for r in shown if r["Name"] == "urgent")
+    assert (row["Priority"], row["GraceTime"], row["Preempt"]) == ("100", "00:02:00", "normal")
+    assert "NoReserve" in row["Flags"] and "PartitionTimeLimit" in row["Flags"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-PROVIDED = "sbatch, srun, salloc, squeue, scancel, sinfo, scontrol, sacct, sacctmgr, sshare, sprio"
+PROVIDED = "sbatch, srun, salloc, squeue, scancel, sinfo, scontrol, sacct, sacctmgr, sshare, sprio, sreport"
 
 # Slurm 22.05's user and admin commands (and the contributed ones people type) that
 # Corral lacks, with what Corral offers instead where it has something.
@@ -24,7 +24,6 @@ MISSING: dict[str, str] = {
     "sjobexitmod": "",
     "sjstat": "`squeue` and `sinfo` show jobs and nodes",
     "smap": "`squeue` and `sinfo` show jobs and nodes",
-    "sreport": "`sacct` reports past jobs",
     "sstat": "`sacct` shows a job's use",
     "strigger": "",
     "sview": "`corral status`, `squeue` and `sinfo` show the cluster",
@@ -91,7 +90,9 @@ def sprio() -> int:
 
 
 def sreport() -> int:
-    return run("sreport")
+    from corral.cli import sreport as real  # provided now (cli/sreport.py)
+
+    return real.main()
 
 
 def sshare() -> int:

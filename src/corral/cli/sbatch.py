@@ -569,7 +569,7 @@ def _finish(sub: Submission, req: _Request, env: dict[str, str], script_path: st
         "max_nodes": max_nodes if max_nodes and max_nodes != min_nodes else None,
         "num_tasks": ntasks,
         "ntasks_per_node": per_node,
-        "cpus_per_task": v.get("cpus-per-task", 1),
+        "cpus_per_task": v.get("cpus-per-task"),  # absent: the partition's DefCpuPerGPU may apply
         "mem_per_node": v.get("mem"),
         "mem_per_cpu": v.get("mem-per-cpu"),
         "gpus": gpus,

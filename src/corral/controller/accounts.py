@@ -263,7 +263,8 @@ def _limit_lines(lim: Limits, shares: int | None = None, qos: tuple[str, ...] = 
 
 
 # ---- the use cases ----------------------------------------------------------------
-ActiveJobs = Callable[[], Iterable[tuple[str, str]]]  # (user, account) of active jobs
+# (user, account[, job id]) of active jobs
+ActiveJobs = Callable[[], Iterable[tuple[Any, ...]]]
 
 
 class Accounts:
@@ -503,8 +504,9 @@ class Accounts:
         for cl in db.clusters:
             for n in gone:
                 below |= db.subaccounts(cl, n)
-        busy = sorted({f"  JobID = ? C = {self.cluster:<9} A = {a:<10} U = {u:<9}"
-                       for u, a in self.active_jobs() if a in below})
+        busy = sorted({f"  JobID = {(rest or ['?'])[0]:<10} C = {self.cluster:<9} "
+                       f"A = {a:<10} U = {u:<9}"
+                       for u, a, *rest in self.active_jobs() if a in below})
         if busy:
             raise AccountsError(" Error with request: Job(s) active, cancel job(s) before "
                                 "remove\n" + "\n".join(busy))
@@ -668,7 +670,7 @@ class Accounts:
             return Outcome(" Nothing deleted\n")
         gone = {a.id for a in assocs}
         busy = sorted({f"  C = {self.cluster:<9} A = {a:<10} U = {u:<9}"
-                       for u, a in self.active_jobs()
+                       for u, a, *_ in self.active_jobs()
                        if any(x.user == u and x.account == a for x in assocs)})
         if busy:
             raise AccountsError(" Error with request: Job(s) active, cancel job(s) before "
@@ -867,8 +869,12 @@ class Accounts:
                                     f"{sets['usagethreshold']}") from None
             q.usage_threshold = None if thres < 0 else thres
         if "gracetime" in sets:
-            w = _wall("GraceTime", sets["gracetime"])
-            q.grace_time = 0 if w is None else w * 60
+            g = sets["gracetime"].strip()
+            if g.isdigit():  # sacctmgr's GraceTime is in seconds (get_uint)
+                q.grace_time = int(g)
+            else:
+                w = _wall("GraceTime", g)
+                q.grace_time = 0 if w is None else w * 60
         if "preemptexempttime" in sets:
             w = _wall("PreemptExemptTime", sets["preemptexempttime"])
             q.preempt_exempt_time = None if w is None else w * 60

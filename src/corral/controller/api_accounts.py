@@ -81,8 +81,9 @@ def node_events(ctl: Any, start: float | None, end: float | None,
     return rows
 
 
-def _active_jobs(ctl: Any) -> list[tuple[str, str]]:
-    return [(j.user, j.account) for j in list(ctl.jobs.values()) if not j.state.finished]
+def _active_jobs(ctl: Any) -> list[tuple[str, str, int]]:
+    return [(j.user, j.account, j.job_id) for j in list(ctl.jobs.values())
+            if not j.state.finished]
 
 
 def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
@@ -164,6 +165,19 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
         peer_identity(request, ctl)
         return json_response(priority_rows(ctl))
 
+    async def sreport(request: web.Request) -> web.Response:
+        peer_identity(request, ctl)
+        q = request.query
+        try:
+            start, end = float(q["start"]), float(q["end"])
+        except (KeyError, ValueError):
+            return refused(AccountsError(" Invalid time in request"))
+        if end <= start:
+            return refused(AccountsError(" Start time must be before end time"))
+        found = await run(lambda: ctl.store.query_jobs(start=start, end=end))
+        return json_response(usage_report(ctl, start, end, found))
+
+    router.add_get("/v1/sreport", sreport)
     router.add_get("/v1/sshare", sshare)
     router.add_get("/v1/sprio", sprio)
     router.add_post("/v1/accounts", handle)
@@ -234,3 +248,85 @@ def priority_rows(ctl: Any) -> dict[str, Any]:
     return {"jobs": jobs, "weights": {"age": w.age, "assoc": w.assoc, "fairshare": w.fairshare,
                                       "job_size": w.job_size, "partition": w.partition,
                                       "qos": w.qos, "tres": dict(w.tres)}}
+
+
+def _job_tres(job: Any) -> dict[str, int]:
+    """What a job held, per TRES (cpu, mem in MB, node, gres/gpu)."""
+    alloc = list(job.alloc or ())
+    out = {"cpu": sum(a.cpus for a in alloc), "mem": sum(a.mem_mb for a in alloc),
+           "node": len(alloc)}
+    gpus = sum(len(a.gpus) for a in alloc)
+    if gpus:
+        out["gres/gpu"] = gpus
+    return out
+
+
+def _node_tres(n: Any) -> dict[str, int]:
+    return {"cpu": int(n.cpus), "mem": int(n.real_memory), "node": 1,
+            "gres/gpu": int(n.gpus or 0)}
+
+
+def _add(d: dict[str, float], tres: dict[str, int], secs: float) -> None:
+    for k, v in tres.items():
+        if v:
+            d[k] = d.get(k, 0.0) + v * secs
+
+
+def usage_report(ctl: Any, start: float, end: float, stored: list[Any]) -> dict[str, Any]:
+    """sreport's data for [start, end): TRES-seconds per TRES of the cluster (reported =
+    its capacity over the window, down = nodes down or drained, allocated = jobs), and
+    per association in tree order (an account's row holds everything below it), from the
+    job records (the store's and the live ones) and the node events."""
+    now = ctl.clock()
+    jobs = {j.job_id: j for j in stored}
+    jobs.update({j.job_id: j for j in list(ctl.jobs.values()) if j.start_time is not None})
+    per_pair: dict[tuple[str, str], dict[str, float]] = {}
+    allocated: dict[str, float] = {}
+    for j in jobs.values():
+        if j.start_time is None or not j.alloc:
+            continue
+        stop = j.end_time if j.end_time is not None else now
+        secs = min(stop, end) - max(j.start_time, start)
+        if secs <= 0:
+            continue
+        tres = _job_tres(j)
+        _add(allocated, tres, secs)
+        _add(per_pair.setdefault((j.user, j.account or ""), {}), tres, secs)
+    capacity: dict[str, int] = {}
+    for n in ctl.nodes.values():
+        for name, count in _node_tres(n).items():
+            capacity[name] = capacity.get(name, 0) + count
+    span = max(0.0, min(end, now) - start)
+    reported = {k: v * span for k, v in capacity.items()}
+    down: dict[str, float] = {}
+    for e in node_events(ctl, start, end, None):
+        n = ctl.nodes.get(e["node"])
+        if n is None:
+            continue
+        secs = min(e["end"] if e["end"] is not None else now, end, now) - max(e["start"], start)
+        if secs > 0:
+            _add(down, _node_tres(n), secs)
+    db = ctl.accounts.db
+    rows: list[dict[str, Any]] = []
+    for depth, a in db.iter_tree(ctl.cluster_name):
+        used: dict[str, float] = {}
+        if a.user:
+            used = dict(per_pair.get((a.user, a.account), {}))
+        else:
+            below = db.subaccounts(ctl.cluster_name, a.account)
+            for (_u, acct), d in per_pair.items():
+                if acct in below or a.account == "root":
+                    for k, v in d.items():
+                        used[k] = used.get(k, 0.0) + v
+        rows.append({"depth": depth, "account": a.account, "user": a.user or "",
+                     "used": used})
+    users: dict[str, dict[str, Any]] = {}
+    for (u, acct), d in per_pair.items():
+        row = users.setdefault(u, {"user": u, "accounts": [], "used": {}})
+        if acct and acct not in row["accounts"]:
+            row["accounts"].append(acct)
+        for k, v in d.items():
+            row["used"][k] = row["used"].get(k, 0.0) + v
+    return {"cluster": ctl.cluster_name, "start": start, "end": end,
+            "capacity": capacity, "reported": reported, "down": down,
+            "allocated": allocated, "assocs": rows, "users": list(users.values())}

@@ -200,6 +200,25 @@ class ControllerBase:
         if not who.operator and who.uid != job.uid:
             raise access_denied()
 
+    def is_coordinator_of(self, who: Identity, job: Job) -> bool:
+        """`who` coordinates the job's account (or an account above it) and the job is
+        someone else's: Slurm lets an account's coordinators hold, release, cancel,
+        requeue and update the jobs of its users as an operator would."""
+        return (who.uid != job.uid and bool(job.account)
+                and self.accounts.db.is_coordinator(who.user, job.account, self.cluster_name))
+
+    def as_job_operator(self, who: Identity, job: Job) -> Identity:
+        """The caller as it acts on `job`: an operator when it coordinates the job's
+        account (slurmctld's update_job sets `operator = true` for a coordinator)."""
+        if who.operator or not self.is_coordinator_of(who, job):
+            return who
+        return Identity(who.uid, who.gid, who.user, True)
+
+    def check_job_control(self, who: Identity, job: Job) -> None:
+        """cancel, signal and requeue: the owner, an operator or the account's coordinator."""
+        if not who.operator and who.uid != job.uid and not self.is_coordinator_of(who, job):
+            raise access_denied()
+
     # ---- events ------------------------------------------------------------------
     def set_state(self, job: Job, state: JobState, now: float,
                   kind: JobEventKind | None = None) -> JobEvent:
@@ -271,10 +290,11 @@ class ControllerBase:
             # `scontrol requeue $SLURM_JOB_ID` inside the job must not be killed mid-request.
             self.writer.after_commit(send, {"type": "control", "job_id": job.job_id, "control": op})
 
-    def _active_pairs(self) -> list[tuple[str, str]]:
-        """(user, account) of every pending or running job: sacctmgr refuses to delete
-        an association that has some."""
-        return [(j.user, j.account) for j in self.jobs.values() if not j.state.finished]
+    def _active_pairs(self) -> list[tuple[str, str, int]]:
+        """(user, account, job id) of every pending or running job: sacctmgr refuses to
+        delete an association that has some."""
+        return [(j.user, j.account, j.job_id) for j in self.jobs.values()
+                if not j.state.finished]
 
     # ---- recovery ----------------------------------------------------------------
     def recover(self) -> None:

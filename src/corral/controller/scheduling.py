@@ -123,7 +123,12 @@ class Scheduling(Launching):
             db=self.accounts.db, cluster=self.cluster_name, enforce=self.enforce,
             pending=pending, running=tuple(running),  # type: ignore[arg-type]
             used_tres_mins=self._used_minutes() if limits else {},
-            usage=self.usage, fair_tree=self.fair_params.fair_tree)
+            usage=self.usage, fair_tree=self.fair_params.fair_tree,
+            part_qos=self.partition_qos())
+
+    def partition_qos(self) -> dict[str, str]:
+        """Each partition's QOS= (the partition QoS whose limits its jobs meet)."""
+        return {p.name: p.qos for p in self.partitions.values() if p.qos}
 
     def _used_minutes(self) -> dict[int | str, dict[str, float]]:
         """GrpTRESMins' usage: each association's including everything below it (as

@@ -24,6 +24,7 @@ from corral.controller.errors import (
     ESLURM_INVALID_NODE_NAME,
     ESLURM_INVALID_PARTITION_NAME,
     ESLURM_INVALID_QOS,
+    ESLURM_INVALID_TASK_MEMORY,
     ESLURM_INVALID_TIME_LIMIT,
     ESLURM_JOB_HELD,
     ESLURM_JOB_MISSING_REQUIRED_PARTITION_GROUP,
@@ -176,14 +177,22 @@ class UseCases(Scheduling):
         q = db.qos.get(job.qos) if job.qos else None
         qos_all = q is not None and q.limits.grp_submit_jobs is not None
         qos_user = q is not None and q.limits.max_submit_jobs_per_user is not None
+        part_qos = self.partition_qos()
+        # the partition QoS counts every job of the partitions that have it
+        pq = db.qos.get(part_qos.get(job.partition, ""))
+        pq_parts = {p for p, n in part_qos.items() if pq is not None and n == pq.name}
+        pq_all = pq is not None and pq.limits.grp_submit_jobs is not None
+        pq_user = pq is not None and pq.limits.max_submit_jobs_per_user is not None
 
         def counted(j: Job) -> bool:
-            if j.account in accounts or (qos_all and j.qos == job.qos):
+            if j.account in accounts or (qos_all and j.qos == job.qos) \
+                    or (pq_all and j.partition in pq_parts):
                 return True
             return j.user == job.user and (j.account == job.account
-                                           or (qos_user and j.qos == job.qos))
+                                           or (qos_user and j.qos == job.qos)
+                                           or (pq_user and j.partition in pq_parts))
 
-        led = build_ledger(db, self.cluster_name,
+        led = build_ledger(db, self.cluster_name, part_qos=part_qos,
                            running=[(job_request(j), None) for j in self.running.values()
                                     if counted(j)],
                            pending=[job_request(j) for j in self.pending.values()
@@ -253,6 +262,7 @@ class UseCases(Scheduling):
         if part.oversubscribe.startswith("EXCLUSIVE"):
             job.exclusive = True  # OverSubscribe=EXCLUSIVE: whole nodes for every job
         job.group = group_name(who.gid)
+        self._partition_defaults(job, part, spec)
         assoc_id = self._submit_association(who, job, "account" in spec_in, "qos" in spec_in)
         for p in [part, *others]:
             self.check_partition_access(who, p, job.account, job.qos)
@@ -282,8 +292,6 @@ class UseCases(Scheduling):
                 raise SlurmError("Job dependency problem", ESLURM_DEPENDENCY) from None
         self._check_features(job)
         self._check_feasible_anywhere(job, [part, *others])
-        if assoc_id is not None and "limits" in self.enforce:
-            self._check_submit_limits(job, assoc_id)
         if array:
             try:
                 ids, throttle = parse_array_spec(array, self.max_array_size)
@@ -292,6 +300,9 @@ class UseCases(Scheduling):
             job.array_tasks = ids
             job.array_max_running = throttle
             job.array_spec = array
+        if assoc_id is not None and "limits" in self.enforce:
+            # after the array is parsed: each of its tasks counts as a job (Slurm)
+            self._check_submit_limits(job, assoc_id)
         unknown = self.unknown_dependencies([job])
         if unknown:  # named jobs gone from memory: their final state, read once, off the loop
             found = await asyncio.get_running_loop().run_in_executor(
@@ -316,6 +327,21 @@ class UseCases(Scheduling):
         if not job.held:  # a held job changes nothing the scheduler could act on
             self.request_schedule()
         return job
+
+    @staticmethod
+    def _partition_defaults(job: Job, part: Partition, spec: dict[str, Any]) -> None:
+        """DefMemPerGPU and DefCpuPerGPU of the partition the job is submitted to, for a
+        job with GPUs that names no memory (no --mem/--mem-per-cpu) or no CPU count."""
+        if not (part.def_mem_per_gpu or part.def_cpu_per_gpu):
+            return
+        nodes = max(1, job.num_nodes)
+        gpus = job.gpus or job.gpus_per_node * nodes or job.gpus_per_task * job.num_tasks
+        if not gpus:
+            return
+        if part.def_mem_per_gpu and job.mem_per_node is None and job.mem_per_cpu is None:
+            job.mem_per_node = part.def_mem_per_gpu * -(-gpus // nodes)
+        if part.def_cpu_per_gpu and "cpus_per_task" not in spec:
+            job.cpus_per_task = max(1, -(-(gpus * part.def_cpu_per_gpu) // job.num_tasks))
 
     def _check_features(self, job: Job) -> None:
         """--constraint that does not parse or names features no node has, and a GPU type
@@ -354,6 +380,14 @@ class UseCases(Scheduling):
         per_node_mem = job.mem_per_node or 0
         if job.mem_per_cpu:
             per_node_mem = max(per_node_mem, job.mem_per_cpu * job.cpus_per_task)
+        if part.max_mem_per_node is not None and per_node_mem > part.max_mem_per_node:
+            # slurmctld's _valid_pn_min_mem: more than the partition's MaxMemPerNode
+            raise SlurmError("Memory required by task is not available",
+                             ESLURM_INVALID_TASK_MEMORY)
+        if part.max_cpus_per_node is not None and job.num_nodes and -(-(
+                job.num_tasks * job.cpus_per_task) // job.num_nodes) > part.max_cpus_per_node:
+            raise SlurmError("Requested node configuration is not available",
+                             ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
         if per_node_mem > max_mem:
             raise SlurmError("Requested node configuration is not available",
                              ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE,
@@ -379,7 +413,7 @@ class UseCases(Scheduling):
         through the step manager unless -b)."""
         now = self.clock()
         for job in jobs:
-            self.check_owner(who, job)
+            self.check_job_control(who, job)
         for job in jobs:
             if job.state.finished:
                 continue
@@ -402,8 +436,9 @@ class UseCases(Scheduling):
         self.request_schedule()
 
     def _check_owner_uid(self, who: Identity, job: Job) -> None:
-        """hold, release and update of another user's job: Slurm says "Invalid user id"."""
-        if not who.operator and who.uid != job.uid:
+        """hold, release and update of another user's job: Slurm says "Invalid user id"
+        (ESLURM_USER_ID_MISSING) unless the caller coordinates the job's account."""
+        if not who.operator and who.uid != job.uid and not self.is_coordinator_of(who, job):
             raise invalid_user()
 
     def hold(self, who: Identity, jobs: list[Job], kind: str) -> None:
@@ -412,7 +447,9 @@ class UseCases(Scheduling):
             if job.state != JobState.PENDING:
                 raise SlurmError("Job is no longer pending execution", ESLURM_JOB_PENDING)
         for job in jobs:
-            job.held = "admin" if (kind == "hold" and who.operator) else "user"
+            # a coordinator's hold is an admin hold: the job's owner cannot release it
+            op = self.as_job_operator(who, job).operator
+            job.held = "admin" if (kind == "hold" and op) else "user"
             job.priority = 0
             job.reason = Reason.HELD_ADMIN if job.held == "admin" else Reason.HELD_USER
             self.mark(job)
@@ -420,7 +457,7 @@ class UseCases(Scheduling):
     def release(self, who: Identity, jobs: list[Job]) -> None:
         for job in jobs:
             self._check_owner_uid(who, job)
-            if job.held == "admin" and not who.operator:
+            if job.held == "admin" and not self.as_job_operator(who, job).operator:
                 raise access_denied()
         for job in jobs:
             if job.state == JobState.PENDING and job.held:
@@ -432,7 +469,7 @@ class UseCases(Scheduling):
 
     def requeue(self, who: Identity, jobs: list[Job], hold: bool) -> None:
         for job in jobs:
-            self.check_owner(who, job)
+            self.check_job_control(who, job)
             if job.state == JobState.PENDING or (job.state.finished and job.state not in (
                     JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED,
                     JobState.NODE_FAIL, JobState.OUT_OF_MEMORY, JobState.PREEMPTED)):
@@ -445,7 +482,8 @@ class UseCases(Scheduling):
         for job in jobs:
             # Slurm: an operator's requeuehold is an admin hold, the owner's a user hold
             # the owner may release
-            kind = ("admin" if who.operator else "user") if hold else None
+            kind = ("admin" if self.as_job_operator(who, job).operator else "user") \
+                if hold else None
             if job.state.active:
                 job.kill_reason = {"admin": "REQUEUE_HOLD", "user": "REQUEUE_UHOLD"}.get(
                     kind or "", "REQUEUE")
@@ -478,6 +516,7 @@ class UseCases(Scheduling):
 
     def update_job(self, who: Identity, job: Job, changes: dict[str, Any]) -> None:
         self._check_owner_uid(who, job)
+        who = self.as_job_operator(who, job)
         if job.state.finished:
             raise SlurmError("Job has already finished", ESLURM_ALREADY_DONE)
         pending_only = {"partition", "numnodes", "dependency", "name", "jobname"}

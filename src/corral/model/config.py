@@ -237,6 +237,13 @@ def _add_partition(cfg: ClusterConfig, name: str, a: dict[str, str], lineno: int
         except TimeFormatError:
             raise ConfigError(f"line {lineno}: bad {key}={a[key]}") from None
 
+    def opt_int(key: str) -> int | None:
+        """A count or size; UNLIMITED (or absent) is None."""
+        v = a.get(key)
+        if v is None or v.upper() in ("UNLIMITED", "INFINITE"):
+            return None
+        return _to_int(key, v, lineno)
+
     nodes_expr = a.get("Nodes", "")
     if nodes_expr.upper() == "ALL":
         nodes = [n.name for n in cfg.nodes]
@@ -253,8 +260,12 @@ def _add_partition(cfg: ClusterConfig, name: str, a: dict[str, str], lineno: int
         priority_tier=_to_int("PriorityTier", a.get("PriorityTier", a.get("Priority", "1")), lineno),
         priority_job_factor=_to_int("PriorityJobFactor", a.get("PriorityJobFactor", "1"), lineno),
         oversubscribe=a.get("OverSubscribe", a.get("Shared", "NO")).upper(),
-        def_mem_per_cpu=int(a["DefMemPerCPU"]) if "DefMemPerCPU" in a else None,
-        max_mem_per_node=int(a["MaxMemPerNode"]) if "MaxMemPerNode" in a else None,
+        def_mem_per_cpu=opt_int("DefMemPerCPU"),
+        def_mem_per_gpu=opt_int("DefMemPerGPU"),
+        def_cpu_per_gpu=opt_int("DefCpuPerGPU"),
+        max_mem_per_node=opt_int("MaxMemPerNode"),
+        max_cpus_per_node=opt_int("MaxCPUsPerNode"),
+        qos=a.get("QOS", a.get("QoS", a.get("Qos", ""))),
         allow_accounts=a.get("AllowAccounts", "ALL"),
         allow_groups=a.get("AllowGroups", "ALL"),
         deny_accounts=a.get("DenyAccounts", ""),

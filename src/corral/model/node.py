@@ -136,7 +136,11 @@ class Partition:
     priority_job_factor: int = 1
     oversubscribe: str = "NO"
     def_mem_per_cpu: int | None = None
+    def_mem_per_gpu: int | None = None  # MB per allocated GPU for jobs without --mem
+    def_cpu_per_gpu: int | None = None  # CPUs per GPU for jobs that name no CPU count
     max_mem_per_node: int | None = None
+    max_cpus_per_node: int | None = None
+    qos: str = ""  # QOS=: the partition QoS, whose limits apply to every job here
     allow_accounts: str = "ALL"
     allow_groups: str = "ALL"
     deny_accounts: str = ""

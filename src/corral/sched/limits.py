@@ -35,6 +35,7 @@ class PolicySnapshot:
     used_tres_mins: Mapping[int | str, Mapping[str, float]] = field(default_factory=dict)
     usage: UsageState | None = None  # decayed usage: the fairshare factor reads it
     fair_tree: bool = True  # PriorityFlags without NO_FAIR_TREE
+    part_qos: Mapping[str, str] = field(default_factory=dict)  # partition -> its QOS=
 
     @property
     def limits_enforced(self) -> bool:
@@ -76,5 +77,5 @@ def limit_gate(policy: PolicySnapshot | None, tasks: Mapping[int, int] | None = 
         return None
     ledger = build_ledger(policy.db, policy.cluster, running=policy.running,
                           pending=policy.pending.values(),
-                          used_tres_mins=policy.used_tres_mins)
+                          used_tres_mins=policy.used_tres_mins, part_qos=policy.part_qos)
     return LimitGate(ledger, policy.pending, tasks)

@@ -128,6 +128,8 @@ class JobReq:
     tres: Mapping[str, int] = field(default_factory=dict)
     tres_per_node: Mapping[str, int] = field(default_factory=dict)
     time_limit_min: int | None = None
+    # jobs it counts as in submit limits: an array's pending tasks each count (Slurm)
+    count: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +189,23 @@ class Resolved:
     # per association level: (association, "assoc …" label, the limits checked there)
     levels: list[tuple[Association, str, Limits]] = field(default_factory=list)
     qos_skip: dict[str, set[str]] = field(default_factory=dict)
+    # the partition's QoS (partition QOS=): checked first; the job's QoS does not
+    # check the limits it sets (Slurm: the partition QoS takes precedence)
+    part_qos: Qos | None = None
+    part_skip: dict[str, set[str]] = field(default_factory=dict)
+
+    _qos_levels: list[tuple[Qos, dict[str, set[str]]]] | None = None
+
+    def qos_levels(self) -> list[tuple[Qos, dict[str, set[str]]]]:
+        """The QoS to check, in order, with what each skips (made once per resolution)."""
+        if self._qos_levels is None:
+            out: list[tuple[Qos, dict[str, set[str]]]] = []
+            if self.part_qos is not None:
+                out.append((self.part_qos, {}))
+            if self.qos is not None:
+                out.append((self.qos, self.part_skip))
+            self._qos_levels = out
+        return self._qos_levels
 
 
 def _qos_skip(q: Qos | None) -> dict[str, set[str]]:
@@ -207,6 +226,13 @@ def _qos_skip(q: Qos | None) -> dict[str, set[str]]:
     if lim.max_submit_jobs_per_user is not None:
         skip["max_submit_jobs"] = {"*"}
     return skip
+
+
+def _merge_skip(a: dict[str, set[str]], b: dict[str, set[str]]) -> dict[str, set[str]]:
+    out = {k: set(v) for k, v in a.items()}
+    for k, v in b.items():
+        out.setdefault(k, set()).update(v)
+    return out
 
 
 def _levels(chain: list[Association]) -> list[tuple[Association, str, Limits]]:
@@ -235,8 +261,10 @@ class LimitLedger:
 
     def __init__(self, db: AssocDB, cluster: str, *,
                  used_tres_mins: Mapping[int | str, Mapping[str, float]] | None = None,
-                 used_wall_mins: Mapping[int | str, float] | None = None) -> None:
+                 used_wall_mins: Mapping[int | str, float] | None = None,
+                 part_qos: Mapping[str, str] | None = None) -> None:
         self.db = db
+        self.part_qos = part_qos or {}  # partition name -> its QOS= (partition QoS)
         self.index = AssocIndex(db)
         self.cluster = cluster
         self.assoc: dict[int, Counter] = {}
@@ -256,15 +284,21 @@ class LimitLedger:
         if a is not None:
             chain = self.index.chain(a)
             q = self.db.qos.get(job.qos) if job.qos else None
-            r = Resolved(a, chain, q, _levels(chain), _qos_skip(q))
+            pname = self.part_qos.get(job.partition or "")
+            pq = self.db.qos.get(pname) if pname else None
+            if pq is not None and pq is q:
+                pq = None  # the same QoS once
+            pskip = _qos_skip(pq)
+            r = Resolved(a, chain, q, _levels(chain), _merge_skip(_qos_skip(q), pskip),
+                         pq, pskip)
         self._resolved[key] = r
         return r
 
     def _counters(self, r: Resolved, job: JobReq) -> list[Counter]:
         out = [self.assoc.setdefault(a.id, Counter()) for a in r.chain]
-        if r.qos is not None:
-            out.append(self.qos.setdefault(r.qos.name, Counter()))
-            out.append(self.qos_user.setdefault((r.qos.name, job.user), Counter()))
+        for q, _ in r.qos_levels():
+            out.append(self.qos.setdefault(q.name, Counter()))
+            out.append(self.qos_user.setdefault((q.name, job.user), Counter()))
         return out
 
     # ---- charging -------------------------------------------------------------
@@ -273,7 +307,7 @@ class LimitLedger:
         if r is None:
             return
         for c in self._counters(r, job):
-            c.submit += 1
+            c.submit += job.count
 
     def add_running(self, job: JobReq, remaining_min: float | None = None,
                     counted_pending: bool = False) -> None:
@@ -300,8 +334,8 @@ class LimitLedger:
         if r is None:
             return None  # no association: the submit check (enforce=associations) refuses
         items = _sorted(job.tres)
-        if r.qos is not None:
-            hit = self._check_qos(job, items, r.qos, submit=False)
+        for q, skip in r.qos_levels():
+            hit = self._check_qos(job, items, q, submit=False, skip=skip)
             if hit:
                 return hit
         return self._check_assocs(job, items, r, submit=False)
@@ -313,13 +347,15 @@ class LimitLedger:
             return SubmitRefusal(MSG_INVALID_ACCOUNT, ESLURM_INVALID_ACCOUNT)
         items = _sorted(job.tres)
         hit = None
-        if r.qos is not None:
-            hit = self._check_qos(job, items, r.qos, submit=True)
+        for q, skip in r.qos_levels():
+            hit = self._check_qos(job, items, q, submit=True, skip=skip)
+            if hit:
+                break
         if hit is None:
             hit = self._check_assocs(job, items, r, submit=True)
         if hit is None:
             return None
-        deny = r.qos is not None and r.qos.deny_on_limit
+        deny = any(q.deny_on_limit for q, _ in r.qos_levels())
         if hit.limit in ("GrpSubmitJobs", "MaxSubmitJobs", "MaxSubmitJobsPerUser") or deny:
             return SubmitRefusal(MSG_ACCOUNTING_POLICY, ESLURM_ACCOUNTING_POLICY, hit)
         return None
@@ -331,14 +367,14 @@ class LimitLedger:
         if r is None:
             return None
         items = _sorted(job.tres)
-        if r.qos is not None:
-            hit = self._check_qos(job, items, r.qos, submit=True)
+        for q, skip in r.qos_levels():
+            hit = self._check_qos(job, items, q, submit=True, skip=skip)
             if hit:
                 return hit
         return self._check_assocs(job, items, r, submit=True)
 
     def _check_qos(self, job: JobReq, items: list[tuple[str, int]], q: Qos,
-                   submit: bool) -> LimitHit | None:
+                   submit: bool, skip: Mapping[str, set[str]] | None = None) -> LimitHit | None:
         lim = q.limits
         if lim.empty():
             return None
@@ -350,7 +386,7 @@ class LimitLedger:
             used_wall=self.used_wall_mins.get(q.name, 0.0),
             per_user_counts=(("max_jobs_per_user", "MaxJobsPerUser"),
                              ("max_submit_jobs_per_user", "MaxSubmitJobsPerUser")),
-            skip={})
+            skip=skip or {})
 
     def _check_assocs(self, job: JobReq, items: list[tuple[str, int]], r: Resolved,
                       submit: bool) -> LimitHit | None:
@@ -411,15 +447,17 @@ def _check_level(scope: str, where: str, lim: Limits, job: JobReq,
     # -- job counts
     if submit:
         if lim.grp_submit_jobs is not None and not _skip(skip, "grp_submit_jobs") \
-                and grp.submit + 1 > lim.grp_submit_jobs:
-            return hit(COUNT_REASONS[(scope, "grp_submit_jobs")], "GrpSubmitJobs", None, 1,
+                and grp.submit + job.count > lim.grp_submit_jobs:
+            return hit(COUNT_REASONS[(scope, "grp_submit_jobs")], "GrpSubmitJobs", None, job.count,
                        grp.submit, lim.grp_submit_jobs)
         for field_name, label in per_user_counts:
             if "submit" not in field_name:
                 continue
             v = getattr(lim, field_name)
-            if v is not None and not _skip(skip, "max_submit_jobs") and mine.submit + 1 > v:
-                return hit(COUNT_REASONS[(scope, field_name)], label, None, 1, mine.submit, v)
+            if v is not None and not _skip(skip, "max_submit_jobs") \
+                    and mine.submit + job.count > v:
+                return hit(COUNT_REASONS[(scope, field_name)], label, None, job.count,
+                           mine.submit, v)
     else:
         if lim.grp_jobs is not None and not _skip(skip, "grp_jobs") \
                 and grp.jobs + 1 > lim.grp_jobs:
@@ -592,17 +630,21 @@ def job_request(job: object) -> JobReq:
         if gpus:
             tres["gres/gpu"] = gpus
             per_node["gres/gpu"] = -(-gpus // nodes)
+    pending_tasks: list[int] | None = None if alloc else g("array_tasks")
     return JobReq(int(g("job_id")), str(g("user")), str(g("account")),
-                  str(g("partition")) or None, str(g("qos")) or None, tres, per_node, minutes)
+                  str(g("partition")) or None, str(g("qos")) or None, tres, per_node, minutes,
+                  len(pending_tasks) if pending_tasks else 1)
 
 
 def build_ledger(db: AssocDB, cluster: str, *, running: Iterable[tuple[JobReq, float | None]],
                  pending: Iterable[JobReq],
                  used_tres_mins: Mapping[int | str, Mapping[str, float]] | None = None,
-                 used_wall_mins: Mapping[int | str, float] | None = None) -> LimitLedger:
+                 used_wall_mins: Mapping[int | str, float] | None = None,
+                 part_qos: Mapping[str, str] | None = None) -> LimitLedger:
     """The ledger of one pass: running jobs with their remaining minutes, pending jobs
     (for the submit counts), decayed usage (fairshare.tres_minutes of the usage state)."""
-    led = LimitLedger(db, cluster, used_tres_mins=used_tres_mins, used_wall_mins=used_wall_mins)
+    led = LimitLedger(db, cluster, used_tres_mins=used_tres_mins, used_wall_mins=used_wall_mins,
+                      part_qos=part_qos)
     for j, left in running:
         led.add_running(j, left)
     for j in pending:
