@@ -452,6 +452,7 @@ def test_account_filter(monkeypatch: pytest.MonkeyPatch,
     # exact names (no sub-accounts), a list, without case, as Slurm's squeue -A
     for argv, shown in ((["-A", "smithlab"], ["1"]), (["--account=smithlab,Students"], ["1", "2"]),
                         (["-A", "SMITHLAB"], ["1"]), (["-A", "nosuch"], []),
+                        (["--accounts", "students"], ["2"]), (["--acc=other"], ["3"]),
                         ([], ["1", "2", "3", "4"])):
         assert squeue.main(["-h", "-o", "%i", *argv]) == 0
         assert sorted(capsys.readouterr().out.split()) == shown, argv

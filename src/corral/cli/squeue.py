@@ -652,7 +652,7 @@ def _whole(v: Value) -> Value:
 # ---- options --------------------------------------------------------------
 
 SHORT = "A:ahi:j:lL:M:n:o:O:p:q:R:rs:S:t:u:vVw:"
-LONG = ["account=", "all", "array", "array-unique", "federation", "format=", "Format=",
+LONG = ["accounts=", "all", "array", "array-unique", "federation", "format=", "Format=",
         "help", "hide", "iterate=", "jobs=", "job=", "local", "long", "licenses=",
         "clusters=", "cluster=", "me", "name=", "noconvert", "noheader", "nodelist=",
         "nodes=", "partition=", "partitions=", "priority", "qos=", "reservation=",
@@ -900,7 +900,7 @@ def parse_args(argv: Sequence[str]) -> tuple[Options, Query] | int:
                 q.show_hidden = False
             elif opt in ("-M", "--clusters", "--cluster"):
                 q.clusters, q.clusters_env = val, False
-            elif opt in ("-A", "--account"):
+            elif opt in ("-A", "--accounts"):  # --account too: a prefix, as in Slurm
                 q.accounts = {a.lower() for a in val.split(",") if a}
             elif opt in ("--json", "--yaml", "-q", "--qos", "-R",
                          "--reservation", "-L", "--licenses"):
