@@ -89,19 +89,26 @@ def test_coordinator_controls_members_jobs(c: Cluster,
     r = as_user(c, alice, "scontrol", "requeuehold", running)
     assert r.returncode == 0, r.stderr
     c.wait_state(int(running), "PENDING")
-    # the kill switch as docs/POLICY.md writes it
-    r = as_user(c, alice, "bash", "-c", "squeue -h -o '%i %a' | "
-                "awk '$2 ~ /^(smithlab|students)$/ {print $1}'")
-    assert r.returncode == 0 and r.stdout.split() == [running], r
-    r = as_user(c, alice, "scancel", *r.stdout.split())
-    assert r.returncode == 0, r.stderr
-    c.wait_state(int(running), "CANCELLED")
-
     # and adds users to the account (bob to smithlab itself)
     r = as_user(c, alice, *SACCTMGR, "-i", "add", "user", bob.pw_name, "account=smithlab")
     assert r.returncode == 0, r.stderr
     assert "smithlab" in c.ok(*SACCTMGR, "-nP", "show", "assoc", "where", f"user={bob.pw_name}",
                               "format=account")
+    # the kill switch as docs/POLICY.md writes it: -A names the account exactly, so the
+    # sub-account students is named too; bob's job of smithlab itself goes with the first
+    r = as_user(c, bob, "sbatch", "--parsable", "-A", "smithlab", "-o", "/dev/null",
+                "--begin=now+1hour", "--wrap", "true")
+    assert r.returncode == 0, r.stderr
+    in_smithlab = r.stdout.strip()
+    r = as_user(c, alice, "squeue", "-h", "-A", "smithlab", "-o", "%i %a")
+    assert r.returncode == 0 and r.stdout.split() == [in_smithlab, "smithlab"], r
+    r = as_user(c, alice, "scancel", "-A", "smithlab")
+    assert r.returncode == 0 and r.stderr == "", r
+    c.wait_state(int(in_smithlab), "CANCELLED")
+    assert _state(c, running).startswith("PENDING")  # students: not smithlab itself
+    r = as_user(c, alice, "scancel", "-A", "students")
+    assert r.returncode == 0 and r.stderr == "", r
+    c.wait_state(int(running), "CANCELLED")
 
 
 def test_non_coordinator_cannot(c: Cluster, users: dict[str, pwd.struct_passwd]) -> None:  # noqa: F811
@@ -120,4 +127,16 @@ def test_non_coordinator_cannot(c: Cluster, users: dict[str, pwd.struct_passwd])
     r = as_user(c, bob, *SACCTMGR, "-i", "add", "user", "root", "account=students")
     assert r.returncode != 0, r
     assert _state(c, job) == "PENDING BeginTime"
+    # bob's kill switch asks for every smithlab job: each of alice's is refused, his own
+    # (charged to smithlab) goes
+    r = as_user(c, bob, "sbatch", "--parsable", "-A", "smithlab", "--begin=now+1hour",
+                "-o", "/dev/null", "--wrap", "true")
+    assert r.returncode == 0, r.stderr
+    own = r.stdout.strip()
+    r = as_user(c, bob, "scancel", "-A", "smithlab")
+    assert r.returncode == 1, r
+    assert r.stderr == f"scancel: error: Kill job error on job id {job}: " \
+        "Access/permission denied\n", r
+    assert _state(c, job) == "PENDING BeginTime"
+    c.wait_state(int(own), "CANCELLED")
     c.ok("scancel", job)

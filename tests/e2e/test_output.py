@@ -170,7 +170,8 @@ HIDDEN_CONFIG = """\
 ClusterName=hid
 NodeName=node-[1-2] CPUs=2 RealMemory=2000 Feature=a100,ib
 PartitionName=open Nodes=node-[1-2] Default=YES MaxTime=INFINITE State=UP
-PartitionName=secret Nodes=node-[1-2] Hidden=YES State=UP
+PartitionName=secret Nodes=node-[1-2] Hidden=YES State=UP RootOnly=YES MaxCPUsPerNode=1 \
+  DefCpuPerGPU=2 DefMemPerGPU=1000 DenyAccounts=guests DenyQos=low QOS=normal
 """
 
 
@@ -189,6 +190,17 @@ def test_sinfo_hidden_partitions_and_features(tmp_path: Path) -> None:
         assert sorted(c.squeue_ids("-a"), key=int) == [str(shown), str(hidden)]
         assert c.squeue_ids("-p", "secret") == [str(hidden)]
         assert c.squeue_ids("-j", str(hidden)) == [str(hidden)]
+        # the partition's policy settings, where Slurm prints them
+        lines = c.ok("scontrol", "show", "partition", "secret").splitlines()
+        assert lines[1:3] == ["   AllowGroups=ALL DenyAccounts=guests DenyQos=low",
+                              "   AllocNodes=ALL Default=NO QoS=normal"]
+        assert lines[4].endswith(" MaxCPUsPerNode=1") and " RootOnly=YES " in lines[6]
+        assert lines[9] == "   JobDefaults=DefCpuPerGPU=2,DefMemPerGPU=1000"
+        lines = c.ok("scontrol", "show", "partition", "open").splitlines()
+        assert lines[1:3] == ["   AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL",
+                              "   AllocNodes=ALL Default=YES QoS=N/A"]
+        assert lines[4].endswith(" MaxCPUsPerNode=UNLIMITED") and " RootOnly=NO " in lines[6]
+        assert lines[9] == "   JobDefaults=(null)"
     finally:
         c.stop()
 

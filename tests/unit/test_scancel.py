@@ -190,6 +190,43 @@ def test_me_and_filters_default_to_own_jobs(fake: FakeController,
     assert fake.calls[-1][2] == {"users": "someone", "partitions": "debug"}
 
 
+def test_account_filter(fake: FakeController, monkeypatch: pytest.MonkeyPatch,
+                        capsys: pytest.CaptureFixture[str]) -> None:
+    import pwd
+
+    fake.jobs = [job(12, "daemon", JobState.RUNNING, account="smithlab"),
+                 job(13, "ben", JobState.PENDING, account="students"),
+                 job(14, "ann", JobState.PENDING, account="other"),
+                 job(15, "pi", JobState.PENDING, account="smithlab")]
+    # a non-root caller: with -A (and no -u) every user's jobs are asked for, not only its own
+    monkeypatch.setattr(scancel.os, "getuid", lambda: 4242)
+    monkeypatch.setattr(scancel.pwd, "getpwuid", lambda uid: pwd.struct_passwd(
+        ("pi", "x", uid, uid, "", "/", "/bin/sh")))
+    assert scancel.main(["-A", "smithlab"]) == 0
+    assert fake.calls[0] == ("GET", "/v1/jobs", {})
+    # the account exactly: its sub-account students is not included
+    assert [p for p, _ in fake.posts()] == ["/v1/jobs/12/signal", "/v1/jobs/15/signal"]
+    fake.calls.clear()
+    assert scancel.main(["--account=students", "-t", "PD"]) == 0
+    assert [p for p, _ in fake.posts()] == ["/v1/jobs/13/signal"]
+    fake.calls.clear()
+    assert scancel.main(["-A", "SmithLab"]) == 0  # case as given, as in Slurm
+    assert fake.posts() == []
+    fake.calls.clear()
+    assert scancel.main(["-A", "smithlab", "-u", "daemon"]) == 0
+    assert fake.calls[0][2] == {"users": "daemon"}
+    assert [p for p, _ in fake.posts()] == ["/v1/jobs/12/signal"]
+    # refused jobs: one Slurm error line each, exit 1, the others still cancelled
+    fake.calls.clear()
+    denied = client.ApiError(403, "Access/permission denied")
+    fake.fail = {"/v1/jobs/12/signal": denied, "/v1/jobs/15/signal": denied}
+    assert scancel.main(["-A", "smithlab"]) == 1
+    assert capsys.readouterr().err == (
+        "scancel: error: Kill job error on job id 12: Access/permission denied\n"
+        "scancel: error: Kill job error on job id 15: Access/permission denied\n")
+    assert len(fake.posts()) == 2
+
+
 def test_interactive(fake: FakeController, monkeypatch: pytest.MonkeyPatch,
                      capsys: pytest.CaptureFixture[str]) -> None:
     fake.jobs = [job(12, "daemon", JobState.RUNNING, name="train"),
@@ -214,8 +251,8 @@ def test_usage_errors(fake: FakeController, capsys: pytest.CaptureFixture[str]) 
     assert capsys.readouterr().err == "scancel: error: Invalid user name: no-such-user-here\n"
     assert scancel.main(["12.batch"]) == 1
     assert capsys.readouterr().err == "scancel: error: Invalid job id 12.batch\n"
-    assert scancel.main(["-A", "acct", "1"]) == 1
-    assert capsys.readouterr().err == "scancel: error: --account is not supported by Corral yet\n"
+    assert scancel.main(["-q", "normal", "1"]) == 1
+    assert capsys.readouterr().err == "scancel: error: --qos is not supported by Corral yet\n"
     assert not fake.calls
     assert scancel.main(["12.0"]) == 0  # a step: signalled through /v1/jobs/12.0/signal
     assert [p for p, _ in fake.posts()] == ["/v1/jobs/12.0/signal"]
@@ -225,7 +262,8 @@ def test_version_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert scancel.main(["-V"]) == 0
     assert capsys.readouterr().out == f"slurm {scancel.SLURM_VERSION}\n"
     assert scancel.main(["--help"]) == 0
-    assert "--signal" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "--signal" in out and "  -A, --account=account " in out
 
 
 def test_no_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -180,6 +180,46 @@ def test_a08_c19_partition() -> None:
     assert out == ref("C19_scontrol_show_partition")
 
 
+def test_partition_policy_fields() -> None:
+    """The policy settings replace Slurm's defaults in the C19 layout, line for line."""
+    names = [f"node-{i}" for i in range(1, 5)]
+    nodes = [ref_node(n, 1) for n in names]
+    default = ref("C19_scontrol_show_partition").split("\n")
+    part = Partition(name="debug", nodes=names, default=True, qos="gpuqos",
+                     allow_qos="normal,gpuqos", max_cpus_per_node=48, def_cpu_per_gpu=8,
+                     def_mem_per_gpu=16000, root_only=True).to_dict()
+    lines = scontrol.format_partition(part, nodes, tres_gpu=False).split("\n")
+    changed = {i: (default[i], lines[i]) for i in range(len(default)) if default[i] != lines[i]}
+    assert changed == {
+        1: ("   AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL",
+            "   AllowGroups=ALL AllowAccounts=ALL AllowQos=normal,gpuqos"),
+        2: ("   AllocNodes=ALL Default=YES QoS=N/A", "   AllocNodes=ALL Default=YES QoS=gpuqos"),
+        4: ("   MaxNodes=UNLIMITED MaxTime=UNLIMITED MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED",
+            "   MaxNodes=UNLIMITED MaxTime=UNLIMITED MinNodes=0 LLN=NO MaxCPUsPerNode=48"),
+        6: ("   PriorityJobFactor=1 PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=NO",
+            "   PriorityJobFactor=1 PriorityTier=1 RootOnly=YES ReqResv=NO OverSubscribe=NO"),
+        9: ("   JobDefaults=(null)", "   JobDefaults=DefCpuPerGPU=8,DefMemPerGPU=16000"),
+    }
+
+
+@pytest.mark.parametrize("kw,line,jobdef", [
+    # a deny list is printed in place of the allow list only when no allow list is set
+    ({"deny_accounts": "guests", "deny_qos": "low"}, "DenyAccounts=guests DenyQos=low", None),
+    ({"allow_accounts": "lab", "deny_accounts": "guests", "allow_qos": "ALL",
+      "deny_qos": "low"}, "AllowAccounts=lab DenyQos=low", None),
+    ({"def_mem_per_gpu": 2048}, "AllowAccounts=ALL AllowQos=ALL", "DefMemPerGPU=2048"),
+    ({"def_cpu_per_gpu": 4}, "AllowAccounts=ALL AllowQos=ALL", "DefCpuPerGPU=4"),
+])
+def test_partition_deny_lists_and_job_defaults(kw: dict[str, Any], line: str,
+                                               jobdef: str | None) -> None:
+    part = Partition(name="p", nodes=["node-1"], **kw).to_dict()
+    out = scontrol.format_partition(part, [ref_node("node-1", 1)])
+    assert f"\n   AllowGroups=ALL {line}\n" in out
+    assert f"\n   JobDefaults={jobdef or '(null)'}\n" in out
+    one = scontrol.format_partition(part, [ref_node("node-1", 1)], one_liner=True)
+    assert f" AllowGroups=ALL {line} AllocNodes=ALL " in one
+
+
 def test_a13_config_layout() -> None:
     """The reference cluster's slurm.conf settings give Slurm's output byte for byte."""
     cfg = {"cluster_name": "anchor", "config_path": "/etc/slurm/slurm.conf",

@@ -431,3 +431,33 @@ def test_jobs_in_hidden_partitions_need_all(monkeypatch: pytest.MonkeyPatch,
                         (["-a", "--hide", "-h", "-o", "%i"], ["1"])):
         assert squeue.main(argv) == 0
         assert sorted(capsys.readouterr().out.split()) == shown, argv
+
+
+def test_account_filter(monkeypatch: pytest.MonkeyPatch,
+                        capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = [_rec(job_id=1, display_id="1", account="smithlab"),
+            _rec(job_id=2, display_id="2", account="students"),
+            _rec(job_id=3, display_id="3", account="other"),
+            _rec(job_id=4, display_id="4")]
+    asked: list[dict[str, Any]] = []
+
+    def answer(path: str, **params: Any) -> Any:
+        if path == "/v1/partitions":
+            return {"partitions": [{"name": "debug"}]}
+        asked.append(params)
+        return {"jobs": jobs, "now": T0}
+
+    monkeypatch.setattr(client, "get", answer)
+    monkeypatch.delenv("SLURM_CLUSTERS", raising=False)
+    # exact names (no sub-accounts), a list, without case, as Slurm's squeue -A
+    for argv, shown in ((["-A", "smithlab"], ["1"]), (["--account=smithlab,Students"], ["1", "2"]),
+                        (["-A", "SMITHLAB"], ["1"]), (["-A", "nosuch"], []),
+                        (["--accounts", "students"], ["2"]), (["--acc=other"], ["3"]),
+                        ([], ["1", "2", "3", "4"])):
+        assert squeue.main(["-h", "-o", "%i", *argv]) == 0
+        assert sorted(capsys.readouterr().out.split()) == shown, argv
+        # the account is asked for although the format does not print it
+        assert ("account" in asked[-1]["fields"].split(",")) == bool(argv), argv
+    assert "accounts" not in asked[-1]
+    assert squeue.main(["--help"]) == 0
+    assert "  -A, --account=account(s)" in capsys.readouterr().out

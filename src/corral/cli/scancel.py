@@ -1,7 +1,7 @@
 """scancel: cancel or signal jobs, by id or by filters, with Slurm 22.05's messages.
 
 Jobs named by id are signalled directly (the controller resolves 7, 7_2, 7_[1-3]);
-with filters (-u, -p, -t, -n, -w, --me) or -i the matching active jobs are fetched
+with filters (-A, -u, -p, -t, -n, -w, --me) or -i the matching active jobs are fetched
 first and each is signalled in turn.
 """
 
@@ -107,7 +107,7 @@ def parse_state(text: str) -> str:
 class Options:
     # A plain class: importing `dataclasses` would cost every scancel ~5 ms.
     __slots__ = ("jobs", "signal", "batch", "full", "interactive", "verbose", "quiet", "user",
-                 "partitions", "state", "names", "nodes")
+                 "partitions", "state", "names", "nodes", "account")
 
     def __init__(self) -> None:
         self.jobs: list[JobRef] = []
@@ -122,11 +122,12 @@ class Options:
         self.state: str | None = None
         self.names: str | None = None
         self.nodes: str | None = None
+        self.account: str | None = None
 
     @property
     def has_filters(self) -> bool:
         return any(v is not None for v in (self.user, self.partitions, self.state, self.names,
-                                           self.nodes))
+                                           self.nodes, self.account))
 
     def request_body(self) -> dict[str, Any]:
         sig = SIGKILL if self.signal is None else self.signal
@@ -142,7 +143,7 @@ _LONG = ["account=", "batch", "cron", "ctld", "full", "hurry", "interactive", "c
          "cluster=", "name=", "jobname=", "partition=", "quiet", "qos=", "reservation=",
          "signal=", "state=", "user=", "me", "verbose", "version", "nodelist=", "wckey=",
          "sibling=", "help", "usage"]
-_UNSUPPORTED = {"-A": "--account", "-c": "--cron", "-H": "--hurry", "-M": "--clusters",
+_UNSUPPORTED = {"-c": "--cron", "-H": "--hurry", "-M": "--clusters",
                 "-q": "--qos", "-R": "--reservation", "--wckey": "--wckey",
                 "--sibling": "--sibling", "--cluster": "--clusters"}
 
@@ -155,6 +156,7 @@ Usage: scancel [-A account] [--batch] [--full] [--interactive] [-n job_name]
 """
 _HELP = """\
 Usage: scancel [OPTIONS] [job_id[_array_id][.step_id]]
+  -A, --account=account           act only on jobs charging this account
   -b, --batch                     signal batch shell for specified job
   -f, --full                      signal batch shell and all steps for specified job
   -i, --interactive               require response from user for each job
@@ -200,7 +202,9 @@ def parse_args(argv: list[str]) -> Options | int:
         if opt in _UNSUPPORTED or opt in _UNSUPPORTED.values():
             raise UsageError(f"scancel: error: {_UNSUPPORTED.get(opt, opt)} is not supported "
                              "by Corral yet")
-        if opt in ("-b", "--batch"):
+        if opt in ("-A", "--account"):
+            o.account = val
+        elif opt in ("-b", "--batch"):
             o.batch = True
         elif opt in ("-f", "--full"):
             o.full = True
@@ -229,9 +233,11 @@ def parse_args(argv: list[str]) -> Options | int:
     o.jobs = [parse_job_id(a) for a in args]
     if not o.jobs and not o.has_filters:
         raise UsageError("scancel: error: No job identification provided")
-    if not o.jobs and o.user is None and os.getuid() != 0:
+    if not o.jobs and o.user is None and o.account is None and os.getuid() != 0:
         # A filter alone reaches only the caller's own jobs, not everyone's (and a
-        # permission error for each of them).
+        # permission error for each of them).  With -A, as in Slurm, every job of the
+        # account is asked for and the controller decides: a coordinator of the account
+        # may cancel its users' jobs, anyone else gets a refusal per job.
         o.user = pwd.getpwuid(os.getuid()).pw_name
     if any(j.step is not None and not j.step.isdigit() for j in o.jobs):
         # J.batch / J.extern: the batch step is reached with -b
@@ -269,7 +275,12 @@ def _targets(o: Options) -> list[tuple[str, dict[str, Any] | None]]:
         if e.status == 404:
             return []
         raise
-    return [(target_id(j), j) for j in ans.get("jobs") or []]
+    jobs = ans.get("jobs") or []
+    if o.account is not None:
+        # Slurm's scancel matches the job's account exactly: one name, no sub-accounts,
+        # case as given.
+        jobs = [j for j in jobs if j.get("account") == o.account]
+    return [(target_id(j), j) for j in jobs]
 
 
 def _confirm(job_id: str, job: dict[str, Any] | None) -> bool:

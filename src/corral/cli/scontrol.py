@@ -429,6 +429,14 @@ def _node_tres(cpus: int, mem: int, nodes: int | None, gpus: int, *, cfg: bool, 
     return tres_string(cpus, mem, nodes, gpus, billing=cfg, gpu=gpu)
 
 
+def _allow_or_deny(what: str, allow: str | None, deny: str | None) -> str:
+    """AllowAccounts=… or, when only a deny list is set, DenyAccounts=… (Slurm prints one)."""
+    allowed = allow if allow and allow.upper() != "ALL" else None
+    if allowed is None and deny:
+        return f"Deny{what}={deny}"
+    return f"Allow{what}={allowed or 'ALL'}"
+
+
 def format_partition(part: dict[str, Any], nodes: list[dict[str, Any]], *,
                      one_liner: bool = False, tres_gpu: bool = True) -> str:
     """One partition as `scontrol show partition` prints it; `nodes` gives its totals."""
@@ -447,25 +455,31 @@ def format_partition(part: dict[str, Any], nodes: list[dict[str, Any]], *,
                else "DefMemPerNode=UNLIMITED")
     max_mem = (f"MaxMemPerNode={part['max_mem_per_node']}" if part.get("max_mem_per_node")
                else "MaxMemPerNode=UNLIMITED")
+    max_cpus = part.get("max_cpus_per_node")
+    job_defaults = ",".join(f"{key}={part[name]}" for key, name in (
+        ("DefCpuPerGPU", "def_cpu_per_gpu"), ("DefMemPerGPU", "def_mem_per_gpu"))
+        if part.get(name)) or "(null)"
     lines = [
         f"PartitionName={part['name']}",
         f"AllowGroups={part.get('allow_groups') or 'ALL'} "
-        f"AllowAccounts={part.get('allow_accounts') or 'ALL'} AllowQos=ALL",
-        f"AllocNodes=ALL Default={yn(part.get('default'))} QoS=N/A",
+        + _allow_or_deny("Accounts", part.get("allow_accounts"), part.get("deny_accounts"))
+        + " " + _allow_or_deny("Qos", part.get("allow_qos"), part.get("deny_qos")),
+        f"AllocNodes=ALL Default={yn(part.get('default'))} QoS={part.get('qos') or 'N/A'}",
         f"DefaultTime={'NONE' if default_time is None else limit_str(default_time)} "
         f"DisableRootJobs=NO ExclusiveUser={yn(part.get('exclusive_user'))} GraceTime=0 "
         f"Hidden={yn(part.get('hidden'))}",
         f"MaxNodes={'UNLIMITED' if max_nodes is None else max_nodes} "
         f"MaxTime={limit_str(part.get('max_time', -1))} MinNodes={part.get('min_nodes', 0)} "
-        "LLN=NO MaxCPUsPerNode=UNLIMITED",
+        f"LLN=NO MaxCPUsPerNode={'UNLIMITED' if max_cpus is None else max_cpus}",
         f"Nodes={hostlists.compress(part.get('nodes') or []) or '(null)'}",
         f"PriorityJobFactor={part.get('priority_job_factor', 1)} "
-        f"PriorityTier={part.get('priority_tier', 1)} RootOnly=NO ReqResv=NO "
+        f"PriorityTier={part.get('priority_tier', 1)} RootOnly={yn(part.get('root_only'))} "
+        "ReqResv=NO "
         f"OverSubscribe={part.get('oversubscribe') or 'NO'}",
         "OverTimeLimit=NONE PreemptMode=OFF",
         f"State={part.get('state') or 'UP'} TotalCPUs={total_cpus} TotalNodes={len(mine)} "
         "SelectTypeParameters=NONE",
-        "JobDefaults=(null)",
+        f"JobDefaults={job_defaults}",
         f"{def_mem} {max_mem}",
         "TRES=" + tres_string(total_cpus, total_mem, len(mine), total_gpus, gpu=tres_gpu),
     ]

@@ -652,7 +652,7 @@ def _whole(v: Value) -> Value:
 # ---- options --------------------------------------------------------------
 
 SHORT = "A:ahi:j:lL:M:n:o:O:p:q:R:rs:S:t:u:vVw:"
-LONG = ["account=", "all", "array", "array-unique", "federation", "format=", "Format=",
+LONG = ["accounts=", "all", "array", "array-unique", "federation", "format=", "Format=",
         "help", "hide", "iterate=", "jobs=", "job=", "local", "long", "licenses=",
         "clusters=", "cluster=", "me", "name=", "noconvert", "noheader", "nodelist=",
         "nodes=", "partition=", "partitions=", "priority", "qos=", "reservation=",
@@ -807,7 +807,8 @@ def check_clusters(prog: str, names: str | None, from_env: bool) -> str | None:
 
 
 class Query:
-    __slots__ = ("params", "states", "no_users", "clusters", "clusters_env", "show_hidden")
+    __slots__ = ("params", "states", "no_users", "clusters", "clusters_env", "show_hidden",
+                 "accounts")
 
     def __init__(self) -> None:
         # Jobs in Hidden partitions are listed with -a, or when named by -p or -j.
@@ -818,6 +819,9 @@ class Query:
         # None means every state; by default finished jobs are left out.
         self.states: list[str] | None = sorted(_ACTIVE)
         self.no_users = False  # every -u name was invalid: nothing can match
+        # -A: the accounts to list, lower-cased (Slurm compares them without case); the
+        # controller does not filter on them, the records are filtered here.
+        self.accounts: set[str] | None = None
 
 
 def parse_args(argv: Sequence[str]) -> tuple[Options, Query] | int:
@@ -896,7 +900,9 @@ def parse_args(argv: Sequence[str]) -> tuple[Options, Query] | int:
                 q.show_hidden = False
             elif opt in ("-M", "--clusters", "--cluster"):
                 q.clusters, q.clusters_env = val, False
-            elif opt in ("--json", "--yaml", "-A", "--account", "-q", "--qos", "-R",
+            elif opt in ("-A", "--accounts"):  # --account too: a prefix, as in Slurm
+                q.accounts = {a.lower() for a in val.split(",") if a}
+            elif opt in ("--json", "--yaml", "-q", "--qos", "-R",
                          "--reservation", "-L", "--licenses"):
                 # filters Corral cannot apply yet: refuse rather than list every job
                 sys.stderr.write(f"squeue: error: {opt} is not supported by Corral\n")
@@ -939,6 +945,12 @@ def select_states(jobs: list[Job], states: list[str] | None) -> list[Job]:
         return jobs
     wanted = set(states)
     return [j for j in jobs if j.get("state") in wanted]
+
+
+def select_accounts(jobs: list[Job], accounts: set[str]) -> list[Job]:
+    """Keep the jobs charging one of `accounts` (lower-cased): Slurm's -A, exact names, no
+    sub-accounts."""
+    return [j for j in jobs if (j.get("account") or "").lower() in accounts]
 
 
 STEP_HEADER = "         STEPID     NAME PARTITION     USER      TIME NODELIST\n"
@@ -1024,7 +1036,10 @@ def _main(argv: list[str]) -> int:
     except _Exit as e:
         return e.code
     params = dict(q.params)
-    params["fields"] = ",".join(needed_fields(opts))
+    fields = needed_fields(opts)
+    if q.accounts is not None and "account" not in fields:
+        fields.append("account")
+    params["fields"] = ",".join(fields)
     if q.states is not None:
         params["states"] = ",".join(q.states)
     else:  # -t all: finished jobs the controller still remembers, too
@@ -1043,6 +1058,8 @@ def _main(argv: list[str]) -> int:
     now = float(answer.get("now") or time.time())
     # Every -u name was invalid: Slurm matches nothing but still prints the header.
     jobs = [] if q.no_users else select_states(answer.get("jobs", []), q.states)
+    if q.accounts is not None:
+        jobs = select_accounts(jobs, q.accounts)
     if jobs and not q.show_hidden:
         hidden = {p["name"] for p in client.get("/v1/partitions").get("partitions", [])
                   if p.get("hidden")}
