@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +32,7 @@ AccountingStorageEnforce=associations,limits
 NodeName=node-1 CPUs=4 RealMemory=4000
 PartitionName=debug Nodes=node-1 Default=YES MaxTime=INFINITE State=UP
 """
-SACCTMGR = [sys.executable, "-m", "corral.cli.sacctmgr"]
+SACCTMGR = ["sacctmgr"]  # the real command
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ import os
 import pwd
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -35,11 +34,11 @@ PriorityWeightPartition=0
 PriorityWeightFairshare=10000
 NodeName=node-[1-2] CPUs=4 RealMemory=4000 Gres=gpu:2
 PartitionName=debug Nodes=node-[1-2] Default=YES MaxTime=INFINITE State=UP
+PartitionName=labonly Nodes=node-[1-2] AllowAccounts=lab State=UP
 """
-# the console scripts of sacctmgr, sshare and sprio may still map elsewhere
-SACCTMGR = [sys.executable, "-m", "corral.cli.sacctmgr"]
-SSHARE = [sys.executable, "-m", "corral.cli.sshare"]
-SPRIO = [sys.executable, "-m", "corral.cli.sprio"]
+SACCTMGR = ["sacctmgr"]  # the real command
+SSHARE = ["sshare"]  # the real command
+SPRIO = ["sprio"]  # the real command
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +178,20 @@ def test_policy_guide_commands_run_as_written(c: Cluster) -> None:
     assert any(r.startswith("smithlab|pi|") and "deadline" in r for r in rows), rows
     assert "pi" in c.ok(*SACCTMGR, "-nP", "show", "account", "smithlab", "withcoord",
                         "format=account,coordinators")
+
+
+def test_a_user_outside_allow_accounts_is_refused(
+        c: Cluster, users: dict[str, pwd.struct_passwd]) -> None:  # noqa: F811
+    alice = users["corral-alice"]
+    c.ok(*SACCTMGR, "-i", "add", "account", "other", "Description=another group")
+    c.ok(*SACCTMGR, "-i", "add", "user", alice.pw_name, "account=other")
+    # alice's job under `other` may not use the partition that allows only `lab`
+    r = as_user(c, alice, "sbatch", "-A", "other", "-p", "labonly", "--wrap", "true")
+    assert r.returncode == 1, r.stdout
+    assert r.stderr == ("sbatch: error: Batch job submission failed: Invalid account or "
+                        "account/partition combination specified\n")
+    # under `lab` she may
+    r = as_user(c, alice, "sbatch", "--parsable", "-A", "lab", "-p", "labonly", "-o",
+                "/dev/null", "--wrap", "true")
+    assert r.returncode == 0, r.stderr
+    c.wait_state(int(r.stdout.strip()), "COMPLETED")

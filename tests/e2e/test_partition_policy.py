@@ -6,7 +6,6 @@ in a submit limit."""
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from tests.e2e.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 
-SACCTMGR = [sys.executable, "-m", "corral.cli.sacctmgr"]
+SACCTMGR = ["sacctmgr"]  # the real command
 CONFIG = """\
 ClusterName=lab
 KillWait=2

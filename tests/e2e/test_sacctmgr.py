@@ -19,7 +19,7 @@ from tests.e2e.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 
-SACCTMGR = [sys.executable, "-m", "corral.cli.sacctmgr"]  # the entry point still maps to missing
+SACCTMGR = ["sacctmgr"]  # the real command
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ AccountUtilizationByUser and user topusage over a window, in CPU and GPU time, w
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +15,8 @@ from tests.e2e.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 
-SREPORT = [sys.executable, "-m", "corral.cli.sreport"]  # the entry point may map elsewhere
-SACCTMGR = [sys.executable, "-m", "corral.cli.sacctmgr"]
+SREPORT = ["sreport"]  # the real command
+SACCTMGR = ["sacctmgr"]  # the real command
 CONFIG = """\
 ClusterName=lab
 KillWait=2
