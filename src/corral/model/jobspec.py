@@ -10,10 +10,9 @@ past them Slurm refuses with ESLURM_PATHNAME_TOO_LONG.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-from corral.model import hostlists
+TYPE_CHECKING = False  # typing and dataclasses would cost every sbatch/srun/salloc start
+if TYPE_CHECKING:
+    from typing import Any
 
 PATH_MAX = 4096
 NAME_MAX = 1024
@@ -22,12 +21,27 @@ DEFAULT_MAX_SUBMIT_LINE = 1024 * 1024  # Slurm's DEFAULT_MAX_SUBMIT_LINE_SIZE
 TOO_LONG = "Pathname of a file, directory or other parameter too long"
 
 
-@dataclass(frozen=True, slots=True)
 class Field:
-    name: str
-    kind: str  # int, opt_int, signed_int, time_limit, str, bool, nodes, time, hold
-    options: tuple[str, ...] = ()  # sbatch/srun/salloc options that set it
-    max_len: int = NAME_MAX  # for strings
+    """One field of a job spec.
+
+    `kind`: int, opt_int, signed_int, time_limit, str, bool, nodes, time or hold.
+    `options`: the sbatch/srun/salloc options that set it; `option_key` is the first long
+    one without its dashes, the key the commands' option parsers store its value under.
+    `max_len`: the longest string Slurm accepts.
+    """
+
+    __slots__ = ("name", "kind", "options", "max_len", "option_key")
+
+    def __init__(self, name: str, kind: str, options: tuple[str, ...] = (),
+                 max_len: int = NAME_MAX) -> None:
+        self.name = name
+        self.kind = kind
+        self.options = options
+        self.max_len = max_len
+        self.option_key = next((o[2:] for o in options if o.startswith("--")), None)
+
+    def __repr__(self) -> str:
+        return f"Field({self.name!r}, {self.kind!r}, {self.options!r}, {self.max_len!r})"
 
 
 FIELDS: tuple[Field, ...] = (
@@ -108,6 +122,8 @@ def validate_spec(spec: dict[str, Any]) -> dict[str, Any]:
                 raise JobSpecError(f"Invalid value for {k}: {v}")
         elif kind == "nodes":
             if isinstance(v, str):
+                from corral.model import hostlists  # only the controller expands them
+
                 if len(v) > NAME_MAX * 64:
                     raise JobSpecError(TOO_LONG, too_long=True)
                 try:
