@@ -19,7 +19,7 @@ import os
 import re
 
 from corral.model import timefmt
-from corral.model.jobspec import BY_NAME, FIELD_NAMES
+from corral.model.jobspec import BY_NAME, FIELD_NAMES, TOO_LONG
 from corral.model.units import str_to_mbytes
 
 TYPE_CHECKING = False  # `typing` would cost every command start ~3 ms
@@ -1277,14 +1277,11 @@ def check_constraint(text: str) -> bool:
     return sets <= 1 and bracket == 0 and paren == 0
 
 
-# Slurm's job_desc string limits (_test_strlen in slurmctld), checked before sending.
-MAXPATHLEN = 4096
-_FIELD_LIMITS = (("account", 1024), ("comment", 1024), ("constraint", 1024),
-                 ("dependency", 1024 * 128), ("mail_user", 1024), ("name", 1024),
-                 ("partition", 1024), ("qos", 1024), ("stdout", MAXPATHLEN),
-                 ("stderr", MAXPATHLEN), ("stdin", MAXPATHLEN), ("work_dir", MAXPATHLEN),
-                 ("submit_line", 1024 * 1024))
-TOO_LONG = "Pathname of a file, directory or other parameter too long"
+# Slurm's job_desc string limits (_test_strlen in slurmctld), checked before sending:
+# the fields slurmctld measures, with model/jobspec.py's limits.
+_FIELD_LIMITS = tuple((f, BY_NAME[f].max_len) for f in (
+    "account", "comment", "constraint", "dependency", "mail_user", "name", "partition", "qos",
+    "stdout", "stderr", "stdin", "work_dir", "submit_line"))
 
 
 def too_long_field(spec: dict[str, object]) -> str | None:

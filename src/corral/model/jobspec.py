@@ -1,11 +1,22 @@
-"""The job specification: one list of the fields a submission may set.
+"""The job specification: one list of the fields a submission may set (`FIELDS`).
 
-The controller validates every submission against `FIELDS` (`validate_spec`); sbatch,
-srun and salloc build their request from the same names (`FIELDS[i].options` are the
-command-line options that set each field), and the store keeps them in the job record
-(`model.job.Job` has an attribute of the same name for each).  Length limits are Slurm's
-(slurmctld's _test_job_desc_fields: 1024 for names and comments, PATH_MAX for paths);
-past them Slurm refuses with ESLURM_PATHNAME_TOO_LONG.
+What derives from it:
+
+* the controller: `validate_spec` refuses any key that is not a field, converts each
+  value by the field's `kind` and bounds strings by its `max_len` (Slurm's limits,
+  slurmctld's _test_job_desc_fields: 1024 for names and comments, PATH_MAX for paths;
+  past them Slurm refuses with ESLURM_PATHNAME_TOO_LONG);
+* sbatch, salloc and srun: `corral.cli.options.job_spec` builds every spec they send.  A
+  field whose value is an option's parsed value as it is takes that option from here
+  (`Field.option_key`, the first long name in `options`); the others (name, node and task
+  counts, GPUs, node lists, output files, hold) it computes from the options that
+  `options` lists.  It refuses a name that is not a field when it is imported and a key
+  not in `FIELD_NAMES` when it builds a spec; its length check before sending
+  (`too_long_field`) uses `max_len`;
+* the store keeps a job as `model.job.Job`, which has an attribute of the same name for
+  each field (written by hand: a test checks that every field is one).
+
+This module imports nothing at start (no typing, no dataclasses): the commands import it.
 """
 
 from __future__ import annotations
