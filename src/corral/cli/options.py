@@ -19,6 +19,7 @@ import os
 import re
 
 from corral.model import timefmt
+from corral.model.jobspec import BY_NAME, FIELD_NAMES, TOO_LONG
 from corral.model.units import str_to_mbytes
 
 TYPE_CHECKING = False  # `typing` would cost every command start ~3 ms
@@ -923,51 +924,89 @@ def export_environment(export: str, env: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def _option_keys(*fields: str) -> tuple[tuple[str, str], ...]:
+    """(field, option key) pairs from model/jobspec.py's FIELDS; a name that is not a
+    field, or a field no option sets, fails at import."""
+    out = []
+    for name in fields:
+        key = BY_NAME[name].option_key
+        if key is None:
+            raise ImportError(f"no option sets job spec field {name!r}")
+        out.append((name, key))
+    return tuple(out)
+
+
+# The job spec fields whose value is the parsed option's value itself.
+_FROM_OPTION = _option_keys(
+    "partition", "ntasks_per_node", "cpus_per_task", "mem_per_node", "mem_per_cpu",
+    "time_limit", "time_min", "exclusive", "dependency", "begin_time", "signal", "mail_type",
+    "mail_user", "comment", "work_dir", "account", "qos", "nice")
+_BATCH_FROM_OPTION = _option_keys("requeue", "hint")
+# sent only when given: an absent one keeps the controller's default
+_FROM_OPTION_IF_GIVEN = _option_keys("constraint", "priority", "min_cpus")
+_COMPUTED = frozenset({"name", "batch", "num_nodes", "max_nodes", "num_tasks", "gpus",
+                       "gpus_per_node", "gpus_per_task", "gpu_type", "req_nodes", "exc_nodes",
+                       "stdout", "stderr", "stdin", "command", "submit_line", "held"})
+if not _COMPUTED <= FIELD_NAMES:
+    raise ImportError(f"not job spec fields: {sorted(_COMPUTED - FIELD_NAMES)}")
+
+
+def job_spec(v: dict[str, object], *, name: str, cwd: str, submit_line: str,
+             req_nodes: list[str], exc_nodes: list[str], min_nodes: int, max_nodes: int,
+             ntasks: int, gpus: tuple[int, int, int, str | None], nodes_given: bool = True,
+             batch: tuple[str, str | None, str, str | None] | None = None,
+             ) -> dict[str, object]:
+    """The job spec that sbatch, salloc and srun (outside a job) send: `v` holds the parsed
+    options by key, the other arguments what the command derived from them.
+
+    `batch` is (stdout, stderr, stdin, command) for sbatch; it adds the batch-only fields
+    (those and --requeue, --hint).  Without it the spec is an interactive allocation:
+    `batch` false, no output files, --cpus-per-task 1 when not given (sbatch leaves it out,
+    so the partition's DefCpuPerGPU may apply).  Without `nodes_given` (no -N, no -w) the
+    node count is left out: the controller spreads the tasks over as many nodes as they
+    need, as Slurm does (its min_nodes NO_VAL)."""
+    spec: dict[str, object] = {
+        "name": name,
+        "num_nodes": min_nodes if nodes_given else None,
+        "max_nodes": max_nodes if max_nodes and max_nodes != min_nodes else None,
+        "num_tasks": ntasks,
+        "gpus": gpus[0],
+        "gpus_per_node": gpus[1],
+        "gpus_per_task": gpus[2],
+        "gpu_type": gpus[3],
+        "req_nodes": req_nodes,
+        "exc_nodes": exc_nodes,
+        "submit_line": submit_line,
+        "held": "user" if v.get("hold") else None,
+    }
+    defaults: dict[str, object] = {"exclusive": False, "nice": 0, "work_dir": cwd,
+                                   "cpus_per_task": None if batch else 1}
+    for field, key in _FROM_OPTION:
+        spec[field] = v.get(key, defaults.get(field))
+    spec["mail_type"] = spec["mail_type"] or None  # --mail-type=NONE
+    for field, key in _FROM_OPTION_IF_GIVEN:
+        if key in v:
+            spec[field] = v[key]
+    if batch is None:
+        spec["batch"] = False
+    else:
+        for field, key in _BATCH_FROM_OPTION:
+            spec[field] = v.get(key)
+        spec["stdout"], spec["stderr"], spec["stdin"], spec["command"] = batch
+    if not spec.keys() <= FIELD_NAMES:  # the controller would refuse the submission
+        raise ValueError(f"not job spec fields: {sorted(spec.keys() - FIELD_NAMES)}")
+    return spec
+
+
 def allocation_spec(v: dict[str, object], *, name: str, cwd: str, submit_line: str,
                     req_nodes: list[str], exc_nodes: list[str], min_nodes: int,
                     max_nodes: int, ntasks: int,
                     gpus: tuple[int, int, int, str | None],
                     nodes_given: bool = True) -> dict[str, object]:
-    """The job `spec` of an interactive allocation (srun outside a job, salloc): the
-    fields sbatch sends, with `batch` false and no output files.  Without `nodes_given`
-    (no -N, no -w) the node count is left out: the controller spreads the tasks over as
-    many nodes as they need, as Slurm does."""
-    return {
-        "name": name,
-        "batch": False,
-        "partition": v.get("partition"),
-        "num_nodes": min_nodes if nodes_given else None,
-        "max_nodes": max_nodes if max_nodes and max_nodes != min_nodes else None,
-        "num_tasks": ntasks,
-        "ntasks_per_node": v.get("ntasks-per-node"),
-        "cpus_per_task": v.get("cpus-per-task", 1),
-        "mem_per_node": v.get("mem"),
-        "mem_per_cpu": v.get("mem-per-cpu"),
-        "gpus": gpus[0],
-        "gpus_per_node": gpus[1],
-        "gpus_per_task": gpus[2],
-        "gpu_type": gpus[3],
-        "time_limit": v.get("time"),
-        "time_min": v.get("time-min"),
-        "req_nodes": req_nodes,
-        "exc_nodes": exc_nodes,
-        "exclusive": v.get("exclusive", False),
-        "dependency": v.get("dependency"),
-        "begin_time": v.get("begin"),
-        "signal": v.get("signal"),
-        "mail_type": v.get("mail-type") or None,
-        "mail_user": v.get("mail-user"),
-        "comment": v.get("comment"),
-        "work_dir": v.get("chdir", cwd),
-        "submit_line": submit_line,
-        "account": v.get("account"),
-        "qos": v.get("qos"),
-        "nice": v.get("nice", 0),
-        "held": "user" if v.get("hold") else None,
-        **({"priority": v["priority"]} if "priority" in v else {}),
-        **({"constraint": v["constraint"]} if "constraint" in v else {}),
-        **({"min_cpus": v["mincpus"]} if "mincpus" in v else {}),
-    }
+    """`job_spec` of an interactive allocation (srun outside a job, salloc)."""
+    return job_spec(v, name=name, cwd=cwd, submit_line=submit_line, req_nodes=req_nodes,
+                    exc_nodes=exc_nodes, min_nodes=min_nodes, max_nodes=max_nodes,
+                    ntasks=ntasks, gpus=gpus, nodes_given=nodes_given)
 
 
 # --------------------------------------------------------------------------
@@ -1238,14 +1277,11 @@ def check_constraint(text: str) -> bool:
     return sets <= 1 and bracket == 0 and paren == 0
 
 
-# Slurm's job_desc string limits (_test_strlen in slurmctld), checked before sending.
-MAXPATHLEN = 4096
-_FIELD_LIMITS = (("account", 1024), ("comment", 1024), ("constraint", 1024),
-                 ("dependency", 1024 * 128), ("mail_user", 1024), ("name", 1024),
-                 ("partition", 1024), ("qos", 1024), ("stdout", MAXPATHLEN),
-                 ("stderr", MAXPATHLEN), ("stdin", MAXPATHLEN), ("work_dir", MAXPATHLEN),
-                 ("submit_line", 1024 * 1024))
-TOO_LONG = "Pathname of a file, directory or other parameter too long"
+# Slurm's job_desc string limits (_test_strlen in slurmctld), checked before sending:
+# the fields slurmctld measures, with model/jobspec.py's limits.
+_FIELD_LIMITS = tuple((f, BY_NAME[f].max_len) for f in (
+    "account", "comment", "constraint", "dependency", "mail_user", "name", "partition", "qos",
+    "stdout", "stderr", "stdin", "work_dir", "submit_line"))
 
 
 def too_long_field(spec: dict[str, object]) -> str | None:

@@ -24,12 +24,12 @@ from corral.cli.options import (
     GresError,
     Option,
     OptionValueError,
-    allocation_spec,
     check_no_effect_value,
     fail,
     full_path,
     gpu_request,
     hetjob_refusal,
+    job_spec,
     node_list,
     node_task_counts,
     option_error,
@@ -166,7 +166,7 @@ def parse_salloc(argv: list[str], env: dict[str, str], cwd: str, now: float, *,
         fail(PROG, "Job submit/allocate failed: Invalid generic resource (gres) "
                    "specification")
     name = str(v["job-name"]) if "job-name" in v else os.path.basename(req.command[0])
-    req.spec = allocation_spec(
+    req.spec = job_spec(
         v, name=name, cwd=cwd, submit_line=" ".join([PROG, *argv]), req_nodes=req_nodes,
         exc_nodes=exc_nodes, min_nodes=min_nodes, max_nodes=max_nodes, ntasks=ntasks,
         gpus=gpus, nodes_given="nodes" in v or bool(req_nodes))

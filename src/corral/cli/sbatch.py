@@ -41,6 +41,7 @@ from corral.cli.options import (
     full_path,
     gpu_request,
     hetjob_refusal,
+    job_spec,
     option_error,
     option_table,
     parse_begin,
@@ -542,7 +543,7 @@ def _finish(sub: Submission, req: _Request, env: dict[str, str], script_path: st
                                 f"{min_nodes} nodes, setting nnodes to {ntasks}")
             min_nodes = max_nodes = ntasks
 
-    gpus, gpus_per_node, gpus_per_task, gpu_type = _gpu_request(v)
+    gpus = _gpu_request(v)
 
     if array is not None:
         _check_array(array)
@@ -560,52 +561,13 @@ def _finish(sub: Submission, req: _Request, env: dict[str, str], script_path: st
     if sub.verbose:
         sub.messages.extend(_defined_options(req))
 
-    sub.spec = {
-        "name": name,
-        "partition": v.get("partition"),
-        # without -N (or -w) the controller spreads the tasks over as many nodes as
-        # they need (Slurm's min_nodes NO_VAL): the count is left out
-        "num_nodes": min_nodes if nodes_set else None,
-        "max_nodes": max_nodes if max_nodes and max_nodes != min_nodes else None,
-        "num_tasks": ntasks,
-        "ntasks_per_node": per_node,
-        "cpus_per_task": v.get("cpus-per-task"),  # absent: the partition's DefCpuPerGPU may apply
-        "mem_per_node": v.get("mem"),
-        "mem_per_cpu": v.get("mem-per-cpu"),
-        "gpus": gpus,
-        "gpus_per_node": gpus_per_node,
-        "gpus_per_task": gpus_per_task,
-        "gpu_type": gpu_type,
-        "time_limit": v.get("time"),
-        "time_min": v.get("time-min"),
-        "req_nodes": req_nodes,
-        "exc_nodes": exc_nodes,
-        "exclusive": v.get("exclusive", False),
-        "requeue": v.get("requeue"),
-        "dependency": v.get("dependency"),
-        "begin_time": v.get("begin"),
-        "signal": v.get("signal"),
-        "hint": v.get("hint"),
-        "mail_type": v.get("mail-type") or None,
-        "mail_user": v.get("mail-user"),
-        "comment": v.get("comment"),
-        "work_dir": work_dir,
-        "stdout": stdout,
-        "stderr": stderr,
-        "stdin": stdin,
-        "command": script_path,
-        "submit_line": " ".join([PROG, *argv]),
-        "account": v.get("account"),
-        "qos": v.get("qos"),
-        "nice": v.get("nice", 0),
-        "held": "user" if v.get("hold") else None,
-    }
-    if "constraint" in v:
-        sub.spec["constraint"] = v["constraint"]
-    if "priority" in v:
-        sub.spec["priority"] = v["priority"]
-    if "mincpus" in v:
-        sub.spec["min_cpus"] = v["mincpus"]
+    # without -N (or -w) the controller spreads the tasks over as many nodes as they
+    # need (Slurm's min_nodes NO_VAL): the count is left out
+    sub.spec = job_spec(
+        v, name=name, cwd=cwd, submit_line=" ".join([PROG, *argv]), req_nodes=req_nodes,
+        exc_nodes=exc_nodes, min_nodes=min_nodes, max_nodes=max_nodes, ntasks=ntasks,
+        gpus=gpus, nodes_given=nodes_set,
+        batch=(stdout, stderr, stdin, script_path))
     _check_spec(sub.spec)
     sub.array = array
     sub.open_mode = v.get("open-mode", "truncate")

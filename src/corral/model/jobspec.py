@@ -1,19 +1,29 @@
-"""The job specification: one list of the fields a submission may set.
+"""The job specification: one list of the fields a submission may set (`FIELDS`).
 
-The controller validates every submission against `FIELDS` (`validate_spec`); sbatch,
-srun and salloc build their request from the same names (`FIELDS[i].options` are the
-command-line options that set each field), and the store keeps them in the job record
-(`model.job.Job` has an attribute of the same name for each).  Length limits are Slurm's
-(slurmctld's _test_job_desc_fields: 1024 for names and comments, PATH_MAX for paths);
-past them Slurm refuses with ESLURM_PATHNAME_TOO_LONG.
+What derives from it:
+
+* the controller: `validate_spec` refuses any key that is not a field, converts each
+  value by the field's `kind` and bounds strings by its `max_len` (Slurm's limits,
+  slurmctld's _test_job_desc_fields: 1024 for names and comments, PATH_MAX for paths;
+  past them Slurm refuses with ESLURM_PATHNAME_TOO_LONG);
+* sbatch, salloc and srun: `corral.cli.options.job_spec` builds every spec they send.  A
+  field whose value is an option's parsed value as it is takes that option from here
+  (`Field.option_key`, the first long name in `options`); the others (name, node and task
+  counts, GPUs, node lists, output files, hold) it computes from the options that
+  `options` lists.  It refuses a name that is not a field when it is imported and a key
+  not in `FIELD_NAMES` when it builds a spec; its length check before sending
+  (`too_long_field`) uses `max_len`;
+* the store keeps a job as `model.job.Job`, which has an attribute of the same name for
+  each field (written by hand: a test checks that every field is one).
+
+This module imports nothing at start (no typing, no dataclasses): the commands import it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-from corral.model import hostlists
+TYPE_CHECKING = False  # typing and dataclasses would cost every sbatch/srun/salloc start
+if TYPE_CHECKING:
+    from typing import Any
 
 PATH_MAX = 4096
 NAME_MAX = 1024
@@ -22,12 +32,27 @@ DEFAULT_MAX_SUBMIT_LINE = 1024 * 1024  # Slurm's DEFAULT_MAX_SUBMIT_LINE_SIZE
 TOO_LONG = "Pathname of a file, directory or other parameter too long"
 
 
-@dataclass(frozen=True, slots=True)
 class Field:
-    name: str
-    kind: str  # int, opt_int, signed_int, time_limit, str, bool, nodes, time, hold
-    options: tuple[str, ...] = ()  # sbatch/srun/salloc options that set it
-    max_len: int = NAME_MAX  # for strings
+    """One field of a job spec.
+
+    `kind`: int, opt_int, signed_int, time_limit, str, bool, nodes, time or hold.
+    `options`: the sbatch/srun/salloc options that set it; `option_key` is the first long
+    one without its dashes, the key the commands' option parsers store its value under.
+    `max_len`: the longest string Slurm accepts.
+    """
+
+    __slots__ = ("name", "kind", "options", "max_len", "option_key")
+
+    def __init__(self, name: str, kind: str, options: tuple[str, ...] = (),
+                 max_len: int = NAME_MAX) -> None:
+        self.name = name
+        self.kind = kind
+        self.options = options
+        self.max_len = max_len
+        self.option_key = next((o[2:] for o in options if o.startswith("--")), None)
+
+    def __repr__(self) -> str:
+        return f"Field({self.name!r}, {self.kind!r}, {self.options!r}, {self.max_len!r})"
 
 
 FIELDS: tuple[Field, ...] = (
@@ -108,6 +133,8 @@ def validate_spec(spec: dict[str, Any]) -> dict[str, Any]:
                 raise JobSpecError(f"Invalid value for {k}: {v}")
         elif kind == "nodes":
             if isinstance(v, str):
+                from corral.model import hostlists  # only the controller expands them
+
                 if len(v) > NAME_MAX * 64:
                     raise JobSpecError(TOO_LONG, too_long=True)
                 try:
