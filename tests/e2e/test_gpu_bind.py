@@ -89,7 +89,8 @@ def test_srun_task_runs_in_its_jobs_cgroup(cluster: Cluster) -> None:
                          "srun bash -c 'cat /proc/$$/cgroup'")
     assert cluster.wait_state(jid, "COMPLETED", 60) == "COMPLETED"
     text = out.read_text()
-    assert f"/{group}/job_{jid}/step_batch" in text, text
+    # its own step group beside the batch step's, under the job's group (its limits)
+    assert re.search(rf"/{group}/job_{jid}/step_0\b", text), text
     # a standalone srun: its allocation has no batch step, the step gets the job's group
     r = cluster.run("srun", "-N1", "bash", "-c", "echo $SLURM_JOB_ID; cat /proc/$$/cgroup",
                     timeout=60)
