@@ -57,6 +57,8 @@ def test_warning_then_requeue_from_an_srun_task(cluster: Cluster) -> None:
     # the warning came once, the task's requeue went through and the task saw it return
     assert text.count("caught USR2") == 1, text
     assert f"Requeued job {jid}\n" in text, (text, err.read_text())
+    # the job's end and the step's srun both end the step: one SIGTERM all the same
+    assert text.count("Bypassing SIGTERM") == 1, text
     assert "start 0\n" in text and "start 1\n" in text, text
     errors = err.read_text()
     assert "job abort in progress" not in errors, errors

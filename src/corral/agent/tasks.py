@@ -400,6 +400,10 @@ class TaskManager:
             if early is not None:  # the launch is still on its way: it will start nothing
                 early.cancelled = True
             return
+        if step.killing:
+            # One kill sequence per step (as slurmstepd): the job's end and the step's srun
+            # both ask for it; a second SIGTERM would reach tasks still handling the first.
+            return
         step.killing = True
         self.flow(job_id, step_id, False)  # its output must drain for its end to show
         self._signal_step(step, signal.SIGCONT)
