@@ -1009,6 +1009,8 @@ class Supervisor:
             if self.warn_signal and self.warn_sent:
                 # A longer limit re-arms the warning signal (as Slurm does on extension).
                 self.warn_sent = self._elapsed() >= self.time_limit - self.warn_signal[1]
+        elif isinstance(message, messages.NotifyOp):
+            pass  # shown by the job's srun/salloc sessions (the controller relays it there)
 
     # -- time ---------------------------------------------------------------------------
     def _elapsed(self) -> float:
