@@ -275,6 +275,8 @@ class Agent:
         launching = self.launching.get(job_id)
         if launching is not None:  # a cancel right after the launch must reach the job
             await asyncio.wait([launching])
+        if op.get("op") in ("suspend", "resume"):
+            self.tasks.suspend_job(job_id, op.get("op") == "resume")
         if not stepd.send_control(self.job_dir(job_id), op):
             log.info("job %s: supervisor gone; control %s dropped", job_id, op)
 
