@@ -197,7 +197,10 @@ class StepCgroup:
                 if not _read(os.path.join(child, name)).strip():
                     _write(os.path.join(child, name), _read(os.path.join(parent, name)).strip())
             if job_limits and child == os.path.join(base, self.job_rel):
-                _write(os.path.join(child, "cpuset.cpus"), format_cpus(cpus))
+                try:
+                    _write(os.path.join(child, "cpuset.cpus"), format_cpus(cpus))
+                except OSError:
+                    pass  # a leftover step's CPUs outside: the step's own cpuset confines it
             parent = child
         _write(os.path.join(parent, "cpuset.cpus"), format_cpus(cpus))
         return parent
