@@ -75,8 +75,9 @@ def executor(cluster: Cluster, monkeypatch: pytest.MonkeyPatch,
     """An executor as a user makes one, in the shell a user would have."""
     monkeypatch.setenv("CORRAL_HOME", cluster.env["CORRAL_HOME"])
     monkeypatch.setenv("PATH", cluster.env["PATH"])
-    # The jobs unpickle functions of this module, so it must be importable there.
-    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+    # The jobs unpickle functions of this module, so it must be importable there; the
+    # commands (sbatch, srun, scontrol in the job) must import the Corral under test.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT)]))
     for name in list(os.environ):
         if name.startswith(("SLURM_", "SBATCH_", "SQUEUE_", "SACCT_", "SINFO_")):
             monkeypatch.delenv(name)
@@ -215,3 +216,7 @@ def test_checkpointable_job_is_requeued_after_time_out(cluster: Cluster,
     # submitit appends to its log (--open-mode=append): both runs' lines are there.
     log = Path(str(job.paths.stdout)).read_text()
     assert "Caught signal SIGUSR2" in log and "Requeued job" in log, log
+    # the first run's end, as slurmstepd writes it to the job's stderr
+    errors = Path(str(job.paths.stderr)).read_text()
+    assert f"*** JOB {job.job_id} ON " in errors and " DUE TO JOB REQUEUE ***" in errors, errors
+    assert "job abort in progress" not in errors, errors

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 import pytest
 
@@ -89,7 +90,8 @@ def test_srun_task_runs_in_its_jobs_cgroup(cluster: Cluster) -> None:
                          "srun bash -c 'cat /proc/$$/cgroup'")
     assert cluster.wait_state(jid, "COMPLETED", 60) == "COMPLETED"
     text = out.read_text()
-    assert f"/{group}/job_{jid}/step_batch" in text, text
+    # its own step group beside the batch step's, under the job's group (its limits)
+    assert re.search(rf"/{group}/job_{jid}/step_0\b", text), text
     # a standalone srun: its allocation has no batch step, the step gets the job's group
     r = cluster.run("srun", "-N1", "bash", "-c", "echo $SLURM_JOB_ID; cat /proc/$$/cgroup",
                     timeout=60)
@@ -123,5 +125,17 @@ def test_srun_tasks_bound_to_the_jobs_cpus(tmp_path_factory: pytest.TempPathFact
         assert c.wait_state(jid, "COMPLETED", 60) == "COMPLETED"
         batch, task = [ln.split()[-1] for ln in out.read_text().splitlines()]
         assert batch == task and "," not in task and "-" not in task  # one CPU, the job's
+        # `scontrol -d show job` names the CPU the agent bound the job to
+        out2 = c.workdir / "cpus2.out"
+        jid = c.sbatch("-n1", "-o", str(out2), "--wrap", f"{show}; sleep 30")
+        c.wait_for(lambda: out2.exists() and out2.read_text().strip() != "", timeout=30,
+                   what="the job's CPU")
+        cpu = out2.read_text().split()[-1]
+        deadline = time.monotonic() + 10
+        while f"CPU_IDs={cpu} " not in (shown := c.ok("scontrol", "-d", "show", "job", str(jid))) \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert f"CPU_IDs={cpu} " in shown, shown
+        c.ok("scancel", str(jid))
     finally:
         c.stop()

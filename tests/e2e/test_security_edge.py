@@ -156,6 +156,10 @@ def test_bad_agent_messages_are_refused_alone(edge: Cluster) -> None:
                         {"type": "ended", "job_id": jid, "state": "COMPLETED", "end_time": "soon"},
                         {"type": "ended", "job_id": other, "state": "COMPLETED"},  # not its node
                         {"type": "launch_failed", "job_id": other},
+                        {"type": "cpus_bound", "job_id": other, "node": "node-1", "cpus": [0]},
+                        {"type": "cpus_bound", "job_id": other, "node": "fake1", "cpus": [0]},
+                        {"type": "cpus_bound", "job_id": jid, "node": "fake1", "cpus": [1, 2]},
+                        {"type": "cpus_bound", "job_id": jid, "node": "fake1", "cpus": [-1]},
                         {"type": "heartbeat", "load": "high"},
                         {"type": "task_exit", "job_id": "x", "step_id": 0, "task_id": 0},
                         {"type": "task_output", "job_id": other, "step_id": 0, "task_id": 0,
@@ -163,11 +167,13 @@ def test_bad_agent_messages_are_refused_alone(edge: Cluster) -> None:
                         {"type": "register", "nodes": ["node-1"], "running": [], "ended": []}]:
                 await a.send(bad)
             await a.send({"type": "heartbeat", "load": 0.5, "free_mem": 1000})
+            await a.send({"type": "cpus_bound", "job_id": jid, "node": "fake1", "cpus": [5]})
             await asyncio.sleep(1.5)
             mid = {"job": await asyncio.to_thread(c.state, jid),
                    "other": await asyncio.to_thread(c.state, other),
                    "alloc": await asyncio.to_thread(node_field, c, "fake1", "CPUAlloc"),
-                   "fake1": await asyncio.to_thread(c.ok, "sinfo", "-h", "-n", "fake1", "-o", "%t")}
+                   "fake1": await asyncio.to_thread(c.ok, "sinfo", "-h", "-n", "fake1", "-o", "%t"),
+                   "show": await asyncio.to_thread(c.ok, "scontrol", "-d", "show", "job", str(jid))}
             # the link is still up: a valid end is applied and acknowledged, once
             end = {"type": "ended", "job_id": jid, "state": "COMPLETED", "exit_code": 0,
                    "signal": 0, "end_time": time.time()}
@@ -183,6 +189,7 @@ def test_bad_agent_messages_are_refused_alone(edge: Cluster) -> None:
     assert res["job"] == "RUNNING" and res["other"] == "RUNNING"
     assert res["alloc"] == "1" and res["fake1"].strip() in ("alloc", "mix")
     assert res["after"] == "0"
+    assert "CPU_IDs=5 " in res["show"], res["show"]  # the agent's real ids, for its own node
     assert c.state(res["jid"]) == "COMPLETED"
     assert c.state(other) == "RUNNING"  # the lying "ended" for node-1's job changed nothing
     assert node_field(c, "node-1", "CPUAlloc") == "1"
@@ -190,6 +197,9 @@ def test_bad_agent_messages_are_refused_alone(edge: Cluster) -> None:
     assert "ended.state: 'BOGUS' is not one of" in log
     assert "register.ended.job_id: expected an integer" in log
     assert f"job {other} is not running on this agent's nodes" in log
+    assert "node 'node-1' is not this agent's" in log
+    assert f"job {other} is not running on node 'fake1'" in log
+    assert f"job {res['jid']} has no 2 CPUs on node 'fake1'" in log
     assert "this agent's key does not serve" not in log  # the local agent may serve any node
     assert "Traceback" not in log
     # healthy afterwards: node-1 runs a normal job

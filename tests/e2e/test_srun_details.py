@@ -188,3 +188,21 @@ def test_srun_rides_out_a_controller_restart(cluster: Cluster) -> None:
     assert proc.returncode == 0, err
     assert out == "after-restart\n"
     assert "Slurm controller not responding, sleeping and retrying." in err
+
+
+def test_scontrol_notify_reaches_the_allocations_srun(cluster: Cluster) -> None:
+    # Slurm's SRUN_USER_MSG: the srun that holds the allocation prints it on its stderr
+    proc = subprocess.Popen(["srun", "-N1", "bash", "-c", "echo $SLURM_JOB_ID; sleep 8"],
+                            env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        job = proc.stdout.readline().strip()
+        cluster.ok("scontrol", "notify", job, "disk", "is", "full")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "srun: disk is full\n" in err, err

@@ -239,3 +239,21 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def test_suspend_reaches_the_srun_tasks_of_a_batch_job(cluster: Cluster) -> None:
+    # the srun step has its own cgroup beside the batch step's: suspend reaches it as well
+    counter = cluster.workdir / "step_counter"
+    loop = f"i=0; while true; do i=$((i+1)); echo $i > {counter}; sleep 0.1; done"
+    jid = cluster.sbatch("--wrap", f"srun bash -c '{loop}'")
+    cluster.wait_for(lambda: counter.exists() and counter.read_text().strip() not in ("", "1"),
+                     what="counting")
+    cluster.ok("scontrol", "suspend", str(jid))
+    time.sleep(0.5)
+    frozen = counter.read_text()
+    time.sleep(1.0)
+    assert counter.read_text() == frozen
+    cluster.ok("scontrol", "resume", str(jid))
+    cluster.wait_for(lambda: counter.read_text() != frozen, what="counting again")
+    cluster.ok("scancel", str(jid))
+    cluster.wait_state(jid, "CANCELLED")

@@ -741,27 +741,40 @@ def _job_dirs(root: str, cluster: str) -> list[str]:
             if os.path.isdir(p := os.path.join(root, c, "corral", cluster, "job_7"))]
 
 
-def test_tasks_join_the_batch_steps_cgroup_and_its_cpus() -> None:
+def test_tasks_get_a_step_group_beside_the_batch_steps_on_its_cpus() -> None:
     from corral.agent.cgroup import StepCgroup, remove_cluster_groups
 
     root = _cgroup_root()
     cluster = f"ttasks{os.getpid()}"
     cpu = sorted(os.sched_getaffinity(0))[-1]
     batch = StepCgroup(root, 7, "batch", cluster)
-    batch.create([cpu], None)  # what the batch step's supervisor makes
+    batch.create([cpu], 300, job_limits=True)  # what the batch step's supervisor makes
     try:
         async def body(tm: TaskManager, col: Collector) -> None:
             await tm.launch(launch_msg(["sh", "-c", "cat /proc/self/cgroup; "
                                         "grep Cpus_allowed_list /proc/self/status"],
                                        node_cpus={"node-1": 1}))
             await wait_idle(tm)
+            deadline = time.monotonic() + 5
+            while any(os.path.isdir(os.path.join(d, "step_0")) for d in _job_dirs(root, cluster)) \
+                    and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
 
         col = run(body, cgroup_root=root, cgroup_cluster=cluster)
         out = col.output(0).decode()
-        assert f"/corral/{cluster}/job_7/step_batch" in out, out
+        # its own group under the job's (which holds the job's limits), not the batch step's:
+        # a signal to the batch step's processes does not reach the tasks directly
+        assert f"/corral/{cluster}/job_7/step_0" in out, out
+        assert f"/corral/{cluster}/job_7/step_batch" not in out, out
         assert out.strip().splitlines()[-1].split()[-1] == str(cpu)
         assert col.exits() == {0: (0, 0)}
-        assert _job_dirs(root, cluster)  # the batch step's group: not the tasks' to remove
+        dirs = _job_dirs(root, cluster)
+        assert dirs  # the job's group stays while its batch step runs; the step's is gone
+        assert not any(os.path.isdir(os.path.join(d, "step_0")) for d in dirs)
+        mem = os.path.join(root, "memory", "corral", cluster, "job_7", "memory.limit_in_bytes")
+        if os.path.exists(mem):  # cgroup v1 here: the job's limit is on the job's group
+            with open(mem) as f:
+                assert int(f.read()) == 300 * 1024 * 1024
     finally:
         batch.remove()
         remove_cluster_groups(root, cluster)

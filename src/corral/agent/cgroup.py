@@ -89,16 +89,19 @@ class StepCgroup:
 
     # -- set-up -------------------------------------------------------------------------
     def create(self, cpus: list[int] | None = None, mem_mb: int | None = None,
-               pids_max: int | None = None) -> list[str]:
+               pids_max: int | None = None, job_limits: bool = False) -> list[str]:
         """Make the step group(s) and set limits.  Returns notes about limits that could not
-        be applied (the group itself is usable); raises CgroupError if no group could be made."""
+        be applied (the group itself is usable); raises CgroupError if no group could be made.
+        `job_limits`: set the CPUs and memory on the job's group as well (the batch step does,
+        as Slurm's job-level cgroup), so the job's other steps, siblings of this one, share
+        them."""
         if self.version == 2:
-            notes = self._create_v2(cpus, mem_mb)
+            notes = self._create_v2(cpus, mem_mb, job_limits)
             step = self.dirs[""]
             enabled = set(_read(os.path.join(step, "cgroup.controllers")).split())
             pids_dir = step if "pids" in enabled else None
         else:
-            notes = self._create_v1(cpus, mem_mb)
+            notes = self._create_v1(cpus, mem_mb, job_limits)
             pids_dir = self.dirs.get("pids")
         if pids_max is not None and pids_max > 0:
             if pids_dir is None:
@@ -115,7 +118,8 @@ class StepCgroup:
             raise CgroupError(e.errno, f"cannot create cgroup {path}: {e.strerror}") from None
         return path
 
-    def _create_v2(self, cpus: list[int] | None, mem_mb: int | None) -> list[str]:
+    def _create_v2(self, cpus: list[int] | None, mem_mb: int | None,
+                   job_limits: bool) -> list[str]:
         notes: list[str] = []
         available = _read(os.path.join(self.root, "cgroup.controllers")).split()
         wanted = [c for c in V2_CONTROLLERS if c in available]
@@ -131,22 +135,28 @@ class StepCgroup:
         step = self._mkdirs(self.root, self.rel)
         self.dirs[""] = step
         enabled = set(_read(os.path.join(step, "cgroup.controllers")).split())
+        # the job's group first: a step's cpuset must stay within its parent's
+        places = ([job] if job_limits else []) + [step]
         if mem_mb is not None:
             if "memory" in enabled:
-                self._try_write(notes, os.path.join(step, "memory.max"), str(mem_mb * 1024 * 1024))
-                swap = os.path.join(step, "memory.swap.max")
-                if os.path.exists(swap):
-                    self._try_write(notes, swap, "0")
+                for place in places:
+                    self._try_write(notes, os.path.join(place, "memory.max"),
+                                    str(mem_mb * 1024 * 1024))
+                    swap = os.path.join(place, "memory.swap.max")
+                    if os.path.exists(swap):
+                        self._try_write(notes, swap, "0")
             else:
                 notes.append("memory controller not available: memory limit not enforced")
         if cpus:
             if "cpuset" in enabled:
-                self._try_write(notes, os.path.join(step, "cpuset.cpus"), format_cpus(cpus))
+                for place in places:
+                    self._try_write(notes, os.path.join(place, "cpuset.cpus"), format_cpus(cpus))
             else:
                 notes.append("cpuset controller not available: CPU confinement by affinity only")
         return notes
 
-    def _create_v1(self, cpus: list[int] | None, mem_mb: int | None) -> list[str]:
+    def _create_v1(self, cpus: list[int] | None, mem_mb: int | None,
+                   job_limits: bool) -> list[str]:
         notes: list[str] = []
         for ctrl in V1_CONTROLLERS:
             base = os.path.join(self.root, ctrl)
@@ -156,7 +166,7 @@ class StepCgroup:
                 continue
             try:
                 if ctrl == "cpuset":
-                    self.dirs[ctrl] = self._create_v1_cpuset(base, cpus or [])
+                    self.dirs[ctrl] = self._create_v1_cpuset(base, cpus or [], job_limits)
                 else:
                     self.dirs[ctrl] = self._mkdirs(base, self.rel)
             except OSError as e:
@@ -169,14 +179,16 @@ class StepCgroup:
                 notes.append("memory controller not available: memory limit not enforced")
             else:
                 limit = str(mem_mb * 1024 * 1024)
-                self._try_write(notes, os.path.join(mem, "memory.limit_in_bytes"), limit)
-                memsw = os.path.join(mem, "memory.memsw.limit_in_bytes")
-                # memsw must be >= the RAM limit: set it second so swap cannot extend the limit.
-                if os.path.exists(memsw):
-                    self._try_write(notes, memsw, limit)
+                # the job's group first (limits are hierarchical), then the step's
+                for place in ([os.path.dirname(mem)] if job_limits else []) + [mem]:
+                    self._try_write(notes, os.path.join(place, "memory.limit_in_bytes"), limit)
+                    memsw = os.path.join(place, "memory.memsw.limit_in_bytes")
+                    # memsw must be >= the RAM limit: set it second so swap cannot extend it.
+                    if os.path.exists(memsw):
+                        self._try_write(notes, memsw, limit)
         return notes
 
-    def _create_v1_cpuset(self, base: str, cpus: list[int]) -> str:
+    def _create_v1_cpuset(self, base: str, cpus: list[int], job_limits: bool = False) -> str:
         # A fresh v1 cpuset has empty cpus/mems and refuses tasks: copy them down each level.
         parent = base
         for part in self.rel.split(os.sep):
@@ -184,6 +196,11 @@ class StepCgroup:
             for name in ("cpuset.cpus", "cpuset.mems"):
                 if not _read(os.path.join(child, name)).strip():
                     _write(os.path.join(child, name), _read(os.path.join(parent, name)).strip())
+            if job_limits and child == os.path.join(base, self.job_rel):
+                try:
+                    _write(os.path.join(child, "cpuset.cpus"), format_cpus(cpus))
+                except OSError:
+                    pass  # a leftover step's CPUs outside: the step's own cpuset confines it
             parent = child
         _write(os.path.join(parent, "cpuset.cpus"), format_cpus(cpus))
         return parent

@@ -216,15 +216,17 @@ class JobGroup:
 def job_cgroup(root: str | None, cluster: str, job_id: int, step_id: int,
                cpus: list[int] | None, mem_mb: int | None,
                ) -> tuple[JobGroup | None, list[str]]:
-    """The group a step's processes join, and notes about limits not applied: the batch
-    step's group when it runs here, else a new `job_<id>/step_<step_id>` with the job's CPUs
-    and memory on this node.  None where cgroups are not usable (the caller falls back to
-    process groups)."""
+    """The group a step's processes join, and notes about limits not applied: a new
+    `job_<id>/step_<step_id>` with the job's CPUs and memory on this node.  Where the batch
+    step runs here, the step is its sibling under the job's group, which holds the job's
+    limits (as Slurm's job_J/step_N), on the batch step's CPUs: a signal to the batch step
+    does not reach this step's tasks directly, only through their srun, once.  None where
+    cgroups are not usable (the caller falls back to process groups)."""
     if not root:
         return None, []
     batch = existing_group(root, job_id, "batch", cluster)
     if batch is not None:
-        return JobGroup(batch, created=False), []
+        cpus = group_cpus(batch) or cpus
     try:
         group = StepCgroup(root, job_id, str(step_id), cluster)
         notes = group.create(cpus or None, mem_mb)

@@ -275,6 +275,8 @@ class Agent:
         launching = self.launching.get(job_id)
         if launching is not None:  # a cancel right after the launch must reach the job
             await asyncio.wait([launching])
+        if op.get("op") in ("suspend", "resume"):
+            self.tasks.suspend_job(job_id, op.get("op") == "resume")
         if not stepd.send_control(self.job_dir(job_id), op):
             log.info("job %s: supervisor gone; control %s dropped", job_id, op)
 
@@ -310,10 +312,10 @@ class Agent:
                     os.fchmod(f.fileno(), 0o500)
                 launch = {k: v for k, v in spec.items() if k != "script_text"}
                 cpus = int(spec.get("cpus_count") or 0)
+                bound = self._pick_cpus(job_id, cpus)
                 launch.update(script=os.path.join(d, "script"), notify_socket=self.notify_path,
                               cgroup_root=self.cgroup_root, cgroup_cluster=self.cgroup_cluster,
-                              cpus=self._pick_cpus(job_id, cpus),
-                              **self._limits(spec))
+                              cpus=bound, **self._limits(spec))
                 # the job's whole environment: readable by root only
                 stepd.write_atomic(dir_fd, "launch.json", json.dumps(launch).encode(), 0o600)
             finally:
@@ -322,6 +324,9 @@ class Agent:
                 await self.spawner.spawn(d)
             else:
                 stepd.spawn_step(d)
+            if bound:  # the real ids, for `scontrol -d show job` (one node: _pick_cpus)
+                self._send(messages.CpusBound(job_id=job_id, node=self.nodes[0],
+                                              cpus=bound).to_dict())
         except Exception as e:
             log.exception("launch of job %d failed", job_id)
             self._send({"type": "launch_failed", "job_id": job_id, "error": str(e)})

@@ -300,6 +300,13 @@ def _proc_stat(pid: int) -> tuple[str, int, str] | None:
     return fields[0].decode(), int(fields[1]), fields[19].decode()
 
 
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
 def _descendants(root_pid: int) -> list[int]:
     """Every live descendant of root_pid, found through the ppid links in /proc."""
     children: dict[int, list[int]] = {}
@@ -736,9 +743,13 @@ class Supervisor:
             # for a job without --mem); mem_mb alone where no agent did (tests, debugging)
             mem = self.launch.get("mem_limit_mb", self.launch.get("mem_mb"))
             pids = self.launch.get("pids_max")
+            # the batch step sets the job's limits on the job's group: its srun steps,
+            # siblings of this one (job_J/step_N), share them
+            job_limits = str(self.launch.get("step", "batch")) == "batch"
             for note in cgroup.create(self.launch.get("cpus"),
                                       int(mem) if mem is not None else None,
-                                      int(pids) if pids is not None else None):
+                                      int(pids) if pids is not None else None,
+                                      job_limits=job_limits):
                 self.note(f"cgroup: {note}")
         except OSError as e:
             self.note(f"cgroups not used ({e}); falling back to process tracking")
@@ -998,6 +1009,8 @@ class Supervisor:
             if self.warn_signal and self.warn_sent:
                 # A longer limit re-arms the warning signal (as Slurm does on extension).
                 self.warn_sent = self._elapsed() >= self.time_limit - self.warn_signal[1]
+        elif isinstance(message, messages.NotifyOp):
+            pass  # shown by the job's srun/salloc sessions (the controller relays it there)
 
     # -- time ---------------------------------------------------------------------------
     def _elapsed(self) -> float:
@@ -1064,12 +1077,16 @@ class Supervisor:
                 self.cgroup.kill_all()  # atomic where the kernel has it; the loop below as well
             except OSError:
                 pass
+        signalled: set[int] = set()
         if self.job_status is None and self.job_pid:
             try:
                 os.killpg(self.job_pid, sig)  # the job's session leader is its group leader
             except (ProcessLookupError, PermissionError):
                 pass
-        signalled: set[int] = set()
+            else:
+                # Each process once (as slurmstepd): a second signal is not harmless, e.g. a
+                # second SIGTERM within a second makes srun abort its step at once.
+                signalled = {pid for pid in self._job_pids() if _pgid(pid) == self.job_pid}
         # Repeat while new processes appear (forked while we were signalling).
         for _ in range(4):
             pids = self._job_pids() - signalled

@@ -392,6 +392,13 @@ class TaskManager:
         if step is not None:
             self._signal_step(step, int(signum))
 
+    def suspend_job(self, job_id: int, resume: bool) -> None:
+        """`scontrol suspend/resume`: the job's srun steps here stop or go on with its batch
+        step (each step has its own group, as in Slurm, where slurmd suspends every step)."""
+        for (j, _), step in list(self._steps.items()):
+            if j == job_id:
+                self._signal_step(step, signal.SIGCONT if resume else signal.SIGSTOP)
+
     async def kill(self, job_id: int, step_id: int) -> None:
         """SIGCONT and SIGTERM every task's process group; SIGKILL after kill_wait."""
         step = self._steps.get((job_id, step_id))
@@ -399,6 +406,10 @@ class TaskManager:
             early = self._early_for(job_id, step_id)
             if early is not None:  # the launch is still on its way: it will start nothing
                 early.cancelled = True
+            return
+        if step.killing:
+            # One kill sequence per step (as slurmstepd): the job's end and the step's srun
+            # both ask for it; a second SIGTERM would reach tasks still handling the first.
             return
         step.killing = True
         self.flow(job_id, step_id, False)  # its output must drain for its end to show

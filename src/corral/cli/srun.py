@@ -831,6 +831,8 @@ class Session:
             self.router.flush_all()
             self.error(msg.message or "unknown error")
             self.rc = 1
+        elif isinstance(msg, m.UserMessage):
+            self.info(f"{PROG}: {msg.message}")  # Slurm: info("%s", um->msg)
         elif isinstance(msg, m.AllocationEnded):
             if self.step is None:
                 self.error(f"Job allocation {self.job_id} has been revoked")

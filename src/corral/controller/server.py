@@ -760,6 +760,15 @@ class AgentLink:
                   f"job {msg.job_id} is not running on this agent's nodes")
             ctl.job_ended(msg.job_id, "FAILED", 1, 0, time.time(),
                           note=msg.error or "launch failed")
+        elif isinstance(msg, m.CpusBound):
+            _need(msg.node in self.nodes, f"node {msg.node[:64]!r} is not this agent's")
+            job = ctl.jobs.get(msg.job_id)
+            _need(job is not None and job.state.active
+                  and any(a.node == msg.node for a in job.alloc),
+                  f"job {msg.job_id} is not running on node {msg.node[:64]!r}")
+            _need(len(set(msg.cpus)) == len(msg.cpus), "cpus: repeated CPU id")
+            _need(ctl.agent_bound_cpus(msg.job_id, msg.node, list(msg.cpus)),
+                  f"job {msg.job_id} has no {len(msg.cpus)} CPUs on node {msg.node[:64]!r}")
         elif isinstance(msg, m.Heartbeat):
             _need(msg.free_mem is None or msg.free_mem >= 0, "free_mem must not be negative")
             for name in self.nodes:

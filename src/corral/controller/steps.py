@@ -153,6 +153,12 @@ class StepManager:
         fut = self.alloc_waiters.get(job.job_id)
         if fut is not None and not fut.done() and event in ("started", "ended"):
             fut.set_result(event)
+        if event == "notified" and job.notices:
+            # Slurm's srun_user_message: to the client that holds the allocation (salloc,
+            # or an srun that made its own); a batch job's goes to its batch step
+            send = self.alloc_sessions.get(job.job_id)
+            if send is not None:
+                send(m.UserMessage(message=job.notices[-1]))
         if event in ("ended", "ending"):
             for key, step in list(self.live.items()):
                 if key[0] == job.job_id:
@@ -163,7 +169,7 @@ class StepManager:
 
     # ---- the client's WebSocket ----------------------------------------------
     async def handle(self, request: web.Request, who: Identity) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse(heartbeat=30, max_msg_size=64 * 1024 * 1024)
+        ws = web.WebSocketResponse(heartbeat=30, max_msg_size=8 * 1024 * 1024)
         await ws.prepare(request)
         session = Session()
         session.flow = self._flow

@@ -522,6 +522,14 @@ class AllocationEnded(Message):
     state: str = ""
 
 
+@_T.add
+class UserMessage(Message):
+    """`scontrol notify` for the allocation's srun/salloc (Slurm's SRUN_USER_MSG)."""
+
+    TYPE = "user_msg"
+    message: str = field(maxlen=1024)
+
+
 # ---- controller -> agent ----------------------------------------------------------------------
 
 _A = TO_AGENT
@@ -699,6 +707,17 @@ class LaunchFailed(Message):
 
 
 @_G.add
+class CpusBound(Message):
+    """The real CPU ids this agent bound a job to on one of its nodes (they replace the
+    ledger's indices: `scontrol -d show job` CPU_IDs=)."""
+
+    TYPE = "cpus_bound"
+    job_id: int
+    node: str = field(maxlen=256)
+    cpus: list[int] = field(lo=0, hi=1 << 20, maxlen=1 << 16)
+
+
+@_G.add
 class Heartbeat(Message):
     TYPE = "heartbeat"
     load: float = field(default=0.0, lo=0.0, hi=1e9)
@@ -747,6 +766,16 @@ class TimeLimitOp(Message):
     KEY = "op"
     TYPE = "time_limit"
     seconds: float = field(lo=-1.0, hi=1e12)  # -1: no limit
+
+
+@_S.add
+class NotifyOp(Message):
+    """`scontrol notify`: Slurm prints it on the job's srun/salloc (the controller relays it
+    there); the batch step has nowhere of its own to show it."""
+
+    KEY = "op"
+    TYPE = "notify"
+    message: str = field(maxlen=1024)
 
 
 # ---- step supervisor -> agent (notifications, key "event") -----------------------------------
