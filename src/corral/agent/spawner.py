@@ -18,6 +18,7 @@ from typing import NoReturn
 def _serve(sock: socket.socket) -> NoReturn:
     from corral.agent import stepd
 
+    stepd.preload()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C on `corral up --foreground` reaches the agent
     while True:

@@ -94,6 +94,9 @@ def _reap_middles() -> None:
             _pending_middles.remove(pid)
 
 
+_ALL_SIGNALS = signal.valid_signals()  # once: building it converts each to an enum
+
+
 def spawn_step(job_dir: str) -> int:
     """Start a detached supervisor for `job_dir/launch.json`; return its pid.
 
@@ -103,7 +106,7 @@ def spawn_step(job_dir: str) -> int:
     job_dir = os.path.abspath(job_dir)
     report_r, report_w = os.pipe()  # non-inheritable (O_CLOEXEC) by Python's default
     # Signals stay blocked across fork so none can run the caller's handlers in the child.
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _ALL_SIGNALS)
     try:
         pid = os.fork()
     except BaseException:
@@ -307,8 +310,21 @@ def _pgid(pid: int) -> int | None:
         return None
 
 
+def _has_no_children() -> bool:
+    """This process has no child at all (live or zombie), hence no descendant: true when
+    the step ended cleanly, and then no scan of every process on the node is needed."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WSTOPPED | os.WCONTINUED | os.WNOHANG
+                  | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return False
+
+
 def _descendants(root_pid: int) -> list[int]:
     """Every live descendant of root_pid, found through the ppid links in /proc."""
+    if root_pid == os.getpid() and _has_no_children():
+        return []
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -365,14 +381,35 @@ def open_job_dir(job_dir: str) -> int:
     return fd
 
 
+_libc_handle: Any = None
+
+
+def _libc() -> Any:
+    """libc through ctypes, loaded once (in the spawner, by preload(): not per job)."""
+    global _libc_handle
+    if _libc_handle is None:
+        import ctypes
+
+        _libc_handle = ctypes.CDLL(None, use_errno=True)
+    return _libc_handle
+
+
+def preload() -> None:
+    """Import and load now what every supervisor needs, so that the supervisors forked
+    from this process (the spawner) inherit it instead of loading it once per job."""
+    import resource  # noqa: F401  (launch.apply_rlimits)
+
+    try:
+        _libc()
+    except OSError:
+        pass
+
+
 def _set_child_subreaper() -> bool:
     """Orphaned job processes are reparented to us (not init): no process can leave the
     step by double-forking, and we reap them."""
     try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+        return bool(_libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError, ImportError):
         return False
 
@@ -381,9 +418,7 @@ def _set_not_dumpable() -> None:
     """After a switch from root to a user: that user may not ptrace this process (and take
     our descriptors) before its exec, whatever fs.suid_dumpable says.  exec resets it."""
     try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     except (OSError, AttributeError, ImportError):
         pass
 

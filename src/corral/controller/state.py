@@ -18,6 +18,8 @@ dirty, and made durable by the group-commit writer before the caller answers the
 
 from __future__ import annotations
 
+from typing import Any
+
 from corral.controller.agents import AgentLinks
 from corral.controller.base import Clock, Identity, group_name, user_name
 from corral.controller.cluster import NOT_RESPONDING_REASON
@@ -50,6 +52,7 @@ class Controller(AgentLinks):
                  home: str = "", clock: Clock | None = None) -> None:
         super().__init__(config, store, config_path=config_path, home=home, clock=clock)
         self._idle_views: dict[str, list[NodeView]] = {}  # per partition, for feasibility checks
+        self._fits_cache: dict[str, tuple[list[NodeView], dict[tuple[Any, ...], bool]]] = {}
         self.silent_nodes: set[str] = set()
         self._usage_spans = []
         self.table.subscribe(self.usage_on_event)  # fairshare: charge a job as it ends

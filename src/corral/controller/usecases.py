@@ -6,6 +6,7 @@ A refused request raises `SlurmError` with Slurm's errno and message and changes
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from typing import Any
@@ -61,7 +62,7 @@ from corral.sched.limits_check import (
     resolve_submit,
 )
 from corral.sched.select import fits_ever
-from corral.sched.snapshot import NodeView
+from corral.sched.snapshot import NodeView, PendingView
 from corral.store.base import JobPayload
 
 log = logging.getLogger("corral.controller")
@@ -96,8 +97,16 @@ def user_groups(user: str, gid: int) -> set[str]:
     return {group_name(g) for g in gids}
 
 
+# A job's request as node selection sees it: every field of its view but these
+_SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(PendingView)
+                      if f.name not in ("job_id", "priority", "submit_time", "partition"))
+
+
 class UseCases(Scheduling):
     _idle_views: dict[str, list[NodeView]]
+    # per partition: the idle views the answers were computed on, and fits_ever's answer per
+    # job shape (a flood of identical submissions runs node selection once, not per job)
+    _fits_cache: dict[str, tuple[list[NodeView], dict[tuple[Any, ...], bool]]]
 
     def check_partition_access(self, who: Identity, part: Partition, account: str,
                                qos: str) -> None:
@@ -401,7 +410,18 @@ class UseCases(Scheduling):
             views = self._idle_views[part.name] = [_idle_view(n) for n in nodes]
         pv = view_of(job)
         pv.partition = part.name
-        if not fits_ever(pv, views, self.def_mem_per_cpu):
+        cached = self._fits_cache.get(part.name)
+        if cached is None or cached[0] is not views:  # the node set or a node changed
+            cached = self._fits_cache[part.name] = (views, {})
+        # everything of the view but the job's identity, priority and submit time
+        shape = (*(getattr(pv, f) for f in _SHAPE_FIELDS), self.def_mem_per_cpu)
+        fits = cached[1].get(shape)
+        if fits is None:
+            fits = fits_ever(pv, views, self.def_mem_per_cpu)
+            if len(cached[1]) >= 4096:  # bounded: many distinct shapes only cost the work
+                cached[1].clear()
+            cached[1][shape] = fits
+        if not fits:
             raise SlurmError("Requested node configuration is not available",
                              ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
 

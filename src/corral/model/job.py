@@ -41,7 +41,7 @@ class JobState(StrEnum):
     @property
     def active(self) -> bool:
         """Holds resources on nodes."""
-        return self in (JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING)
+        return self in ACTIVE_STATES
 
 
 STATE_CODES: dict[JobState, str] = {
@@ -67,6 +67,8 @@ FINISHED_STATES = frozenset({
     JobState.NODE_FAIL, JobState.PREEMPTED, JobState.OUT_OF_MEMORY, JobState.BOOT_FAIL,
     JobState.DEADLINE,
 })
+# hold resources on nodes (a set: `active` is asked for every job of every pass)
+ACTIVE_STATES = frozenset({JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING})
 
 
 def parse_state(text: str) -> JobState:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
 
-from corral.model.job import FINISHED_STATES, JobState
+from corral.model.job import ACTIVE_STATES, FINISHED_STATES, JobState
 
 SATISFIED = "satisfied"
 WAITING = "waiting"
@@ -355,23 +355,52 @@ class GoneJobs:
 
 class DepIndex:
     """Every job the dependencies of one pass may name, indexed once: O(1) lookups instead
-    of a scan of all jobs per dependency."""
+    of a scan of all jobs per dependency.  Built on first use: a pass in which no pending
+    job has a dependency (the common case) does not walk every job for nothing."""
 
     def __init__(self, jobs: Iterable[DepJob], gone: GoneJobs | None = None) -> None:
         self.gone = gone
-        self.by_id: dict[int, DepJob] = {}
-        self.by_array: dict[int, list[DepJob]] = {}
-        self.active: set[tuple[int, str]] = set()  # (uid, name) of running/suspended jobs
-        self.pending: dict[tuple[int, str], list[DepJob]] = {}
+        self._jobs: Iterable[DepJob] | None = jobs
+        self._by_id: dict[int, DepJob] = {}
+        self._by_array: dict[int, list[DepJob]] = {}
+        self._active: set[tuple[int, str]] = set()  # (uid, name) of running/suspended jobs
+        self._pending: dict[tuple[int, str], list[DepJob]] = {}
+
+    def _build(self) -> None:
+        jobs, self._jobs = self._jobs, None
+        if jobs is None:
+            return
+        by_id, by_array, active, pending = self._by_id, self._by_array, self._active, self._pending
+        running, waiting = ACTIVE_STATES, JobState.PENDING
         for j in jobs:
-            self.by_id[j.job_id] = j
+            by_id[j.job_id] = j
             if j.array_job_id is not None:
-                self.by_array.setdefault(j.array_job_id, []).append(j)
+                by_array.setdefault(j.array_job_id, []).append(j)
             st = j.state
-            if st.active:
-                self.active.add((j.uid, j.name))
-            elif st is JobState.PENDING:
-                self.pending.setdefault((j.uid, j.name), []).append(j)
+            if st in running:
+                active.add((j.uid, j.name))
+            elif st is waiting:
+                pending.setdefault((j.uid, j.name), []).append(j)
+
+    @property
+    def by_id(self) -> dict[int, DepJob]:
+        self._build()
+        return self._by_id
+
+    @property
+    def by_array(self) -> dict[int, list[DepJob]]:
+        self._build()
+        return self._by_array
+
+    @property
+    def active(self) -> set[tuple[int, str]]:
+        self._build()
+        return self._active
+
+    @property
+    def pending(self) -> dict[tuple[int, str], list[DepJob]]:
+        self._build()
+        return self._pending
 
     def lookup(self, job_id: int, task_id: int | None) -> list[tuple[str, int, float | None]]:
         js: list[DepJob] = []
