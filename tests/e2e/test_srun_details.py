@@ -206,3 +206,13 @@ def test_scontrol_notify_reaches_the_allocations_srun(cluster: Cluster) -> None:
             proc.wait()
     assert proc.returncode == 0, err
     assert "srun: disk is full\n" in err, err
+
+
+def test_mincpus_picks_nodes_that_offer_that_many_cpus(cluster: Cluster) -> None:
+    # the test cluster's nodes have 16 CPUs: 16 fits, 17 fits nowhere (Slurm's refusal)
+    assert cluster.ok("srun", "--mincpus=16", "-N1", "echo", "ok") == "ok\n"
+    r = cluster.run("srun", "--mincpus=17", "-N1", "true")
+    assert r.returncode == 1
+    assert r.stderr == ("srun: error: Unable to allocate resources: Requested node "
+                        "configuration is not available\n")
+    assert cluster.ok("salloc", "--mincpus=16", "-N1", "srun", "echo", "in") == "in\n"

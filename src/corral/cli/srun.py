@@ -154,7 +154,7 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
         if key == "quiet":
             req.quiet += 1
             return
-        if key in ALLOC_UNSUPPORTED and key not in ("multi-prog", "no-allocate"):
+        if key in ALLOC_UNSUPPORTED and key not in ("multi-prog", "no-allocate", "mincpus"):
             fail(PROG, f"--{name} is not supported by Corral")
         if key in _FLAGS:
             value: Any = True
