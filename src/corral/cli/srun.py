@@ -1257,6 +1257,7 @@ Parallel run options:
                               before killing job
 
 Constraint options:
+      --mincpus=n             minimum number of logical processors per node
       --mem=MB                minimum amount of real memory
   -w, --nodelist=hosts...     request a specific list of hosts
   -x, --exclude=hosts...      exclude a specific list of hosts
