@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cluster import Cluster
+from tests.e2e.test_users import grant_traverse
 
 pytestmark = pytest.mark.slow
 
@@ -127,25 +128,11 @@ def test_reason_after_end_and_cpu_ids(cluster: Cluster) -> None:
 
 # ---- other users -----------------------------------------------------------------------
 
-def _grant_traverse(path: str) -> list[tuple[str, int]]:
-    changed = []
-    d = os.path.dirname(os.path.realpath(path))
-    while True:
-        mode = os.stat(d).st_mode & 0o7777
-        if not mode & 0o001:
-            os.chmod(d, mode | 0o001)
-            changed.append((d, mode))
-        if d == "/":
-            break
-        d = os.path.dirname(d)
-    return changed
-
-
 @pytest.fixture(scope="module")
 def users() -> Iterator[dict[str, pwd.struct_passwd]]:
     if os.geteuid() != 0 or shutil.which("useradd") is None:
         pytest.skip("needs root and useradd to create test users")
-    restore = _grant_traverse(os.path.realpath(sys.executable))
+    restore = grant_traverse(os.path.realpath(sys.executable))
     made_group = False
     try:
         grp.getgrnam(GROUP)

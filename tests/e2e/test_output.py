@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cluster import Cluster
+from tests.e2e.test_users import grant_traverse
 
 pytestmark = pytest.mark.slow
 
@@ -209,26 +210,11 @@ OTHER = "corral-clout-u"  # a user this test creates, and removes
 _granted: list[tuple[str, int]] = []  # directories made traversable, with their old modes
 
 
-def _grant_traverse(path: str) -> list[tuple[str, int]]:
-    """o+x on the ancestors of `path` (the interpreter may live under root's 0700 home, and
-    the test user must run it); returns what to restore."""
-    changed = []
-    d = os.path.dirname(os.path.realpath(path))
-    while True:
-        mode = os.stat(d).st_mode & 0o7777
-        if not mode & 0o001:
-            os.chmod(d, mode | 0o001)
-            changed.append((d, mode))
-        if d == "/":
-            return changed
-        d = os.path.dirname(d)
-
-
 @pytest.fixture(scope="module")
 def other_user() -> Iterator[pwd.struct_passwd]:
     if os.geteuid() != 0 or shutil.which("useradd") is None:
         pytest.skip("needs root and useradd to create a test user")
-    _granted[:] = _grant_traverse(sys.executable)
+    _granted[:] = grant_traverse(sys.executable)
     made = False
     try:
         pwd.getpwnam(OTHER)
@@ -250,7 +236,7 @@ def other_user() -> Iterator[pwd.struct_passwd]:
 def _as(c: Cluster, user: pwd.struct_passwd, *args: str) -> subprocess.CompletedProcess[str]:
     # Other tests running at the same time may restore the interpreter's 0700 ancestors
     # when they end: grant traversal again right before each command (restored at the end).
-    _granted.extend(_grant_traverse(sys.executable))
+    _granted.extend(grant_traverse(sys.executable))
     env = dict(c.env, HOME="/", USER=user.pw_name, LOGNAME=user.pw_name)
     return subprocess.run(list(args), capture_output=True, text=True, timeout=30, env=env,
                           cwd="/", user=user.pw_uid, group=user.pw_gid, extra_groups=[])

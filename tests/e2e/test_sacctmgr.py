@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cluster import Cluster
+from tests.e2e.test_users import grant_traverse
 
 pytestmark = pytest.mark.slow
 
@@ -140,16 +141,7 @@ def test_changes_survive_a_controller_sigkill(c: Cluster) -> None:
 def others_may_run_python() -> Iterator[None]:
     """o+x on the interpreter's directories (it may live under root's 0700 home), undone
     afterwards (as tests/e2e/test_users.py does)."""
-    changed = []
-    d = os.path.dirname(os.path.realpath(sys.executable))
-    while True:
-        mode = os.stat(d).st_mode & 0o7777
-        if not mode & 0o001:
-            os.chmod(d, mode | 0o001)
-            changed.append((d, mode))
-        if d == "/":
-            break
-        d = os.path.dirname(d)
+    changed = grant_traverse(sys.executable)
     try:
         yield
     finally:

@@ -23,6 +23,7 @@ import pytest
 
 from corral import paths
 from tests.e2e.cluster import Cluster
+from tests.e2e.test_users import grant_traverse
 
 pytestmark = pytest.mark.slow
 
@@ -166,25 +167,11 @@ def test_malformed_task_messages_from_an_agent_do_not_break_its_link(cluster: Cl
 
 # ---- the program, looked up with the user's rights ------------------------------------------
 
-def _grant_traverse(path: str) -> list[tuple[str, int]]:
-    changed = []
-    d = os.path.dirname(os.path.realpath(path))
-    while True:
-        mode = os.stat(d).st_mode & 0o7777
-        if not mode & 0o001:
-            os.chmod(d, mode | 0o001)
-            changed.append((d, mode))
-        if d == "/":
-            break
-        d = os.path.dirname(d)
-    return changed
-
-
 @pytest.fixture(scope="module")
 def user_cluster() -> Iterator[tuple[Cluster, pwd.struct_passwd]]:
     if os.geteuid() != 0 or shutil.which("useradd") is None:
         pytest.skip("needs root and useradd")
-    restore = _grant_traverse(os.path.realpath(sys.executable))
+    restore = grant_traverse(os.path.realpath(sys.executable))
     made = False
     try:
         pwd.getpwnam(USER)

@@ -24,7 +24,7 @@ pytestmark = [
 USERS = ("corral-alice", "corral-bob")
 
 
-def _grant_traverse(path: str) -> list[tuple[str, int]]:
+def grant_traverse(path: str) -> list[tuple[str, int]]:
     """Let other users reach `path` (o+x on its ancestors); returns what to restore.
 
     The interpreter may live under root's 0700 home (pyenv); the test users must run it.
@@ -44,7 +44,7 @@ def _grant_traverse(path: str) -> list[tuple[str, int]]:
 
 @pytest.fixture(scope="module")
 def users() -> Iterator[dict[str, pwd.struct_passwd]]:
-    restore = _grant_traverse(os.path.realpath(sys.executable))
+    restore = grant_traverse(os.path.realpath(sys.executable))
     made = []
     for name in USERS:
         try:

@@ -296,6 +296,8 @@ def test_session_output_queue_pauses_resumes_and_is_capped(monkeypatch: Any) -> 
     monkeypatch.setattr(steps, "OUTPUT_HIGH", 100)
     monkeypatch.setattr(steps, "OUTPUT_LOW", 40)
     monkeypatch.setattr(steps, "OUTPUT_HARD", 300)
+    monkeypatch.setattr(steps, "OUTPUT_WINDOW", 0)  # no agent windows in transit here
+    monkeypatch.setattr(steps, "OUTPUT_CREDIT", 1 << 30)
     flows: list[bool] = []
 
     async def body() -> None:
@@ -315,6 +317,57 @@ def test_session_output_queue_pauses_resumes_and_is_capped(monkeypatch: Any) -> 
         assert flows == [True]  # 60 queued: not yet below 40
         s.sent(s.queue.get_nowait())
         assert flows == [True, False] and s.queued == 0
+
+    asyncio.run(body())
+
+
+def test_session_credits_the_agents_window_as_it_passes_output_on(monkeypatch: Any) -> None:
+    """The agents stop after a window of uncredited output; the session credits every half
+    window it passes on to its client (a resume), so a reading client never stalls."""
+    from corral.controller import steps
+
+    monkeypatch.setattr(steps, "OUTPUT_CREDIT", 100)
+    flows: list[bool] = []
+
+    async def body() -> None:
+        s = steps.Session()
+        s.flow = lambda step, pause: flows.append(pause)
+        s.step = _live_step([])
+        chunk = m.Output(task=0, data="A" * 60)
+        for _ in range(4):
+            s.send(chunk)
+        s.sent(s.queue.get_nowait())
+        assert flows == []  # 60 passed on
+        s.sent(s.queue.get_nowait())
+        assert flows == [False] and s.delivered == 0  # 120: a credit
+        s.sent(s.queue.get_nowait())
+        s.sent(s.queue.get_nowait())
+        assert flows == [False, False]
+
+    asyncio.run(body())
+
+
+def test_agent_pauses_itself_after_a_window_and_a_credit_resumes_it() -> None:
+    """agent/tasks.py: past OUTPUT_WINDOW bytes sent and not credited, the step's pipes are
+    no longer read; the controller's resume is the credit."""
+    from corral.agent import tasks
+
+    sent: list[dict[str, Any]] = []
+
+    async def body() -> None:
+        tm = tasks.TaskManager(sent.append)
+        step = tasks._Step(job_id=1, step_id=0, kill_wait=1.0, done=asyncio.Event())
+        task = tasks._Task(task_id=0, local_id=0)
+        tm._steps[(1, 0)] = step
+        chunk = b"x" * (1 << 20)
+        for _ in range(64):  # bounded: a window is a few of these chunks
+            if step.paused:
+                break
+            tm._send_output(step, task, "stdout", chunk)
+        assert step.paused and step.unacked >= tasks.OUTPUT_WINDOW
+        assert len(sent) == -(-tasks.OUTPUT_WINDOW // len(tasks._b64(chunk)))
+        tm.flow(1, 0, False)
+        assert not step.paused and step.unacked == 0
 
     asyncio.run(body())
 

@@ -55,6 +55,9 @@ from corral.model import messages as m
 
 log = logging.getLogger("corral.agent.tasks")
 
+# Output a step may have in transit to the controller before it credits some (base64 bytes;
+# the controller credits every half window it passes on: controller/steps.py).
+OUTPUT_WINDOW = 4 << 20
 READ_SIZE = 65536
 STDIN_BUFFER_LIMIT = 8 * 1024 * 1024  # per task: srun's input beyond this is dropped
 DRAIN_GRACE = 1.0  # after a step's processes ended: how long output pipes may stay open
@@ -215,6 +218,7 @@ class _Step:
     group_checked: bool = False
     cpus: list[int] | None = None  # the step's CPUs on this node (None: not bound)
     paused: bool = False  # output flow control: the client is behind, pipes are not read
+    unacked: int = 0  # output bytes sent since the controller last said it took them
     task_prolog: str = ""  # srun --task-prolog / --task-epilog: run as the user per task
     task_epilog: str = ""
     ident: _Identity | None = None
@@ -440,7 +444,11 @@ class TaskManager:
         read, so its tasks block on write once a pipe is full instead of the output piling
         up in the agent or the controller; resuming reads them again."""
         step = self._steps.get((job_id, step_id))
-        if step is None or step.paused == pause:
+        if step is None:
+            return
+        if not pause:
+            step.unacked = 0  # a resume is also the controller's credit for what it took
+        if step.paused == pause:
             return
         step.paused = pause
         loop = asyncio.get_running_loop()
@@ -748,8 +756,15 @@ class TaskManager:
 
     # ---- output ------------------------------------------------------------------
     def _send_output(self, step: _Step, task: _Task, stream: str, data: bytes) -> None:
+        encoded = _b64(data)
         self.send(m.TaskOutput(job_id=step.job_id, step_id=step.step_id, task_id=task.task_id,
-                               stream=stream, data=_b64(data)).to_dict())
+                               stream=stream, data=encoded).to_dict())
+        # A window: past OUTPUT_WINDOW bytes the controller has not credited, stop reading,
+        # so a slow client's output waits in the task's pipe, not in transit (the controller
+        # asking for a pause comes too late when this machine is busy).
+        step.unacked += len(encoded)
+        if step.unacked >= OUTPUT_WINDOW and not step.paused:
+            self.flow(step.job_id, step.step_id, True)
 
     def _on_output(self, step: _Step, task: _Task, fd: int) -> None:
         try:

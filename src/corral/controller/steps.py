@@ -45,6 +45,10 @@ log = logging.getLogger("corral.controller")
 OUTPUT_HIGH = 1 << 20  # queued output bytes of one client: ask its step's agents to pause
 OUTPUT_LOW = 256 << 10  # ... and to resume once the queue is this small again
 OUTPUT_HARD = 16 << 20  # beyond this (an agent that does not pause), output is dropped
+# Each agent stops reading a step's output after this many bytes not yet credited
+# (agent/tasks.py OUTPUT_WINDOW); the client's session credits every half window it passes on.
+OUTPUT_WINDOW = 4 << 20
+OUTPUT_CREDIT = OUTPUT_WINDOW // 2
 NO_ALLOC_JOB_ID = 4294967294  # srun -Z steps: no job (Slurm's NO_VAL job id)
 
 
@@ -60,12 +64,16 @@ class Session:
         self.queued = 0  # bytes of output in the queue
         self.paused = False  # the step's agents were asked to stop reading its output
         self.dropped = 0
+        self.delivered = 0  # output bytes passed on since the agents' last credit
         self.flow: Any = None  # Callable[[LiveStep, bool], None]: pause/resume the agents
 
     def send(self, msg: m.Message) -> None:
         if isinstance(msg, m.Output):
             size = len(msg.data)
-            if self.queued + size > OUTPUT_HARD:
+            hard = OUTPUT_HARD
+            if self.step is not None:  # every agent of the step may have a window in transit
+                hard += 2 * OUTPUT_WINDOW * len(self.step.nodes)
+            if self.queued + size > hard:
                 if not self.dropped:
                     log.warning("step output for a client that does not read it passed %d "
                                 "bytes: dropping output", OUTPUT_HARD)
@@ -81,9 +89,14 @@ class Session:
         """`msg` left the queue (written to the client)."""
         if isinstance(msg, m.Output):
             self.queued -= len(msg.data)
+            self.delivered += len(msg.data)
             if self.paused and self.queued < OUTPUT_LOW and self.step is not None:
                 self.paused = False
+                self.delivered = 0
                 self.flow(self.step, False)
+            elif not self.paused and self.delivered >= OUTPUT_CREDIT and self.step is not None:
+                self.delivered = 0
+                self.flow(self.step, False)  # a credit: the agents may send another window
 
 
 Send = Any  # Callable[[m.Message], None]
