@@ -9,14 +9,14 @@ import logging
 
 from corral.controller.base import ControllerBase
 from corral.model.job import FINISHED_STATES, Job, JobState, NodeAlloc, Reason, Step
+from corral.model.messages import JOB_END_STATES
 from corral.sched import deps as sched_deps
 
 log = logging.getLogger("corral.controller")
 
-# what an agent may report a batch step ended as
+# what an agent may report a batch step ended as, the one list of model/messages
 # (REQUEUED: the step was killed for a requeue the controller asked for)
-AGENT_END_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
-                              "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REQUEUED"})
+AGENT_END_STATES = JOB_END_STATES
 
 
 def end_reason(state: str, exit_code: int, signal: int, note: str | None = None) -> str:
