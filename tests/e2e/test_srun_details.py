@@ -208,6 +208,23 @@ def test_scontrol_notify_reaches_the_allocations_srun(cluster: Cluster) -> None:
     assert "srun: disk is full\n" in err, err
 
 
+def test_scontrol_notify_reaches_salloc(cluster: Cluster) -> None:
+    proc = subprocess.Popen(["salloc", "-N1", "bash", "-c", "echo $SLURM_JOB_ID; sleep 8"],
+                            env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        job = proc.stdout.readline().strip()
+        cluster.ok("scontrol", "notify", job, "back", "in", "5 minutes")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "salloc: back in 5 minutes\n" in err, err
+
+
 def test_mincpus_picks_nodes_that_offer_that_many_cpus(cluster: Cluster) -> None:
     # the test cluster's nodes have 16 CPUs: 16 fits, 17 fits nowhere (Slurm's refusal)
     assert cluster.ok("srun", "--mincpus=16", "-N1", "echo", "ok") == "ok\n"

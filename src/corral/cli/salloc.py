@@ -307,6 +307,12 @@ class Salloc:
                 for msg in msgs:
                     if isinstance(msg, dict) and msg.get("type") == "ended":
                         self._revoke(str(msg.get("state") or ""))
+                    elif isinstance(msg, dict) and msg.get("type") == "user_msg":
+                        # `scontrol notify` (Slurm: info("%s", msg)), control characters shown
+                        text = "".join(c if c.isprintable() else repr(c)[1:-1]
+                                       for c in str(msg.get("message") or ""))
+                        sys.stderr.write(f"salloc: {text}\n")
+                        sys.stderr.flush()
         if self.interactive:
             self._take_terminal_back()
         if os.WIFEXITED(status):
