@@ -190,9 +190,10 @@ def test_srun_rides_out_a_controller_restart(cluster: Cluster) -> None:
     assert "Slurm controller not responding, sleeping and retrying." in err
 
 
-def test_scontrol_notify_reaches_the_allocations_srun(cluster: Cluster) -> None:
-    # Slurm's SRUN_USER_MSG: the srun that holds the allocation prints it on its stderr
-    proc = subprocess.Popen(["srun", "-N1", "bash", "-c", "echo $SLURM_JOB_ID; sleep 8"],
+@pytest.mark.parametrize("command", ["srun", "salloc"])
+def test_scontrol_notify_reaches_the_allocating_command(cluster: Cluster, command: str) -> None:
+    # Slurm's SRUN_USER_MSG: the srun or salloc that holds the allocation prints it on stderr
+    proc = subprocess.Popen([command, "-N1", "bash", "-c", "echo $SLURM_JOB_ID; sleep 8"],
                             env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
@@ -205,24 +206,7 @@ def test_scontrol_notify_reaches_the_allocations_srun(cluster: Cluster) -> None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, err
-    assert "srun: disk is full\n" in err, err
-
-
-def test_scontrol_notify_reaches_salloc(cluster: Cluster) -> None:
-    proc = subprocess.Popen(["salloc", "-N1", "bash", "-c", "echo $SLURM_JOB_ID; sleep 8"],
-                            env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        assert proc.stdout is not None
-        job = proc.stdout.readline().strip()
-        cluster.ok("scontrol", "notify", job, "back", "in", "5 minutes")
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, err
-    assert "salloc: back in 5 minutes\n" in err, err
+    assert f"{command}: disk is full\n" in err, err
 
 
 def test_mincpus_picks_nodes_that_offer_that_many_cpus(cluster: Cluster) -> None:
