@@ -39,7 +39,7 @@ def node_view(n: Node) -> NodeView:
     return NodeView(n.name, n.cpus, n.real_memory, n.gpus, n.free_cpus, n.free_mem_mb,
                     n.free_gpu_ids, n.usable, n.weight, tuple(n.partitions),
                     tuple(n.features), n.job_count, n.exclusive_job is not None,
-                    n.gpu_type)
+                    n.gpu_type, n.tmp_disk)
 
 
 def running_view(j: Job, now: float) -> RunningView:

@@ -73,7 +73,7 @@ NOT_AVAILABLE = "Required partition not available (inactive or drain)"
 def _idle_view(n: Node) -> NodeView:
     return NodeView(n.name, n.cpus, n.real_memory, n.gpus, n.cpus, n.real_memory,
                     list(range(n.gpus)), True, n.weight, tuple(n.partitions),
-                    tuple(n.features), 0, False, n.gpu_type)
+                    tuple(n.features), 0, False, n.gpu_type, n.tmp_disk)
 
 
 _ACCESS_ERRORS = {

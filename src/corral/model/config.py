@@ -223,6 +223,7 @@ def _add_nodes(cfg: ClusterConfig, expr: str, a: dict[str, str], lineno: int) ->
             name=name, cpus=cpus, real_memory=_to_int("RealMemory", a.get("RealMemory", "1"), lineno),
             gpus=gpus, gpu_type=gtype, sockets=sockets, cores_per_socket=cores,
             threads_per_core=threads, weight=_to_int("Weight", a.get("Weight", "1"), lineno),
+            tmp_disk=_to_int("TmpDisk", a.get("TmpDisk", "0"), lineno),
             features=list(features),
             addr=addrs[i] if i < len(addrs) else "",
         ))

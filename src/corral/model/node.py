@@ -17,6 +17,7 @@ class Node:
     cores_per_socket: int = 1
     threads_per_core: int = 1
     weight: int = 1
+    tmp_disk: int = 0  # MB of TmpFS (TmpDisk=): what --tmp may ask of this node
     features: list[str] = field(default_factory=list)
     partitions: list[str] = field(default_factory=list)
     addr: str = ""

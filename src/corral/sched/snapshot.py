@@ -34,6 +34,7 @@ class NodeView:
     job_count: int = 0  # jobs running here (an exclusive job needs 0)
     exclusive: bool = False  # held whole by an exclusive job
     gpu_type: str | None = None  # Gres=gpu:TYPE:N
+    tmp_disk: int = 0  # MB (TmpDisk=); not consumed by jobs, a per-node minimum (--tmp)
 
 
 @dataclass(slots=True)
