@@ -175,15 +175,25 @@ LISTEN = web.AppKey("corral_listen", dict)
 GUARD = web.AppKey("corral_connection_guard", ConnectionGuard)  # {"url": ..., "fingerprint": ...} when listening
 
 
+_UNIX_PEER = "corral_unix_peer"
+
+
 def unix_peer(request: web.Request) -> tuple[int, int] | None:
-    """(uid, gid) of a Unix-socket peer; None for any other transport."""
+    """(uid, gid) of a Unix-socket peer; None for any other transport.  Asked several times
+    per request (door, identity, limits): the answer is kept on the request."""
+    try:
+        return request[_UNIX_PEER]
+    except KeyError:
+        pass
     transport = request.transport
     sock = transport.get_extra_info("socket") if transport is not None else None
-    if sock is None or sock.family != socket.AF_UNIX:
-        return None
-    _pid, uid, gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                      _PEERCRED.size))
-    return uid, gid
+    peer: tuple[int, int] | None = None
+    if sock is not None and sock.family == socket.AF_UNIX:
+        _pid, uid, gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                          _PEERCRED.size))
+        peer = (uid, gid)
+    request[_UNIX_PEER] = peer
+    return peer
 
 
 def _remote(request: web.Request) -> str:
