@@ -63,7 +63,8 @@ def test_all_letters_as_slurm_lists_them() -> None:
     # -o %all is the same spec (the whole spec, any case); -O all too
     for argv in (["-o", "%all"], ["-o", "%ALL"], ["-O", "all"]):
         assert show(argv, c) == ALL_HEADER + "\n" + ALL_IDLE + "\n"
-    # "%all" inside a longer spec is %a followed by "ll"
+    # text before it is a prefix of every line; "%all" inside a longer spec is %a then "ll"
+    assert show(["-o", "> %all"], c) == "> " + ALL_HEADER + "\n> " + ALL_IDLE + "\n"
     assert show(["-h", "-o", "%all|"], c) == "upll|\n"
 
 
@@ -114,3 +115,11 @@ def test_min_plus() -> None:
     assert sinfo.min_plus([]) == "0"
     assert sinfo.min_plus([3]) == "3"
     assert sinfo.min_plus([4, 3, 4]) == "3+"
+
+
+def test_partition_root_only_and_max_cpus_per_node() -> None:
+    nodes, parts = cluster(node(1))
+    parts.append(Partition(name="q", nodes=["n1"], root_only=True, max_cpus_per_node=4).to_dict())
+    assert show(["-h", "-o", "%R %r %B"], (nodes, parts)) == "p no UNLIMITED\nq yes 4\n"
+    assert show(["-h", "-O", "Root,MaxCPUsPerNode:10"], (nodes, parts)).split() == [
+        "no", "UNLIMITED", "yes", "4"]

@@ -164,6 +164,12 @@ def _ai(g: Group) -> tuple[int, int, int, int]:
     return cls.count("A"), cls.count("I"), cls.count("O"), len(cls)
 
 
+def _root(g: Group) -> str:
+    if g.part is None:
+        return "n/a"
+    return "yes" if g.part.get("root_only") else "no"
+
+
 def _cpu_aiot(g: Group) -> str:
     a = i = o = t = 0
     for n in g.nodes:
@@ -252,7 +258,8 @@ COLUMNS: dict[str, Column] = {
     "A": _C("NODES(A/I)", lambda g, w: "{}/{}".format(*_ai(g)[:2]), False),
     "b": _C("ACTIVE_FEATURES", lambda g, w: ",".join(_first(g).get("features") or []) or None,
             True),
-    "B": _C("MAX_CPUS_PER_NODE", lambda g, w: "UNLIMITED", False),
+    "B": _C("MAX_CPUS_PER_NODE", lambda g, w: str(_p(g, "max_cpus_per_node") or "UNLIMITED"),
+            False),
     "c": _C("CPUS", lambda g, w: _sizes(g, "cpus"), EXACT),
     "C": _C("CPUS(A/I/O/T)", lambda g, w: _cpu_aiot(g), False),
     "d": _C("TMP_DISK", lambda g, w: _sizes(g, "tmp_disk"), EXACT),
@@ -278,7 +285,7 @@ COLUMNS: dict[str, Column] = {
     "O": _C("CPU_LOAD", lambda g, w: _cpu_load(g), EXACT),
     "p": _C("PRIO_TIER", lambda g, w: str(_p(g, "priority_tier", 1)), False),
     "P": _C("PARTITION", lambda g, w: _part_name(g.part, w) if g.part else "", False),
-    "r": _C("ROOT", lambda g, w: "no", False),
+    "r": _C("ROOT", lambda g, w: _root(g), False),
     "R": _C("PARTITION", lambda g, w: str(_p(g, "name", "")), False),
     "s": _C("JOB_SIZE", lambda g, w: "{}-{}".format(
         max(1, _p(g, "min_nodes", 1) or 1), _p(g, "max_nodes") or "infinite"), False),
@@ -649,9 +656,13 @@ def parse_args(argv: Sequence[str]) -> Options | int:
 
 def prepare(o: Options, nodes: list[Node], parts: list[Part]) -> None:
     """Parse a -o spec now that '#' widths can be computed from the data."""
-    if o.spec is not None and o.spec.lower() == "%all":  # the whole spec, as Slurm checks it
-        o.fmt = all_format()
-        o.spec = None
+    if o.spec is not None:
+        # "%all" is the whole spec after any prefix text, as sinfo/opts.c checks it
+        prefix, sep, rest = o.spec.partition("%")
+        if sep and rest.lower() == "all":
+            o.fmt = all_format()
+            o.fmt.prefix = prefix
+            o.spec = None
     if o.spec is not None:
         o.fmt = parse_percent(_fill_widths(o.spec, parts, nodes), COLUMNS)
         o.spec = None
