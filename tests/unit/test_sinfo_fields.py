@@ -123,3 +123,10 @@ def test_partition_root_only_and_max_cpus_per_node() -> None:
     assert show(["-h", "-o", "%R %r %B"], (nodes, parts)) == "p no UNLIMITED\nq yes 4\n"
     assert show(["-h", "-O", "Root,MaxCPUsPerNode:10"], (nodes, parts)).split() == [
         "no", "UNLIMITED", "yes", "4"]
+
+
+def test_names_22_05_does_not_know(capsys: pytest.CaptureFixture[str]) -> None:
+    # -O Reservation came with Slurm 23.02
+    assert show(["-h", "-O", "Reservation,Port:5"], cluster(node(1))) == "6818 \n"
+    assert capsys.readouterr().err == (
+        "sinfo: error: Invalid job format specification: Reservation\n")

@@ -303,13 +303,13 @@ COLUMNS: dict[str, Column] = {
     "Z": _C("THREADS", lambda g, w: _sizes(g, "threads_per_core", 1), EXACT),
     "z": _C("S:C:T", lambda g, w: _sct(g), EXACT),
 }
-# Fields only -O names (no %-letter); keys are the -O names themselves.
+# Fields only -O names (no %-letter); keys are the -O names themselves.  (Reservation came
+# with Slurm 23.02: 22.05 reports it as an invalid name.)
 COLUMNS.update({
     "gresused": _C("GRES_USED", lambda g, w: _gres_used(_first(g)), True),
     "allocmem": _C("ALLOCMEM", lambda g, w: str(_first(g).get("alloc_mem") or 0), True),
     "statecomplete": _C("STATECOMPLETE", lambda g, w: _state_complete(g), True),
     "comment": _C("COMMENT", lambda g, w: None, False),
-    "reservation": _C("RESERVATION", lambda g, w: None, False),
     "extra": _C("EXTRA", lambda g, w: None, False),
     "port": _C("PORT", lambda g, w: str(SLURMD_PORT) if g.nodes else "0", EXACT),
 })
