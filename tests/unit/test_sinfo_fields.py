@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from corral.cli import sinfo
+from corral.cli import client, sinfo
 from corral.model.node import Node, Partition
 
 # Slurm's %all: lower-case letters end in "|", upper-case ones in " |", the last in " ";
@@ -130,3 +130,19 @@ def test_names_22_05_does_not_know(capsys: pytest.CaptureFixture[str]) -> None:
     assert show(["-h", "-O", "Reservation,Port:5"], cluster(node(1))) == "6818 \n"
     assert capsys.readouterr().err == (
         "sinfo: error: Invalid job format specification: Reservation\n")
+
+
+def test_clusters_name_the_cluster(monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    nodes, parts = cluster(node(1))
+    answers = {"/v1/config": {"cluster_name": "anchor"},
+               "/v1/nodes": {"nodes": nodes, "partitions": parts, "now": 0}}
+    monkeypatch.setattr(client, "get", lambda path, **kw: answers[path])
+    monkeypatch.delenv("SLURM_CLUSTERS", raising=False)
+    assert sinfo.main(["-o", "%V %R"]) == 0
+    assert capsys.readouterr().out == "CLUSTER PARTITION\nN/A p\n"
+    # -M: %V is the cluster; the CLUSTER: line comes only with the header (sinfo.c)
+    assert sinfo.main(["-M", "anchor", "-o", "%V %R"]) == 0
+    assert capsys.readouterr().out == "CLUSTER: anchor\nCLUSTER PARTITION\nanchor p\n"
+    assert sinfo.main(["-M", "all", "-h", "-o", "%V %R"]) == 0
+    assert capsys.readouterr().out == "anchor p\n"

@@ -127,11 +127,12 @@ SLURMD_PORT = 6818
 
 class Group:
     # Plain classes here, not dataclasses: `dataclasses` costs ~10 ms of start time.
-    __slots__ = ("part", "nodes")
+    __slots__ = ("part", "nodes", "cluster")
 
     def __init__(self, part: Part | None, nodes: list[Node]) -> None:
         self.part = part
         self.nodes = nodes
+        self.cluster: str | None = None  # named only when -M asked for clusters
 
 
 EXACT = "exact"
@@ -296,7 +297,7 @@ COLUMNS: dict[str, Column] = {
     "U": _C("USER", lambda g, w: _reason_user(_first(g), True), True),
     "v": _C("VERSION", lambda g, w: "22.05.8" if _first(g).get("registered") else "N/A",
             EXACT),
-    "V": _C("CLUSTER", lambda g, w: "N/A", False),
+    "V": _C("CLUSTER", lambda g, w: g.cluster or "N/A", False),
     "w": _C("WEIGHT", lambda g, w: _sizes(g, "weight", 1), EXACT),
     "X": _C("SOCKETS", lambda g, w: _sizes(g, "sockets", 1), EXACT),
     "Y": _C("CORES", lambda g, w: _sizes(g, "cores_per_socket", 1), EXACT),
@@ -356,7 +357,7 @@ def parse_long_format(text: str) -> Format:
 class Options:
     __slots__ = ("fmt", "letters", "header", "long_listing", "node_oriented", "summarize",
                  "reasons", "partitions", "nodes", "states", "show_hidden", "spec", "clusters",
-                 "clusters_env", "exact")
+                 "clusters_env", "exact", "cluster_name")
 
     def __init__(self, fmt: Format, letters: dict[str, str], header: bool = True,
                  long_listing: bool = False, node_oriented: bool = False,
@@ -379,6 +380,7 @@ class Options:
         self.clusters: str | None = None  # -M/--clusters or SLURM_CLUSTERS
         self.clusters_env = False
         self.exact = False  # -e: sizes, loads, port and version separate lines too
+        self.cluster_name: str | None = None  # the cluster -M reached (%V prints it)
 
 
 def default_format(opts_long: bool, node_oriented: bool, summarize: bool, reasons: bool) -> str:
@@ -512,7 +514,9 @@ def format_sinfo(nodes: list[Node], parts: list[Part], now: float, opts: Options
         return lambda g: value(g, width)
 
     line = renderer(opts.fmt, getter)
-    lines.extend(line(g) for g in _groups(nodes, parts, opts))
+    for g in _groups(nodes, parts, opts):
+        g.cluster = opts.cluster_name
+        lines.append(line(g))
     return "".join(line + "\n" for line in lines)
 
 
@@ -681,7 +685,9 @@ def _main(argv: list[str]) -> int:
         if error:
             sys.stderr.write(error)
             return 1
-        cluster_line = f"CLUSTER: {mine}\n"
+        parsed.cluster_name = mine
+        if parsed.header:  # Slurm names the cluster only above a header
+            cluster_line = f"CLUSTER: {mine}\n"
     answer = client.get("/v1/nodes")
     nodes = answer.get("nodes", [])
     parts = answer.get("partitions", [])
