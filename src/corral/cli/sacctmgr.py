@@ -17,9 +17,9 @@ import os
 import sys
 
 from corral.cli import client
+from corral.cli.common_opts import answer_info_option
 
 PROG = "sacctmgr"
-SLURM_VERSION = "22.05.8"
 
 ENTITY_NAMES = {
     "account": ("account", "accounts", "acct", "accounts"), "association":
@@ -243,11 +243,7 @@ def _main(argv: list[str]) -> int:
             with_assoc = True
         elif a in ("-Q", "--quiet", "-v", "--verbose", "-r", "--readonly"):
             pass
-        elif a in ("-V", "--version"):
-            sys.stdout.write(f"slurm {SLURM_VERSION}\n")
-            return 0
-        elif a in ("-h", "--help", "help"):
-            sys.stdout.write(usage())
+        elif answer_info_option(a, usage(), help_opts=("-h", "--help", "help"), usage_opts=()):
             return 0
         elif a.startswith("-") and len(a) > 1 and not rest:
             # combined short flags: -in, -nP

@@ -102,13 +102,40 @@ def _range(values: list[Any]) -> str:
     return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
+def min_plus(values: list[int]) -> str:
+    """A size over a line's nodes as Slurm prints it: the value, or "min+" when they differ."""
+    if not values:
+        return "0"
+    lo, hi = min(values), max(values)
+    return str(lo) if lo == hi else f"{lo}+"
+
+
+def _sizes(g: Group, key: str, default: int = 0) -> str:
+    return min_plus([int(n.get(key, default) or 0) for n in g.nodes])
+
+
+def _sct(g: Group) -> str:
+    return ":".join(_sizes(g, k, 1) for k in ("sockets", "cores_per_socket",
+                                               "threads_per_core"))
+
+
+# Corral's agents listen on no port (each connects to the controller), and Corral has no
+# NodeName Port= or SlurmdPort= setting: a node prints what Slurm prints for a node
+# without Port= on a cluster with the default SlurmdPort.
+SLURMD_PORT = 6818
+
+
 class Group:
     # Plain classes here, not dataclasses: `dataclasses` costs ~10 ms of start time.
-    __slots__ = ("part", "nodes")
+    __slots__ = ("part", "nodes", "cluster")
 
     def __init__(self, part: Part | None, nodes: list[Node]) -> None:
         self.part = part
         self.nodes = nodes
+        self.cluster: str | None = None  # named only when -M asked for clusters
+
+
+EXACT = "exact"
 
 
 class Column:
@@ -117,10 +144,12 @@ class Column:
     __slots__ = ("header", "value", "per_node")
 
     def __init__(self, header: str, value: Callable[[Group, int], Value],
-                 per_node: bool) -> None:
+                 per_node: bool | str) -> None:
         self.header = header
         self.value = value  # (group, field width) → text
-        self.per_node = per_node  # part of what separates one line from the next
+        # What separates one line from the next (Slurm's _match_node_data): True, always;
+        # EXACT, only with -e (sizes, loads, port, version: otherwise shown as "min+").
+        self.per_node = per_node
 
 
 def _first(g: Group) -> Node:
@@ -134,6 +163,12 @@ def _p(g: Group, key: str, default: Any = None) -> Any:
 def _ai(g: Group) -> tuple[int, int, int, int]:
     cls = [_node_class(n) for n in g.nodes]
     return cls.count("A"), cls.count("I"), cls.count("O"), len(cls)
+
+
+def _root(g: Group) -> str:
+    if g.part is None:
+        return "n/a"
+    return "yes" if g.part.get("root_only") else "no"
 
 
 def _cpu_aiot(g: Group) -> str:
@@ -224,12 +259,13 @@ COLUMNS: dict[str, Column] = {
     "A": _C("NODES(A/I)", lambda g, w: "{}/{}".format(*_ai(g)[:2]), False),
     "b": _C("ACTIVE_FEATURES", lambda g, w: ",".join(_first(g).get("features") or []) or None,
             True),
-    "B": _C("MAX_CPUS_PER_NODE", lambda g, w: "UNLIMITED", False),
-    "c": _C("CPUS", lambda g, w: str(_first(g).get("cpus", 0)), True),
+    "B": _C("MAX_CPUS_PER_NODE", lambda g, w: str(_p(g, "max_cpus_per_node") or "UNLIMITED"),
+            False),
+    "c": _C("CPUS", lambda g, w: _sizes(g, "cpus"), EXACT),
     "C": _C("CPUS(A/I/O/T)", lambda g, w: _cpu_aiot(g), False),
-    "d": _C("TMP_DISK", lambda g, w: "0", True),
+    "d": _C("TMP_DISK", lambda g, w: _sizes(g, "tmp_disk"), EXACT),
     "D": _C("NODES", lambda g, w: str(len(g.nodes)), False),
-    "e": _C("FREE_MEM", lambda g, w: _free_mem(g), False),
+    "e": _C("FREE_MEM", lambda g, w: _free_mem(g), EXACT),
     "E": _C("REASON", lambda g, w: _first(g).get("reason") or "none", True),
     "f": _C("AVAIL_FEATURES", lambda g, w: ",".join(_first(g).get("features") or []) or None,
             True),
@@ -242,15 +278,15 @@ COLUMNS: dict[str, Column] = {
     "I": _C("PRIO_JOB_FACTOR", lambda g, w: str(_p(g, "priority_job_factor", 1)), False),
     "l": _C("TIMELIMIT", lambda g, w: _timelimit(_p(g, "max_time", -1)), False),
     "L": _C("DEFAULTTIME", lambda g, w: _timelimit(_p(g, "default_time")), False),
-    "m": _C("MEMORY", lambda g, w: str(_first(g).get("real_memory", 0)), True),
+    "m": _C("MEMORY", lambda g, w: _sizes(g, "real_memory"), EXACT),
     "M": _C("PREEMPT_MODE", lambda g, w: "OFF", False),
-    "n": _C("HOSTNAMES", lambda g, w: _names(g, "hostname"), False),
+    "n": _C("HOSTNAMES", lambda g, w: _names(g, "hostname"), True),
     "N": _C("NODELIST", lambda g, w: compress([n["name"] for n in g.nodes]), False),
-    "o": _C("NODE_ADDR", lambda g, w: _names(g, "addr"), False),
-    "O": _C("CPU_LOAD", lambda g, w: _cpu_load(g), False),
+    "o": _C("NODE_ADDR", lambda g, w: _names(g, "addr"), True),
+    "O": _C("CPU_LOAD", lambda g, w: _cpu_load(g), EXACT),
     "p": _C("PRIO_TIER", lambda g, w: str(_p(g, "priority_tier", 1)), False),
     "P": _C("PARTITION", lambda g, w: _part_name(g.part, w) if g.part else "", False),
-    "r": _C("ROOT", lambda g, w: "no", False),
+    "r": _C("ROOT", lambda g, w: _root(g), False),
     "R": _C("PARTITION", lambda g, w: str(_p(g, "name", "")), False),
     "s": _C("JOB_SIZE", lambda g, w: "{}-{}".format(
         max(1, _p(g, "min_nodes", 1) or 1), _p(g, "max_nodes") or "infinite"), False),
@@ -259,24 +295,24 @@ COLUMNS: dict[str, Column] = {
     "T": _C("STATE", lambda g, w: _state_text(g, True), True),
     "u": _C("USER", lambda g, w: _reason_user(_first(g), False), True),
     "U": _C("USER", lambda g, w: _reason_user(_first(g), True), True),
-    "v": _C("VERSION", lambda g, w: "22.05.8" if _first(g).get("registered") else "N/A", True),
-    "V": _C("CLUSTER", lambda g, w: "N/A", False),
-    "w": _C("WEIGHT", lambda g, w: str(_first(g).get("weight", 1)), True),
-    "X": _C("SOCKETS", lambda g, w: str(_first(g).get("sockets", 1)), True),
-    "Y": _C("CORES", lambda g, w: str(_first(g).get("cores_per_socket", 1)), True),
-    "Z": _C("THREADS", lambda g, w: str(_first(g).get("threads_per_core", 1)), True),
-    "z": _C("S:C:T", lambda g, w: "{}:{}:{}".format(
-        _first(g).get("sockets", 1), _first(g).get("cores_per_socket", 1),
-        _first(g).get("threads_per_core", 1)), True),
+    "v": _C("VERSION", lambda g, w: "22.05.8" if _first(g).get("registered") else "N/A",
+            EXACT),
+    "V": _C("CLUSTER", lambda g, w: g.cluster or "N/A", False),
+    "w": _C("WEIGHT", lambda g, w: _sizes(g, "weight", 1), EXACT),
+    "X": _C("SOCKETS", lambda g, w: _sizes(g, "sockets", 1), EXACT),
+    "Y": _C("CORES", lambda g, w: _sizes(g, "cores_per_socket", 1), EXACT),
+    "Z": _C("THREADS", lambda g, w: _sizes(g, "threads_per_core", 1), EXACT),
+    "z": _C("S:C:T", lambda g, w: _sct(g), EXACT),
 }
-# Fields only -O names (no %-letter); keys are the -O names themselves.
+# Fields only -O names (no %-letter); keys are the -O names themselves.  (Reservation came
+# with Slurm 23.02: 22.05 reports it as an invalid name.)
 COLUMNS.update({
     "gresused": _C("GRES_USED", lambda g, w: _gres_used(_first(g)), True),
     "allocmem": _C("ALLOCMEM", lambda g, w: str(_first(g).get("alloc_mem") or 0), True),
     "statecomplete": _C("STATECOMPLETE", lambda g, w: _state_complete(g), True),
     "comment": _C("COMMENT", lambda g, w: None, False),
-    "reservation": _C("RESERVATION", lambda g, w: None, False),
     "extra": _C("EXTRA", lambda g, w: None, False),
+    "port": _C("PORT", lambda g, w: str(SLURMD_PORT) if g.nodes else "0", EXACT),
 })
 
 LONG_FIELDS: dict[str, str] = {
@@ -292,14 +328,36 @@ LONG_FIELDS: dict[str, str] = {
 }
 LONG_FIELDS.update({name: name for name in COLUMNS if len(name) > 1})
 LONG_FIELDS["share"] = "h"  # Slurm's older name of oversubscribe
-# Slurm -O names Corral does not print (it refuses them rather than print something wrong).
-UNSUPPORTED_LONG = {"all", "port"}
+
+
+def all_format() -> Format:
+    """Slurm's "%all" (`-o %all`, `-O All`): every letter, lower case ones followed by "|",
+    upper case ones by " |" (the last by " "), whole; letters sinfo does not know are left
+    out with their separators (sinfo/opts.c builds the same spec and skips them)."""
+    spec = ("%a" + "".join(f"|%{c}" for c in "bcdefghijklmnopqrstuvwxyz")
+            + "".join(f"|%{c} " for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"))
+    fmt = parse_percent(spec, COLUMNS)
+    return Format("", [f for f in fmt.fields if f.literal is None], [])
+
+
+def parse_long_format(text: str) -> Format:
+    """A -O spec: Slurm's names, "All" standing for every %-letter (see all_format)."""
+    fields: list[Field] = []
+    invalid: list[str] = []
+    for item in text.split(","):
+        if item.partition(":")[0].strip().lower() == "all":
+            fields.extend(all_format().fields)
+            continue
+        fmt = parse_long(item, LONG_FIELDS)
+        fields.extend(fmt.fields)
+        invalid.extend(fmt.invalid)
+    return Format("", fields, invalid)
 
 
 class Options:
     __slots__ = ("fmt", "letters", "header", "long_listing", "node_oriented", "summarize",
                  "reasons", "partitions", "nodes", "states", "show_hidden", "spec", "clusters",
-                 "clusters_env")
+                 "clusters_env", "exact", "cluster_name")
 
     def __init__(self, fmt: Format, letters: dict[str, str], header: bool = True,
                  long_listing: bool = False, node_oriented: bool = False,
@@ -321,6 +379,8 @@ class Options:
         self.spec = spec  # a %-spec still to parse once '#' widths are known
         self.clusters: str | None = None  # -M/--clusters or SLURM_CLUSTERS
         self.clusters_env = False
+        self.exact = False  # -e: sizes, loads, port and version separate lines too
+        self.cluster_name: str | None = None  # the cluster -M reached (%V prints it)
 
 
 def default_format(opts_long: bool, node_oriented: bool, summarize: bool, reasons: bool) -> str:
@@ -379,7 +439,8 @@ def _part_node_names(p: Part) -> list[str]:
 def _groups(nodes: list[Node], parts: list[Part], opts: Options) -> list[Group]:
     by_name = {n["name"]: n for n in nodes}
     keys = [opts.letters.get(f.key, f.key) for f in opts.fmt.fields if f.literal is None]
-    per_node = [k for k in keys if COLUMNS[k].per_node]
+    per_node = [k for k in keys if COLUMNS[k].per_node is True
+                or (opts.exact and COLUMNS[k].per_node == EXACT)]
     wanted_nodes = set(opts.nodes) if opts.nodes is not None else None
     groups: list[Group] = []
     node_lines: list[tuple[str, int, Group]] = []
@@ -436,7 +497,7 @@ def _natural(name: str) -> tuple[Any, ...]:
 def format_sinfo(nodes: list[Node], parts: list[Part], now: float, opts: Options) -> str:
     """The whole sinfo output for these node and partition records."""
     lines: list[str] = []
-    if opts.long_listing:
+    if opts.long_listing and opts.header:  # -h drops the date line too (sinfo.c)
         lines.append(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)))
 
     def letter(f: Field) -> str:
@@ -453,7 +514,9 @@ def format_sinfo(nodes: list[Node], parts: list[Part], now: float, opts: Options
         return lambda g: value(g, width)
 
     line = renderer(opts.fmt, getter)
-    lines.extend(line(g) for g in _groups(nodes, parts, opts))
+    for g in _groups(nodes, parts, opts):
+        g.cluster = opts.cluster_name
+        lines.append(line(g))
     return "".join(line + "\n" for line in lines)
 
 
@@ -547,6 +610,8 @@ def parse_args(argv: Sequence[str]) -> Options | int:
             o.reasons = True
         elif opt in ("-a", "--all"):
             o.show_hidden = True
+        elif opt in ("-e", "--exact"):
+            o.exact = True
         elif opt in ("-o", "--format"):
             fmt_text = val
         elif opt in ("-O", "--Format"):
@@ -580,14 +645,11 @@ def parse_args(argv: Sequence[str]) -> Options | int:
         elif opt in ("-T", "--reservation", "--json", "--yaml"):
             sys.stderr.write(f"sinfo: error: {opt} is not supported by Corral\n")
             return 1
-        # -e, -v, -S, --hide, --local, --federation, -M: accepted, nothing to change here.
+        # -v, -S, --hide, --local, --federation, -M: accepted, nothing to change here.
     if long_text is not None:
-        o.fmt = parse_long(long_text, LONG_FIELDS)
+        o.fmt = parse_long_format(long_text)
         o.letters = dict(LONG_FIELDS)
         for name in o.fmt.invalid:
-            if name.strip().lower() in UNSUPPORTED_LONG:
-                sys.stderr.write(f"sinfo: error: -O {name} is not supported by Corral\n")
-                return 1
             # Slurm's own wording for -O (its -o error says "node")
             sys.stderr.write(f"sinfo: error: Invalid job format specification: {name}\n")
     else:
@@ -598,6 +660,13 @@ def parse_args(argv: Sequence[str]) -> Options | int:
 
 def prepare(o: Options, nodes: list[Node], parts: list[Part]) -> None:
     """Parse a -o spec now that '#' widths can be computed from the data."""
+    if o.spec is not None:
+        # "%all" is the whole spec after any prefix text, as sinfo/opts.c checks it
+        prefix, sep, rest = o.spec.partition("%")
+        if sep and rest.lower() == "all":
+            o.fmt = all_format()
+            o.fmt.prefix = prefix
+            o.spec = None
     if o.spec is not None:
         o.fmt = parse_percent(_fill_widths(o.spec, parts, nodes), COLUMNS)
         o.spec = None
@@ -616,7 +685,9 @@ def _main(argv: list[str]) -> int:
         if error:
             sys.stderr.write(error)
             return 1
-        cluster_line = f"CLUSTER: {mine}\n"
+        parsed.cluster_name = mine
+        if parsed.header:  # Slurm names the cluster only above a header
+            cluster_line = f"CLUSTER: {mine}\n"
     answer = client.get("/v1/nodes")
     nodes = answer.get("nodes", [])
     parts = answer.get("partitions", [])

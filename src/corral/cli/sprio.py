@@ -12,6 +12,7 @@ import getopt
 import sys
 
 from corral.cli import client
+from corral.cli.common_opts import answer_info_option
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -193,14 +194,7 @@ def _run(args: list[str]) -> int:
             users = {x for x in v.split(",") if x}
         elif o in ("-w", "--weights"):
             weights_only = True
-        elif o == "--help":
-            sys.stdout.write(HELP)
-            return 0
-        elif o == "--usage":
-            sys.stdout.write(USAGE)
-            return 0
-        elif o in ("-V", "--version"):
-            sys.stdout.write("slurm 22.05.8\n")
+        elif answer_info_option(o, HELP, USAGE):
             return 0
     if rest:
         sys.stderr.write(f"{PROG}: error: Unrecognized option: {rest[0]}\n{USAGE}")

@@ -18,6 +18,7 @@ import sys
 import time
 
 from corral.cli import client
+from corral.cli.common_opts import answer_info_option
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -271,11 +272,7 @@ def _run(args: list[str]) -> int:
     tres, tres_given = ["cpu"], False
     try:
         for o, v in opts:
-            if o in ("-h", "--help", "--usage"):
-                sys.stdout.write(USAGE)
-                return 0
-            if o in ("-V", "--version"):
-                sys.stdout.write("slurm 22.05.8\n")
+            if answer_info_option(o, USAGE, help_opts=("-h", "--help", "--usage"), usage_opts=()):
                 return 0
             if o in ("-n", "--noheader"):
                 header = False

@@ -13,6 +13,7 @@ import os
 import sys
 
 from corral.cli import client
+from corral.cli.common_opts import answer_info_option
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -146,14 +147,7 @@ def _run(args: list[str]) -> int:
             users = {x for x in v.split(",") if x}
         elif o in ("-U", "--Users"):
             users_only = True
-        elif o == "--help":
-            sys.stdout.write(HELP)
-            return 0
-        elif o == "--usage":
-            sys.stdout.write(USAGE)
-            return 0
-        elif o in ("-V", "--version"):
-            sys.stdout.write("slurm 22.05.8\n")
+        elif answer_info_option(o, HELP, USAGE):
             return 0
     data = client.get("/v1/sshare")
     fair_tree = bool(data.get("fair_tree", True))

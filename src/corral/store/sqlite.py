@@ -312,21 +312,10 @@ class SqliteStore:
 
     def query_usage(self, *, cluster: str | None = None, start: float | None = None,
                     end: float | None = None) -> list[UsageRecord]:
-        where: list[str] = []
-        args: list[Any] = []
-        if cluster is not None:
-            where.append("cluster=?")
-            args.append(cluster)
-        if start is not None:
-            where.append("period_start>=?")
-            args.append(start)
-        if end is not None:
-            where.append("period_start<?")
-            args.append(end)
-        sql = "SELECT cluster, assoc_id, period_start, tres_secs, billing_secs FROM usage_hours"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY period_start, assoc_id"
+        where, args = _where(("cluster=?", cluster), ("period_start>=?", start),
+                             ("period_start<?", end))
+        sql = ("SELECT cluster, assoc_id, period_start, tres_secs, billing_secs FROM usage_hours"
+               + where + " ORDER BY period_start, assoc_id")
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()
         return [UsageRecord(r[0], int(r[1]), float(r[2]), json.loads(r[3]), float(r[4]))
@@ -346,25 +335,10 @@ class SqliteStore:
     def query_events(self, *, cluster: str | None = None, start: float | None = None,
                      end: float | None = None, nodes: list[str] | None = None
                      ) -> list[NodeEvent]:
-        where: list[str] = []
-        args: list[Any] = []
-        if cluster is not None:
-            where.append("cluster=?")
-            args.append(cluster)
-        if start is not None:
-            where.append("(end_time IS NULL OR end_time>=?)")
-            args.append(start)
-        if end is not None:
-            where.append("start<?")
-            args.append(end)
-        if nodes is not None:
-            where.append(f"node IN ({','.join('?' * len(nodes))})")
-            args.extend(nodes)
+        where, args = _where(("cluster=?", cluster), ("(end_time IS NULL OR end_time>=?)", start),
+                             ("start<?", end), ("node IN ({})", nodes))
         sql = ("SELECT cluster, node, start, state, reason, reason_uid, end_time "
-               "FROM node_events")
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY start, node"
+               "FROM node_events" + where + " ORDER BY start, node")
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()
         return [NodeEvent(r[0], r[1], float(r[2]), r[3], r[4], r[5],
@@ -373,6 +347,26 @@ class SqliteStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _where(*terms: tuple[str, Any]) -> tuple[str, list[Any]]:
+    """The SQL " WHERE c1 AND c2 ..." (or "") and its arguments, from (condition, value) pairs.
+
+    A None value leaves its condition out; a list value fills the condition's "{}" with one
+    "?" per item (an empty list matches nothing, as IN () does).
+    """
+    clauses: list[str] = []
+    args: list[Any] = []
+    for clause, value in terms:
+        if value is None:
+            continue
+        if isinstance(value, list):
+            clauses.append(clause.format(",".join("?" * len(value))))
+            args.extend(value)
+        else:
+            clauses.append(clause)
+            args.append(value)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
 
 
 def _acct_key(kind: str, rec: dict[str, Any]) -> str:
