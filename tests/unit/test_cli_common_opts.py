@@ -54,6 +54,7 @@ def test_sreport(argv: list[str], expected: str, capsys: pytest.CaptureFixture[s
 
 @pytest.mark.parametrize(("argv", "expected"), [
     (["-h"], sacctmgr.usage()), (["--help"], sacctmgr.usage()), (["help"], sacctmgr.usage()),
+    (["--usage"], sacctmgr.usage()),  # sacctmgr.c maps --usage to -h
     (["-V"], "slurm 22.05.8\n"), (["--version"], "slurm 22.05.8\n")])
 def test_sacctmgr(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert sacctmgr.main(argv) == 0

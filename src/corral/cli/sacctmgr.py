@@ -243,7 +243,7 @@ def _main(argv: list[str]) -> int:
             with_assoc = True
         elif a in ("-Q", "--quiet", "-v", "--verbose", "-r", "--readonly"):
             pass
-        elif answer_info_option(a, usage(), help_opts=("-h", "--help", "help"), usage_opts=()):
+        elif answer_info_option(a, usage(), usage(), help_opts=("-h", "--help", "help")):
             return 0
         elif a.startswith("-") and len(a) > 1 and not rest:
             # combined short flags: -in, -nP
