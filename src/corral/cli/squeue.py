@@ -29,6 +29,7 @@ from corral.cli.fmt import (
 )
 from corral.model.arrays import format_task_ids
 from corral.model.hostlists import compress
+from corral.model.jobspec import mbytes_exact, pn_min_cpus
 from corral.model.timefmt import format_duration
 from corral.model.units import format_mem_mb
 
@@ -242,9 +243,10 @@ COLUMNS: dict[str, Column] = {
     "p": _C("PRIORITY", ("priority",), lambda j, n: f"{(j.get('priority') or 0) / 2**32:.14f}"),
     "Z": _C("WORK_DIR", ("work_dir",), lambda j, n: _or_null(j.get("work_dir"))),
     "o": _C("COMMAND", ("command",), lambda j, n: _or_null(j.get("command"))),
-    "c": _C("MIN_CPUS", ("cpus_per_task", "ntasks_per_node", "min_cpus"),
+    "c": _C("MIN_CPUS", ("cpus_per_task", "ntasks_per_node", "num_tasks", "min_cpus"),
             lambda j, n: str(_min_cpus(j))),
-    "d": _C("MIN_TMP_DISK", (), lambda j, n: "0"),
+    "d": _C("MIN_TMP_DISK", ("min_tmp_disk",),
+            lambda j, n: mbytes_exact(int(j.get("min_tmp_disk") or 0))),
     "h": _C("OVER_SUBSCRIBE", ("exclusive",), lambda j, n: "NO" if j.get("exclusive") else "OK"),
     "f": _C("FEATURES", ("constraint",), lambda j, n: _or_null(j.get("constraint"))),
     "E": _C("DEPENDENCY", ("dependency",), lambda j, n: _or_null(j.get("dependency"))),
@@ -271,9 +273,9 @@ COLUMNS: dict[str, Column] = {
 
 
 def _min_cpus(j: Job) -> int:
-    """pn_min_cpus: the CPUs a node must offer: -c times --ntasks-per-node, or --mincpus."""
-    per_node = int(j.get("cpus_per_task") or 1) * int(j.get("ntasks_per_node") or 1)
-    return max(per_node, int(j.get("min_cpus") or 0))
+    """pn_min_cpus: the CPUs every node gets: -c times --ntasks-per-node, or --mincpus."""
+    return pn_min_cpus(int(j.get("cpus_per_task") or 1), j.get("ntasks_per_node"),
+                       int(j.get("num_tasks") or 1), j.get("min_cpus"))
 
 
 def _secs(seconds: float) -> str:

@@ -154,7 +154,7 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
         if key == "quiet":
             req.quiet += 1
             return
-        if key in ALLOC_UNSUPPORTED and key not in ("multi-prog", "no-allocate", "mincpus"):
+        if key in ALLOC_UNSUPPORTED and key not in ("multi-prog", "no-allocate"):
             fail(PROG, f"--{name} is not supported by Corral")
         if key in _FLAGS:
             value: Any = True
@@ -1259,6 +1259,7 @@ Parallel run options:
 Constraint options:
       --mincpus=n             minimum number of logical processors per node
       --mem=MB                minimum amount of real memory
+      --tmp=MB                minimum amount of temporary disk
   -w, --nodelist=hosts...     request a specific list of hosts
   -x, --exclude=hosts...      exclude a specific list of hosts
 

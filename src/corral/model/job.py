@@ -183,7 +183,8 @@ class Job:
     # -N given (or the node count otherwise fixed); False: -n alone, spread over as many
     # nodes as needed, from num_nodes up to max_nodes (None: the partition's nodes)
     nodes_fixed: bool = True
-    min_cpus: int | None = None  # --mincpus: CPUs every node must offer
+    min_cpus: int | None = None  # --mincpus: CPUs every node must offer (and allocate)
+    min_tmp_disk: int | None = None  # --tmp: MB of TmpDisk every node must have
     num_tasks: int = 1
     ntasks_per_node: int | None = None
     cpus_per_task: int = 1
