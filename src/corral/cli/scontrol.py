@@ -270,10 +270,12 @@ def format_job(job: dict[str, Any], now: float, *, one_liner: bool = False,
     node_line = f"NodeList={hostlists.compress(nodes)}"
     if pending and job.get("sched_nodes"):
         node_line += f" SchedNodeList={hostlists.compress(job['sched_nodes'])}"
+    nodes_shown = max(res["nodes"], int(job.get("node_cnt_wag") or 0),
+                      len(job.get("sched_nodes") or ())) if pending else res["nodes"]
     if pending and job.get("max_nodes"):
-        num_nodes = f"{res['nodes']}-{job['max_nodes']}"
+        num_nodes = f"{nodes_shown}-{job['max_nodes']}"
     else:
-        num_nodes = str(res["nodes"])
+        num_nodes = str(nodes_shown)
     per_node = job.get("ntasks_per_node") or 0
     min_cpus_node = pn_min_cpus(int(job.get("cpus_per_task") or 1), per_node,
                                 int(job.get("num_tasks") or 1), job.get("min_cpus"))

@@ -109,7 +109,14 @@ def _nodes_text(names: list[str] | None) -> str:
 def _num_nodes(j: Job) -> str:
     if j.get("nodes") and not _pending(j):
         return str(len(j["nodes"]))
-    return str(j.get("num_nodes") or 1)
+    return str(pending_node_count(j))
+
+
+def pending_node_count(j: Job) -> int:
+    """A pending job's node count as Slurm shows it: the nodes it asked for, or more when
+    its tasks (or GPUs) need more (node_cnt_wag: the submit test's, or backfill's plan)."""
+    return max(int(j.get("num_nodes") or 1), int(j.get("node_cnt_wag") or 0),
+               len(j.get("sched_nodes") or ()))
 
 
 def _num_cpus(j: Job) -> str:
@@ -226,7 +233,8 @@ COLUMNS: dict[str, Column] = {
     "l": _C("TIME_LIMIT", ("time_limit",), lambda j, n: _limit(j)),
     "L": _C("TIME_LEFT", ("time_limit", "state", "start_time", "end_time", "suspend_time",
                           "suspended_secs"), _time_left),
-    "D": _C("NODES", ("state", "nodes", "num_nodes"), lambda j, n: _num_nodes(j)),
+    "D": _C("NODES", ("state", "nodes", "num_nodes", "node_cnt_wag", "sched_nodes"),
+            lambda j, n: _num_nodes(j)),
     "C": _C("CPUS", ("state", "alloc_cpus", "num_tasks", "cpus_per_task", "num_nodes"),
             lambda j, n: _num_cpus(j)),
     "m": _C("MIN_MEMORY", ("mem_per_node", "mem_per_cpu"), lambda j, n: _min_memory(j)),

@@ -238,6 +238,9 @@ class Job:
     last_sched_eval: float | None = None
     sched_start: float | None = None  # backfill's expected start for a pending job
     sched_nodes: list[str] = field(default_factory=list)
+    # a pending job's node count as the submit test placed it on idle nodes (Slurm's
+    # node_cnt_wag): -n30 without -N on 16-CPU nodes shows 2 nodes in squeue %D
+    node_cnt_wag: int | None = None
 
     # outcome
     nodes: list[str] = field(default_factory=list)

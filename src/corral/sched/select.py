@@ -598,7 +598,15 @@ def idle_copy(node: NodeView, *, usable: bool = True) -> NodeView:
     )
 
 
+def idle_allocation(job: PendingView, nodes: list[NodeView],
+                    def_mem_per_cpu: int) -> list[NodeAlloc] | None:
+    """Where `job` would run if all `nodes` were idle and up (Slurm's submit-time test,
+    select_nodes(test_only)); its length is what Slurm shows of a pending job's node
+    count (node_cnt_wag)."""
+    return select_nodes(job, [idle_copy(n) for n in nodes], def_mem_per_cpu)
+
+
 def fits_ever(job: PendingView, nodes: list[NodeView], def_mem_per_cpu: int) -> bool:
     """Could `job` run on `nodes` if all were idle and up?  False means Slurm's
     "Requested node configuration is not available"."""
-    return select_nodes(job, [idle_copy(n) for n in nodes], def_mem_per_cpu) is not None
+    return idle_allocation(job, nodes, def_mem_per_cpu) is not None
