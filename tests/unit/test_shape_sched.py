@@ -227,3 +227,12 @@ def test_controller_gpu_total_and_mincpus(h: Harness) -> None:
     m = h.submit(num_nodes=1, min_cpus=6)
     h.tick()
     assert h.job(m).state == JobState.RUNNING and h.job(m).alloc[0].cpus == 6
+
+
+def test_gpu_total_with_more_tasks_than_one_node_holds() -> None:
+    views = [node(f"n{i}") for i in range(1, 4)]
+    allocs = select_nodes(pend(gpus=1, num_tasks=30, nodes_fixed=False), views, 0)
+    assert allocs is not None
+    assert sum(a.cpus for a in allocs) == 30 and sum(len(a.gpus) for a in allocs) == 1
+    assert len(allocs) == 2
+    assert not fits_ever(pend(gpus=1, num_tasks=49, nodes_fixed=False), views, 0)

@@ -167,8 +167,9 @@ def make_request(job: PendingView, def_mem_per_cpu: int) -> Request:
         exclusive=job.exclusive,
         req_nodes=req_nodes,
         exc_nodes=frozenset(job.exc_nodes),
-        # each node takes one task at least, and one GPU of a --gpus total
-        max_nodes=(min(job.max_nodes or FLEXIBLE_MAX_NODES, job.gpus or tasks)
+        # each node takes one task at least (and, where the tasks do not need more nodes,
+        # one GPU of a --gpus total)
+        max_nodes=(min(job.max_nodes or FLEXIBLE_MAX_NODES, max(tasks, job.gpus))
                    if flexible else 0),
         constraint=job.constraint or None,
         min_cpus=job.min_cpus or 0,
@@ -489,7 +490,7 @@ def _allocate_gpu_spread(
     while leaving one for each node after it (Slurm's _set_job_bits1), and one task at
     least."""
     total = req.gpus_total
-    most = min(req.max_nodes, total)
+    most = req.max_nodes
     own = req.gpus_per_node_own
     per_task = replace(req, tasks_per_node=0, gpus_per_node=own)
     picked: list[tuple[NodeLike, int]] = []
@@ -532,7 +533,8 @@ def _allocate_gpu_spread(
     out: list[NodeAlloc] = []
     left = total
     for i, ((node, room), t) in enumerate(zip(picked, counts, strict=True)):
-        take = min(room, left - (k - 1 - i))
+        # (more nodes than GPUs, for the tasks: the first ones take none)
+        take = max(0, min(room, left - (k - 1 - i)))
         left -= take
         free = sorted(node.free_gpus)
         if req.exclusive:
