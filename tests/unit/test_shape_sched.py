@@ -236,3 +236,26 @@ def test_gpu_total_with_more_tasks_than_one_node_holds() -> None:
     assert sum(a.cpus for a in allocs) == 30 and sum(len(a.gpus) for a in allocs) == 1
     assert len(allocs) == 2
     assert not fits_ever(pend(gpus=1, num_tasks=49, nodes_fixed=False), views, 0)
+
+
+# ---- what the commands send ------------------------------------------------------------------
+
+def test_commands_send_tmp_and_srun_spreads_without_nodes() -> None:
+    from corral.cli import salloc, sbatch, srun
+
+    env = {"PATH": "/bin"}
+    sub = sbatch.parse_sbatch(["--tmp=2G", "--mincpus=3", "--wrap=true"], env, None,
+                              "/home/u", NOW)
+    assert sub.spec["min_tmp_disk"] == 2048 and sub.spec["min_cpus"] == 3
+    alloc = salloc.parse_salloc(["--tmp=500", "true"], env, "/home/u", NOW)
+    assert alloc.spec["min_tmp_disk"] == 500
+    req = srun.parse_srun(["--gpus=8", "true"], env, "/home/u", NOW)
+    assert req.alloc is not None and req.alloc["num_nodes"] is None  # no -N: may spread
+    assert req.alloc["gpus"] == 8 and "min_tmp_disk" not in req.alloc  # not given
+    # the step: the job's GPUs of each node, one task on each node
+    assert req.step["gpus_per_node"] is None and req.step["ntasks_per_node"] == 1
+    fixed = srun.parse_srun(["-N2", "--gpus=8", "true"], env, "/home/u", NOW)
+    assert fixed.alloc is not None and fixed.alloc["num_nodes"] == 2
+    assert fixed.step["gpus_per_node"] == 4 and fixed.step["ntasks_per_node"] is None
+    tasks = srun.parse_srun(["-n30", "true"], env, "/home/u", NOW)
+    assert tasks.alloc is not None and tasks.alloc["num_nodes"] is None

@@ -330,7 +330,7 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
     # a new allocation without -N spreads a --gpus total over the nodes it needs: the
     # step then holds the job's GPUs of each node and, without -n, runs one task on each
     # (srun's default task count is the allocation's node count)
-    spread_gpus = req.job_id is None and not nodes_given and "gpus" in v
+    spread_gpus = req.job_id is None and not no_alloc and not nodes_given and "gpus" in v
     if "gres" in v or "gpus-per-node" in v:
         per_node_gpus = gpus[1]
     elif "gpus" in v and not spread_gpus:
