@@ -90,13 +90,13 @@ def test_scontrol_show_node_tmp_disk(cluster: Cluster) -> None:
 
 def test_mincpus_is_allocated(cluster: Cluster) -> None:
     c = cluster
-    j = c.sbatch("-n1", "--mincpus=6", "--wrap",
-                 "echo $SLURM_CPUS_ON_NODE $SLURM_JOB_CPUS_PER_NODE $SLURM_NTASKS; sleep 2")
-    c.wait_state(j, {"RUNNING", "COMPLETED"})
-    assert _squeue(c, j, "%c") == "6" or c.state(j) == "COMPLETED"
-    show = c.ok("scontrol", "show", "job", str(j))
-    assert "NumCPUs=6 NumTasks=1 " in show and "MinCPUsNode=6 " in show
+    j = c.sbatch("-H", "-n1", "--mincpus=6", "--wrap",
+                 "echo $SLURM_CPUS_ON_NODE $SLURM_JOB_CPUS_PER_NODE $SLURM_NTASKS")
+    assert _squeue(c, j, "%c") == "6"
+    assert "MinCPUsNode=6 " in c.ok("scontrol", "show", "job", str(j))
+    c.ok("scontrol", "release", str(j))
     assert _wait_output(c, j) == "6 6 1\n"
+    assert "NumCPUs=6 NumTasks=1 " in c.ok("scontrol", "show", "job", str(j))
     # two nodes: each gets --mincpus CPUs
     out = c.ok("srun", "-N2", "-n2", "--mincpus=5", "-l", "bash", "-c",
                "echo $SLURM_CPUS_ON_NODE", timeout=60)
