@@ -62,3 +62,17 @@ def test_pending_node_count_follows_the_submit_test_and_the_plan() -> None:
     # a running job shows the nodes it has
     running = job(state=JobState.RUNNING, nodes=["a", "b"], node_cnt_wag=3, start_time=NOW)
     assert sq("%D", running) == "2"
+
+
+def test_corral_up_writes_tmp_disk_as_slurmd_reports_it() -> None:
+    import os
+
+    from corral.admin.cluster import default_config_text
+    from corral.model.config import parse_config
+
+    st = os.statvfs("/tmp")
+    mb = st.f_blocks * st.f_frsize // (1024 * 1024)
+    text = default_config_text()
+    assert f" TmpDisk={mb}" in text
+    (node,) = parse_config(text).nodes
+    assert node.tmp_disk == mb
