@@ -369,9 +369,10 @@ def _rec(**kw: Any) -> dict[str, Any]:
 
 
 def test_min_cpus_is_per_node() -> None:
-    assert _one("%c", _rec(ntasks_per_node=3, cpus_per_task=2)) == "6\n"
+    assert _one("%c", _rec(ntasks_per_node=3, cpus_per_task=2, num_tasks=3)) == "6\n"
     assert _one("%c", _rec(cpus_per_task=4)) == "4\n"
-    assert _one("mincpus", _rec(ntasks_per_node=3, cpus_per_task=2), long=True).strip() == "6"
+    assert _one("mincpus", _rec(ntasks_per_node=3, cpus_per_task=2, num_tasks=3),
+                long=True).strip() == "6"
     assert _one("cpus-per-task", _rec(ntasks_per_node=3, cpus_per_task=2), long=True
                 ).strip() == "2"
     parsed = squeue.parse_args(["-O", "cpus-per-task,cpuspertask"])

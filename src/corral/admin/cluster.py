@@ -45,6 +45,16 @@ def _process_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def _tmp_disk() -> str:
+    """TmpDisk= as `slurmd -C` reports it: the size of the TmpFS (/tmp) in MB, for --tmp."""
+    try:
+        st = os.statvfs("/tmp")
+    except OSError:
+        return ""
+    mb = st.f_blocks * st.f_frsize // (1024 * 1024)
+    return f" TmpDisk={mb}" if mb > 0 else ""
+
+
 def default_config_text() -> str:
     """slurm.conf for this machine: one node with its detected hardware, one partition."""
     from corral.agent.hw import detect
@@ -64,7 +74,7 @@ def default_config_text() -> str:
         "KillWait=30",
         "MinJobAge=300",
         f"NodeName={node} CPUs={h.cpus} Sockets={h.sockets} CoresPerSocket={h.cores_per_socket} "
-        f"ThreadsPerCore={h.threads_per_core} RealMemory={mem}{gres}",
+        f"ThreadsPerCore={h.threads_per_core} RealMemory={mem}{_tmp_disk()}{gres}",
         f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP",
     ]
     if h.gpu_note and not h.gpus:

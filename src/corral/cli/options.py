@@ -773,10 +773,10 @@ ALLOC_NO_EFFECT = frozenset({
 ALLOC_UNSUPPORTED = frozenset({
     "autocomplete", "bb", "bbf", "cluster", "cluster-constraint", "clusters",
     "container", "core-spec", "cores-per-socket", "cpus-per-gpu", "deadline",
-    "extra-node-info", "gpus-per-socket", "licenses", "mincpus",
+    "extra-node-info", "gpus-per-socket", "licenses",
     "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket", "ntasks-per-tres",
     "reservation", "sockets-per-node", "switches", "test-only", "thread-spec",
-    "threads-per-core", "tmp", "het-group", "multi-prog", "no-allocate", "relative",
+    "threads-per-core", "het-group", "multi-prog", "no-allocate", "relative",
     "debugger-test", "interactive",
 })
 
@@ -804,7 +804,7 @@ def parse_alloc_value(key: str, arg: str | None, v: dict[str, object], now: floa
         if mode in ("user", "mcs"):
             raise OptionValueError(f"--exclusive={arg} is not supported by Corral", EXIT_ERROR)
         raise OptionValueError("Invalid --exclusive specification")
-    if key in ("mem", "mem-per-cpu", "mem-per-gpu"):
+    if key in ("mem", "mem-per-cpu", "mem-per-gpu", "tmp"):
         mb = parse_mbytes(a)
         if mb is None:
             raise OptionValueError(f"Invalid --{key} specification")
@@ -943,7 +943,7 @@ _FROM_OPTION = _option_keys(
     "mail_user", "comment", "work_dir", "account", "qos", "nice")
 _BATCH_FROM_OPTION = _option_keys("requeue", "hint")
 # sent only when given: an absent one keeps the controller's default
-_FROM_OPTION_IF_GIVEN = _option_keys("constraint", "priority", "min_cpus")
+_FROM_OPTION_IF_GIVEN = _option_keys("constraint", "priority", "min_cpus", "min_tmp_disk")
 _COMPUTED = frozenset({"name", "batch", "num_nodes", "max_nodes", "num_tasks", "gpus",
                        "gpus_per_node", "gpus_per_task", "gpu_type", "req_nodes", "exc_nodes",
                        "stdout", "stderr", "stdin", "command", "submit_line", "held"})

@@ -90,7 +90,7 @@ def _set(req: SallocRequest, option: Option, arg: str | None, now: float, cwd: s
         if key == "no-shell":
             req.no_shell = True
             return
-        if key in ALLOC_UNSUPPORTED and key != "mincpus":
+        if key in ALLOC_UNSUPPORTED:
             fail(PROG, f"--{option.name} is not supported by Corral")
         if key in ALLOC_NO_EFFECT:
             req.ignored.append(option.name)
@@ -525,6 +525,7 @@ Constraint options:
                               per node
   -F, --nodefile=filename     request a specific list of hosts
       --mem=MB                minimum amount of real memory
+      --tmp=MB                minimum amount of temporary disk
   -w, --nodelist=hosts...     request a specific list of hosts
   -x, --exclude=hosts...      exclude a specific list of hosts
 

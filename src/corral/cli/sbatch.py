@@ -90,7 +90,7 @@ _UNSUPPORTED = frozenset({
     "extra-node-info", "gid", "gpus-per-socket", "licenses", "mem-per-gpu",
     "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket", "ntasks-per-tres",
     "reservation", "sockets-per-node", "switches", "test-only", "thread-spec",
-    "threads-per-core", "tmp", "uid", "switch-req", "switch-wait",
+    "threads-per-core", "uid", "switch-req", "switch-wait",
 })
 
 # SBATCH_* input variables → option key, in Slurm 22.05's order (later ones win).
@@ -268,7 +268,7 @@ def _set_option(req: _Request, key: str, option: Option, arg: str | None, source
             if k != "NONE" and k not in kinds:
                 kinds.append(k)
         value = ",".join(kinds)
-    elif key == "mem" or key == "mem-per-cpu":
+    elif key == "mem" or key == "mem-per-cpu" or key == "tmp":
         value = parse_mbytes(_req_arg(arg))
         if value is None:
             raise OptionValueError(f"Invalid --{key} specification")
@@ -883,6 +883,7 @@ Constraint options:
       --mem=MB                minimum amount of real memory (0 = all of it)
       --hint=                 Bind tasks according to application hints
                               (see "--hint=help" for options)
+      --tmp=MB                minimum amount of temporary disk
   -w, --nodelist=hosts...     request a specific list of hosts
   -x, --exclude=hosts...      exclude a specific list of hosts
 

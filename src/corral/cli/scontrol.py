@@ -18,6 +18,7 @@ from corral.cli.client import quote
 from corral.cli.fmt import escape, job_reason, stamp
 from corral.model import hostlists
 from corral.model.arrays import format_task_ids
+from corral.model.jobspec import mbytes_exact, pn_min_cpus
 from corral.model.timefmt import format_hms
 
 TYPE_CHECKING = False  # annotations only: `typing` would cost every start ~3 ms
@@ -269,12 +270,15 @@ def format_job(job: dict[str, Any], now: float, *, one_liner: bool = False,
     node_line = f"NodeList={hostlists.compress(nodes)}"
     if pending and job.get("sched_nodes"):
         node_line += f" SchedNodeList={hostlists.compress(job['sched_nodes'])}"
+    nodes_shown = max(res["nodes"], int(job.get("node_cnt_wag") or 0),
+                      len(job.get("sched_nodes") or ())) if pending else res["nodes"]
     if pending and job.get("max_nodes"):
-        num_nodes = f"{res['nodes']}-{job['max_nodes']}"
+        num_nodes = f"{nodes_shown}-{job['max_nodes']}"
     else:
-        num_nodes = str(res["nodes"])
+        num_nodes = str(nodes_shown)
     per_node = job.get("ntasks_per_node") or 0
-    min_cpus_node = int(job.get("cpus_per_task") or 1) * (per_node or 1)
+    min_cpus_node = pn_min_cpus(int(job.get("cpus_per_task") or 1), per_node,
+                                int(job.get("num_tasks") or 1), job.get("min_cpus"))
     if job.get("mem_per_node") is not None:
         min_mem = f"MinMemoryNode={mem_str(job['mem_per_node'])}"
     elif job.get("mem_per_cpu") is not None:
@@ -318,7 +322,8 @@ def format_job(job: dict[str, Any], now: float, *, one_liner: bool = False,
     if details:
         lines += detail_lines(job)
     lines += [
-        f"MinCPUsNode={min_cpus_node} {min_mem} MinTmpDiskNode=0",
+        f"MinCPUsNode={min_cpus_node} {min_mem} "
+        f"MinTmpDiskNode={mbytes_exact(int(job.get('min_tmp_disk') or 0))}",
         f"Features={job.get('constraint') or '(null)'} DelayBoot=00:00:00",
         f"OverSubscribe={'NO' if job.get('exclusive') else 'OK'} Contiguous=0 "
         "Licenses=(null) Network=(null)",
@@ -397,7 +402,8 @@ def format_node(node: dict[str, Any], *, one_liner: bool = False, tres_gpu: bool
         f"FreeMem={'N/A' if free_mem is None else free_mem} "
         f"Sockets={node.get('sockets', 1)} Boards=1",
         f"State={node.get('state', 'UNKNOWN')} ThreadsPerCore={node.get('threads_per_core', 1)} "
-        f"TmpDisk=0 Weight={node.get('weight', 1)} Owner=N/A MCS_label=N/A",
+        f"TmpDisk={int(node.get('tmp_disk') or 0)} Weight={node.get('weight', 1)} "
+        "Owner=N/A MCS_label=N/A",
     ]
     if node.get("partitions"):
         lines.append(f"Partitions={','.join(node['partitions'])} ")

@@ -29,6 +29,7 @@ from corral.cli.fmt import (
 )
 from corral.model.arrays import format_task_ids
 from corral.model.hostlists import compress
+from corral.model.jobspec import mbytes_exact, pn_min_cpus
 from corral.model.timefmt import format_duration
 from corral.model.units import format_mem_mb
 
@@ -108,7 +109,14 @@ def _nodes_text(names: list[str] | None) -> str:
 def _num_nodes(j: Job) -> str:
     if j.get("nodes") and not _pending(j):
         return str(len(j["nodes"]))
-    return str(j.get("num_nodes") or 1)
+    return str(pending_node_count(j))
+
+
+def pending_node_count(j: Job) -> int:
+    """A pending job's node count as Slurm shows it: the nodes it asked for, or more when
+    its tasks (or GPUs) need more (node_cnt_wag: the submit test's, or backfill's plan)."""
+    return max(int(j.get("num_nodes") or 1), int(j.get("node_cnt_wag") or 0),
+               len(j.get("sched_nodes") or ()))
 
 
 def _num_cpus(j: Job) -> str:
@@ -225,7 +233,8 @@ COLUMNS: dict[str, Column] = {
     "l": _C("TIME_LIMIT", ("time_limit",), lambda j, n: _limit(j)),
     "L": _C("TIME_LEFT", ("time_limit", "state", "start_time", "end_time", "suspend_time",
                           "suspended_secs"), _time_left),
-    "D": _C("NODES", ("state", "nodes", "num_nodes"), lambda j, n: _num_nodes(j)),
+    "D": _C("NODES", ("state", "nodes", "num_nodes", "node_cnt_wag", "sched_nodes"),
+            lambda j, n: _num_nodes(j)),
     "C": _C("CPUS", ("state", "alloc_cpus", "num_tasks", "cpus_per_task", "num_nodes"),
             lambda j, n: _num_cpus(j)),
     "m": _C("MIN_MEMORY", ("mem_per_node", "mem_per_cpu"), lambda j, n: _min_memory(j)),
@@ -242,9 +251,10 @@ COLUMNS: dict[str, Column] = {
     "p": _C("PRIORITY", ("priority",), lambda j, n: f"{(j.get('priority') or 0) / 2**32:.14f}"),
     "Z": _C("WORK_DIR", ("work_dir",), lambda j, n: _or_null(j.get("work_dir"))),
     "o": _C("COMMAND", ("command",), lambda j, n: _or_null(j.get("command"))),
-    "c": _C("MIN_CPUS", ("cpus_per_task", "ntasks_per_node", "min_cpus"),
+    "c": _C("MIN_CPUS", ("cpus_per_task", "ntasks_per_node", "num_tasks", "min_cpus"),
             lambda j, n: str(_min_cpus(j))),
-    "d": _C("MIN_TMP_DISK", (), lambda j, n: "0"),
+    "d": _C("MIN_TMP_DISK", ("min_tmp_disk",),
+            lambda j, n: mbytes_exact(int(j.get("min_tmp_disk") or 0))),
     "h": _C("OVER_SUBSCRIBE", ("exclusive",), lambda j, n: "NO" if j.get("exclusive") else "OK"),
     "f": _C("FEATURES", ("constraint",), lambda j, n: _or_null(j.get("constraint"))),
     "E": _C("DEPENDENCY", ("dependency",), lambda j, n: _or_null(j.get("dependency"))),
@@ -271,9 +281,9 @@ COLUMNS: dict[str, Column] = {
 
 
 def _min_cpus(j: Job) -> int:
-    """pn_min_cpus: the CPUs a node must offer: -c times --ntasks-per-node, or --mincpus."""
-    per_node = int(j.get("cpus_per_task") or 1) * int(j.get("ntasks_per_node") or 1)
-    return max(per_node, int(j.get("min_cpus") or 0))
+    """pn_min_cpus: the CPUs every node gets: -c times --ntasks-per-node, or --mincpus."""
+    return pn_min_cpus(int(j.get("cpus_per_task") or 1), j.get("ntasks_per_node"),
+                       int(j.get("num_tasks") or 1), j.get("min_cpus"))
 
 
 def _secs(seconds: float) -> str:

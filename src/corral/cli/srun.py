@@ -154,7 +154,7 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
         if key == "quiet":
             req.quiet += 1
             return
-        if key in ALLOC_UNSUPPORTED and key not in ("multi-prog", "no-allocate", "mincpus"):
+        if key in ALLOC_UNSUPPORTED and key not in ("multi-prog", "no-allocate"):
             fail(PROG, f"--{name} is not supported by Corral")
         if key in _FLAGS:
             value: Any = True
@@ -326,9 +326,14 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         (mem_keys[0] if mem_keys else None)
     time_limit = v.get("time")
     per_node_gpus: int | None = None
+    nodes_given = "nodes" in v or bool(req_nodes)
+    # a new allocation without -N spreads a --gpus total over the nodes it needs: the
+    # step then holds the job's GPUs of each node and, without -n, runs one task on each
+    # (srun's default task count is the allocation's node count)
+    spread_gpus = req.job_id is None and not no_alloc and not nodes_given and "gpus" in v
     if "gres" in v or "gpus-per-node" in v:
         per_node_gpus = gpus[1]
-    elif "gpus" in v:
+    elif "gpus" in v and not spread_gpus:
         per_node_gpus = -(-gpus[0] // max(min_nodes, 1))
     req.step = {
         "name": v["job-name"] if req.src.get("job-name") == "cli" else
@@ -338,7 +343,8 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         "env": step_env,
         "ntasks": ntasks if ntasks_set else None,
         "nodes": min_nodes if ("nodes" in v or req_nodes) else None,
-        "ntasks_per_node": v.get("ntasks-per-node"),
+        "ntasks_per_node": v.get("ntasks-per-node") or (
+            1 if spread_gpus and not ntasks_set else None),
         "cpus_per_task": v.get("cpus-per-task", 1),
         "gpus_per_task": gpus[2] if "gpus-per-task" in v else None,
         "gpus_per_node": per_node_gpus,
@@ -374,7 +380,7 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         req.alloc = allocation_spec(
             v, name=name, cwd=cwd, submit_line=" ".join([PROG, *argv]), req_nodes=req_nodes,
             exc_nodes=exc_nodes, min_nodes=min_nodes, max_nodes=max_nodes, ntasks=ntasks,
-            gpus=gpus)
+            gpus=gpus, nodes_given=nodes_given)
         if v.get("overcommit"):
             # -O: "resources are allocated as if only one task per node is requested"
             req.alloc["num_tasks"] = max(min_nodes, 1)
@@ -1259,6 +1265,7 @@ Parallel run options:
 Constraint options:
       --mincpus=n             minimum number of logical processors per node
       --mem=MB                minimum amount of real memory
+      --tmp=MB                minimum amount of temporary disk
   -w, --nodelist=hosts...     request a specific list of hosts
   -x, --exclude=hosts...      exclude a specific list of hosts
 

@@ -183,7 +183,8 @@ class Job:
     # -N given (or the node count otherwise fixed); False: -n alone, spread over as many
     # nodes as needed, from num_nodes up to max_nodes (None: the partition's nodes)
     nodes_fixed: bool = True
-    min_cpus: int | None = None  # --mincpus: CPUs every node must offer
+    min_cpus: int | None = None  # --mincpus: CPUs every node must offer (and allocate)
+    min_tmp_disk: int | None = None  # --tmp: MB of TmpDisk every node must have
     num_tasks: int = 1
     ntasks_per_node: int | None = None
     cpus_per_task: int = 1
@@ -237,6 +238,9 @@ class Job:
     last_sched_eval: float | None = None
     sched_start: float | None = None  # backfill's expected start for a pending job
     sched_nodes: list[str] = field(default_factory=list)
+    # a pending job's node count as the submit test placed it on idle nodes (Slurm's
+    # node_cnt_wag): -n30 without -N on 16-CPU nodes shows 2 nodes in squeue %D
+    node_cnt_wag: int | None = None
 
     # outcome
     nodes: list[str] = field(default_factory=list)

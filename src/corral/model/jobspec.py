@@ -63,6 +63,7 @@ FIELDS: tuple[Field, ...] = (
     Field("max_nodes", "opt_int", ("-N", "--nodes")),
     Field("num_tasks", "int", ("-n", "--ntasks")),
     Field("min_cpus", "opt_int", ("--mincpus",)),
+    Field("min_tmp_disk", "opt_int", ("--tmp",)),
     Field("ntasks_per_node", "opt_int", ("--ntasks-per-node",)),
     Field("cpus_per_task", "int", ("-c", "--cpus-per-task")),
     Field("mem_per_node", "opt_int", ("--mem",)),
@@ -177,3 +178,30 @@ def max_script_size(scheduler_parameters: str) -> int:
         if key.lower() == "max_script_size" and value.strip().isdigit():
             return int(value.strip())
     return DEFAULT_MAX_SCRIPT_SIZE
+
+
+def pn_min_cpus(cpus_per_task: int, ntasks_per_node: int | None, num_tasks: int,
+                min_cpus: int | None) -> int:
+    """Slurm's pn_min_cpus (slurmctld _copy_job_desc_to_job_record): --mincpus (1 when not
+    given), raised to -c times --ntasks-per-node for a job of several tasks, and to -c.
+    Every node of the job gets that many CPUs at least; squeue %c and scontrol's
+    MinCPUsNode= show it."""
+    cpt = max(cpus_per_task, 1)
+    out = min_cpus or 1
+    if ntasks_per_node and num_tasks > 1:
+        out = max(out, cpt * ntasks_per_node)
+    return max(out, cpt)
+
+
+def mbytes_exact(mb: int) -> str:
+    """Megabytes as Slurm's convert_num_unit(UNIT_MEGA, CONVERT_NUM_UNIT_EXACT) prints
+    them (MinTmpDiskNode=, squeue %d): 0, 500M, 2G, 1.50G (half units count as exact)."""
+    if mb == 0:
+        return "0"
+    num = float(mb)
+    units = "MGTP"
+    i = 0
+    while i < len(units) - 1 and num >= 1024 and int(num) % 512 == 0:
+        num /= 1024
+        i += 1
+    return f"{int(num)}{units[i]}" if num == int(num) else f"{num:.2f}{units[i]}"

@@ -55,7 +55,7 @@ class _Node:
         "name", "cpus", "mem", "gpus", "free_cpus", "free_mem", "free_gpus", "usable",
         "weight", "job_count", "exclusive", "rank", "indexes", "key", "releases",
         "reservations", "events", "static_key", "part_names", "plan_cache", "features",
-        "gpu_type",
+        "gpu_type", "tmp_disk",
     )
 
     name: str
@@ -69,6 +69,7 @@ class _Node:
     weight: int
     job_count: int
     exclusive: bool
+    tmp_disk: int
 
     def __init__(self, v: NodeView, rank: int) -> None:
         self.name = v.name
@@ -84,6 +85,7 @@ class _Node:
         self.job_count = v.job_count
         self.features = v.features
         self.gpu_type = v.gpu_type
+        self.tmp_disk = v.tmp_disk
         self.rank = rank
         self.indexes: list[_PartIndex] = []
         self.part_names: set[str] = set()
@@ -342,7 +344,7 @@ class _Pass:
         if req.max_nodes:
             k = _plan_node_count(req, members, con)
             if k > req.num_nodes:
-                req = replace(req, num_nodes=k, tasks_per_node=0)
+                req = req.spread_over(k)
         k = req.num_nodes
         per_node = req.tasks_per_node or -(-req.tasks // k)
         req_set = set(req.req_nodes)
@@ -355,6 +357,8 @@ class _Pass:
             if con is not None and not con.node_may(node.features):
                 continue
             if req.min_cpus and node.cpus < req.min_cpus:
+                continue
+            if node.tmp_disk < req.min_tmp_disk:
                 continue
             if req.gpu_type and node.gpu_type != req.gpu_type:
                 continue
@@ -409,6 +413,8 @@ class _Pass:
 
     def reserve(self, req: Request, nodes: list[_Node], start: float, duration: float) -> None:
         k = len(nodes) or req.num_nodes
+        if req.max_nodes and k != req.num_nodes:
+            req = req.spread_over(k)  # as plan() placed it
         per_node = req.tasks_per_node if req.tasks_per_node and k == req.num_nodes \
             else -(-req.tasks // k)
         end = start + duration
@@ -471,7 +477,8 @@ class _Pass:
         sizes, so at most `num_nodes` nodes of each size are enough, which keeps this cheap
         when thousands of different requests are checked."""
         groups = self._groups.get((part, kind))
-        special = bool(req.req_nodes or req.exc_nodes or req.constraint or req.gpu_type)
+        special = bool(req.req_nodes or req.exc_nodes or req.constraint or req.gpu_type
+                       or req.min_tmp_disk)
         if groups is None or special:
             views = [self.snap.nodes[n.name] for n in self.part_nodes.get(part, [])]
             if kind != "all":
@@ -484,8 +491,8 @@ class _Pass:
             for v in views:
                 grouped.setdefault((v.cpus, v.mem, v.gpus), []).append(v)
             groups = self._groups[(part, kind)] = list(grouped.values())
-        # a job without -N may need up to one node per task
-        k = max(req.num_nodes, min(req.tasks, req.max_nodes)) if req.max_nodes else req.num_nodes
+        # a job without -N may need up to one node per task (or per GPU of a --gpus total)
+        k = req.most_nodes()
         return [idle_copy(v) for group in groups for v in group[:k]]
 
     def _def_mem(self, part: Partition) -> int:
@@ -529,7 +536,7 @@ class _Pass:
                      job.cpus_per_task, job.mem_per_node, job.mem_per_cpu, job.gpus,
                      job.gpus_per_node, job.gpus_per_task, job.exclusive, job.req_nodes,
                      job.exc_nodes, job.nodes_fixed, job.max_nodes, job.constraint,
-                     job.min_cpus, job.gpu_type)
+                     job.min_cpus, job.gpu_type, job.min_tmp_disk)
             req = self.requests.get(shape)
             if req is None:
                 req = self.requests[shape] = make_request(job, self._def_mem(part))
@@ -591,16 +598,27 @@ def _plan_node_count(req: Request, members: Iterable[_Node], con: Constraint | N
     k = req.num_nodes
     if not req.max_nodes:
         return k
-    caps = sorted((n.cpus // req.cpus_per_task for n in members
-                   if con is None or con.node_may(n.features)), reverse=True)
-    left = req.tasks
+    fit = [n for n in members if (con is None or con.node_may(n.features))
+           and n.tmp_disk >= req.min_tmp_disk and n.cpus >= req.min_cpus
+           and (not req.gpu_type or n.gpu_type == req.gpu_type)]
+    used = _largest_first(sorted((n.cpus // req.cpus_per_task for n in fit), reverse=True),
+                          req.tasks)
+    if req.gpu_spread:
+        own = req.gpus_per_node_own
+        used = max(used, _largest_first(sorted((n.gpus - own for n in fit), reverse=True),
+                                        req.gpus_total))
+    return max(k, min(used, req.max_nodes) or 1)
+
+
+def _largest_first(caps: list[int], need: int) -> int:
+    """How many of `caps` (largest first) cover `need`."""
     used = 0
     for cap in caps:
-        if left <= 0:
+        if need <= 0:
             break
-        left -= max(cap, 0)
+        need -= max(cap, 0)
         used += 1
-    return max(k, min(used, req.max_nodes) or 1)
+    return used
 
 
 def schedule(snap: Snapshot, *, max_planned: int = DEFAULT_MAX_PLANNED,

@@ -156,7 +156,8 @@ def view_of(job: SchedJob, job_id: int | None = None) -> PendingView:
         job.mem_per_node, job.mem_per_cpu, job.gpus, job.gpus_per_node, job.gpus_per_task,
         job.exclusive, tuple(job.req_nodes), tuple(job.exc_nodes), job.time_limit,
         getattr(job, "nodes_fixed", True), getattr(job, "constraint", None),
-        getattr(job, "min_cpus", None), getattr(job, "gpu_type", None))
+        getattr(job, "min_cpus", None), getattr(job, "gpu_type", None),
+        getattr(job, "min_tmp_disk", None) or 0)
 
 
 def eligibility(pending: Iterable[SchedJob], now: float, partitions: Mapping[str, Partition],

@@ -40,6 +40,7 @@ class NodeLike(Protocol):
     job_count: int
     exclusive: bool
     features: tuple[str, ...]
+    tmp_disk: int
 
 
 # (node, cpus, mem, gpus, whole_node) -> may the job take this much here?  Backfill uses it
@@ -67,12 +68,36 @@ class Request:
     # they need, up to this many (0 = exactly num_nodes)
     max_nodes: int = 0
     constraint: str | None = None  # --constraint (sched.features)
-    min_cpus: int = 0  # --mincpus: free CPUs a node must offer
+    # --mincpus (Slurm's pn_min_cpus): CPUs allocated on every node at least (cons_tres
+    # _cpus_to_use), so a node must have that many free
+    min_cpus: int = 0
     gpu_type: str | None = None  # GPUs of this type only
+    min_tmp_disk: int = 0  # --tmp: MB of TmpDisk a node must have
+    # --gpus-per-node alone (gpus_per_node less the share of a --gpus total); a job
+    # without -N spreads its --gpus total over as many nodes as it needs (`max_nodes`)
+    gpus_per_node_own: int = 0
+
+    @property
+    def gpu_spread(self) -> bool:
+        """A --gpus total without -N: as many nodes as the GPUs need."""
+        return bool(self.max_nodes and self.gpus_total)
+
+    def spread_over(self, k: int) -> Request:
+        """This request on `k` nodes, its tasks (and a --gpus total) shared out."""
+        share = -(-self.gpus_total // k) if self.gpus_total else 0
+        return replace(self, num_nodes=k, tasks_per_node=0, tasks=max(self.tasks, k),
+                       gpus_per_node=self.gpus_per_node_own + share)
+
+    def most_nodes(self) -> int:
+        """The most nodes this job may get (a job without -N: one per task, or per GPU
+        of a --gpus total)."""
+        if not self.max_nodes:
+            return self.num_nodes
+        return max(self.num_nodes, min(max(self.tasks, self.gpus_total), self.max_nodes))
 
     def demand(self, node: NodeLike, tasks: int) -> tuple[int, int, int]:
         """CPUs, MB and GPUs this job asks of `node` with `tasks` tasks there."""
-        cpus = tasks * self.cpus_per_task
+        cpus = max(tasks * self.cpus_per_task, self.min_cpus)
         if self.mem_per_node is not None:
             mem = node.mem if self.mem_per_node == 0 else self.mem_per_node
         else:
@@ -83,15 +108,18 @@ class Request:
         """demand() when it does not depend on the node (all but --mem=0), else None."""
         if self.mem_per_node == 0:
             return None
-        cpus = tasks * self.cpus_per_task
+        cpus = max(tasks * self.cpus_per_task, self.min_cpus)
         mem = self.mem_per_node if self.mem_per_node is not None else self.mem_per_cpu * cpus
         return cpus, mem, self.gpus_per_node + self.gpus_per_task * tasks
 
     def min_cpus_per_node(self) -> int:
         # a job that may spread (max_nodes) may take as little as one task on a node
-        return (1 if self.max_nodes else self.tasks_per_node or 1) * self.cpus_per_task
+        per_node = (1 if self.max_nodes else self.tasks_per_node or 1) * self.cpus_per_task
+        return max(per_node, self.min_cpus)
 
     def min_gpus_per_node(self) -> int:
+        if self.gpu_spread:  # one GPU of the total may be all a node gives
+            return self.gpus_per_node_own + 1
         per_node = 1 if self.max_nodes else self.tasks_per_node or 1
         return self.gpus_per_node + self.gpus_per_task * per_node
 
@@ -104,8 +132,8 @@ def make_request(job: PendingView, def_mem_per_cpu: int) -> Request:
     req_nodes = tuple(dict.fromkeys(job.req_nodes))
     num_nodes = max(job.num_nodes, len(req_nodes), 1)
     tasks = max(job.num_tasks, 1)
-    # (a total --gpus count is shared out per node count: such a job keeps its count)
-    flexible = not job.nodes_fixed and not req_nodes and not job.gpus
+    # (a --gpus total with --gpus-per-task keeps its node count)
+    flexible = not job.nodes_fixed and not req_nodes and not (job.gpus and job.gpus_per_task)
     if flexible and job.ntasks_per_node:
         # -n8 --ntasks-per-node=4 without -N: the node count follows
         num_nodes = max(num_nodes, -(-tasks // job.ntasks_per_node))
@@ -139,11 +167,16 @@ def make_request(job: PendingView, def_mem_per_cpu: int) -> Request:
         exclusive=job.exclusive,
         req_nodes=req_nodes,
         exc_nodes=frozenset(job.exc_nodes),
-        max_nodes=(min(job.max_nodes or FLEXIBLE_MAX_NODES, tasks) if flexible else 0),
+        # each node takes one task at least (and, where the tasks do not need more nodes,
+        # one GPU of a --gpus total)
+        max_nodes=(min(job.max_nodes or FLEXIBLE_MAX_NODES, max(tasks, job.gpus))
+                   if flexible else 0),
         constraint=job.constraint or None,
         min_cpus=job.min_cpus or 0,
         gpu_type=job.gpu_type if job.gpu_type and (
             job.gpus or job.gpus_per_node or job.gpus_per_task) else None,
+        min_tmp_disk=job.min_tmp_disk or 0,
+        gpus_per_node_own=job.gpus_per_node,
     )
 
 
@@ -202,6 +235,11 @@ def _task_capacity(req: Request, node: NodeLike, extra: ExtraCheck | None) -> in
         return 0
     if req.gpus_per_task:
         cap = min(cap, free_g // req.gpus_per_task)
+    if cap >= 1 and req.min_cpus:
+        # --mincpus: one task still takes that many CPUs (and their memory)
+        c, m, _ = req.demand(node, 1)
+        if c > node.free_cpus or m > node.free_mem:
+            return 0
     if cap < 1 or extra is None:
         return max(cap, 0)
     c, m, g = req.demand(node, cap)
@@ -245,11 +283,16 @@ def allocate(
     extra: ExtraCheck | None = None,
 ) -> list[NodeAlloc] | None:
     """Pick nodes and build the allocation (see `_allocate`), honouring the job's
-    --constraint and --mincpus: each alternative of a [a|b] set is tried in turn, and
-    counted features (a*2) pick their nodes first."""
+    --constraint, --mincpus and --tmp: each alternative of a [a|b] set is tried in turn,
+    and counted features (a*2) pick their nodes first."""
     if req.min_cpus:
         ordered = (n for n in ordered if n.free_cpus >= req.min_cpus)
         if any(n.free_cpus < req.min_cpus for n in required):
+            return None
+    if req.min_tmp_disk:
+        tmp = req.min_tmp_disk
+        ordered = (n for n in ordered if n.tmp_disk >= tmp)
+        if any(n.tmp_disk < tmp for n in required):
             return None
     if req.gpu_type:
         gtype = req.gpu_type
@@ -263,6 +306,8 @@ def allocate(
         out = _allocate_constrained(replace(req, max_nodes=0), required, first, extra)
         if out is not None or req.max_nodes <= req.num_nodes:
             return out
+        if req.gpu_spread:
+            return _allocate_constrained(req, required, list(again), extra)
         # As few nodes as will do: the roomiest first (best fit among equals)
         spread = replace(req, tasks_per_node=0)
         nodes = list(again)
@@ -323,6 +368,8 @@ def _allocate(
     """Pick nodes and build the allocation.  `required` are the job's --nodelist nodes (all
     usable and permitted); `ordered` yields the other candidates in best-fit order, already
     filtered to usable, permitted, not excluded nodes.  `extra` vetoes a node/amount."""
+    if req.gpu_spread:
+        return _allocate_gpu_spread(req, required, ordered, extra)
     k = req.num_nodes
     req_names = {n.name for n in required}
     chosen: list[NodeLike] = []
@@ -410,6 +457,94 @@ def _allocate(
     return _build(req, chosen, counts)
 
 
+def _gpu_room(req: Request, node: NodeLike, extra: ExtraCheck | None) -> int:
+    """How many GPUs of a --gpus total `node` can take now with one task (0 = none)."""
+    own = req.gpus_per_node_own
+    if req.exclusive:
+        room = node.gpus - own
+        c, m, _ = req.demand(node, 1)
+        if room < 1 or not fits_now(node, c, m, node.gpus, True):
+            return 0
+        if extra is not None and not extra(node, node.cpus, node.mem, node.gpus, True):
+            return 0
+        return room
+    room = len(node.free_gpus) - own
+    c, m, _ = req.demand(node, 1)
+    if room < 1 or c > node.free_cpus or m > node.free_mem or node.exclusive:
+        return 0
+    if extra is not None:
+        # the most GPUs the reservations leave room for (the check is monotone in GPUs)
+        while room >= 1 and not extra(node, c, m, own + room, False):
+            room -= 1
+    return room
+
+
+def _allocate_gpu_spread(
+    req: Request,
+    required: Sequence[NodeLike],
+    ordered: Iterable[NodeLike],
+    extra: ExtraCheck | None,
+) -> list[NodeAlloc] | None:
+    """A --gpus total without -N that no single node can hold: as few nodes as will do,
+    those with the most free GPUs first, each taking as many of the GPUs as it has free
+    while leaving one for each node after it (Slurm's _set_job_bits1), and one task at
+    least."""
+    total = req.gpus_total
+    most = req.max_nodes
+    own = req.gpus_per_node_own
+    per_task = replace(req, tasks_per_node=0, gpus_per_node=own)
+    picked: list[tuple[NodeLike, int]] = []
+    for node in required:
+        room = _gpu_room(req, node, extra)
+        if room < 1:
+            return None
+        picked.append((node, room))
+    req_names = {n.name for n in required}
+    others = []
+    for node in ordered:
+        if node.name in req_names:
+            continue
+        room = _gpu_room(req, node, extra)
+        if room >= 1:
+            others.append((node, room))
+    others.sort(key=lambda nr: -nr[1])  # stable: best fit among equals
+
+    def caps_for(nodes: list[tuple[NodeLike, int]]) -> list[int]:
+        return [_task_capacity(replace(per_task, gpus_per_node=own + room), n, extra)
+                for n, room in nodes]
+
+    got = sum(room for _, room in picked)
+    caps: list[int] = []
+    it = iter(others)
+    while True:
+        if len(picked) >= req.num_nodes and got >= total:
+            caps = caps_for(picked)
+            if sum(caps) >= max(req.tasks, len(picked)) and all(caps):
+                break
+        nxt = next(it, None)
+        if nxt is None or len(picked) >= most:
+            return None
+        picked.append(nxt)
+        got += nxt[1]
+    k = len(picked)
+    counts = _distribute(max(req.tasks, k), caps)
+    if counts is None:
+        return None
+    out: list[NodeAlloc] = []
+    left = total
+    for i, ((node, room), t) in enumerate(zip(picked, counts, strict=True)):
+        # (more nodes than GPUs, for the tasks: the first ones take none)
+        take = max(0, min(room, left - (k - 1 - i)))
+        left -= take
+        free = sorted(node.free_gpus)
+        if req.exclusive:
+            out.append(NodeAlloc(node.name, node.cpus, node.mem, free))
+            continue
+        c, m, _ = per_task.demand(node, t)
+        out.append(NodeAlloc(node.name, c, m, free[:own + take]))
+    return out
+
+
 def _build(req: Request, chosen: list[NodeLike], counts: list[int]) -> list[NodeAlloc]:
     out: list[NodeAlloc] = []
     k = len(chosen)
@@ -461,10 +596,19 @@ def idle_copy(node: NodeView, *, usable: bool = True) -> NodeView:
         free_cpus=node.cpus, free_mem=node.mem, free_gpus=list(range(node.gpus)),
         usable=usable, weight=node.weight, partitions=node.partitions,
         features=node.features, job_count=0, exclusive=False, gpu_type=node.gpu_type,
+        tmp_disk=node.tmp_disk,
     )
+
+
+def idle_allocation(job: PendingView, nodes: list[NodeView],
+                    def_mem_per_cpu: int) -> list[NodeAlloc] | None:
+    """Where `job` would run if all `nodes` were idle and up (Slurm's submit-time test,
+    select_nodes(test_only)); its length is what Slurm shows of a pending job's node
+    count (node_cnt_wag)."""
+    return select_nodes(job, [idle_copy(n) for n in nodes], def_mem_per_cpu)
 
 
 def fits_ever(job: PendingView, nodes: list[NodeView], def_mem_per_cpu: int) -> bool:
     """Could `job` run on `nodes` if all were idle and up?  False means Slurm's
     "Requested node configuration is not available"."""
-    return select_nodes(job, [idle_copy(n) for n in nodes], def_mem_per_cpu) is not None
+    return idle_allocation(job, nodes, def_mem_per_cpu) is not None

@@ -73,6 +73,7 @@ class PendingView:
     constraint: str | None = None  # --constraint (sched.features)
     min_cpus: int | None = None  # --mincpus
     gpu_type: str | None = None  # --gres=gpu:TYPE:N: only nodes with that type
+    min_tmp_disk: int = 0  # --tmp: MB; only nodes with at least that TmpDisk
 
 
 @dataclass(slots=True)
