@@ -213,3 +213,15 @@ def test_gpus_per_task_and_too_many(h: Harness) -> None:
 
     with pytest.raises(SlurmError, match="Requested node configuration is not available"):
         add_step(h, a, gpus_per_node=5)
+
+
+def test_a_node_failing_while_the_job_waits_does_not_change_how_it_ends(h: Harness) -> None:
+    a = running_job(h, requeue=False)
+    st = add_step(h, a)
+    h.call(h.ctl.requeue, h.who(), [h.job(a)], False)
+    h.end(a, "REQUEUED", signal=15)
+    assert h.job(a).state == JobState.COMPLETING
+    h.silent.add(st.nodes[0])
+    h.advance(31)  # the step's node stops responding: the step is given up, not the requeue
+    assert h.job(a).state in (JobState.PENDING, JobState.RUNNING)
+    assert h.job(a).restart_count == 1

@@ -76,6 +76,8 @@ class _Ending:
     end_time: float
     note: str | None
     since: float  # when the wait began (the bound counts from here)
+    reason: str | None  # the job's kill_reason then: a later one (a node failing meanwhile)
+    # does not change how it ends
 
 
 # A step whose tasks never report their end (an agent that lost them, an unkillable process)
@@ -153,7 +155,7 @@ class JobLifecycle(ControllerBase):
                 if state in ("COMPLETED", "FAILED", "OUT_OF_MEMORY"):
                     s.state = state
         if self._wait_for_steps(job, _Ending(state, exit_code, signal, end_time, note,
-                                             self.clock())):
+                                             self.clock(), job.kill_reason)):
             return job
         return self._finish_ended(job, state, exit_code, signal, end_time, note)
 
@@ -217,14 +219,16 @@ class JobLifecycle(ControllerBase):
         if not job.batch:
             if job.kill_reason is None:
                 return None
-            return _Ending(job.kill_reason, job.exit_code, job.term_signal, now, None, now)
+            return _Ending(job.kill_reason, job.exit_code, job.term_signal, now, None, now,
+                           job.kill_reason)
         batch = next((s for s in job.steps if s.step_id == "batch"), None)
         if batch is None or batch.end_time is None:
             return None  # the agent has not reported the batch step's end yet
         state = batch.state
         if state == "CANCELLED" and job.kill_reason in (None, "TIMEOUT"):
             state = "TIMEOUT"  # job_ended writes a timed-out, signalled batch step so
-        return _Ending(state, batch.exit_code, batch.signal, batch.end_time, None, now)
+        return _Ending(state, batch.exit_code, batch.signal, batch.end_time, None, now,
+                       job.kill_reason)
 
     def _drain_unkillable(self, nodes: list[str], now: float) -> None:
         from corral.controller.cluster import NodeEventKind
@@ -240,6 +244,7 @@ class JobLifecycle(ControllerBase):
 
     def _end_after_steps(self, job: Job, ending: _Ending) -> None:
         self.ending.pop(job.job_id, None)
+        job.kill_reason = ending.reason
         if job.batch:
             self._finish_ended(job, ending.state, ending.exit_code, ending.signal,
                                ending.end_time, ending.note)
@@ -299,7 +304,7 @@ class JobLifecycle(ControllerBase):
         now = self.clock()
         job.exit_code, job.term_signal = exit_code, signal
         job.kill_reason = state
-        if self._wait_for_steps(job, _Ending(state, exit_code, signal, now, None, now)):
+        if self._wait_for_steps(job, _Ending(state, exit_code, signal, now, None, now, state)):
             return
         self._finish_allocation(job, state, exit_code, signal, now)
 
