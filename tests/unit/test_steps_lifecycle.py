@@ -225,3 +225,13 @@ def test_a_node_failing_while_the_job_waits_does_not_change_how_it_ends(h: Harne
     h.advance(31)  # the step's node stops responding: the step is given up, not the requeue
     assert h.job(a).state in (JobState.PENDING, JobState.RUNNING)
     assert h.job(a).restart_count == 1
+
+
+def test_a_requeue_asked_while_the_job_waits_for_its_steps_wins(h: Harness) -> None:
+    a = running_job(h)
+    st = add_step(h, a)
+    h.end(a, "COMPLETED")
+    assert h.job(a).state == JobState.COMPLETING
+    h.call(h.ctl.requeue, h.who(), [h.job(a)], False)
+    task_ended(h, st)
+    assert h.job(a).state == JobState.PENDING and h.job(a).restart_count == 1

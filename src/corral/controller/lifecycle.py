@@ -76,8 +76,8 @@ class _Ending:
     end_time: float
     note: str | None
     since: float  # when the wait began (the bound counts from here)
-    reason: str | None  # the job's kill_reason then: a later one (a node failing meanwhile)
-    # does not change how it ends
+    reason: str | None  # the job's kill_reason then (a node failing meanwhile does not
+    # change how it ends; a requeue asked meanwhile does)
 
 
 # A step whose tasks never report their end (an agent that lost them, an unkillable process)
@@ -244,7 +244,10 @@ class JobLifecycle(ControllerBase):
 
     def _end_after_steps(self, job: Job, ending: _Ending) -> None:
         self.ending.pop(job.job_id, None)
-        job.kill_reason = ending.reason
+        if not (job.kill_reason or "").startswith("REQUEUE"):
+            # a requeue asked meanwhile wins (Slurm requeues a completing job once it is
+            # done); anything else (a node failing) does not change how it ends
+            job.kill_reason = ending.reason
         if job.batch:
             self._finish_ended(job, ending.state, ending.exit_code, ending.signal,
                                ending.end_time, ending.note)
