@@ -235,3 +235,11 @@ def test_a_requeue_asked_while_the_job_waits_for_its_steps_wins(h: Harness) -> N
     h.call(h.ctl.requeue, h.who(), [h.job(a)], False)
     task_ended(h, st)
     assert h.job(a).state == JobState.PENDING and h.job(a).restart_count == 1
+
+
+def test_an_exclusive_jobs_implicit_gpus_are_not_given_to_steps_by_default(h: Harness) -> None:
+    a = running_job(h, batch=False, exclusive=True)
+    assert len(h.job(a).alloc[0].gpus) == 4  # the whole node, GPUs included
+    st = add_step(h, a)
+    assert st.gpus[st.nodes[0]] == []
+    assert len(add_step(h, a, gpus_per_node=2).gpus[st.nodes[0]]) == 2

@@ -434,9 +434,12 @@ class StepManager:
                 return req.mem_per_cpu * need_of(count)
             return alloc[node].mem_mb
 
+        job_asked_gpus = bool(job.gpus or job.gpus_per_node or job.gpus_per_task)
+
         def gpus_wanted(node: str, count: int) -> int:
             # Slurm 22.05 (step_mgr.c _copy_job_tres_to_step): a step without a GPU request
-            # asks for the job's GPUs, i.e. all of them on the node; --gres=none for none
+            # asks for the job's GPUs, i.e. all of them on the node, but not those an
+            # --exclusive job holds without having asked for any (srun(1) --gres)
             gpt, gpn = req.gpus_per_task, req.gpus_per_node
             if gpn == 0:
                 return 0
@@ -444,7 +447,7 @@ class StepManager:
                 return int(gpt) * count
             if gpn:
                 return int(gpn)
-            return len(alloc[node].gpus)
+            return len(alloc[node].gpus) if job_asked_gpus else 0
 
         def free_gpus(node: str) -> list[int]:
             held = gpus_used.get(node, set())
