@@ -54,7 +54,9 @@ class AgentLinks(UseCases):
         # a job we think runs on these nodes but the agent does not know: it was lost
         alive = {j for j in running if isinstance(j, int)}
         for job in list(self.running.values()):
-            if job.batch and job.batch_host in node_names and job.job_id not in alive:
+            # (one whose batch step already ended, waiting for its srun steps, is not lost)
+            if job.batch and job.batch_host in node_names and job.job_id not in alive \
+                    and job.job_id not in self.ending:
                 log.warning("job %d unknown to the agent of %s after restart", job.job_id, job.batch_host)
                 job.kill_reason = job.kill_reason or "NODE_FAIL"
                 self.job_ended(job.job_id, "NODE_FAIL", 0, 0, now)
@@ -154,6 +156,9 @@ class AgentLinks(UseCases):
                 self.node_event(n, NodeEventKind.NOT_RESPONDING)
             victims = [j for j in self.running.values() if n.name in j.nodes]
             for job in victims:
+                if job.job_id in self.ending:  # over already; its steps there are given up
+                    self.steps_changed(job.job_id)
+                    continue
                 log.warning("node %s not responding for %ds: job %d fails", n.name, timeout, job.job_id)
                 if job.batch:
                     job.kill_reason = "NODE_FAIL"

@@ -6,6 +6,8 @@ state machine); resources are charged and released through the cluster's ledger.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from corral.controller.base import ControllerBase
 from corral.model.job import FINISHED_STATES, Job, JobState, NodeAlloc, Reason, Step
@@ -39,9 +41,70 @@ def end_reason(state: str, exit_code: int, signal: int, note: str | None = None)
             "BOOT_FAIL": "BootFail", "DEADLINE": "DeadLine"}.get(state, Reason.NONE)
 
 
+class StepTable(Protocol):
+    """What the lifecycle asks of the step manager (controller/steps.py) about a job's srun
+    steps while the job ends."""
+
+    def lingering_steps(self, job_id: int) -> list[str]:
+        """The job's steps whose tasks have not all reported their end, on nodes whose agents
+        can still report (a step on a node that stopped responding does not hold the job)."""
+        ...
+
+    def forget_steps(self, job_id: int) -> list[str]:
+        """Give up on the job's remaining steps (ended as CANCELLED, their clients told):
+        the nodes where a step still lingered."""
+        ...
+
+
+class _NoSteps:
+    def lingering_steps(self, job_id: int) -> list[str]:
+        return []
+
+    def forget_steps(self, job_id: int) -> list[str]:
+        return []
+
+
+@dataclass(slots=True)
+class _Ending:
+    """A job whose batch step (or allocation) is over while srun steps of it still run: it
+    stays COMPLETING, holding its resources, until they are gone (Slurm: CG until every
+    step is complete, then the final state, or PENDING again for a requeue)."""
+
+    state: str  # as the agent reported the batch step (or the allocation's end)
+    exit_code: int
+    signal: int
+    end_time: float
+    note: str | None
+    since: float  # when the wait began (the bound counts from here)
+    reason: str | None  # the job's kill_reason then (a node failing meanwhile does not
+    # change how it ends; a requeue asked meanwhile does)
+
+
+# A step whose tasks never report their end (an agent that lost them, an unkillable process)
+# must not keep its job COMPLETING forever: after KillWait + UnkillableStepTimeout the job ends
+# anyway and the step's nodes are drained, as slurmd drains a node whose step it cannot kill.
+DEFAULT_UNKILLABLE_STEP_TIMEOUT = 60
+KILL_TASK_FAILED = "Kill task failed"
+
+
 class JobLifecycle(ControllerBase):
+    step_table: StepTable = _NoSteps()
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.ending: dict[int, _Ending] = {}
+
     def _launch(self, job: Job) -> None:
         raise NotImplementedError
+
+    def step_bound(self) -> float:
+        """Seconds a job waits in COMPLETING for steps that do not report their end."""
+        raw = self.config.options.get("UnkillableStepTimeout", "")
+        try:
+            unkillable = int(raw) if raw else DEFAULT_UNKILLABLE_STEP_TIMEOUT
+        except ValueError:
+            unkillable = DEFAULT_UNKILLABLE_STEP_TIMEOUT
+        return max(0, self.kill_wait) + max(0, unkillable)
 
     def start_job(self, job: Job, alloc: list[NodeAlloc], now: float) -> None:
         job.reason = Reason.NONE
@@ -72,14 +135,18 @@ class JobLifecycle(ControllerBase):
         """The agent says the batch step is over (or a launch failed).
 
         A report for a job that is not running (unknown, already ended: a duplicate) or
-        with a state no batch step ends in changes nothing and never raises."""
+        with a state no batch step ends in changes nothing and never raises.  While srun
+        steps of the job still run, the job stays COMPLETING with its resources held, and
+        ends (or goes back to PENDING for a requeue) once they are gone."""
         job = self.jobs.get(job_id)
         if job is None or not job.state.active:
             return job
         if state not in AGENT_END_STATES:
             log.warning("job %d: end report with invalid state %r refused", job_id, state)
             return job
-        self.cluster.release(job, end_time)
+        if job_id in self.ending:  # already over, waiting for its steps
+            self.steps_changed(job_id)
+            return job
         for s in job.steps:
             if s.step_id == "batch" and s.end_time is None:
                 s.end_time = end_time
@@ -87,11 +154,120 @@ class JobLifecycle(ControllerBase):
                 s.state = "CANCELLED" if (job.kill_reason or state == "TIMEOUT") and signal else state
                 if state in ("COMPLETED", "FAILED", "OUT_OF_MEMORY"):
                     s.state = state
+        if self._wait_for_steps(job, _Ending(state, exit_code, signal, end_time, note,
+                                             self.clock(), job.kill_reason)):
+            return job
+        return self._finish_ended(job, state, exit_code, signal, end_time, note)
+
+    def _wait_for_steps(self, job: Job, ending: _Ending) -> bool:
+        """True when steps of `job` still run: it stays (or becomes) COMPLETING, which kills
+        them (the step manager hears the "ending" event), until `steps_changed` finds them
+        gone or the bound passes."""
+        left = self.step_table.lingering_steps(job.job_id)
+        if not left:
+            return False
+        self.ending[job.job_id] = ending
+        log.info("job %d: waiting for step(s) %s to end before it %s", job.job_id,
+                 ",".join(left), "is requeued" if (job.kill_reason or "").startswith("REQUEUE")
+                 else "ends")
+        self.mark(job)
+        if job.state != JobState.COMPLETING:
+            self.set_state(job, JobState.COMPLETING, ending.end_time)
+        return True
+
+    def steps_changed(self, job_id: int) -> None:
+        """A step of `job_id` ended (or its node stopped responding): a job waiting for its
+        steps ends once none lingers."""
+        ending = self.ending.get(job_id)
+        job = self.jobs.get(job_id)
+        if ending is None:
+            return
+        if job is None or not job.state.active:
+            del self.ending[job_id]
+            return
+        if not self.step_table.lingering_steps(job_id):
+            self._end_after_steps(job, ending)
+
+    def check_ending(self, now: float) -> None:
+        """Jobs waiting for their steps: end those whose steps are gone, or whose steps did not
+        report within the bound (logged; the nodes where they linger are drained).  A job left
+        COMPLETING by a controller restart after its batch step ended is picked up again."""
+        for held in list(self.running.values()):
+            if held.state != JobState.COMPLETING or held.job_id in self.ending:
+                continue
+            recovered = self._recovered_ending(held, now)
+            if recovered is not None:
+                self.ending[held.job_id] = recovered
+        bound = self.step_bound()
+        for job_id, ending in list(self.ending.items()):
+            job = self.jobs.get(job_id)
+            if job is None or not job.state.active:
+                self.ending.pop(job_id, None)
+                continue
+            left = self.step_table.lingering_steps(job_id)
+            if left and now - ending.since < bound:
+                continue
+            if left:
+                log.warning("job %d: step(s) %s did not end within %ds (KillWait + "
+                            "UnkillableStepTimeout); ending the job without them",
+                            job_id, ",".join(left), int(bound))
+                del self.ending[job_id]  # forgetting the steps must not end it a second time
+                self._drain_unkillable(self.step_table.forget_steps(job_id), now)
+            self._end_after_steps(job, ending)
+
+    def _recovered_ending(self, job: Job, now: float) -> _Ending | None:
+        if not job.batch:
+            if job.kill_reason is None:
+                return None
+            return _Ending(job.kill_reason, job.exit_code, job.term_signal, now, None, now,
+                           job.kill_reason)
+        batch = next((s for s in job.steps if s.step_id == "batch"), None)
+        if batch is None or batch.end_time is None:
+            return None  # the agent has not reported the batch step's end yet
+        state = batch.state
+        if state == "CANCELLED" and job.kill_reason in (None, "TIMEOUT"):
+            state = "TIMEOUT"  # job_ended writes a timed-out, signalled batch step so
+        return _Ending(state, batch.exit_code, batch.signal, batch.end_time, None, now,
+                       job.kill_reason)
+
+    def _drain_unkillable(self, nodes: list[str], now: float) -> None:
+        from corral.controller.cluster import NodeEventKind
+
+        for name in dict.fromkeys(nodes):
+            n = self.nodes.get(name)
+            if n is None or n.admin_state != "up":
+                continue
+            n.admin_state = "drain"
+            n.reason, n.reason_user, n.reason_uid, n.reason_time = KILL_TASK_FAILED, "root", 0, now
+            self.node_event(n, NodeEventKind.DRAINED)
+            self.mark_node(n)
+
+    def _end_after_steps(self, job: Job, ending: _Ending) -> None:
+        self.ending.pop(job.job_id, None)
+        if not (job.kill_reason or "").startswith("REQUEUE"):
+            # a requeue asked meanwhile wins (Slurm requeues a completing job once it is
+            # done); anything else (a node failing) does not change how it ends
+            job.kill_reason = ending.reason
+        if job.batch:
+            self._finish_ended(job, ending.state, ending.exit_code, ending.signal,
+                               ending.end_time, ending.note)
+        else:
+            self._finish_allocation(job, ending.state, ending.exit_code, ending.signal,
+                                    ending.end_time)
+
+    def _finish_ended(self, job: Job, state: str, exit_code: int, signal: int, end_time: float,
+                      note: str | None) -> Job:
+        # steps left only on nodes that stopped responding are given up with the job
+        self.step_table.forget_steps(job.job_id)
+        # released only now: no other job gets these resources while the old steps run
+        self.cluster.release(job, self.clock())
         reason = job.kill_reason
         job.kill_reason = None
         if reason in ("REQUEUE", "REQUEUE_HOLD", "REQUEUE_UHOLD") or (
                 reason == "NODE_FAIL" and job.requeue):
-            self.requeue_job(job, end_time, hold=reason in ("REQUEUE_HOLD", "REQUEUE_UHOLD"),
+            # BeginTime counts from when the job is pending again, after its steps are gone
+            self.requeue_job(job, max(end_time, self.clock()),
+                             hold=reason in ("REQUEUE_HOLD", "REQUEUE_UHOLD"),
                              held="user" if reason == "REQUEUE_UHOLD" else "admin")
             self.mark(job)
             self.request_schedule()
@@ -120,22 +296,38 @@ class JobLifecycle(ControllerBase):
         self.stats[key] += 1
 
     def end_allocation(self, job: Job, state: str, exit_code: int = 0, signal: int = 0) -> None:
-        """A job without a batch script (salloc, srun) ends: released, cancelled, timed out."""
+        """A job without a batch script (salloc, srun) ends: released, cancelled, timed out.
+        While steps of it still run it stays COMPLETING (kill_reason names the end it waits
+        for, so a controller restart meanwhile still knows it)."""
         if not job.state.active:
             return
+        if job.job_id in self.ending:
+            self.steps_changed(job.job_id)
+            return
         now = self.clock()
-        self.cluster.release(job, now)
+        job.exit_code, job.term_signal = exit_code, signal
+        job.kill_reason = state
+        if self._wait_for_steps(job, _Ending(state, exit_code, signal, now, None, now, state)):
+            return
+        self._finish_allocation(job, state, exit_code, signal, now)
+
+    def _finish_allocation(self, job: Job, state: str, exit_code: int, signal: int,
+                           end_time: float) -> None:
+        self.step_table.forget_steps(job.job_id)
+        self.cluster.release(job, self.clock())
         job.kill_reason = None
-        job.end_time = now
+        job.end_time = end_time
         job.exit_code, job.term_signal = exit_code, signal
         job.reason = end_reason(state, exit_code, signal)
         self._count_end(state)
         self.mark(job)
-        self.set_state(job, JobState(state), now)
+        self.set_state(job, JobState(state), end_time)
         self.request_schedule()
 
     def check_time_limits(self, now: float) -> None:
-        """Allocations have no step supervisor to enforce their limit: the controller does."""
+        """Allocations have no step supervisor to enforce their limit: the controller does.
+        (The periodic tick: jobs waiting in COMPLETING for their steps are checked too.)"""
+        self.check_ending(now)
         for job in list(self.running.values()):
             if job.batch or job.time_limit <= 0 or job.start_time is None:
                 continue
@@ -147,6 +339,9 @@ class JobLifecycle(ControllerBase):
         """Back to PENDING (its resources, if any, are released by the caller); `hold`
         holds it, as `held` ("admin", or "user": an owner's requeuehold)."""
         job.restart_count += 1
+        # a new run: its steps are numbered from 0 again (Slurm's batch_requeue_fini resets
+        # next_step_id); the old run's steps are gone with it, as sacct shows only the last run
+        job.steps = []
         job.start_time = None
         job.end_time = None
         job.alloc = []

@@ -114,6 +114,8 @@ class LiveStep:
     record: Step
     stdin: str = "0"
     mem: dict[str, int] = field(default_factory=dict)  # MB of the job's memory it holds per node
+    # the job's GPUs it holds per node (none with --overlap: it uses GPUs others may hold)
+    gpus_held: dict[str, list[int]] = field(default_factory=dict)
     exits: dict[int, tuple[int, int]] = field(default_factory=dict)
     cancelled: bool = False
 
@@ -139,6 +141,38 @@ class StepManager:
         self.step_freed: dict[int, asyncio.Event] = {}
         self.no_alloc_steps = 0  # srun -Z steps started (their step ids)
         ctl.listeners.append(self._on_job_event)
+        ctl.step_table = self  # the lifecycle asks which steps of an ending job still run
+
+    # ---- the lifecycle's questions (lifecycle.StepTable) ---------------------------
+    def _lingering_nodes(self, step: LiveStep) -> list[str]:
+        """Nodes where tasks of `step` have not reported their end and could still: the
+        node's agent is connected and the node responds."""
+        out: list[str] = []
+        for task_id in range(step.ntasks):
+            if task_id in step.exits:
+                continue
+            node = step.task_node(task_id)
+            n = self.ctl.nodes.get(node)
+            if node not in out and node in self.ctl.agent_senders and n is not None \
+                    and n.responding:
+                out.append(node)
+        return out
+
+    def lingering_steps(self, job_id: int) -> list[str]:
+        return [f"{jid}.{sid}" for (jid, sid), st in sorted(self.live.items())
+                if jid == job_id and self._lingering_nodes(st)]
+
+    def forget_steps(self, job_id: int) -> list[str]:
+        nodes: list[str] = []
+        for key, st in sorted(self.live.items()):
+            if key[0] != job_id:
+                continue
+            nodes.extend(self._lingering_nodes(st))
+            st.cancelled = True
+            for task_id in range(st.ntasks):  # never reported: as if killed
+                st.exits.setdefault(task_id, (0, 9))
+            self._maybe_finish(st)
+        return nodes
 
     def _to_agents(self, step: LiveStep, msg: m.Message) -> None:
         for s in self._agents_of(step):
@@ -378,6 +412,7 @@ class StepManager:
             counts = [base + (1 if i < extra else 0) for i in range(nnodes)]
         used = self._cpus_in_use(job.job_id)
         mem_used = self._mem_in_use(job.job_id)
+        gpus_used = self._gpus_in_use(job.job_id)
         # memory is a step resource when the job has some (Slurm's CR_*_Memory): --overlap
         # steps hold none; --mem=0 none (bounded by the job's); otherwise --mem per node,
         # --mem-per-cpu times the step's CPUs there, or by default all of the job's memory
@@ -399,9 +434,29 @@ class StepManager:
                 return req.mem_per_cpu * need_of(count)
             return alloc[node].mem_mb
 
+        job_asked_gpus = bool(job.gpus or job.gpus_per_node or job.gpus_per_task)
+
+        def gpus_wanted(node: str, count: int) -> int:
+            # Slurm 22.05 (step_mgr.c _copy_job_tres_to_step): a step without a GPU request
+            # asks for the job's GPUs, i.e. all of them on the node, but not those an
+            # --exclusive job holds without having asked for any (srun(1) --gres)
+            gpt, gpn = req.gpus_per_task, req.gpus_per_node
+            if gpn == 0:
+                return 0
+            if gpt:
+                return int(gpt) * count
+            if gpn:
+                return int(gpn)
+            return len(alloc[node].gpus) if job_asked_gpus else 0
+
+        def free_gpus(node: str) -> list[int]:
+            held = gpus_used.get(node, set())
+            return [g for g in alloc[node].gpus if g not in held]
+
         def fits(node: str, count: int) -> bool:
             return req.overlap or (need_of(count) <= free(node) and mem_of(node, count)
-                                   <= alloc[node].mem_mb - mem_used.get(node, 0))
+                                   <= alloc[node].mem_mb - mem_used.get(node, 0)
+                                   and gpus_wanted(node, count) <= len(free_gpus(node)))
 
         if not req.nodelist and nnodes < len(nodes):
             # Slurm's step layout: the first nodes of the allocation where the step's CPUs
@@ -411,7 +466,8 @@ class StepManager:
                 nodes = fits_now[:nnodes]
             else:
                 # not enough free now: wait for the nodes that could hold it at all
-                nodes = ([n for n in nodes if need_of(counts[0]) <= alloc[n].cpus]
+                nodes = ([n for n in nodes if need_of(counts[0]) <= alloc[n].cpus
+                          and gpus_wanted(n, counts[0]) <= len(alloc[n].gpus)]
                          or nodes)[:nnodes]
                 if len(nodes) < nnodes:
                     raise SlurmError("More processors requested than permitted")
@@ -433,20 +489,17 @@ class StepManager:
                 cpus[node] = need
                 if mem is not None and has_mem:
                     mem[node] = mem_of(node, count)
-            gpt, gpn = req.gpus_per_task, req.gpus_per_node
-            if gpn == 0:
-                gpus[node] = []
-            elif gpt:
-                want = int(gpt) * count
-                if want > len(a.gpus):
-                    raise SlurmError("Requested node configuration is not available")
-                gpus[node] = a.gpus[:want]
-            elif gpn:
-                if int(gpn) > len(a.gpus):
-                    raise SlurmError("Requested node configuration is not available")
-                gpus[node] = a.gpus[:int(gpn)]
+            want = gpus_wanted(node, count)
+            if want > len(a.gpus):
+                raise SlurmError("Requested node configuration is not available")
+            if req.overlap:
+                gpus[node] = a.gpus[:want]  # the first of the job's, held or not (Slurm's)
             else:
-                gpus[node] = list(a.gpus)
+                # the job's GPUs no other step holds (gres_ctld.c _set_step_gres_bit_alloc)
+                avail = free_gpus(node)
+                if want > len(avail):
+                    busy = True
+                gpus[node] = avail[:want]
         if busy:
             raise _Busy()
         return nodes, counts, cpus, gpus
@@ -457,6 +510,14 @@ class StepManager:
             if jid == job_id:
                 for node, n in st.mem.items():
                     used[node] = used.get(node, 0) + n
+        return used
+
+    def _gpus_in_use(self, job_id: int) -> dict[str, set[int]]:
+        used: dict[str, set[int]] = {}
+        for (jid, _), st in self.live.items():
+            if jid == job_id:
+                for node, ids in st.gpus_held.items():
+                    used.setdefault(node, set()).update(ids)
         return used
 
     def _cpus_in_use(self, job_id: int) -> dict[str, int]:
@@ -500,7 +561,8 @@ class StepManager:
         job.steps.append(record)
         self.ctl.mark(job)
         step = LiveStep(job.job_id, step_id, send, nodes, counts, cpus, gpus, record,
-                        stdin=req.stdin, mem=mem)
+                        stdin=req.stdin, mem=mem,
+                        gpus_held={} if req.overlap else {n: list(g) for n, g in gpus.items()})
         self.live[(job.job_id, step_id)] = step
         session.step = step
         send(m.StepStarted(job_id=job.job_id, step_id=step_id, nodes=nodes,
@@ -734,6 +796,7 @@ class StepManager:
         ev = self.step_freed.get(step.job_id)
         if ev is not None:
             ev.set()
+        self.ctl.steps_changed(step.job_id)  # a job waiting in COMPLETING for its steps
 
 
 class _Busy(Exception):
