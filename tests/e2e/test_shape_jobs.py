@@ -22,6 +22,7 @@ SchedulerInterval=1
 NodeName=node-[1-2] CPUs=16 RealMemory=64000 Gres=gpu:4 TmpDisk=1000
 NodeName=node-[3-4] CPUs=16 RealMemory=64000 Gres=gpu:4 TmpDisk=200000
 PartitionName=debug Nodes=node-[1-4] Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpumem Nodes=node-[1-4] DefMemPerGPU=12000 MaxTime=INFINITE State=UP
 """
 
 REFUSED = ("sbatch: error: Batch job submission failed: "
@@ -149,3 +150,49 @@ def test_pending_ntasks_job_shows_the_nodes_it_needs(cluster: Cluster) -> None:
         c.ok("scancel", str(busy))
     c.wait_state(j, "COMPLETED", timeout=60)
     assert c.ok("sacct", "-j", str(j), "-X", "-n", "-P", "-o", "NNodes").strip() == "2"
+
+
+def test_gpus_total_job_runs_a_plain_srun_on_every_node(cluster: Cluster) -> None:
+    # spread over 2 nodes without -n: one task per node, so srun's default step covers both
+    c = cluster
+    j = c.sbatch("--gpus=8", "--wrap",
+                 "echo $SLURM_NTASKS; srun bash -c 'echo $SLURMD_NODENAME' | sort")
+    out = _wait_output(c, j).split()
+    assert out[0] == "2" and len(set(out[1:])) == 2, out
+
+
+def test_gpus_total_with_def_mem_per_gpu_is_charged_per_node(cluster: Cluster) -> None:
+    # DefMemPerGPU=12000 and 8 GPUs over 4-GPU nodes of 64000 MB: 48000 MB on each node,
+    # not 96000 (which no node has)
+    c = cluster
+    j = c.sbatch("-p", "gpumem", "--gpus=8", "--wrap", "echo $SLURM_MEM_PER_NODE")
+    assert _wait_output(c, j).strip() == "48000"
+
+
+def test_held_ntasks_job_shows_the_nodes_its_tasks_need(cluster: Cluster) -> None:
+    # held, the job is never planned: the submit test's count is what squeue shows
+    c = cluster
+    j = c.sbatch("-H", "-n30", "--wrap", "true")
+    assert _squeue(c, j, "%D") == "2"
+    assert "NumNodes=2 NumCPUs=30 NumTasks=30 " in c.ok("scontrol", "show", "job", str(j))
+    k = c.sbatch("-H", "-n4", "--wrap", "true")  # fits one node: 1, as asked
+    assert _squeue(c, k, "%D") == "1"
+    c.ok("scancel", str(j), str(k))
+
+
+def test_reconfigure_applies_a_new_tmp_disk(cluster: Cluster) -> None:
+    c = cluster
+    conf = c.home / "slurm.conf"
+    old = conf.read_text()
+    r = c.run("sbatch", "--tmp=150000", "-N4", "--wrap", "true")  # two nodes have 1000 MB
+    assert (r.returncode, r.stderr) == (1, REFUSED)
+    try:
+        conf.write_text(old.replace("TmpDisk=1000", "TmpDisk=300000"))
+        c.ok("scontrol", "reconfigure")
+        assert " TmpDisk=300000 " in c.ok("scontrol", "show", "node", "node-1")
+        j = c.sbatch("--tmp=150000", "-N4", "--wrap", "true")  # now every node has it
+        c.wait_state(j, "COMPLETED", timeout=60)
+    finally:
+        conf.write_text(old)
+        c.ok("scontrol", "reconfigure")
+    assert " TmpDisk=1000 " in c.ok("scontrol", "show", "node", "node-1")

@@ -113,6 +113,10 @@ class JobLifecycle(ControllerBase):
         job.alloc = alloc
         job.nodes = [a.node for a in alloc]
         job.batch_host = job.nodes[0]
+        if not job.ntasks_per_node and job.num_tasks < len(alloc):
+            # spread over more nodes than tasks (a --gpus total without -N): one task per
+            # node at least, as Slurm lays it out, so a plain srun in it runs on every node
+            job.num_tasks = len(alloc)
         job.scheduler = "Main"
         job.sched_start = None
         job.sched_nodes = []

@@ -52,7 +52,7 @@ class Controller(AgentLinks):
                  home: str = "", clock: Clock | None = None) -> None:
         super().__init__(config, store, config_path=config_path, home=home, clock=clock)
         self._idle_views: dict[str, list[NodeView]] = {}  # per partition, for feasibility checks
-        self._fits_cache: dict[str, tuple[list[NodeView], dict[tuple[Any, ...], bool]]] = {}
+        self._fits_cache: dict[str, tuple[list[NodeView], dict[tuple[Any, ...], int]]] = {}
         self.silent_nodes: set[str] = set()
         self._usage_spans = []
         self.table.subscribe(self.usage_on_event)  # fairshare: charge a job as it ends

@@ -61,7 +61,7 @@ from corral.sched.limits_check import (
     job_request,
     resolve_submit,
 )
-from corral.sched.select import fits_ever
+from corral.sched.select import idle_allocation
 from corral.sched.snapshot import NodeView, PendingView
 from corral.store.base import JobPayload
 
@@ -104,9 +104,10 @@ _SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(PendingView)
 
 class UseCases(Scheduling):
     _idle_views: dict[str, list[NodeView]]
-    # per partition: the idle views the answers were computed on, and fits_ever's answer per
-    # job shape (a flood of identical submissions runs node selection once, not per job)
-    _fits_cache: dict[str, tuple[list[NodeView], dict[tuple[Any, ...], bool]]]
+    # per partition: the idle views the answers were computed on, and per job shape the
+    # number of idle nodes it would run on (0: never fits); a flood of identical submissions
+    # runs node selection once, not per job
+    _fits_cache: dict[str, tuple[list[NodeView], dict[tuple[Any, ...], int]]]
 
     def check_partition_access(self, who: Identity, part: Partition, account: str,
                                qos: str) -> None:
@@ -337,8 +338,7 @@ class UseCases(Scheduling):
             self.request_schedule()
         return job
 
-    @staticmethod
-    def _partition_defaults(job: Job, part: Partition, spec: dict[str, Any]) -> None:
+    def _partition_defaults(self, job: Job, part: Partition, spec: dict[str, Any]) -> None:
         """DefMemPerGPU and DefCpuPerGPU of the partition the job is submitted to, for a
         job with GPUs that names no memory (no --mem/--mem-per-cpu) or no CPU count."""
         if not (part.def_mem_per_gpu or part.def_cpu_per_gpu):
@@ -348,7 +348,15 @@ class UseCases(Scheduling):
         if not gpus:
             return
         if part.def_mem_per_gpu and job.mem_per_node is None and job.mem_per_cpu is None:
-            job.mem_per_node = part.def_mem_per_gpu * -(-gpus // nodes)
+            per_node = -(-gpus // nodes)
+            if job.gpus and not job.nodes_fixed:
+                # a --gpus total that may spread: a node holds at most its own GPUs.  Memory
+                # is one amount per node here, so each node gets what its largest share
+                # needs (Slurm charges each node for the GPUs it got; a little more here).
+                most = max((self.nodes[n].gpus for n in part.nodes if n in self.nodes),
+                           default=per_node)
+                per_node = min(per_node, max(most, 1))
+            job.mem_per_node = part.def_mem_per_gpu * per_node
         if part.def_cpu_per_gpu and "cpus_per_task" not in spec:
             job.cpus_per_task = max(1, -(-(gpus * part.def_cpu_per_gpu) // job.num_tasks))
 
@@ -415,15 +423,19 @@ class UseCases(Scheduling):
             cached = self._fits_cache[part.name] = (views, {})
         # everything of the view but the job's identity, priority and submit time
         shape = (*(getattr(pv, f) for f in _SHAPE_FIELDS), self.def_mem_per_cpu)
-        fits = cached[1].get(shape)
-        if fits is None:
-            fits = fits_ever(pv, views, self.def_mem_per_cpu)
+        count = cached[1].get(shape)
+        if count is None:
+            alloc = idle_allocation(pv, views, self.def_mem_per_cpu)
+            count = len(alloc) if alloc is not None else 0
             if len(cached[1]) >= 4096:  # bounded: many distinct shapes only cost the work
                 cached[1].clear()
-            cached[1][shape] = fits
-        if not fits:
+            cached[1][shape] = count
+        if not count:
             raise SlurmError("Requested node configuration is not available",
                              ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
+        # what squeue %D shows while it pends (Slurm's node_cnt_wag from the submit test):
+        # -n30 on 16-CPU nodes needs 2 even while held
+        job.node_cnt_wag = count if not job.nodes_fixed and count > job.num_nodes else None
 
     # ------------------------------------------------------------- actions
     def signal_jobs(self, who: Identity, jobs: list[Job], signum: int, *, batch_only: bool,
@@ -803,15 +815,16 @@ class UseCases(Scheduling):
                 changes.append(f"node {name} added")
                 continue
             before = (cur.cpus, cur.real_memory, cur.gpus, cur.gpu_type, cur.weight,
-                      list(cur.features))
+                      list(cur.features), cur.tmp_disk)
             cur.cpus, cur.real_memory, cur.gpus, cur.gpu_type = \
                 fresh.cpus, fresh.real_memory, fresh.gpus, fresh.gpu_type
             cur.sockets, cur.cores_per_socket, cur.threads_per_core = \
                 fresh.sockets, fresh.cores_per_socket, fresh.threads_per_core
             cur.weight, cur.features = fresh.weight, list(fresh.features)
+            cur.tmp_disk = fresh.tmp_disk
             cur.addr = fresh.addr or cur.addr
             if before != (cur.cpus, cur.real_memory, cur.gpus, cur.gpu_type, cur.weight,
-                          cur.features):
+                          cur.features, cur.tmp_disk):
                 changes.append(f"node {name} changed")
         for n in self.nodes.values():
             n.partitions = []

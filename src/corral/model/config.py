@@ -54,6 +54,8 @@ GLOBAL_DEFAULTS: dict[str, str] = {
 NOT_ACTED_ON = ("Prolog", "Epilog", "HealthCheckProgram", "HealthCheckInterval")
 # Keys Corral reads that have no default shown by `scontrol show config` when unset.
 OPTIONAL_KEYS = {"SchedulerParameters",
+                 # how long a job waits in COMPLETING for a step that will not die (60 s)
+                 "UnkillableStepTimeout",
                  # accounting policy and priority/multifactor (docs/POLICY.md)
                  "AccountingStorageEnforce", "PriorityWeightFairshare", "PriorityWeightQOS",
                  "PriorityWeightAssoc", "PriorityWeightTRES", "PriorityFavorSmall",
