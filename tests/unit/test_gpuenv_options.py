@@ -116,3 +116,20 @@ def test_sbatch_puts_gpu_options_in_the_job_environment() -> None:
     assert submit("--gres=gpu:2") == {"SLURM_GPUS_PER_NODE": "9"}  # inherited, as in Slurm
     assert submit("--gpus-per-node=2") == {"SLURM_GPUS_PER_NODE": "2"}
     assert submit("--gpus=gpu:1", "-N1") == {"SLURM_GPUS": "gpu:1", "SLURM_GPUS_PER_NODE": "9"}
+    # from SBATCH_* input variables too: Slurm exports the option whatever set it
+    sub = sbatch.parse_sbatch(["--wrap", "true"], {"SBATCH_GPUS_PER_NODE": "1"}, lambda: "",
+                              "/home/alice", 1000.0)
+    assert sub.env["SLURM_GPUS_PER_NODE"] == "1"
+
+
+def test_salloc_exports_gpu_options_to_its_command() -> None:
+    from corral.cli import salloc
+
+    def shell_env(*args: str) -> dict[str, str]:
+        return salloc.parse_salloc([*args, "true"], {"PATH": "/bin"}, "/home/alice",
+                                   1000.0).shell_env
+
+    assert shell_env("--gres=gpu:4") == {}
+    assert shell_env("--gpus-per-node=4") == {"SLURM_GPUS_PER_NODE": "4"}
+    assert shell_env("-n2", "--gpus-per-task=1", "--gpus=2") == \
+        {"SLURM_GPUS": "2", "SLURM_GPUS_PER_TASK": "1"}
