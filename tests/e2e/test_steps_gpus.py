@@ -17,11 +17,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 LAB = Path(__file__).resolve().parents[2] / "examples" / "lab.conf"
 
-# The allocation's SLURM_GPUS_PER_NODE (which Slurm's salloc exports for --gpus-per-node only,
-# not for --gres) would beat srun's own --gres today; unset until srun lets its command line win.
 INSIDE = """\
 set -u
-unset SLURM_GPUS_PER_NODE
 srun -n1 --gres=gpu:2 bash -c 'echo A $CUDA_VISIBLE_DEVICES; sleep 4; echo end $(date +%s.%N)' \
     > a.out 2>&1 &
 srun -n1 --gres=gpu:2 bash -c 'echo B $CUDA_VISIBLE_DEVICES; sleep 4; echo end $(date +%s.%N)' \

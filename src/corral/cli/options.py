@@ -865,6 +865,55 @@ def gpu_request(v: dict[str, object]) -> tuple[int, int, int, str | None]:
     return gpus, per_node, per_task, gpu_type
 
 
+# srun's options that ask for GPUs, whichever way (Slurm turns each into a step TRES request)
+GPU_KEYS = ("gres", "gpus", "gpus-per-node", "gpus-per-task")
+
+
+def drop_inherited_gpu_options(v: dict[str, object], src: dict[str, str]) -> None:
+    """A GPU request on the command line, of any kind, replaces every GPU option that came
+    from the environment.  srun(1): the command line always overrides environment
+    variables; inside `salloc --gpus-per-node=4`, `srun --gres=gpu:2` asks for 2 GPUs, not
+    for the allocation's SLURM_GPUS_PER_NODE too."""
+    if any(src.get(k) == "cli" for k in GPU_KEYS if k in v):
+        for k in GPU_KEYS:
+            if k in v and src.get(k) != "cli":
+                del v[k]
+
+
+def step_gpu_options(v: dict[str, object], src: dict[str, str],
+                     step_gres: str | None) -> dict[str, object]:
+    """The GPU options of an srun step: those of `v`, or SLURM_STEP_GRES (srun(1): same as
+    --gres, for job steps only, not for the allocation) when no GPU option was given on the
+    command line and no --gres came from SLURM_GRES (which Slurm's srun reads first)."""
+    given = {k: v[k] for k in GPU_KEYS if k in v}
+    if not step_gres or "gres" in given or any(src.get(k) == "cli" for k in given):
+        return given
+    return {"gres": step_gres}
+
+
+# What sbatch and salloc export for the GPU options they were given (Slurm 22.05's
+# set_env_from_opts(), the option's text as given); --gres exports nothing of its own.
+_GPU_OPTION_VARS = (("cpus-per-gpu", "SLURM_CPUS_PER_GPU"), ("gpus", "SLURM_GPUS"),
+                    ("gpu-bind", "SLURM_GPU_BIND"), ("gpu-freq", "SLURM_GPU_FREQ"),
+                    ("gpus-per-node", "SLURM_GPUS_PER_NODE"),
+                    ("gpus-per-socket", "SLURM_GPUS_PER_SOCKET"),
+                    ("gpus-per-task", "SLURM_GPUS_PER_TASK"))
+
+
+def gpu_option_environment(v: dict[str, object]) -> dict[str, str]:
+    """SLURM_GPUS, SLURM_GPUS_PER_NODE, SLURM_GPUS_PER_TASK, … for the options in `v`: the
+    job's environment (sbatch) or the shell's (salloc) gets them, so that srun inside reads
+    the job's request back; `--gres=gpu:N` sets none of them, as in Slurm."""
+    out: dict[str, str] = {}
+    for key, var in _GPU_OPTION_VARS:
+        value = v.get(key)
+        if value is not None and value != "":
+            text = str(value)
+            # --cpus-per-gpu is a number: Slurm prints it with %d
+            out[var] = str(int(text)) if key == "cpus-per-gpu" and text.isdigit() else text
+    return out
+
+
 def node_list(expr: str, cwd: str) -> list[str]:
     """-w/-x: a hostlist expression, or a file of names when it contains a "/".
 

@@ -27,6 +27,7 @@ from corral.cli.options import (
     check_no_effect_value,
     fail,
     full_path,
+    gpu_option_environment,
     gpu_request,
     hetjob_refusal,
     job_spec,
@@ -61,6 +62,7 @@ class SallocRequest:
         self.v: dict[str, Any] = {}
         self.spec: dict[str, Any] = {}
         self.env: dict[str, str] = {}
+        self.shell_env: dict[str, str] = {}  # what salloc itself exports to the command
         self.no_shell = False
         self.verbose = 0
         self.quiet = 0
@@ -180,6 +182,7 @@ def parse_salloc(argv: list[str], env: dict[str, str], cwd: str, now: float, *,
     job_env["SLURM_SUBMIT_HOST"] = submit_host
     job_env["SLURM_UMASK"] = f"0{umask >> 6 & 7}{umask >> 3 & 7}{umask & 7}"
     req.env = job_env
+    req.shell_env = gpu_option_environment(v)
     if req.verbose:
         for opt_name in dict.fromkeys(req.ignored):
             req.messages.append(f"{PROG}: --{opt_name} has no effect under Corral")
@@ -288,6 +291,7 @@ class Salloc:
         from corral.cli.ws import ConnectionClosed, WebSocketError
         env = dict(os.environ)
         env.update({str(k): str(val) for k, val in alloc_env.items()})
+        env.update(self.req.shell_env)
         self.child = self._fork(self.req.command, env)
         status: int | None = None
         while status is None:

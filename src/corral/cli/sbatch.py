@@ -39,6 +39,7 @@ from corral.cli.options import (
     fail,
     fatal,
     full_path,
+    gpu_option_environment,
     gpu_request,
     hetjob_refusal,
     job_spec,
@@ -651,6 +652,7 @@ def _job_environment(v: dict[str, Any], env: dict[str, str], cwd: str, submit_ho
         job_env = _read_env_file(v["export-file"], cwd)
         source = {}  # Slurm clears its own environment when --export-file is used
     job_env.update(export_environment(v.get("export", "ALL"), source))
+    job_env.update(gpu_option_environment(v))  # whatever --export says, as in Slurm
     job_env["SLURM_PRIO_PROCESS"] = str(prio)
     job_env["SLURM_SUBMIT_DIR"] = cwd
     job_env["SLURM_SUBMIT_HOST"] = submit_host

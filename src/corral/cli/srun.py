@@ -32,6 +32,7 @@ from corral.cli.options import (
     Option,
     OptionValueError,
     allocation_spec,
+    drop_inherited_gpu_options,
     env_flag_is_set,
     export_environment,
     fail,
@@ -44,6 +45,7 @@ from corral.cli.options import (
     parse_alloc_value,
     parse_int,
     spec_problem,
+    step_gpu_options,
 )
 from corral.model import messages as m
 
@@ -306,8 +308,11 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
     multi_prog = _multi_prog(req, cwd) if v.get("multi-prog") else None
     min_nodes, max_nodes, ntasks, ntasks_set = node_task_counts(v, req_nodes, PROG,
                                                                 req.messages)
+    drop_inherited_gpu_options(v, req.src)
+    step_gpu = step_gpu_options(v, req.src, env.get("SLURM_STEP_GRES"))
     try:
         gpus = gpu_request(v)
+        step_gpus = gpu_request(step_gpu)
     except GresError:
         fail(PROG, "Invalid generic resource (gres) specification")
 
@@ -330,11 +335,11 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
     # a new allocation without -N spreads a --gpus total over the nodes it needs: the
     # step then holds the job's GPUs of each node and, without -n, runs one task on each
     # (srun's default task count is the allocation's node count)
-    spread_gpus = req.job_id is None and not no_alloc and not nodes_given and "gpus" in v
-    if "gres" in v or "gpus-per-node" in v:
-        per_node_gpus = gpus[1]
-    elif "gpus" in v and not spread_gpus:
-        per_node_gpus = -(-gpus[0] // max(min_nodes, 1))
+    spread_gpus = req.job_id is None and not no_alloc and not nodes_given and "gpus" in step_gpu
+    if "gres" in step_gpu or "gpus-per-node" in step_gpu:
+        per_node_gpus = step_gpus[1]
+    elif "gpus" in step_gpu and not spread_gpus:
+        per_node_gpus = -(-step_gpus[0] // max(min_nodes, 1))
     req.step = {
         "name": v["job-name"] if req.src.get("job-name") == "cli" else
         os.path.basename(req.argv[0]),
@@ -346,7 +351,7 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         "ntasks_per_node": v.get("ntasks-per-node") or (
             1 if spread_gpus and not ntasks_set else None),
         "cpus_per_task": v.get("cpus-per-task", 1),
-        "gpus_per_task": gpus[2] if "gpus-per-task" in v else None,
+        "gpus_per_task": step_gpus[2] if "gpus-per-task" in step_gpu else None,
         "gpus_per_node": per_node_gpus,
         "gpu_bind": v.get("gpu-bind"),
         "multi_prog": multi_prog,

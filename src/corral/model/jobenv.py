@@ -97,12 +97,9 @@ def batch_environment(job: Job, *, cluster_name: str, submit_host: str) -> dict[
         env["SLURM_GPUS_ON_NODE"] = str(len(first.gpus))
         env["CUDA_VISIBLE_DEVICES"] = ids
         env["GPU_DEVICE_ORDINAL"] = ids
-        if job.gpus_per_node:
-            env["SLURM_GPUS_PER_NODE"] = str(job.gpus_per_node)
-        if job.gpus:
-            env["SLURM_GPUS"] = str(job.gpus)
-        if job.gpus_per_task:
-            env["SLURM_GPUS_PER_TASK"] = str(job.gpus_per_task)
+    # SLURM_GPUS, SLURM_GPUS_PER_NODE and SLURM_GPUS_PER_TASK are not slurmd's: sbatch and
+    # salloc export the options they were given (--gpus-per-node, not --gres=gpu:N, which
+    # Corral also records as gpus_per_node) into the job's environment themselves.
     return env
 
 
