@@ -71,3 +71,27 @@ def a_job(out: dict[str, str]) -> str:
     """The allocation's job id, from srun's "Step created for StepId=J.S" line."""
     line = next(ln for ln in out["c"].splitlines() if "StepId=" in ln)
     return line.split("StepId=")[1].split(".")[0]
+
+
+GPU_TOTAL = """\
+srun -l bash -c 'echo $CUDA_VISIBLE_DEVICES' | sort
+echo ---
+srun -l --gpus=5 bash -c 'echo $CUDA_VISIBLE_DEVICES' | sort
+echo ---
+srun --gpus=7 true
+"""
+
+
+def test_step_gpus_total_is_taken_node_by_node(cluster: Cluster) -> None:
+    # --gpus=6 over 4-GPU nodes: the job holds 4 + 2; a step's --gpus total (inherited
+    # through SLURM_GPUS, or its own) takes the job's GPUs node by node, not an even share
+    r = cluster.run("salloc", "--gpus=6", "bash", "-c", GPU_TOTAL, timeout=90)
+    plain, five, _ = r.stdout.split("---\n")
+    assert plain == "0: 0,1,2,3\n1: 0,1\n", r.stdout + r.stderr
+    assert five == "0: 0,1,2,3\n1: 0\n", r.stdout + r.stderr
+    assert "srun: error: Unable to create step for job" in r.stderr
+    assert "Requested node configuration is not available" in r.stderr
+    # a new allocation's step: -N2 --gpus=3 is 2 + 1
+    out = cluster.ok("srun", "-N2", "--gpus=3", "-l", "bash", "-c", "echo $CUDA_VISIBLE_DEVICES",
+                     timeout=60)
+    assert sorted(out.splitlines()) == ["0: 0,1", "1: 0"], out

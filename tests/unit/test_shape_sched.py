@@ -254,8 +254,10 @@ def test_commands_send_tmp_and_srun_spreads_without_nodes() -> None:
     assert req.alloc["gpus"] == 8 and "min_tmp_disk" not in req.alloc  # not given
     # the step: the job's GPUs of each node, one task on each node
     assert req.step["gpus_per_node"] is None and req.step["ntasks_per_node"] == 1
+    assert req.step["gpus"] == 8  # a total: taken from the job's GPUs node by node
     fixed = srun.parse_srun(["-N2", "--gpus=8", "true"], env, "/home/u", NOW)
     assert fixed.alloc is not None and fixed.alloc["num_nodes"] == 2
-    assert fixed.step["gpus_per_node"] == 4 and fixed.step["ntasks_per_node"] is None
+    assert fixed.step["gpus_per_node"] is None and fixed.step["gpus"] == 8
+    assert fixed.step["ntasks_per_node"] is None
     tasks = srun.parse_srun(["-n30", "true"], env, "/home/u", NOW)
     assert tasks.alloc is not None and tasks.alloc["num_nodes"] is None

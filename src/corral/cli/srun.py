@@ -336,10 +336,11 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
     # step then holds the job's GPUs of each node and, without -n, runs one task on each
     # (srun's default task count is the allocation's node count)
     spread_gpus = req.job_id is None and not no_alloc and not nodes_given and "gpus" in step_gpu
+    total_gpus: int | None = None
     if "gres" in step_gpu or "gpus-per-node" in step_gpu:
         per_node_gpus = step_gpus[1]
-    elif "gpus" in step_gpu and not spread_gpus:
-        per_node_gpus = -(-step_gpus[0] // max(min_nodes, 1))
+    elif "gpus" in step_gpu:
+        total_gpus = step_gpus[0]
     req.step = {
         "name": v["job-name"] if req.src.get("job-name") == "cli" else
         os.path.basename(req.argv[0]),
@@ -353,6 +354,7 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         "cpus_per_task": v.get("cpus-per-task", 1),
         "gpus_per_task": step_gpus[2] if "gpus-per-task" in step_gpu else None,
         "gpus_per_node": per_node_gpus,
+        **({"gpus": total_gpus} if total_gpus is not None else {}),
         "gpu_bind": v.get("gpu-bind"),
         "multi_prog": multi_prog,
         "nodelist": req_nodes,

@@ -441,8 +441,8 @@ class StepManager:
             # asks for the job's GPUs, i.e. all of them on the node, but not those an
             # --exclusive job holds without having asked for any (srun(1) --gres)
             gpt, gpn = req.gpus_per_task, req.gpus_per_node
-            if gpn == 0:
-                return 0
+            if gpn == 0 or req.gpus is not None:
+                return 0  # (a --gpus total is shared out over the step's nodes below)
             if gpt:
                 return int(gpt) * count
             if gpn:
@@ -500,6 +500,17 @@ class StepManager:
                 if want > len(avail):
                     busy = True
                 gpus[node] = avail[:want]
+        if req.gpus and req.gpus_per_node != 0:
+            # --gpus total: the job's GPUs node by node, as many as each node has
+            if req.gpus > sum(len(alloc[n].gpus) for n in nodes):
+                raise SlurmError("Requested node configuration is not available")
+            left = req.gpus
+            for node in nodes:
+                pool = alloc[node].gpus if req.overlap else free_gpus(node)
+                gpus[node] = list(pool[:left])
+                left -= len(gpus[node])
+            if left > 0:
+                busy = True
         if busy:
             raise _Busy()
         return nodes, counts, cpus, gpus
@@ -595,7 +606,7 @@ class StepManager:
                   submit_host=os.uname().nodename)
         # nothing is held: the step overlaps whatever runs there, and has no GPUs
         layout_req = m.StepSpec.from_dict({**req.to_dict(), "overlap": True,
-                                           "gpus_per_node": 0})
+                                           "gpus_per_node": 0, "gpus": None})
         nodes, counts, cpus, gpus = self._layout(job, layout_req)
         record = Step(str(step_id), job.name, JobState.RUNNING.value, start_time=now,
                       cpus=sum(a.cpus for a in job.alloc if a.node in nodes),

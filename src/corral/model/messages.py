@@ -355,6 +355,9 @@ class StepSpec(Message):
     cpus_per_task: int = field(default=1, lo=1, hi=1 << 24)
     gpus_per_task: int | None = field(default=None, lo=0, hi=1 << 16)
     gpus_per_node: int | None = field(default=None, lo=0, hi=1 << 16)
+    # --gpus: a total for the step, taken from the job's GPUs node by node (as many as
+    # each of the step's nodes has), so 6 GPUs fit a job holding 4 + 2
+    gpus: int | None = field(default=None, lo=0, hi=1 << 20, omit_none=True)
     gpu_bind: str | None = field(default=None, maxlen=4096)
     multi_prog: str | None = field(default=None, omit_none=True)  # --multi-prog's file
     nodelist: list[str] = field(default_factory=list)
