@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from corral import jsonio
 from corral.auth import KIND_LOGIN, KIND_NODE, AuthError, bearer
 from corral.controller import auth as door
 from corral.controller.auth import admit_agent, request_uid_gid
@@ -42,12 +43,9 @@ AGENT_RECEIVE_LIMIT = 64 * MB - 64 * 1024
 # Refusals logged per agent link before the log is thinned out (a flooding node).
 LOGGED_REFUSALS = 20
 
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))
-
-
 def json_response(obj: Any, status: int = 200) -> web.Response:
-    return web.Response(text=_dumps(obj), status=status, content_type="application/json")
+    return web.Response(body=jsonio.dumps_bytes(obj), status=status,
+                        content_type="application/json", charset="utf-8")
 
 
 # What root on a joined machine may ask through its agent: reading, nothing else.
@@ -242,7 +240,7 @@ class Api:
         raw = await request.read()
         if not raw:
             return {}
-        data = json.loads(raw)
+        data = jsonio.loads(raw)
         if not isinstance(data, dict):
             raise SlurmError("Malformed request: expected a JSON object", 0)
         return data
@@ -418,9 +416,9 @@ class Api:
                 parts.append(text)
                 continue
             if job is None:
-                job = Job.from_dict(json.loads(text))
+                job = Job.from_dict(jsonio.loads(text))
             if selected(job):
-                parts.append(_dumps(job_view(job, fields)))
+                parts.append(jsonio.dumps(job_view(job, fields)))
         body = '{"jobs":[' + ",".join(parts) + '],"now":' + repr(time.time()) + "}"
         return web.Response(text=body, content_type="application/json")
 
@@ -674,7 +672,7 @@ class AgentLink:
             frame: list[str] = []
             size = 0
             while True:
-                text = _dumps(msg)
+                text = jsonio.dumps(msg)
                 if len(text) > AGENT_RECEIVE_LIMIT:
                     self._undeliverable(msg, len(text))
                 elif frame and size + len(text) > AGENT_FRAME_TARGET:

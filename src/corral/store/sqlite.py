@@ -12,6 +12,7 @@ import sqlite3
 import threading
 from typing import Any, NamedTuple
 
+from corral import jsonio
 from corral.model.job import Job, JobState
 from corral.store.base import (
     ACCOUNTING_KINDS,
@@ -141,11 +142,11 @@ class SqliteStore:
         writer thread holds the GIL as little as possible."""
         job_rows = [
             (j["job_id"], j.get("array_job_id"), j["uid"], j["state"], j["submit_time"],
-             j.get("start_time"), j.get("end_time"), json.dumps(j, separators=(",", ":")))
+             j.get("start_time"), j.get("end_time"), jsonio.dumps(j))
             for j in batch.jobs
         ]
         payload_rows = [
-            (jid, p.script, json.dumps(p.env, separators=(",", ":")), json.dumps(p.argv), p.open_mode)
+            (jid, p.script, jsonio.dumps(p.env), jsonio.dumps(p.argv), p.open_mode)
             for jid, p in batch.payloads
         ]
         node_rows = [(n.name, n.admin_state, n.reason, n.reason_user, n.reason_uid, n.reason_time)
@@ -177,7 +178,7 @@ class SqliteStore:
     def _jobs(self, sql: str, args: tuple[Any, ...] | list[Any] = ()) -> list[Job]:
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()
-        return [Job.from_dict(json.loads(r[0])) for r in rows]
+        return [Job.from_dict(jsonio.loads(r[0])) for r in rows]
 
     def load_active_jobs(self) -> list[Job]:
         marks = ",".join("?" * len(_FINISHED))
@@ -211,7 +212,7 @@ class SqliteStore:
 
     def query_jobs(self, **filters: Any) -> list[Job]:
         """Accounting query (sacct): the matching jobs, oldest first."""
-        return [Job.from_dict(json.loads(text)) for _, text in self.query_records(**filters)]
+        return [Job.from_dict(jsonio.loads(text)) for _, text in self.query_records(**filters)]
 
     def query_records(self, *, ids: list[int] | None = None, array_ids: list[int] | None = None,
                    uids: list[int] | None = None, states: list[str] | None = None,
