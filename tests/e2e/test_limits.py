@@ -99,7 +99,9 @@ def test_gpu_limit_submit_limit_and_unknown_user(
     c.ok("scancel", str(held))
     r = c.run("sbatch", "-A", "nosuch", "--wrap", "true")
     assert r.returncode == 1 and "Invalid account" in r.stderr
-    # the first job ends: the waiting one starts as soon as the limit allows
+    # the first job ends: the waiting one starts as soon as the limit allows (after a
+    # second or two of running, so that root's usage shows in sshare's whole CPU-seconds)
+    time.sleep(2)
     c.ok("scancel", str(jobs[0]))
     c.wait_state(jobs[2], "RUNNING")
     for j in jobs[1:]:

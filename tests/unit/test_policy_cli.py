@@ -20,7 +20,7 @@ SHARE_ROWS: dict[str, Any] = {"fair_tree": True, "rows": [
      "raw_usage": 5400.7, "norm_usage": 1.0, "effective_usage": 1.0, "level_fs": 0.5,
      "fairshare": 0.5},
     {"depth": 2, "account": "lab", "user": "ben", "raw_shares": 1, "norm_shares": 0.5,
-     "raw_usage": 0.0, "norm_usage": 0.0, "effective_usage": 0.0, "level_fs": float("inf"),
+     "raw_usage": 0.0, "norm_usage": 0.0, "effective_usage": 0.0, "level_fs": "inf",
      "fairshare": 1.0},
 ]}
 PRIO: dict[str, Any] = {

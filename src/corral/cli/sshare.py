@@ -73,7 +73,7 @@ def values(row: dict[str, Any], fair_tree: bool) -> dict[str, str]:
     is_root = row["depth"] == 0 and not user
     indent = " " * row["depth"]
     fs = row["fairshare"]
-    level = row["level_fs"]
+    level = float(row["level_fs"])  # a number, or "inf"/"nan" (JSON has no infinity)
     return {
         "account": indent + row["account"],
         "user": user,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from typing import Any
 
 from aiohttp import web
@@ -215,7 +216,9 @@ def share_rows(ctl: Any) -> dict[str, Any]:
             "norm_shares": i.norm_shares if i else 0.0, "raw_usage": i.raw_usage if i else 0.0,
             "norm_usage": i.norm_usage if i else 0.0,
             "effective_usage": i.effective_usage if i else 0.0,
-            "level_fs": i.level_fs if i else 0.0, "fairshare": i.fairshare if i else 0.0,
+            # JSON has no infinity: a non-finite LevelFS goes out as "inf" (or "nan")
+            "level_fs": _json_number(i.level_fs) if i else 0.0,
+            "fairshare": i.fairshare if i else 0.0,
             "grp_tres_mins": a.limits.to_dict().get("grp_tres_mins") or {},
             "tres_mins": minutes.get(a.id, {}),
             "tres_run_mins": run_mins.get(a.id, {}),
@@ -330,3 +333,7 @@ def usage_report(ctl: Any, start: float, end: float, stored: list[Any]) -> dict[
     return {"cluster": ctl.cluster_name, "start": start, "end": end,
             "capacity": capacity, "reported": reported, "down": down,
             "allocated": allocated, "assocs": rows, "users": list(users.values())}
+
+
+def _json_number(x: float) -> float | str:
+    return x if math.isfinite(x) else repr(x)
