@@ -221,6 +221,15 @@ def test_bad_agent_messages_are_refused_alone(edge: Cluster) -> None:
     ("GET", "/v1/accounting?start=yesterday", b"", 400, "Invalid time specification"),
     ("PATCH", "/v1/jobs/1", b"\xff\xfe", 400, "Malformed request"),
     ("GET", "/v1/nosuchthing", b"", 404, "Not Found"),
+    ("GET", "/v1/sreport?start=nan&end=inf", b"", 400, "Invalid time in request"),
+    ("GET", "/v1/accounts/events?start=inf", b"", 400, "Invalid time in request"),
+    ("GET", "/v1/accounts/events?nodes=node-%5B", b"", 400, "Invalid node name specified"),
+    ("POST", "/v1/jobs", b'{"script": "#!/bin/sh\\n", "spec": {"time_limit": NaN}}', 400,
+     "Invalid value for time_limit"),
+    ("POST", "/v1/jobs", b'{"script": "#!/bin/sh\\n", "spec": {"begin_time": 1e400}}', 400,
+     "Invalid value for begin_time"),
+    ("POST", "/v1/jobs", b'{"script": "#!/bin/sh\\n", "spec": {"num_tasks": 1e30}}', 400,
+     "Invalid value for num_tasks"),
 ])
 def test_a_broken_payload_gets_a_slurm_style_error(edge: Cluster, method: str, path: str,
                                                    body: bytes, status: int, error: str) -> None:

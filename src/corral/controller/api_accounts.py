@@ -147,15 +147,18 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
         peer_identity(request, ctl)
         q = request.query
         try:
-            start = float(q["start"]) if q.get("start") else None
-            end = float(q["end"]) if q.get("end") else None
+            start = _epoch(q["start"]) if q.get("start") else None
+            end = _epoch(q["end"]) if q.get("end") else None
         except ValueError:
             return refused(AccountsError(" Invalid time in request"))
         nodes = [x for x in q.get("nodes", "").split(",") if x] or None
         if nodes:
             from corral.model import hostlists
 
-            nodes = [n for spec in nodes for n in hostlists.expand(spec)]
+            try:
+                nodes = [n for spec in nodes for n in hostlists.expand(spec)]
+            except hostlists.HostlistError:
+                return refused(AccountsError(" Invalid node name specified"))
         return json_response({"events": node_events(ctl, start, end, nodes)})
 
     async def sshare(request: web.Request) -> web.Response:
@@ -170,7 +173,7 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
         peer_identity(request, ctl)
         q = request.query
         try:
-            start, end = float(q["start"]), float(q["end"])
+            start, end = _epoch(q["start"]), _epoch(q["end"])
         except (KeyError, ValueError):
             return refused(AccountsError(" Invalid time in request"))
         if end <= start:
@@ -337,3 +340,11 @@ def usage_report(ctl: Any, start: float, end: float, stored: list[Any]) -> dict[
 
 def _json_number(x: float) -> float | str:
     return x if math.isfinite(x) else repr(x)
+
+
+def _epoch(text: str) -> float:
+    """A time in a query (seconds since the epoch); ValueError for inf, nan or junk."""
+    t = float(text)
+    if not math.isfinite(t):
+        raise ValueError(text)
+    return t

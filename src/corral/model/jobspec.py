@@ -116,6 +116,11 @@ class JobSpecError(ValueError):
         self.too_long = too_long
 
 
+def _finite(v: float) -> bool:
+    """A number a job field can hold: not NaN or infinite, and within 64 bits."""
+    return -(1 << 63) < v < (1 << 63)  # (False for NaN too)
+
+
 def validate_spec(spec: dict[str, Any]) -> dict[str, Any]:
     """The fields of `spec`, checked and converted; None values are dropped."""
     out: dict[str, Any] = {}
@@ -127,7 +132,7 @@ def validate_spec(spec: dict[str, Any]) -> dict[str, Any]:
             continue
         kind = f.kind
         if kind in ("int", "opt_int", "signed_int", "time_limit"):
-            if isinstance(v, bool) or not isinstance(v, int | float):
+            if isinstance(v, bool) or not isinstance(v, int | float) or not _finite(v):
                 raise JobSpecError(f"Invalid value for {k}: {v!r}")
             v = int(v)
             if v < 0 and kind != "signed_int" and not (kind == "time_limit" and v == -1):
@@ -147,7 +152,7 @@ def validate_spec(spec: dict[str, Any]) -> dict[str, Any]:
         elif kind == "bool":
             v = bool(v)
         elif kind == "time":
-            if isinstance(v, bool) or not isinstance(v, int | float):
+            if isinstance(v, bool) or not isinstance(v, int | float) or not _finite(v):
                 raise JobSpecError(f"Invalid value for {k}: {v!r}")
             v = float(v)
         elif kind == "hold":
