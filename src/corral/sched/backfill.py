@@ -351,16 +351,13 @@ class _Pass:
         starts: dict[str, list[tuple[float, float]]] = {}
         candidates: list[_Node] = []
         fixed = None if req.exclusive else req.node_independent_demand(per_node)
+        filtered = req.filters_nodes
         for node in members:
             if not node.usable or node.name in req.exc_nodes:
                 continue
             if con is not None and not con.node_may(node.features):
                 continue
-            if req.min_cpus and node.cpus < req.min_cpus:
-                continue
-            if node.tmp_disk < req.min_tmp_disk:
-                continue
-            if req.gpu_type and node.gpu_type != req.gpu_type:
+            if filtered and not req.node_may(node):
                 continue
             c, m, g = fixed if fixed is not None else req.demand(node, per_node)
             if c > node.cpus or m > node.mem or g > node.gpus:
@@ -598,9 +595,7 @@ def _plan_node_count(req: Request, members: Iterable[_Node], con: Constraint | N
     k = req.num_nodes
     if not req.max_nodes:
         return k
-    fit = [n for n in members if (con is None or con.node_may(n.features))
-           and n.tmp_disk >= req.min_tmp_disk and n.cpus >= req.min_cpus
-           and (not req.gpu_type or n.gpu_type == req.gpu_type)]
+    fit = [n for n in members if (con is None or con.node_may(n.features)) and req.node_may(n)]
     used = _largest_first(sorted((n.cpus // req.cpus_per_task for n in fit), reverse=True),
                           req.tasks)
     if req.gpu_spread:

@@ -41,6 +41,7 @@ class NodeLike(Protocol):
     exclusive: bool
     features: tuple[str, ...]
     tmp_disk: int
+    gpu_type: str | None
 
 
 # (node, cpus, mem, gpus, whole_node) -> may the job take this much here?  Backfill uses it
@@ -76,6 +77,17 @@ class Request:
     # --gpus-per-node alone (gpus_per_node less the share of a --gpus total); a job
     # without -N spreads its --gpus total over as many nodes as it needs (`max_nodes`)
     gpus_per_node_own: int = 0
+
+    @property
+    def filters_nodes(self) -> bool:
+        """Some nodes can never hold it, whatever runs there (see `node_may`)."""
+        return bool(self.min_cpus or self.min_tmp_disk or self.gpu_type)
+
+    def node_may(self, node: NodeLike) -> bool:
+        """Whether `node` is one this job may ever use, by what it is rather than by what is
+        free: CPUs for --mincpus, TmpDisk for --tmp, GPUs of the asked type."""
+        return (node.cpus >= self.min_cpus and node.tmp_disk >= self.min_tmp_disk
+                and (not self.gpu_type or node.gpu_type == self.gpu_type))
 
     @property
     def gpu_spread(self) -> bool:
@@ -285,20 +297,13 @@ def allocate(
     """Pick nodes and build the allocation (see `_allocate`), honouring the job's
     --constraint, --mincpus and --tmp: each alternative of a [a|b] set is tried in turn,
     and counted features (a*2) pick their nodes first."""
-    if req.min_cpus:
-        ordered = (n for n in ordered if n.free_cpus >= req.min_cpus)
-        if any(n.free_cpus < req.min_cpus for n in required):
+    if req.filters_nodes:
+        def ok(n: NodeLike) -> bool:  # (--mincpus: that many free now, too)
+            return n.free_cpus >= req.min_cpus and req.node_may(n)
+
+        if not all(ok(n) for n in required):
             return None
-    if req.min_tmp_disk:
-        tmp = req.min_tmp_disk
-        ordered = (n for n in ordered if n.tmp_disk >= tmp)
-        if any(n.tmp_disk < tmp for n in required):
-            return None
-    if req.gpu_type:
-        gtype = req.gpu_type
-        ordered = (n for n in ordered if getattr(n, "gpu_type", None) == gtype)
-        if any(getattr(n, "gpu_type", None) != gtype for n in required):
-            return None
+        ordered = (n for n in ordered if ok(n))
     if req.max_nodes:
         # -n without -N: on one node when one can hold the tasks, else spread over as
         # many as needed (the node order is replayed, not searched twice)
