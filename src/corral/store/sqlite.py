@@ -219,33 +219,20 @@ class SqliteStore:
                    start: float | None = None, end: float | None = None,
                    limit: int | None = None) -> list[tuple[int, str]]:
         """Like query_jobs, but (job id, stored JSON record) without decoding it."""
-        where: list[str] = []
-        args: list[Any] = []
+        id_match: list[Any] | None = None  # job ids or array ids, either may match
+        alts: list[str] = []
         if ids is not None or array_ids is not None:
-            alts = []
-            if ids:
-                alts.append(f"job_id IN ({','.join('?' * len(ids))})")
-                args.extend(ids)
-            if array_ids:
-                alts.append(f"array_job_id IN ({','.join('?' * len(array_ids))})")
-                args.extend(array_ids)
-            where.append("(" + (" OR ".join(alts) or "0") + ")")
-        if uids is not None:
-            where.append(f"uid IN ({','.join('?' * len(uids))})")
-            args.extend(uids)
-        if states is not None:
-            where.append(f"state IN ({','.join('?' * len(states))})")
-            args.extend(states)
-        if start is not None:
-            # a job belongs to the window if it was not over before `start`
-            where.append("(end_time IS NULL OR end_time >= ?)")
-            args.append(start)
-        if end is not None:
-            where.append("submit_time <= ?")
-            args.append(end)
-        sql = "SELECT job_id, record FROM jobs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
+            id_match = []
+            for column, values in (("job_id", ids), ("array_job_id", array_ids)):
+                if values:
+                    alts.append(f"{column} IN ({','.join('?' * len(values))})")
+                    id_match.extend(values)
+        where, args = _where(("(" + (" OR ".join(alts) or "0") + ")", id_match),
+                             ("uid IN ({})", uids), ("state IN ({})", states),
+                             # a job belongs to the window if it was not over before `start`
+                             ("(end_time IS NULL OR end_time >= ?)", start),
+                             ("submit_time <= ?", end))
+        sql = "SELECT job_id, record FROM jobs" + where
         sql += " ORDER BY job_id"
         if limit:
             sql += f" LIMIT {int(limit)}"
@@ -353,7 +340,8 @@ class SqliteStore:
 def _where(*terms: tuple[str, Any]) -> tuple[str, list[Any]]:
     """The SQL " WHERE c1 AND c2 ..." (or "") and its arguments, from (condition, value) pairs.
 
-    A None value leaves its condition out; a list value fills the condition's "{}" with one
+    A None value leaves its condition out; a list value gives its items as the arguments,
+    filling the condition's "{}" (if it has one; else its "?"s are written already) with one
     "?" per item (an empty list matches nothing, as IN () does).
     """
     clauses: list[str] = []
