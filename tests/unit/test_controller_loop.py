@@ -1,4 +1,4 @@
-"""The controller runs on uvloop when installed, on asyncio's loop when told not to."""
+"""The controller runs on uvloop, on asyncio's loop when told not to."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ async def _loop_module() -> int:
 
 
 def test_controller_runs_on_uvloop() -> None:
-    pytest.importorskip("uvloop")
     assert _run(_loop_module()) == 1
 
 

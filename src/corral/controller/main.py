@@ -172,15 +172,12 @@ async def serve(home: str, config_path: str, listen: str | None = None) -> int:
 
 
 def _run(coro: Coroutine[Any, Any, int]) -> int:
-    """On uvloop when it is installed: its transports halve the event loop's cost per
-    connection, and every sbatch/squeue is one connection (`CORRAL_UVLOOP=0` opts out)."""
+    """On uvloop: its transports halve the event loop's cost per connection, and every
+    sbatch/squeue is one connection (`CORRAL_UVLOOP=0` runs asyncio's own loop)."""
     if os.environ.get("CORRAL_UVLOOP", "1") != "0":
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            return uvloop.run(coro)
+        import uvloop
+
+        return uvloop.run(coro)
     return asyncio.run(coro)
 
 
