@@ -104,6 +104,14 @@ _WAIT_REASONS = {"", "None", "Resources", "Priority", "BeginTime", "Dependency"}
 REASON_STATES = frozenset({"PENDING", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE"})
 
 
+def pending_node_count(job: dict[str, Any]) -> int:
+    """A pending job's node count as squeue %D and scontrol's NumNodes= show it: the nodes
+    it asked for, or more when its tasks (or GPUs) need more (node_cnt_wag: the submit
+    test's, or backfill's plan)."""
+    return max(int(job.get("num_nodes") or 1), int(job.get("node_cnt_wag") or 0),
+               len(job.get("sched_nodes") or ()))
+
+
 def job_reason(job: dict[str, Any]) -> str:
     """The job's Reason: the controller's, or for an ended job why it ended."""
     reason = str(job.get("reason") or "None")

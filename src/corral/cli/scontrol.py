@@ -15,7 +15,7 @@ import time
 
 from corral.cli import client
 from corral.cli.client import quote
-from corral.cli.fmt import escape, job_reason, stamp
+from corral.cli.fmt import escape, job_reason, pending_node_count, stamp
 from corral.model import hostlists
 from corral.model.arrays import format_task_ids
 from corral.model.jobspec import mbytes_exact, pn_min_cpus
@@ -270,8 +270,7 @@ def format_job(job: dict[str, Any], now: float, *, one_liner: bool = False,
     node_line = f"NodeList={hostlists.compress(nodes)}"
     if pending and job.get("sched_nodes"):
         node_line += f" SchedNodeList={hostlists.compress(job['sched_nodes'])}"
-    nodes_shown = max(res["nodes"], int(job.get("node_cnt_wag") or 0),
-                      len(job.get("sched_nodes") or ())) if pending else res["nodes"]
+    nodes_shown = pending_node_count(job) if pending else res["nodes"]
     if pending and job.get("max_nodes"):
         num_nodes = f"{nodes_shown}-{job['max_nodes']}"
     else:

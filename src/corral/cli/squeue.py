@@ -24,6 +24,7 @@ from corral.cli.fmt import (
     job_reason,
     parse_long,
     parse_percent,
+    pending_node_count,
     renderer,
     stamp,
 )
@@ -110,13 +111,6 @@ def _num_nodes(j: Job) -> str:
     if j.get("nodes") and not _pending(j):
         return str(len(j["nodes"]))
     return str(pending_node_count(j))
-
-
-def pending_node_count(j: Job) -> int:
-    """A pending job's node count as Slurm shows it: the nodes it asked for, or more when
-    its tasks (or GPUs) need more (node_cnt_wag: the submit test's, or backfill's plan)."""
-    return max(int(j.get("num_nodes") or 1), int(j.get("node_cnt_wag") or 0),
-               len(j.get("sched_nodes") or ()))
 
 
 def _num_cpus(j: Job) -> str:
