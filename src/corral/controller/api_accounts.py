@@ -88,7 +88,7 @@ def _active_jobs(ctl: Any) -> list[tuple[str, str, int]]:
 
 
 def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
-    from corral.controller.server import json_response, peer_identity
+    from corral.controller.server import json_response, peer_identity, query_epoch
 
     lock = asyncio.Lock()
     acc = accounts_of(ctl)
@@ -147,8 +147,8 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
         peer_identity(request, ctl)
         q = request.query
         try:
-            start = _epoch(q["start"]) if q.get("start") else None
-            end = _epoch(q["end"]) if q.get("end") else None
+            start = query_epoch(q["start"]) if q.get("start") else None
+            end = query_epoch(q["end"]) if q.get("end") else None
         except ValueError:
             return refused(AccountsError(" Invalid time in request"))
         nodes = [x for x in q.get("nodes", "").split(",") if x] or None
@@ -173,7 +173,7 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
         peer_identity(request, ctl)
         q = request.query
         try:
-            start, end = _epoch(q["start"]), _epoch(q["end"])
+            start, end = query_epoch(q["start"]), query_epoch(q["end"])
         except (KeyError, ValueError):
             return refused(AccountsError(" Invalid time in request"))
         if end <= start:
@@ -340,11 +340,3 @@ def usage_report(ctl: Any, start: float, end: float, stored: list[Any]) -> dict[
 
 def _json_number(x: float) -> float | str:
     return x if math.isfinite(x) else repr(x)
-
-
-def _epoch(text: str) -> float:
-    """A time in a query (seconds since the epoch); ValueError for inf, nan or junk."""
-    t = float(text)
-    if not math.isfinite(t):
-        raise ValueError(text)
-    return t

@@ -43,6 +43,14 @@ AGENT_RECEIVE_LIMIT = 64 * MB - 64 * 1024
 # Refusals logged per agent link before the log is thinned out (a flooding node).
 LOGGED_REFUSALS = 20
 
+def query_epoch(text: str) -> float:
+    """A time in a query (seconds since the epoch); ValueError for inf, nan or junk."""
+    t = float(text)
+    if not math.isfinite(t):
+        raise ValueError(text)
+    return t
+
+
 def json_response(obj: Any, status: int = 200) -> web.Response:
     return web.Response(body=jsonio.dumps_bytes(obj), status=status,
                         content_type="application/json", charset="utf-8")
@@ -399,8 +407,8 @@ class Api:
             except ValueError:
                 raise SlurmError("Invalid job state specified", 0) from None
         try:
-            start = float(q["start"]) if q.get("start") else None
-            end = float(q["end"]) if q.get("end") else None
+            start = query_epoch(q["start"]) if q.get("start") else None
+            end = query_epoch(q["end"]) if q.get("end") else None
         except ValueError:
             raise SlurmError("Invalid time specification", 0) from None
         loop = asyncio.get_running_loop()
