@@ -25,13 +25,7 @@ def ts(hms: str, day: str = "2026-11-23") -> float:
     return float(calendar.timegm(time.strptime(f"{day}T{hms}", "%Y-%m-%dT%H:%M:%S")))
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc_tz")  # (tests/unit/conftest.py)
 
 
 SUBMIT = "01:10:49"

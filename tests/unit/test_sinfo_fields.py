@@ -3,7 +3,6 @@ print.c, sinfo.c's _match_node_data)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -25,13 +24,7 @@ ALL_IDLE = (
     "n/a |OFF |n[1-2] |0.00 |p* |p |all |idle |Unknown |N/A |1 |16 |1 ")
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.delenv("TZ")
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc_tz")  # (tests/unit/conftest.py)
 
 
 def node(i: int, **kw: Any) -> dict[str, Any]:

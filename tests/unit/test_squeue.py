@@ -22,13 +22,7 @@ def ref(name: str) -> str:
     return reference.capture(name)
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.delenv("TZ")
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc_tz")  # (tests/unit/conftest.py)
 
 
 def job(job_id: int, name: str, **kw: Any) -> Job:

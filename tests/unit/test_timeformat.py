@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import calendar
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -12,14 +11,7 @@ from corral.cli import fmt, sacct, scontrol, squeue
 from corral.model.timefmt import format_timestamp, time_format_error
 from corral.model.timeparse import TimeParseError, parse_time
 
-
-@pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc_tz")  # (tests/unit/conftest.py)
 
 
 def at(text: str) -> float:

@@ -5,20 +5,12 @@ from __future__ import annotations
 
 import calendar
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from corral.model.timeparse import TimeParseError, parse_time
 
-
-@pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc_tz")  # (tests/unit/conftest.py)
 
 
 def ts(y: int, mo: int, d: int, h: int = 0, mi: int = 0, s: int = 0) -> int:
