@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
+
 BIN = os.path.dirname(sys.executable)
+# The demo cluster of the README: four declared nodes with four GPUs each.
+LAB_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "lab.conf"
 
 DEFAULT_CONFIG = """\
 ClusterName=testcluster
@@ -98,3 +103,16 @@ def job_id_from(text: str) -> int:
     m = re.search(r"(\d+)", text)
     assert m, text
     return int(m.group(1))
+
+
+@contextlib.contextmanager
+def running(tmp_path_factory: pytest.TempPathFactory, config: str = DEFAULT_CONFIG,
+            name: str = "corral") -> Iterator[Cluster]:
+    """A cluster started in a fresh temporary home (a module fixture's), stopped after,
+    whatever happens."""
+    c = Cluster(Path(tmp_path_factory.mktemp(name)), config)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()

@@ -9,15 +9,13 @@ of any kind replaces the inherited ones), and SLURM_STEP_GRES stands for --gres 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import LAB_CONFIG, Cluster, running
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
-LAB = Path(__file__).resolve().parents[2] / "examples" / "lab.conf"
 
 SHOW = "printenv | grep -E '^(SLURM_GPUS|SLURM_JOB_GPUS|SLURM_STEP_GPUS|CUDA_VISIBLE|GPU_DEV)' " \
        "| sort; echo ."
@@ -29,12 +27,8 @@ def gpu_env(text: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(Path(tmp_path_factory.mktemp("corral")), LAB.read_text() + "KillWait=2\n")
-    try:
-        c.start()
+    with running(tmp_path_factory, LAB_CONFIG.read_text() + "KillWait=2\n") as c:
         yield c
-    finally:
-        c.stop()
 
 
 def batch_env(cluster: Cluster, *opts: str) -> dict[str, str]:

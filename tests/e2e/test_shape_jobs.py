@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, running
 
 pytestmark = pytest.mark.slow
 
@@ -31,12 +30,8 @@ REFUSED = ("sbatch: error: Batch job submission failed: "
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(Path(tmp_path_factory.mktemp("shape")), CONFIG)
-    c.start()
-    try:
+    with running(tmp_path_factory, CONFIG, name="shape") as c:
         yield c
-    finally:
-        c.stop()
 
 
 def _squeue(c: Cluster, job: int, fmt: str) -> str:

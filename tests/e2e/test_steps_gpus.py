@@ -7,15 +7,12 @@ until one of them ends, and an `--overlap` step does not wait."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import LAB_CONFIG, Cluster, running
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
-
-LAB = Path(__file__).resolve().parents[2] / "examples" / "lab.conf"
 
 INSIDE = """\
 set -u
@@ -32,12 +29,8 @@ wait
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(Path(tmp_path_factory.mktemp("corral")), LAB.read_text() + "KillWait=2\n")
-    try:
-        c.start()
+    with running(tmp_path_factory, LAB_CONFIG.read_text() + "KillWait=2\n") as c:
         yield c
-    finally:
-        c.stop()
 
 
 def test_concurrent_steps_hold_disjoint_gpus(cluster: Cluster) -> None:

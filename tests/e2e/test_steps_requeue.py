@@ -13,11 +13,10 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, running
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -43,12 +42,8 @@ wait
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(Path(tmp_path_factory.mktemp("corral")), CONFIG)
-    try:
-        c.start()
+    with running(tmp_path_factory, CONFIG) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def alive(marker: str) -> bool:
