@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -14,6 +15,10 @@ from pathlib import Path
 import pytest
 
 BIN = os.path.dirname(sys.executable)
+# Tests that run commands as real unprivileged users create them (useradd), as root.
+CAN_CREATE_USERS = os.geteuid() == 0 and shutil.which("useradd") is not None
+needs_test_users = pytest.mark.skipif(not CAN_CREATE_USERS,
+                                      reason="needs root and useradd to create test users")
 # The demo cluster of the README: four declared nodes with four GPUs each.
 LAB_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "lab.conf"
 

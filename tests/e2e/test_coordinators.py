@@ -4,7 +4,6 @@ unprivileged users; a user who is not a coordinator cannot (docs/POLICY.md)."""
 
 from __future__ import annotations
 
-import os
 import pwd
 import shutil
 import tempfile
@@ -13,14 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, needs_test_users
 from tests.e2e.test_limits import as_user
 from tests.e2e.test_users import users  # noqa: F401  (the fixture: real unprivileged users)
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
-                       reason="needs root and useradd to create test users"),
+    needs_test_users,
 ]
 
 CONFIG = """\

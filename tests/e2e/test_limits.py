@@ -3,7 +3,6 @@ on a running cluster with AccountingStorageEnforce=associations,limits (docs/POL
 
 from __future__ import annotations
 
-import os
 import pwd
 import shutil
 import subprocess
@@ -14,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, needs_test_users
 from tests.e2e.test_users import users  # noqa: F401  (the fixture: real unprivileged users)
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
-                       reason="needs root and useradd to create test users"),
+    needs_test_users,
 ]
 
 CONFIG = """\

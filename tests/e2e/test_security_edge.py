@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import pwd
 import shutil
 import socket
@@ -24,13 +23,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, needs_test_users
 from tests.e2e.test_users import run_as, users  # noqa: F401 - the fixture
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
-                       reason="needs root and useradd to create test users"),
+    needs_test_users,
 ]
 
 IDLE = 3  # MessageTimeout: idle connections are closed after it

@@ -23,13 +23,12 @@ from pathlib import Path
 import pytest
 
 from corral.agent.cgroup import cluster_group_name
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, needs_test_users
 from tests.e2e.test_users import run_as, users  # noqa: F401  (the `users` fixture)
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
-                       reason="needs root and useradd to create test users"),
+    needs_test_users,
 ]
 
 PIDS_MAX = 64

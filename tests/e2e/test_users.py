@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, needs_test_users
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
-                       reason="needs root and useradd to create test users"),
+    needs_test_users,
 ]
 
 USERS = ("corral-alice", "corral-bob")
