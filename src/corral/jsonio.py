@@ -31,8 +31,12 @@ def dumps(obj: Any) -> str:
 
 
 def loads(data: bytes | str) -> Any:
-    """Raises ValueError (json.JSONDecodeError, or UnicodeDecodeError) on what is not JSON."""
+    """Raises ValueError (json.JSONDecodeError, or UnicodeDecodeError) on what is not JSON,
+    nesting too deep included (where `json` alone would raise RecursionError)."""
     try:
         return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
+    except orjson.JSONDecodeError as e:
+        try:
+            return json.loads(data)
+        except RecursionError:
+            raise e from None

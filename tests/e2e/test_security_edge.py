@@ -218,6 +218,7 @@ def test_bad_agent_messages_are_refused_alone(edge: Cluster) -> None:
     ("POST", "/v1/jobs/1/signal", b'{"signal": "KILL"}', 400, "Invalid signal"),
     ("GET", "/v1/accounting?start=yesterday", b"", 400, "Invalid time specification"),
     ("GET", "/v1/accounting?start=nan", b"", 400, "Invalid time specification"),
+    ("POST", "/v1/jobs", b"[" * 100_000 + b"]" * 100_000, 400, "body is not JSON"),
     ("PATCH", "/v1/jobs/1", b"\xff\xfe", 400, "Malformed request"),
     ("GET", "/v1/nosuchthing", b"", 404, "Not Found"),
     ("GET", "/v1/sreport?start=nan&end=inf", b"", 400, "Invalid time in request"),

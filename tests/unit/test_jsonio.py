@@ -35,7 +35,8 @@ def test_accepts_what_json_accepts() -> None:
     assert jsonio.loads(b'{"v":NaN}')["v"] != jsonio.loads(b'{"v":NaN}')["v"]
 
 
-@pytest.mark.parametrize("bad", [b"", b"{", b"\xff\xfe{", b"[1,]", b'{"a":}'])
+@pytest.mark.parametrize("bad", [b"", b"{", b"\xff\xfe{", b"[1,]", b'{"a":}',
+                                 b"[" * 100_000 + b"]" * 100_000])  # too deep for json
 def test_refuses_what_json_refuses(bad: bytes) -> None:
     with pytest.raises(ValueError):
         jsonio.loads(bad)

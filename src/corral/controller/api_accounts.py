@@ -15,12 +15,12 @@ which is what the scheduling pass and submission read.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 from typing import Any
 
 from aiohttp import web
 
+from corral import jsonio
 from corral.controller.accounts import Accounts, AccountsError, Caller
 
 
@@ -101,7 +101,7 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
 
     async def body(request: web.Request) -> dict[str, Any]:
         raw = await request.read()
-        data = json.loads(raw) if raw else {}
+        data = jsonio.loads(raw) if raw else {}
         if not isinstance(data, dict):
             raise AccountsError(" Malformed request")
         return data

@@ -715,7 +715,7 @@ class AgentLink:
                         break
                     continue
                 try:
-                    msg = json.loads(raw.data)
+                    msg = jsonio.loads(raw.data)
                 except ValueError:
                     self.refuse("not JSON")
                     continue
