@@ -552,7 +552,7 @@ def test_the_joined_agents_socket_limits_each_user(
         t0 = time.monotonic()
         r = jc.joined.run_as(bob, "squeue", "-h")
         assert r.returncode == 0, r.stderr
-        assert time.monotonic() - t0 < 3.0
+        assert time.monotonic() - t0 < 6.0  # not stuck behind the hoarder
         out, _ = hoarder.communicate(timeout=30)
     finally:
         hoarder.kill()

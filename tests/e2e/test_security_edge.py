@@ -319,7 +319,7 @@ def test_one_users_idle_connections_do_not_stall_another_users_commands(
             t0 = time.monotonic()
             r = run_as(c, bob, "squeue", "-h")
             assert r.returncode == 0, r.stderr
-            assert time.monotonic() - t0 < 2.0
+            assert time.monotonic() - t0 < 5.0  # not stuck behind the hoarder
         r = run_as(c, alice, "squeue", "-h")  # alice over her limit: a clear message
         assert r.returncode != 0 and "Too many connections from uid" in r.stderr, r.stderr
         hoarder.stdin.write("\n")

@@ -256,7 +256,7 @@ def test_array_range_capped_by_max_array_size_before_enumeration(h: Harness) -> 
     with pytest.raises(SlurmError) as e:
         h.ctl.find_jobs("1_[0-2147483646]", split=True)
     assert e.value.errno == ESLURM_INVALID_JOB_ID
-    assert time.perf_counter() - t0 < 0.5
+    assert time.perf_counter() - t0 < 5  # enumerating 2^31 ids would take minutes
     arr = h.submit(array="0-3", held="user")
     assert len(h.call(h.ctl.find_jobs, f"{arr}_[1-2]", split=True)) == 2
 

@@ -196,7 +196,7 @@ def test_kill_escalates_to_sigkill_after_kill_wait() -> None:
 
     col = run(body, kill_wait=0.4)
     assert col.exits() == {0: (0, signal.SIGKILL), 1: (0, signal.SIGKILL)}
-    assert 0.4 <= elapsed[0] < 3.0
+    assert 0.4 <= elapsed[0] < 6.0
 
 
 def test_kill_wait_from_message_and_sigterm() -> None:
@@ -204,7 +204,7 @@ def test_kill_wait_from_message_and_sigterm() -> None:
         await tm.launch(launch_msg(["sleep", "60"], kill_wait=0.2))
         t0 = time.monotonic()
         await tm.kill(7, 0)
-        assert time.monotonic() - t0 < 0.2  # sleep dies of SIGTERM at once
+        assert time.monotonic() - t0 < 5  # SIGTERM, not the 100 s of the agent's KillWait
 
     assert run(body, kill_wait=100).exits() == {0: (0, signal.SIGTERM)}
 
@@ -362,7 +362,7 @@ def test_fifo_as_output_never_blocks_the_agent() -> None:
         async def body(tm: TaskManager, col: Collector) -> None:
             t0 = time.monotonic()
             await tm.launch(launch_msg(["echo", "x"], stdout=fifo))
-            assert time.monotonic() - t0 < 2.0
+            assert time.monotonic() - t0 < 5.0  # the open did not block
             await wait_idle(tm)
             # a reader: output larger than a pipe holds arrives whole, writes were blocking
             reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
@@ -401,7 +401,7 @@ def test_fifo_as_input_without_writer_does_not_block() -> None:
         async def body(tm: TaskManager, col: Collector) -> None:
             t0 = time.monotonic()
             await tm.launch(launch_msg(["sh", "-c", "echo started"], stdin_path=fifo))
-            assert time.monotonic() - t0 < 2.0
+            assert time.monotonic() - t0 < 5.0  # the open did not block
             await wait_idle(tm)
 
         col = run(body)
@@ -476,7 +476,7 @@ def test_background_process_does_not_hold_the_step() -> None:
         t0 = time.monotonic()
         await tm.launch(launch_msg(["sh", "-c", "sleep 30 & echo started"]))
         await wait_idle(tm)
-        assert time.monotonic() - t0 < tasks_mod.DRAIN_GRACE + 1.5
+        assert time.monotonic() - t0 < tasks_mod.DRAIN_GRACE + 4
 
     col = run(body)
     assert col.output(0) == b"started\n"
@@ -494,7 +494,7 @@ def test_leftover_outside_the_group_holding_output() -> None:
         await tm.launch(launch_msg(["sh", "-c", script]))
         await wait_idle(tm, timeout=tasks_mod.DRAIN_GRACE + 5)
         leftover.append(int(col.output(0)))
-        assert tasks_mod.DRAIN_GRACE <= time.monotonic() - t0 < tasks_mod.DRAIN_GRACE + 2
+        assert tasks_mod.DRAIN_GRACE <= time.monotonic() - t0 < tasks_mod.DRAIN_GRACE + 4
 
     try:
         col = run(body)
@@ -585,7 +585,7 @@ def test_sixteen_tasks_start_fast() -> None:
     print(f"\n16 x true: launch {1000 * times[-2]:.1f} ms ({1000 * times[-2] / 16:.2f} ms/task), "
           f"all exits {1000 * times[-1]:.1f} ms")
     assert len(col.exits(2)) == 16 and set(col.exits(2).values()) == {(0, 0)}
-    assert times[-1] < 2.0
+    assert times[-1] < 10.0  # all ran; the speed is bench_srun.py's
 
 
 def _open_fds() -> set[str]:
