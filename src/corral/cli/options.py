@@ -775,7 +775,7 @@ ALLOC_UNSUPPORTED = frozenset({
     "container", "core-spec", "cores-per-socket", "cpus-per-gpu", "deadline",
     "extra-node-info", "gpus-per-socket", "licenses",
     "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket", "ntasks-per-tres",
-    "reservation", "sockets-per-node", "switches", "test-only", "thread-spec",
+    "sockets-per-node", "switches", "test-only", "thread-spec",
     "threads-per-core", "het-group", "multi-prog", "no-allocate", "relative",
     "debugger-test", "interactive",
 })
@@ -992,7 +992,8 @@ _FROM_OPTION = _option_keys(
     "mail_user", "comment", "work_dir", "account", "qos", "nice")
 _BATCH_FROM_OPTION = _option_keys("requeue", "hint")
 # sent only when given: an absent one keeps the controller's default
-_FROM_OPTION_IF_GIVEN = _option_keys("constraint", "priority", "min_cpus", "min_tmp_disk")
+_FROM_OPTION_IF_GIVEN = _option_keys("constraint", "priority", "min_cpus", "min_tmp_disk",
+                                     "reservation")
 _COMPUTED = frozenset({"name", "batch", "num_nodes", "max_nodes", "num_tasks", "gpus",
                        "gpus_per_node", "gpus_per_task", "gpu_type", "req_nodes", "exc_nodes",
                        "stdout", "stderr", "stdin", "command", "submit_line", "held"})

@@ -90,7 +90,7 @@ _UNSUPPORTED = frozenset({
     "container", "core-spec", "cores-per-socket", "cpus-per-gpu", "deadline",
     "extra-node-info", "gid", "gpus-per-socket", "licenses", "mem-per-gpu",
     "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket", "ntasks-per-tres",
-    "reservation", "sockets-per-node", "switches", "test-only", "thread-spec",
+    "sockets-per-node", "switches", "test-only", "thread-spec",
     "threads-per-core", "uid", "switch-req", "switch-wait",
 })
 

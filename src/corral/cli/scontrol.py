@@ -1104,7 +1104,7 @@ def _update(args: list[str]) -> int:
     except UsageError as e:
         sys.stderr.write(f"{e}\n")
         return 1
-    if keys & {"partitionname", "reservationname", "frontendname", "stepid"}:
+    if keys & {"partitionname", "frontendname", "stepid"}:
         sys.stderr.write("scontrol: error: Corral can update jobs and nodes only\n")
         return 1
     sys.stderr.write("No valid entity in update command\n"
@@ -1159,6 +1159,10 @@ def _main(argv: list[str]) -> int:
     if command == "help":
         sys.stdout.write(_HELP)
         return 0
+    if command in ("create", "update", "delete", "show"):  # reservations: scontrol_resv.py
+        from corral.cli import scontrol_resv
+        if scontrol_resv.names_reservation(command, rest):
+            return scontrol_resv.run(command, rest, one_liner)
     if command == "show":
         if not rest:
             sys.stderr.write("too few arguments for keyword:show\n")

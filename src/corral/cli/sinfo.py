@@ -44,10 +44,11 @@ if TYPE_CHECKING:
 Value = str | None
 
 _LONG_STATE = {"idle": "idle", "mix": "mixed", "alloc": "allocated", "drain": "drained",
-               "drng": "draining", "down": "down", "unk": "unknown"}
+               "drng": "draining", "down": "down", "unk": "unknown", "resv": "reserved",
+               "maint": "maint"}
 # slurm.h's node state numbers and flags: sinfo orders lines by them, highest first.
 _STATE_NUM = {"unk": 0, "down": 1, "idle": 2, "alloc": 3, "mix": 5, "drain": 0x200 | 2,
-              "drng": 0x200 | 5}
+              "drng": 0x200 | 5, "resv": 0x20 | 2, "maint": 0x8000 | 2}
 _NO_RESPOND = 0x800
 
 
@@ -69,12 +70,27 @@ def _state_num(n: Node) -> int:
     return _STATE_NUM.get(_base(n), 0) | (_NO_RESPOND if _short(n).endswith("*") else 0)
 
 
+def mark_reserved(nodes: list[Node], marks: dict[str, str]) -> None:
+    """Nodes in an active reservation: "maint" unless allocated, mixed, drained or down,
+    "resv" only when idle (node_state_string_compact's MAINT and RESERVED flags)."""
+    for n in nodes:
+        mark = marks.get(n.get("name", ""))
+        if not mark:
+            continue
+        short = _short(n)
+        base, star = short.rstrip("*"), short[len(short.rstrip("*")):]
+        if mark == "resv" and short == "idle":
+            n["state_short"] = "resv"
+        elif mark == "maint" and base not in ("alloc", "mix", "drain", "drng", "down"):
+            n["state_short"] = "maint" + star
+
+
 def _node_class(n: Node) -> str:
     """A/I/O: allocated (some job on it), idle, other (drained, down)."""
     b = _base(n)
     if b in ("alloc", "mix"):
         return "A"
-    if b == "idle" and not _short(n).endswith("*"):
+    if b in ("idle", "resv", "maint") and not _short(n).endswith("*"):
         return "I"
     return "O"
 
@@ -357,7 +373,7 @@ def parse_long_format(text: str) -> Format:
 class Options:
     __slots__ = ("fmt", "letters", "header", "long_listing", "node_oriented", "summarize",
                  "reasons", "partitions", "nodes", "states", "show_hidden", "spec", "clusters",
-                 "clusters_env", "exact", "cluster_name")
+                 "clusters_env", "exact", "cluster_name", "reservations")
 
     def __init__(self, fmt: Format, letters: dict[str, str], header: bool = True,
                  long_listing: bool = False, node_oriented: bool = False,
@@ -377,6 +393,7 @@ class Options:
         self.states = states
         self.show_hidden = show_hidden
         self.spec = spec  # a %-spec still to parse once '#' widths are known
+        self.reservations = False  # -T: the reservations instead (cli/scontrol_resv.py)
         self.clusters: str | None = None  # -M/--clusters or SLURM_CLUSTERS
         self.clusters_env = False
         self.exact = False  # -e: sizes, loads, port and version separate lines too
@@ -418,7 +435,9 @@ def _matches_state(n: Node, states: list[str]) -> bool:
             return True
         if s == "draining" and base == "drng":
             return True
-        if s in ("idle", "down") and base == s:
+        if s in ("idle", "down", "maint") and base == s:
+            return True
+        if s in ("resv", "reserved") and base == "resv":
             return True
         if s in ("mix", "mixed") and base == "mix":
             return True
@@ -642,7 +661,9 @@ def parse_args(argv: Sequence[str]) -> Options | int:
                 return 1
         elif opt in ("-M", "--clusters", "--cluster"):
             o.clusters, o.clusters_env = val, False
-        elif opt in ("-T", "--reservation", "--json", "--yaml"):
+        elif opt in ("-T", "--reservation"):
+            o.reservations = True
+        elif opt in ("--json", "--yaml"):
             sys.stderr.write(f"sinfo: error: {opt} is not supported by Corral\n")
             return 1
         # -v, -S, --hide, --local, --federation, -M: accepted, nothing to change here.
@@ -688,8 +709,12 @@ def _main(argv: list[str]) -> int:
         parsed.cluster_name = mine
         if parsed.header:  # Slurm names the cluster only above a header
             cluster_line = f"CLUSTER: {mine}\n"
+    if parsed.reservations:
+        from corral.cli.scontrol_resv import sinfo_reservations
+        return sinfo_reservations(parsed.header)
     answer = client.get("/v1/nodes")
     nodes = answer.get("nodes", [])
+    mark_reserved(nodes, answer.get("reserved") or {})
     parts = answer.get("partitions", [])
     now = float(answer.get("now") or time.time())
     prepare(parsed, nodes, parts)

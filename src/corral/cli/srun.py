@@ -93,6 +93,7 @@ SRUN_ENV_VARS: tuple[tuple[str, str], ...] = (
     ("SLURM_OVERLAP", "overlap"),
     ("SLURM_PARTITION", "partition"),
     ("SLURM_QOS", "qos"),
+    ("SLURM_RESERVATION", "reservation"),
     ("SLURM_STDERRMODE", "error"),
     ("SLURM_STDINMODE", "input"),
     ("SLURM_STDOUTMODE", "output"),

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from corral.controller.jobs import JobEvent, JobEventKind
 from corral.controller.launch import Launching
+from corral.controller.reservations import scheduling_reservations
 from corral.model.assoc import AssocIndex
 from corral.model.job import Job
 from corral.model.node import Node
@@ -227,6 +228,7 @@ class Scheduling(Launching):
             gone=self.gone,
             params=self.pass_params(),
             policy=self.policy_snapshot(now),
+            reservations=scheduling_reservations(self, now),
         )
 
     def schedule_pass(self, now: float) -> Decision | None:

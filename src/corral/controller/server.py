@@ -242,6 +242,8 @@ class Api:
         r.add_delete("/v1/machines/{name}", self.revoke_machine)
         from corral.controller.api_accounts import add_routes as add_account_routes
         add_account_routes(r, self.ctl)  # sacctmgr
+        from corral.controller.reservations import add_routes as add_reservation_routes
+        add_reservation_routes(r, self.ctl)  # scontrol create|update|delete|show reservation
         return app
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
@@ -322,6 +324,8 @@ class Api:
         return json_response({"jobs": [job_view(j, fields) for j in out], "now": time.time()})
 
     async def list_nodes(self, request: web.Request) -> web.Response:
+        from corral.controller.reservations import node_marks
+
         names_q = request.query.get("names")
         nodes = self.ctl.nodes.values()
         if names_q:
@@ -331,6 +335,7 @@ class Api:
             "nodes": [n.to_dict() for n in nodes],
             "partitions": [p.to_dict() for p in self.ctl.partitions.values()],
             "now": time.time(),
+            "reserved": node_marks(self.ctl, self.ctl.clock()),  # sinfo's resv/maint
         })
 
     async def list_partitions(self, request: web.Request) -> web.Response:

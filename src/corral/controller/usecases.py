@@ -301,6 +301,9 @@ class UseCases(Scheduling):
             except sched_deps.DependencyError:
                 raise SlurmError("Job dependency problem", ESLURM_DEPENDENCY) from None
         self._check_features(job)
+        if job.reservation:  # --reservation: it exists and admits the job
+            from corral.controller.reservations import check_job_reservation
+            check_job_reservation(self, who, job)
         self._check_feasible_anywhere(job, [part, *others])
         if array:
             try:

@@ -209,6 +209,7 @@ class Job:
     mail_type: str | None = None
     mail_user: str | None = None
     comment: str | None = None
+    reservation: str | None = None  # --reservation (model/reservation.py)
     batch: bool = True
     submit_id: str | None = None  # the client's id of the submission (idempotent retries)
 

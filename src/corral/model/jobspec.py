@@ -86,6 +86,7 @@ FIELDS: tuple[Field, ...] = (
     Field("mail_type", "str", ("--mail-type",)),
     Field("mail_user", "str", ("--mail-user",)),
     Field("comment", "str", ("--comment",)),
+    Field("reservation", "str", ("--reservation",)),
     Field("work_dir", "str", ("-D", "--chdir"), PATH_MAX),
     Field("stdout", "str", ("-o", "--output"), PATH_MAX),
     Field("stderr", "str", ("-e", "--error"), PATH_MAX),

@@ -34,6 +34,11 @@ class ReasonCode(StrEnum):
     ARRAY_LIMIT = "JobArrayTaskLimit"
     BAD_CONSTRAINTS = "BadConstraints"
     NODE_FAIL_REQUEUED = "NodeFail"
+    # advanced reservations (model/reservation.py): the job's reservation has not started
+    # (WAIT_RESERVATION), it is gone, or a maintenance reservation holds the job's nodes
+    RESERVATION = "Reservation"
+    RESERVATION_DELETED = "ReservationDeleted"
+    RESERVED_FOR_MAINT = "ReqNodeNotAvail, Reserved for maintenance"
     # an association or QoS limit (AccountingStorageEnforce=limits): `PendingReason.label`
     # holds Slurm's name of the limit (AssocGrpGRES, QOSMaxJobsPerUserLimit, …, the list
     # is sched.limits_check.all_reason_names())

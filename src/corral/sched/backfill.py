@@ -249,6 +249,11 @@ class _Pass:
         names = sorted(snap.nodes, key=natural_key)
         self.by_rank = [_Node(snap.nodes[name], i) for i, name in enumerate(names)]
         self.nodes = {n.name: n for n in self.by_rank}
+        # [reservations hook] advanced reservations' node windows (sched/reserved.py) are
+        # held whole, so a job fits on such a node only if it ends before the window.
+        for name, start, end in snap.blocked:
+            if name in self.nodes:
+                self.nodes[name].reservations.append((start, end, 0, 0, 0, True))
         for r in snap.running:
             if r.end_time == INFINITE_TIME:
                 continue

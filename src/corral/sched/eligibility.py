@@ -17,6 +17,7 @@ from typing import Protocol
 from corral.model.job import JobState
 from corral.model.node import Partition
 from corral.model.reasons import PendingReason, ReasonCode, reason
+from corral.model.reservation import Reservation, blocks_partition, job_overlaps
 
 from . import deps as sched_deps
 from .snapshot import PendingView
@@ -157,17 +158,42 @@ def view_of(job: SchedJob, job_id: int | None = None) -> PendingView:
         job.exclusive, tuple(job.req_nodes), tuple(job.exc_nodes), job.time_limit,
         getattr(job, "nodes_fixed", True), getattr(job, "constraint", None),
         getattr(job, "min_cpus", None), getattr(job, "gpu_type", None),
-        getattr(job, "min_tmp_disk", None) or 0)
+        getattr(job, "min_tmp_disk", None) or 0, getattr(job, "reservation", None))
+
+
+def reservation_reason(job: SchedJob, now: float, reservations: Mapping[str, Reservation],
+                       partitions: Mapping[str, Partition]) -> PendingReason | None:
+    """Advanced reservations as an eligibility rule: a job that names one runs only while
+    it is active ("Reservation" before; "ReservationDeleted" once it is gone); any other
+    job whose run would overlap a reservation holding all of its partition's nodes (every
+    node, or MAINT over the partition) waits with "ReqNodeNotAvail, Reserved for
+    maintenance" (slurmctld's job_test_resv)."""
+    name = getattr(job, "reservation", None)
+    if name:
+        resv = reservations.get(name)
+        if resv is None:
+            return reason(ReasonCode.RESERVATION_DELETED)
+        return None if resv.active(now) else reason(ReasonCode.RESERVATION)
+    for resv in reservations.values():
+        if not job_overlaps(resv, now, job.time_limit):
+            continue
+        parts = [partitions.get(p) for p in job.partition.split(",")]
+        if all(p is not None and blocks_partition(resv, p.nodes) for p in parts):
+            return reason(ReasonCode.RESERVED_FOR_MAINT)
+    return None
 
 
 def eligibility(pending: Iterable[SchedJob], now: float, partitions: Mapping[str, Partition],
                 index: sched_deps.DepIndex, running_per_array: Mapping[int, int],
-                tasks_per_pass: int) -> Eligible:
+                tasks_per_pass: int,
+                reservations: Mapping[str, Reservation] | None = None) -> Eligible:
     out = Eligible()
     for job in pending:
         if job.state is not JobState.PENDING:
             continue
         why = check_job(job, now, partitions, index, running_per_array)
+        if why is None and (reservations or getattr(job, "reservation", None)):
+            why = reservation_reason(job, now, reservations or {}, partitions)
         if why is not None:
             out.reasons[job.job_id] = why
             continue

@@ -26,6 +26,7 @@ from corral.model.assoc import AssocIndex
 from corral.model.job import JobState, NodeAlloc
 from corral.model.node import Partition
 from corral.model.reasons import PendingReason, ReasonCode, reason
+from corral.model.reservation import Reservation
 
 from . import deps as sched_deps
 from .backfill import DEFAULT_MAX_PLANNED, schedule
@@ -33,6 +34,7 @@ from .eligibility import SchedJob, eligibility
 from .fairshare import FairshareView
 from .limits import LimitGate, PolicySnapshot, limit_gate
 from .priority import Fairshare, PriorityParams, pass_priorities
+from .reserved import schedule_reserved
 from .snapshot import NodeView, RunningView, Snapshot
 
 # Tasks of one array record considered per pass; the rest come in the next passes.
@@ -63,6 +65,7 @@ class ClusterSnapshot:
     gone: sched_deps.GoneJobs | None = None  # final states of jobs no longer in memory
     params: SchedParams = SchedParams()
     policy: PolicySnapshot | None = None  # accounts, limits, usage (None: no accounting)
+    reservations: tuple[Reservation, ...] = ()  # advanced reservations not yet over
 
 
 @dataclass(slots=True)
@@ -177,7 +180,8 @@ def run_pass(snap: ClusterSnapshot) -> Decision:
     # 1. eligibility (the dependency index is built once for the whole pass)
     index = sched_deps.DepIndex(snap.jobs, snap.gone)
     elig = eligibility(snap.pending, now, snap.partitions, index, running_per_array,
-                       params.array_tasks_per_pass)
+                       params.array_tasks_per_pass,
+                       {r.name: r for r in snap.reservations})
     dec.reasons.update(elig.reasons)
     dec.became_eligible = elig.became_eligible
     dec.dependency_texts = dependency_texts(snap.pending, index, now, elig.reasons)
@@ -200,11 +204,15 @@ def run_pass(snap: ClusterSnapshot) -> Decision:
     if elig.partition_of:
         gate = _Siblings(elig.tasks, gate if isinstance(gate, LimitGate) else None)
 
-    # 4+5. select/cons_tres and sched/backfill
-    placed = schedule(Snapshot(now=now, nodes=snap.nodes, partitions=snap.partitions,
-                               running=snap.running, pending=candidates,
-                               def_mem_per_cpu=params.def_mem_per_cpu, backfill=params.backfill),
-                      max_planned=params.max_planned, priorities=order, gate=gate)
+    # 4+5. select/cons_tres and sched/backfill (around advanced reservations, if any)
+    view = Snapshot(now=now, nodes=snap.nodes, partitions=snap.partitions,
+                    running=snap.running, pending=candidates,
+                    def_mem_per_cpu=params.def_mem_per_cpu, backfill=params.backfill)
+    if snap.reservations:
+        placed = schedule_reserved(view, snap.reservations, max_planned=params.max_planned,
+                                   priorities=order, gate=gate)
+    else:
+        placed = schedule(view, max_planned=params.max_planned, priorities=order, gate=gate)
     tasks = elig.tasks
     started_tasks: dict[int, int] = {}
     started_keys: set[tuple[int, int | None] | None] = set()

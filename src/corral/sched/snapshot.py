@@ -74,6 +74,7 @@ class PendingView:
     min_cpus: int | None = None  # --mincpus
     gpu_type: str | None = None  # --gres=gpu:TYPE:N: only nodes with that type
     min_tmp_disk: int = 0  # --tmp: MB; only nodes with at least that TmpDisk
+    reservation: str | None = None  # --reservation: only its nodes, only while active
 
 
 @dataclass(slots=True)
@@ -86,6 +87,8 @@ class Snapshot:
     def_mem_per_cpu: int = 0  # MB per CPU for jobs without --mem; 0 = memory not counted
     backfill: bool = True
     max_backfill_jobs: int = 10_000
+    # (node, start, end): windows held whole by advanced reservations (sched/reserved.py)
+    blocked: tuple[tuple[str, float, float], ...] = ()
 
 
 @dataclass(slots=True)
