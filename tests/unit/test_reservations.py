@@ -298,3 +298,18 @@ def test_controller_maintenance_and_restart(known_users: None) -> None:
         again.call(resv_ctl.delete, again.ctl, again.who(0), "maint")
     with Harness(CONF, store=store) as third:
         assert resv_ctl.book_of(third.ctl).by_name == {}
+
+
+def test_sbatch_reservation_option_and_variable() -> None:
+    from corral.cli.sbatch import parse_sbatch
+
+    env = {"HOME": "/home/alice", "PATH": "/usr/bin:/bin"}
+    sub = parse_sbatch(["--reservation=maint", "--wrap=true"], env, None, "/tmp", NOW,
+                       submit_host="login1", umask=0o022)
+    assert sub.spec["reservation"] == "maint"
+    sub = parse_sbatch(["--wrap=true"], {**env, "SBATCH_RESERVATION": "lab"}, None, "/tmp",
+                       NOW, submit_host="login1", umask=0o022)
+    assert sub.spec["reservation"] == "lab"
+    sub = parse_sbatch(["--wrap=true"], env, None, "/tmp", NOW, submit_host="login1",
+                       umask=0o022)
+    assert "reservation" not in sub.spec

@@ -529,6 +529,7 @@ Constraint options:
                               per node
   -F, --nodefile=filename     request a specific list of hosts
       --mem=MB                minimum amount of real memory
+      --reservation=name      allocate resources from named reservation
       --tmp=MB                minimum amount of temporary disk
   -w, --nodelist=hosts...     request a specific list of hosts
   -x, --exclude=hosts...      exclude a specific list of hosts

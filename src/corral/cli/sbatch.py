@@ -885,6 +885,7 @@ Constraint options:
       --mem=MB                minimum amount of real memory (0 = all of it)
       --hint=                 Bind tasks according to application hints
                               (see "--hint=help" for options)
+      --reservation=name      allocate resources from named reservation
       --tmp=MB                minimum amount of temporary disk
   -w, --nodelist=hosts...     request a specific list of hosts
   -x, --exclude=hosts...      exclude a specific list of hosts

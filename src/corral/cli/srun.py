@@ -1273,6 +1273,7 @@ Parallel run options:
 Constraint options:
       --mincpus=n             minimum number of logical processors per node
       --mem=MB                minimum amount of real memory
+      --reservation=name      allocate resources from named reservation
       --tmp=MB                minimum amount of temporary disk
   -w, --nodelist=hosts...     request a specific list of hosts
   -x, --exclude=hosts...      exclude a specific list of hosts
