@@ -324,6 +324,7 @@ def format_job(job: dict[str, Any], now: float, *, one_liner: bool = False,
         f"MinCPUsNode={min_cpus_node} {min_mem} "
         f"MinTmpDiskNode={mbytes_exact(int(job.get('min_tmp_disk') or 0))}",
         f"Features={job.get('constraint') or '(null)'} DelayBoot=00:00:00",
+        *([f"Reservation={job['reservation']}"] if job.get("reservation") else []),
         f"OverSubscribe={'NO' if job.get('exclusive') else 'OK'} Contiguous=0 "
         "Licenses=(null) Network=(null)",
         f"Command={job.get('command') or '(null)'}",

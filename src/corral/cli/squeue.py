@@ -257,7 +257,7 @@ COLUMNS: dict[str, Column] = {
     "x": _C("EXC_NODES", ("exc_nodes",), lambda j, n: _hosts_or_empty(j.get("exc_nodes")), True),
     "n": _C("REQ_NODES", ("req_nodes",), lambda j, n: _hosts_or_empty(j.get("req_nodes")), True),
     "q": _C("QOS", ("qos",), lambda j, n: _or_null(j.get("qos"))),
-    "v": _C("RESERVATION", (), lambda j, n: None),
+    "v": _C("RESERVATION", ("reservation",), lambda j, n: _or_null(j.get("reservation"))),
     "w": _C("WCKEY", (), lambda j, n: None),
     "W": _C("LICENSES", (), lambda j, n: None),
     "B": _C("EXEC_HOST", ("batch_host", "batch", "submit_host"), lambda j, n: (
