@@ -313,3 +313,21 @@ def test_sbatch_reservation_option_and_variable() -> None:
     sub = parse_sbatch(["--wrap=true"], env, None, "/tmp", NOW, submit_host="login1",
                        umask=0o022)
     assert "reservation" not in sub.spec
+
+
+def test_controller_gpu_count_picks_whole_nodes_and_repeats(known_users: None) -> None:
+    with Harness(CONF) as h:
+        now = h.clock()
+        r = create(h, name="gpus", start=now + 600, duration=600, gpus=3,
+                   users="-user1001", flags_add=["WEEKLY"])
+        assert r.nodes == ["n1", "n2"] and r.cpus == 8 and r.users_not
+        text = format_reservation({**r.to_dict(), "start": r.start, "end": r.end}, now)
+        assert "   TRES=cpu=8,gres/gpu=3\n" in text and "   Users=-user1001 " in text
+        assert r.allows("user1000", None) and not r.allows("user1001", None)
+        with pytest.raises(SlurmError, match="^Requested node configuration is not available$"):
+            create(h, name="more", start=now, duration=60, gpus=5, users="root",
+                   flags_add=["OVERLAP"])
+        week = resv_ctl.scheduling_reservations(h.ctl, now + 7 * 86400 + 700)
+        assert [x.window(now + 7 * 86400 + 700) for x in week] == \
+            [(now + 600 + 7 * 86400, now + 1200 + 7 * 86400)]  # the next week's window
+        assert resv_ctl.node_marks(h.ctl, now + 7 * 86400 + 700) == {"n1": "resv", "n2": "resv"}

@@ -222,7 +222,9 @@ def _resolve_nodes(ctl: Any, book: ReservationBook, r: Reservation, req: dict[st
         want_nodes = int(req.get("node_cnt") or 0)
         want_gpus = int(req.get("gpus") or 0)
         start, _ = r.window(now)
-        free = [n for n in pool if ctl.nodes[n].usable and not _overlaps(book, r, [n], now)
+        shared = "OVERLAP" in flags
+        free = [n for n in pool if ctl.nodes[n].usable
+                and (shared or not _overlaps(book, r, [n], now))
                 and ("IGNORE_JOBS" in flags or _busy_until(ctl, n, now) <= start)]
         free.sort(key=lambda n: (ctl.nodes[n].job_count > 0, pool.index(n)))
         chosen: list[str] = []
