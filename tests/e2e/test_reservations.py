@@ -115,6 +115,7 @@ def test_backfill_fills_the_time_before_a_reservation(cluster: Cluster) -> None:
         assert c.ok("scontrol", "update", "ReservationName=soon",
                     "StartTime=now") == "Reservation updated.\n"
         c.wait_state(mine, "COMPLETED")
+        assert c.ok("srun", "--reservation=soon", "-t", "1", "hostname", timeout=60).strip()
         blocked = c.sbatch("--time=1", "--wrap", "true")
         wait_reason(c, blocked, MAINT_REASON)
         states = c.ok("sinfo", "-h", "-o", "%t").split()
