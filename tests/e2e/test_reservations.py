@@ -151,6 +151,8 @@ def test_partial_maintenance_keeps_jobs_off_its_nodes(cluster: Cluster) -> None:
             "node-[1-2]"
         assert "\n   Reservation=half\n" in c.ok("scontrol", "show", "job", str(inside))
         assert c.ok("squeue", "-h", "-t", "all", "-j", str(inside), "-o", "%v") == "half\n"
+        assert c.ok("sacct", "-j", str(inside), "-X", "-n", "-P", "-o", "Reservation") == \
+            "half\n"
         # ended early: the waiting job runs
         assert c.ok("scontrol", "delete", "ReservationName=half") == ""
         c.wait_state(in_short, "COMPLETED")

@@ -442,6 +442,7 @@ GETTERS: dict[str, Getter] = {
     "Comment": _job_only("comment"),
     "Priority": _job_only("priority"),
     "QOS": _job_only("qos"),
+    "Reservation": _job_only("reservation"),
     "Reason": _job_only("reason"),
     "Restarts": _job_only("restart_count"),
     "Cluster": lambda j, s, c: c.cluster,
@@ -456,7 +457,7 @@ GETTERS: dict[str, Getter] = {
     "ReqCPUFreqMax": _step_zero_job("Unknown"),
     "ReqCPUFreqGov": _step_zero_job("Unknown"),
 }
-# Everything else (memory, disk and CPU-usage statistics, WCKeys, reservations …) is
+# Everything else (memory, disk and CPU-usage statistics, WCKeys, …) is
 # not measured by Corral and prints empty, as Slurm does without a gatherer.
 
 
