@@ -457,7 +457,7 @@ GETTERS: dict[str, Getter] = {
     "ReqCPUFreqMax": _step_zero_job("Unknown"),
     "ReqCPUFreqGov": _step_zero_job("Unknown"),
 }
-# Everything else (memory, disk and CPU-usage statistics, WCKeys, …) is
+# Everything else (memory, disk and CPU-usage statistics, WCKeys, reservations …) is
 # not measured by Corral and prints empty, as Slurm does without a gatherer.
 
 

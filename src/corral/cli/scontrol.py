@@ -1105,7 +1105,7 @@ def _update(args: list[str]) -> int:
     except UsageError as e:
         sys.stderr.write(f"{e}\n")
         return 1
-    if keys & {"partitionname", "frontendname", "stepid"}:
+    if keys & {"partitionname", "reservationname", "frontendname", "stepid"}:
         sys.stderr.write("scontrol: error: Corral can update jobs and nodes only\n")
         return 1
     sys.stderr.write("No valid entity in update command\n"

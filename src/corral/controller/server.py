@@ -231,6 +231,8 @@ class Api:
         r.add_post("/v1/reconfigure", self.reconfigure)
         r.add_get("/v1/accounting", self.accounting)
         r.add_get("/v1/diag", self.diag)
+        from corral.controller.reservations import add_routes as add_reservation_routes
+        add_reservation_routes(r, self.ctl)  # scontrol create|update|delete|show reservation
         r.add_post("/v1/shutdown", self.shutdown)
         r.add_get("/v1/agent/ws", self.agent_ws)
         r.add_get("/v1/steps/ws", self.steps_ws)
@@ -242,8 +244,6 @@ class Api:
         r.add_delete("/v1/machines/{name}", self.revoke_machine)
         from corral.controller.api_accounts import add_routes as add_account_routes
         add_account_routes(r, self.ctl)  # sacctmgr
-        from corral.controller.reservations import add_routes as add_reservation_routes
-        add_reservation_routes(r, self.ctl)  # scontrol create|update|delete|show reservation
         return app
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
