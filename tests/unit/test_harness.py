@@ -319,7 +319,7 @@ def test_memory_store_answers_like_sqlite(tmp_path: object) -> None:
                 state=[JobState.PENDING, JobState.RUNNING, JobState.COMPLETED][i % 3],
                 submit_time=100.0 + i, end_time=200.0 + i if i % 3 == 2 else None,
                 array_job_id=4 if i in (4, 5) else None) for i in range(1, 9)]
-    batch = WriteBatch(jobs=[j.to_dict() for j in jobs], payloads=[(1, JobPayload("s", {"A": "1"}))],
+    batch = WriteBatch(jobs=jobs, payloads=[(1, JobPayload("s", {"A": "1"}))],
                        nodes=[NodeRecord("n1", "drain", "why", "root", 0, 5.0)], next_job_id=20)
     sql = SqliteStore(os.path.join(str(tmp_path), "s.db"))
     mem = MemoryStore()

@@ -19,7 +19,7 @@ from corral.controller.accounts import Accounts
 from corral.controller.cluster import NOT_RESPONDING_REASON, Cluster, NodeEvent, NodeEventKind
 from corral.controller.errors import SlurmError, access_denied, invalid_job
 from corral.controller.jobs import JobEvent, JobEventKind, JobTable
-from corral.controller.persist import GroupCommitWriter
+from corral.controller.persist import AccountingThroughWriter, GroupCommitWriter
 from corral.model.config import ClusterConfig, ConfigError
 from corral.model.job import Job, JobState
 from corral.model.jobspec import DEFAULT_MAX_SCRIPT_SIZE, max_script_size
@@ -131,7 +131,11 @@ class ControllerBase:
         self.fair_params = fairshare_params(config)
         calc = config.options.get("PriorityCalcPeriod", "5")
         self.calc_period_s = max(60, parse_time_limit(calc))
-        self.accounts = Accounts(store, self.cluster_name, active_jobs=self._active_pairs)
+        # the one write path: jobs, nodes, usage, accounting rows, the token/key registry
+        self.writer = GroupCommitWriter(store, lambda name: self.cluster.node_record(name),
+                                        lambda: self.next_id)
+        self.accounts = Accounts(AccountingThroughWriter(store, self.writer), self.cluster_name,
+                                 active_jobs=self._active_pairs)
         self.usage = UsageState.from_dict(store.load_usage_state())
         self.cluster = Cluster(config.nodes, config.partitions)
         self.nodes: dict[str, Node] = self.cluster.nodes
@@ -152,7 +156,6 @@ class ControllerBase:
         self.super_users = self._super_user_uids()
         # agent links: node name -> callable sending one message to its agent
         self.agent_senders: dict[str, Callable[[dict[str, Any]], None]] = {}
-        self.writer = GroupCommitWriter(store, self.cluster.node_record, lambda: self.next_id)
         # callbacks(event, job) with the event's kind as a string: "started", "ending",
         # "ended", … (the step manager listens); typed subscribers use table.subscribe
         self.listeners: list[Callable[[str, Job], None]] = []

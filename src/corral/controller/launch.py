@@ -106,16 +106,23 @@ class Launching(JobLifecycle):
         }
 
     def _launch(self, job: Job) -> None:
+        """Send the job's launch once its start is committed (never before: a crash between
+        the two would run a job the store does not know runs).  The message is built after
+        the commit, in the store's thread, from the committed record."""
         assert job.batch_host is not None
-        send = self.agent_senders.get(job.batch_host)
-        try:
-            msg = self.launch_message(job)
-        except Exception as e:
-            log.exception("cannot build launch for job %d", job.job_id)
-            self.job_ended(job.job_id, "FAILED", 1, 0, self.clock(), note=str(e))
+        job_id = job.job_id
+        self.writer.launch_after_commit(
+            job, self.launch_message, lambda msg: self._deliver_launch(job_id, msg))
+
+    def _deliver_launch(self, job_id: int, msg: dict[str, Any] | Exception) -> None:
+        if isinstance(msg, Exception):
+            log.error("cannot build launch for job %d: %s", job_id, msg)
+            self.job_ended(job_id, "FAILED", 1, 0, self.clock(), note=str(msg))
             return
+        host = str(msg["node"])
+        send = self.agent_senders.get(host)
         if send is None:
-            log.warning("no agent for node %s; job %d fails to launch", job.batch_host, job.job_id)
-            self.job_ended(job.job_id, "NODE_FAIL", 0, 0, self.clock())
+            log.warning("no agent for node %s; job %d fails to launch", host, job_id)
+            self.job_ended(job_id, "NODE_FAIL", 0, 0, self.clock())
             return
         send(msg)

@@ -168,10 +168,7 @@ class Scheduling(Launching):
 
     def _save_usage(self) -> None:
         self._usage_dirty = False
-        try:
-            self.store.save_usage_state(self.usage.to_dict())
-        except Exception:  # usage is derived: a failed save costs accuracy, not jobs
-            log.exception("saving the fairshare usage failed")
+        self.writer.usage(self.usage.to_dict(), [])  # committed by the writer, off the loop
 
     def accounting_on(self) -> bool:
         """Whether anything reads usage: fairshare or enforced limits."""
@@ -198,11 +195,9 @@ class Scheduling(Launching):
         if not self._usage_dirty or (not force and now - self._usage_saved < USAGE_SAVE_S):
             return
         spans, self._usage_spans = self._usage_spans, []
-        try:  # each job's whole run, by hour, for usage reports
-            self.store.add_usage([UsageRecord(c, a, h, t, b) for c, a, h, t, b
-                                  in fs.hourly_records(self.cluster_name, spans)])
-        except Exception:
-            log.exception("recording usage failed")
+        # each job's whole run, by hour, for usage reports
+        self.writer.usage(None, [UsageRecord(c, a, h, t, b) for c, a, h, t, b
+                                 in fs.hourly_records(self.cluster_name, spans)])
         self._save_usage()
         self._usage_saved = now
 

@@ -31,17 +31,6 @@ class NodeRecord:
 
 
 @dataclass(slots=True)
-class WriteBatch:
-    jobs: list[dict[str, Any]] = field(default_factory=list)  # Job.to_dict()
-    payloads: list[tuple[int, JobPayload]] = field(default_factory=list)
-    nodes: list[NodeRecord] = field(default_factory=list)
-    next_job_id: int | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self.jobs or self.payloads or self.nodes or self.next_job_id is not None)
-
-
-@dataclass(slots=True)
 class UsageRecord:
     """Usage of one association over one period (an hour): TRES-seconds per TRES, for
     sreport; `billing` is the TRESBillingWeights sum, QoS UsageFactor applied."""
@@ -70,15 +59,142 @@ class NodeEvent:
 ACCOUNTING_KINDS = ("clusters", "accounts", "users", "qos", "assocs", "coords")
 
 
+def accounting_key(kind: str, rec: dict[str, Any]) -> str:
+    """The key of an accounting record within its kind."""
+    if kind == "assocs":
+        return str(rec["id"])
+    if kind == "coords":
+        return f"{rec['account']}\0{rec['user']}"
+    return str(rec["name"])
+
+
+def accounting_order(kind: str, rec: dict[str, Any]) -> tuple[Any, ...]:
+    """The order AssocDB.to_records gives a kind's records in (a load returns them so)."""
+    if kind == "assocs":
+        return (int(rec["id"]),)
+    if kind == "coords":
+        return (rec["account"], rec["user"])
+    return (str(rec["name"]),)
+
+
+@dataclass(slots=True)
+class AccountingChange:
+    """Rows of the accounting tables to write or remove: what one sacctmgr change did."""
+
+    upserts: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)  # kind, key, rec
+    deletes: list[tuple[str, str]] = field(default_factory=list)  # kind, key
+
+    def __bool__(self) -> bool:
+        return bool(self.upserts or self.deletes)
+
+
+def accounting_change(old: dict[str, list[dict[str, Any]]],
+                      new: dict[str, list[dict[str, Any]]]) -> AccountingChange:
+    """The row changes that turn the records `old` into `new` (AssocDB.to_records shapes)."""
+    change = AccountingChange()
+    for kind in ACCOUNTING_KINDS:
+        before = {accounting_key(kind, r): r for r in old.get(kind, ())}
+        after = {accounting_key(kind, r): r for r in new.get(kind, ())}
+        change.upserts.extend((kind, k, r) for k, r in after.items() if before.get(k) != r)
+        change.deletes.extend((kind, k) for k in before if k not in after)
+    return change
+
+
+AUTH_KINDS = ("master", "token", "key")
+
+
+@dataclass(slots=True)
+class AuthRecord:
+    """One entry of the join-token and machine-key registry (controller/auth.py): the
+    master secret (id "master", record {"secret": hex}), a token or a key by its id."""
+
+    kind: str  # one of AUTH_KINDS
+    id: str
+    record: dict[str, Any]
+
+
+@dataclass(slots=True)
+class AuthState:
+    master: str | None = None  # hex; None until a listening controller makes one
+    tokens: dict[str, dict[str, Any]] = field(default_factory=dict)
+    keys: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class WriteBatch:
+    """Everything one commit writes, in one transaction."""
+
+    jobs: list[Job] = field(default_factory=list)  # encoded by `prepare`, on the caller's thread
+    payloads: list[tuple[int, JobPayload]] = field(default_factory=list)
+    nodes: list[NodeRecord] = field(default_factory=list)
+    next_job_id: int | None = None
+    usage_state: dict[str, Any] | None = None  # fairshare state (UsageState.to_dict), replaced
+    usage: list[UsageRecord] = field(default_factory=list)  # added to the hourly records
+    accounting: AccountingChange = field(default_factory=AccountingChange)
+    auth: list[AuthRecord] = field(default_factory=list)
+    # the writer's epoch (Store.take_epoch); a commit with another is refused. None: a
+    # tool's or test's direct write, unfenced
+    epoch: int | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.jobs or self.payloads or self.nodes or self.next_job_id is not None
+                    or self.usage_state is not None or self.usage or self.accounting
+                    or self.auth)
+
+
+# (job id, array job id, uid, state, submit, start, end, the record as JSON)
+JobRow = tuple[int, "int | None", int, str, float, "float | None", "float | None", str]
+
+
+@dataclass(slots=True)
+class PreparedBatch:
+    """A batch encoded for `commit` (CPU only, done on the caller's thread): the jobs as
+    rows, everything else as it was."""
+
+    jobs: list[JobRow]
+    batch: WriteBatch  # the rest (its `jobs` emptied)
+
+
+def prepare_batch(batch: WriteBatch) -> PreparedBatch:
+    from corral import jsonio
+
+    rows: list[JobRow] = []
+    for job in batch.jobs:
+        j = job.to_dict()
+        rows.append((j["job_id"], j.get("array_job_id"), j["uid"], j["state"], j["submit_time"],
+                     j.get("start_time"), j.get("end_time"), jsonio.dumps(j)))
+    rest = WriteBatch(payloads=batch.payloads, nodes=batch.nodes, next_job_id=batch.next_job_id,
+                      usage_state=batch.usage_state, usage=batch.usage,
+                      accounting=batch.accounting, auth=batch.auth, epoch=batch.epoch)
+    return PreparedBatch(rows, rest)
+
+
+class StaleEpoch(RuntimeError):
+    """A commit carried an epoch the store has moved past: another controller holds it."""
+
+
+class NewerSchema(RuntimeError):
+    """The state database was written by a newer Corral than this one."""
+
+
 class Store(Protocol):
+    """What a controller persists.  Writes go through `prepare` + `commit` (the controller's
+    group-commit writer, controller/persist.py) or `write`; reads are typed records.  Small
+    enough for a PostgreSQL implementation: one transaction per commit, an epoch row."""
+
+    def take_epoch(self) -> int:
+        """Become the store's writer: raise the stored epoch and return it.  Commits that
+        carry an older epoch are refused from then on (StaleEpoch)."""
+
     def write(self, batch: WriteBatch) -> None:
         """Persist the whole batch in one transaction; durable when it returns."""
 
-    def prepare(self, batch: WriteBatch) -> Any:
+    def prepare(self, batch: WriteBatch) -> PreparedBatch:
         """Encode a batch (CPU only) for `commit`; the controller does this on its loop."""
 
-    def commit(self, prepared: Any) -> None:
-        """Write what `prepare` returned in one transaction; durable when it returns."""
+    def commit(self, prepared: PreparedBatch) -> None:
+        """Write what `prepare` returned in one transaction, durable when it returns;
+        StaleEpoch if its epoch is not the store's."""
 
     def load_active_jobs(self) -> list[Job]:
         """Jobs not yet finished, for a restarting controller."""
@@ -104,32 +220,20 @@ class Store(Protocol):
     def load_accounting(self) -> dict[str, list[dict[str, Any]]]:
         """Every accounting record by kind (ACCOUNTING_KINDS); empty lists when none."""
 
-    def replace_accounting(self, records: dict[str, list[dict[str, Any]]]) -> None:
-        """Replace all accounting records in one transaction; durable when it returns (the
-        set is small: a whole sacctmgr change is written atomically)."""
-
     def load_usage_state(self) -> dict[str, Any] | None:
         """The fairshare usage state (decayed usage per association, last decay/reset)."""
-
-    def save_usage_state(self, state: dict[str, Any]) -> None: ...
-
-    def add_usage(self, records: list[UsageRecord]) -> None:
-        """Add usage to the per-period records (summed when a period already has some)."""
 
     def query_usage(self, *, cluster: str | None = None, start: float | None = None,
                     end: float | None = None) -> list[UsageRecord]:
         """Usage records with start <= period_start < end, by period then association."""
-
-    def add_event(self, event: NodeEvent) -> None:
-        """Record a node event (replaces one of the same node and start)."""
-
-    def end_events(self, cluster: str, node: str, end: float) -> None:
-        """Close the node's open events (it came back)."""
 
     def query_events(self, *, cluster: str | None = None, start: float | None = None,
                      end: float | None = None, nodes: list[str] | None = None
                      ) -> list[NodeEvent]:
         """Events overlapping [start, end) (open ones overlap everything after their start),
         by start time."""
+
+    # ---- the join-token and machine-key registry ----------------------------------
+    def load_auth(self) -> AuthState: ...
 
     def close(self) -> None: ...

@@ -7,14 +7,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from corral import jsonio
 from corral.model.job import Job, JobState
 from corral.store.base import (
     ACCOUNTING_KINDS,
+    AuthState,
     JobPayload,
     NodeEvent,
     NodeRecord,
+    PreparedBatch,
+    StaleEpoch,
     UsageRecord,
     WriteBatch,
+    accounting_change,
+    accounting_order,
+    prepare_batch,
 )
 
 _FINISHED = frozenset(s.value for s in JobState if s.finished)
@@ -29,30 +36,51 @@ class MemoryStore:
         self.nodes: dict[str, NodeRecord] = {}
         self.meta_next_id: int | None = None
         self.commits = 0
-        self.accounting: dict[str, list[dict[str, Any]]] = {k: [] for k in ACCOUNTING_KINDS}
+        self.accounting: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in ACCOUNTING_KINDS}
+        self.auth: dict[tuple[str, str], dict[str, Any]] = {}
+        self.epoch = 0
+        self.fail_commits = False
         self.usage_state: dict[str, Any] | None = None
         self.usage: dict[tuple[str, float, int], UsageRecord] = {}
         self.events: dict[tuple[str, str, float], NodeEvent] = {}
+
+    def take_epoch(self) -> int:
+        self.epoch += 1
+        return self.epoch
 
     def write(self, batch: WriteBatch) -> None:
         self.commit(self.prepare(batch))
 
     @staticmethod
-    def prepare(batch: WriteBatch) -> WriteBatch:
-        # records are copied now, as the SQLite store encodes them now
-        return WriteBatch(jobs=[json.loads(json.dumps(j)) for j in batch.jobs],
-                          payloads=list(batch.payloads), nodes=list(batch.nodes),
-                          next_job_id=batch.next_job_id)
+    def prepare(batch: WriteBatch) -> PreparedBatch:
+        # records are encoded now, as the SQLite store encodes them now
+        return prepare_batch(batch)
 
-    def commit(self, prepared: WriteBatch) -> None:
-        for j in prepared.jobs:
-            self.jobs[int(j["job_id"])] = j
-        for jid, p in prepared.payloads:
+    def commit(self, prepared: PreparedBatch) -> None:
+        b = prepared.batch
+        if self.fail_commits:  # a test's injected failure: nothing is written
+            raise OSError("injected store failure")
+        if b.epoch is not None and b.epoch != self.epoch:
+            raise StaleEpoch(f"commit with epoch {b.epoch} refused: the store is at epoch "
+                             f"{self.epoch} (another controller took it)")
+        for row in prepared.jobs:
+            self.jobs[int(row[0])] = jsonio.loads(row[7])
+        for jid, p in b.payloads:
             self.payloads[jid] = p
-        for n in prepared.nodes:
+        for n in b.nodes:
             self.nodes[n.name] = n
-        if prepared.next_job_id is not None:
-            self.meta_next_id = prepared.next_job_id
+        if b.next_job_id is not None:
+            self.meta_next_id = b.next_job_id
+        if b.usage_state is not None:
+            self.usage_state = json.loads(json.dumps(b.usage_state))
+        if b.usage:
+            self._add_usage(b.usage)
+        for kind, key, rec in b.accounting.upserts:
+            self.accounting[kind][key] = json.loads(json.dumps(rec))
+        for kind, key in b.accounting.deletes:
+            self.accounting[kind].pop(key, None)
+        for r in b.auth:
+            self.auth[(r.kind, r.id)] = json.loads(json.dumps(r.record))
         self.commits += 1
 
     def load_active_jobs(self) -> list[Job]:
@@ -101,20 +129,24 @@ class MemoryStore:
 
     # ---- accounting (records copied in and out, as the SQLite store encodes them) ----
     def load_accounting(self) -> dict[str, list[dict[str, Any]]]:
-        return {k: json.loads(json.dumps(self.accounting.get(k, []))) for k in ACCOUNTING_KINDS}
+        return {k: sorted(json.loads(json.dumps(list(self.accounting[k].values()))),
+                          key=lambda r, k=k: accounting_order(k, r))  # type: ignore[misc]
+                for k in ACCOUNTING_KINDS}
 
+    # direct writes, unfenced, for tools and tests (the controller goes through its writer)
     def replace_accounting(self, records: dict[str, list[dict[str, Any]]]) -> None:
-        self.accounting = {k: json.loads(json.dumps(list(records.get(k, ()))))
-                           for k in ACCOUNTING_KINDS}
-        self.commits += 1
+        self.write(WriteBatch(accounting=accounting_change(self.load_accounting(), records)))
+
+    def save_usage_state(self, state: dict[str, Any]) -> None:
+        self.write(WriteBatch(usage_state=state))
+
+    def add_usage(self, records: list[UsageRecord]) -> None:
+        self.write(WriteBatch(usage=records))
 
     def load_usage_state(self) -> dict[str, Any] | None:
         return json.loads(json.dumps(self.usage_state)) if self.usage_state is not None else None
 
-    def save_usage_state(self, state: dict[str, Any]) -> None:
-        self.usage_state = json.loads(json.dumps(state))
-
-    def add_usage(self, records: list[UsageRecord]) -> None:
+    def _add_usage(self, records: list[UsageRecord]) -> None:
         for r in records:
             key = (r.cluster, r.period_start, r.assoc_id)
             old = self.usage.get(key)
@@ -166,6 +198,18 @@ class MemoryStore:
             out.append(NodeEvent(ev.cluster, ev.node, ev.start, ev.state, ev.reason,
                                  ev.reason_uid, ev.end))
         return out
+
+    def load_auth(self) -> AuthState:
+        state = AuthState()
+        for (kind, key), rec in self.auth.items():
+            rec = json.loads(json.dumps(rec))
+            if kind == "master":
+                state.master = str(rec["secret"])
+            elif kind == "token":
+                state.tokens[key] = rec
+            elif kind == "key":
+                state.keys[key] = rec
+        return state
 
     def close(self) -> None:
         pass

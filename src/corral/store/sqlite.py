@@ -10,85 +10,29 @@ import json
 import os
 import sqlite3
 import threading
-from typing import Any, NamedTuple
+from typing import Any
 
 from corral import jsonio
 from corral.model.job import Job, JobState
 from corral.store.base import (
     ACCOUNTING_KINDS,
+    AuthState,
     JobPayload,
     NodeEvent,
     NodeRecord,
+    PreparedBatch,
+    StaleEpoch,
     UsageRecord,
     WriteBatch,
+    accounting_change,
+    accounting_order,
+    prepare_batch,
 )
+from corral.store.migrations import SCHEMA_VERSION, migrate
 
-SCHEMA_VERSION = 2
-# 2: accounting tables (acct_records, usage_state, usage_hours, node_events); a version-1 file gains them on open
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS jobs (
-    job_id INTEGER PRIMARY KEY,
-    array_job_id INTEGER,
-    uid INTEGER NOT NULL,
-    state TEXT NOT NULL,
-    submit_time REAL NOT NULL,
-    start_time REAL,
-    end_time REAL,
-    record TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
-CREATE INDEX IF NOT EXISTS jobs_end ON jobs(end_time);
-CREATE INDEX IF NOT EXISTS jobs_array ON jobs(array_job_id);
-CREATE INDEX IF NOT EXISTS jobs_uid ON jobs(uid);
-CREATE TABLE IF NOT EXISTS payloads (
-    job_id INTEGER PRIMARY KEY,
-    script TEXT NOT NULL,
-    env TEXT NOT NULL,
-    argv TEXT NOT NULL,
-    open_mode TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS nodes (
-    name TEXT PRIMARY KEY,
-    admin_state TEXT NOT NULL,
-    reason TEXT, reason_user TEXT, reason_uid INTEGER, reason_time REAL
-);
-CREATE TABLE IF NOT EXISTS acct_records (
-    kind TEXT NOT NULL,
-    key TEXT NOT NULL,
-    record TEXT NOT NULL,
-    PRIMARY KEY (kind, key)
-);
-CREATE TABLE IF NOT EXISTS node_events (
-    cluster TEXT NOT NULL,
-    node TEXT NOT NULL,
-    start REAL NOT NULL,
-    end_time REAL,
-    state TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    reason_uid INTEGER,
-    PRIMARY KEY (cluster, node, start)
-);
-CREATE TABLE IF NOT EXISTS usage_state (id INTEGER PRIMARY KEY CHECK (id = 1), state TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS usage_hours (
-    cluster TEXT NOT NULL,
-    assoc_id INTEGER NOT NULL,
-    period_start REAL NOT NULL,
-    tres_secs TEXT NOT NULL,
-    billing_secs REAL NOT NULL,
-    PRIMARY KEY (cluster, period_start, assoc_id)
-);
-"""
+__all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
 _FINISHED = tuple(s.value for s in JobState if s.finished)
-
-
-class PreparedBatch(NamedTuple):
-    job_rows: list[tuple[Any, ...]]
-    payload_rows: list[tuple[Any, ...]]
-    node_rows: list[tuple[Any, ...]]
-    next_job_id: int | None
 
 
 def _private(path: str) -> None:
@@ -119,60 +63,108 @@ class SqliteStore:
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
-        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is None:
-            self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(row[0]) > SCHEMA_VERSION:
-            raise RuntimeError(f"state database {path} is from a newer Corral (schema {row[0]})")
-        elif int(row[0]) < SCHEMA_VERSION:
-            # the new tables were created above (IF NOT EXISTS); nothing old changes shape
-            self._db.execute("UPDATE meta SET value=? WHERE key='schema_version'",
-                             (str(SCHEMA_VERSION),))
+        migrate(self._db, path)
         if path != ":memory:":
             _private(path)  # SQLite creates -wal and -shm with the database's mode; make sure
 
     # ---- writes ----------------------------------------------------------
+    def take_epoch(self) -> int:
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                epoch = self._epoch() + 1
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('epoch', ?)", (str(epoch),))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return epoch
+
+    def _epoch(self) -> int:
+        row = self._db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone()
+        return int(row[0]) if row else 0
+
     def write(self, batch: WriteBatch) -> None:
         self.commit(self.prepare(batch))
 
     @staticmethod
     def prepare(batch: WriteBatch) -> PreparedBatch:
-        """Encode a batch into rows: pure CPU, done on the caller's (event loop) thread so the
-        writer thread holds the GIL as little as possible."""
-        job_rows = [
-            (j["job_id"], j.get("array_job_id"), j["uid"], j["state"], j["submit_time"],
-             j.get("start_time"), j.get("end_time"), jsonio.dumps(j))
-            for j in batch.jobs
-        ]
-        payload_rows = [
-            (jid, p.script, jsonio.dumps(p.env), jsonio.dumps(p.argv), p.open_mode)
-            for jid, p in batch.payloads
-        ]
-        node_rows = [(n.name, n.admin_state, n.reason, n.reason_user, n.reason_uid, n.reason_time)
-                     for n in batch.nodes]
-        return PreparedBatch(job_rows, payload_rows, node_rows, batch.next_job_id)
+        """Encode the jobs into rows: pure CPU, done on the caller's (event loop) thread so
+        the writer thread holds the GIL as little as possible."""
+        return prepare_batch(batch)
 
     def commit(self, prepared: PreparedBatch) -> None:
         """Write prepared rows in one transaction; durable when it returns."""
-        job_rows, payload_rows, node_rows = prepared.job_rows, prepared.payload_rows, prepared.node_rows
+        b = prepared.batch
         with self._lock:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
             try:
-                if job_rows:
-                    db.executemany("INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?)", job_rows)
-                if payload_rows:
-                    db.executemany("INSERT OR REPLACE INTO payloads VALUES (?,?,?,?,?)", payload_rows)
-                if node_rows:
-                    db.executemany("INSERT OR REPLACE INTO nodes VALUES (?,?,?,?,?,?)", node_rows)
-                if prepared.next_job_id is not None:
+                if b.epoch is not None and b.epoch != (held := self._epoch()):
+                    raise StaleEpoch(f"commit with epoch {b.epoch} refused: the store is at "
+                                     f"epoch {held} (another controller took it)")
+                if prepared.jobs:
+                    db.executemany("INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?)",
+                                   prepared.jobs)
+                if b.payloads:
+                    db.executemany("INSERT OR REPLACE INTO payloads VALUES (?,?,?,?,?)",
+                                   [(jid, p.script, jsonio.dumps(p.env), jsonio.dumps(p.argv),
+                                     p.open_mode) for jid, p in b.payloads])
+                if b.nodes:
+                    db.executemany("INSERT OR REPLACE INTO nodes VALUES (?,?,?,?,?,?)",
+                                   [(n.name, n.admin_state, n.reason, n.reason_user,
+                                     n.reason_uid, n.reason_time) for n in b.nodes])
+                if b.next_job_id is not None:
                     db.execute("INSERT OR REPLACE INTO meta VALUES ('next_job_id', ?)",
-                               (str(prepared.next_job_id),))
+                               (str(b.next_job_id),))
+                if b.usage_state is not None:
+                    db.execute("INSERT OR REPLACE INTO usage_state VALUES (1, ?)",
+                               (json.dumps(b.usage_state, separators=(",", ":")),))
+                if b.usage:
+                    self._add_usage(b.usage)
+                if b.accounting.upserts:
+                    db.executemany("INSERT OR REPLACE INTO acct_records VALUES (?,?,?)",
+                                   [(kind, key, json.dumps(rec, separators=(",", ":")))
+                                    for kind, key, rec in b.accounting.upserts])
+                if b.accounting.deletes:
+                    db.executemany("DELETE FROM acct_records WHERE kind=? AND key=?",
+                                   b.accounting.deletes)
+                if b.auth:
+                    db.executemany("INSERT OR REPLACE INTO auth_records VALUES (?,?,?)",
+                                   [(r.kind, r.id, json.dumps(r.record, separators=(",", ":")))
+                                    for r in b.auth])
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+
+    def _add_usage(self, records: list[UsageRecord]) -> None:
+        db = self._db
+        for r in records:
+            row = db.execute(
+                "SELECT tres_secs, billing_secs FROM usage_hours WHERE cluster=? AND "
+                "period_start=? AND assoc_id=?", (r.cluster, r.period_start, r.assoc_id)
+            ).fetchone()
+            tres = dict(r.tres_secs)
+            billing = r.billing_secs
+            if row is not None:
+                for k, v in json.loads(row[0]).items():
+                    tres[k] = tres.get(k, 0.0) + v
+                billing += row[1]
+            db.execute("INSERT OR REPLACE INTO usage_hours VALUES (?,?,?,?,?)",
+                       (r.cluster, r.assoc_id, r.period_start,
+                        json.dumps(tres, separators=(",", ":")), billing))
+
+    # direct writes, unfenced, for tools and tests (the controller goes through its writer)
+    def replace_accounting(self, records: dict[str, list[dict[str, Any]]]) -> None:
+        self.write(WriteBatch(accounting=accounting_change(self.load_accounting(), records)))
+
+    def save_usage_state(self, state: dict[str, Any]) -> None:
+        self.write(WriteBatch(usage_state=state))
+
+    def add_usage(self, records: list[UsageRecord]) -> None:
+        self.write(WriteBatch(usage=records))
 
     # ---- reads -----------------------------------------------------------
     def _jobs(self, sql: str, args: tuple[Any, ...] | list[Any] = ()) -> list[Job]:
@@ -248,55 +240,14 @@ class SqliteStore:
         for kind, text in rows:
             if kind in out:
                 out[kind].append(json.loads(text))
+        for kind, recs in out.items():
+            recs.sort(key=lambda r, k=kind: accounting_order(k, r))  # type: ignore[misc]
         return out
-
-    def replace_accounting(self, records: dict[str, list[dict[str, Any]]]) -> None:
-        rows = [(kind, _acct_key(kind, rec), json.dumps(rec, separators=(",", ":")))
-                for kind in ACCOUNTING_KINDS for rec in records.get(kind, ())]
-        with self._lock:
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.execute("DELETE FROM acct_records")
-                db.executemany("INSERT INTO acct_records VALUES (?,?,?)", rows)
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
 
     def load_usage_state(self) -> dict[str, Any] | None:
         with self._lock:
             row = self._db.execute("SELECT state FROM usage_state WHERE id=1").fetchone()
         return json.loads(row[0]) if row else None
-
-    def save_usage_state(self, state: dict[str, Any]) -> None:
-        text = json.dumps(state, separators=(",", ":"))
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO usage_state VALUES (1, ?)", (text,))
-
-    def add_usage(self, records: list[UsageRecord]) -> None:
-        with self._lock:
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                for r in records:
-                    row = db.execute(
-                        "SELECT tres_secs, billing_secs FROM usage_hours WHERE cluster=? AND "
-                        "period_start=? AND assoc_id=?", (r.cluster, r.period_start, r.assoc_id)
-                    ).fetchone()
-                    tres = dict(r.tres_secs)
-                    billing = r.billing_secs
-                    if row is not None:
-                        for k, v in json.loads(row[0]).items():
-                            tres[k] = tres.get(k, 0.0) + v
-                        billing += row[1]
-                    db.execute("INSERT OR REPLACE INTO usage_hours VALUES (?,?,?,?,?)",
-                               (r.cluster, r.assoc_id, r.period_start,
-                                json.dumps(tres, separators=(",", ":")), billing))
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
 
     def query_usage(self, *, cluster: str | None = None, start: float | None = None,
                     end: float | None = None) -> list[UsageRecord]:
@@ -332,6 +283,20 @@ class SqliteStore:
         return [NodeEvent(r[0], r[1], float(r[2]), r[3], r[4], r[5],
                           None if r[6] is None else float(r[6])) for r in rows]
 
+    def load_auth(self) -> AuthState:
+        with self._lock:
+            rows = self._db.execute("SELECT kind, id, record FROM auth_records").fetchall()
+        state = AuthState()
+        for kind, key, text in rows:
+            rec = json.loads(text)
+            if kind == "master":
+                state.master = str(rec["secret"])
+            elif kind == "token":
+                state.tokens[key] = rec
+            elif kind == "key":
+                state.keys[key] = rec
+        return state
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
@@ -356,11 +321,3 @@ def _where(*terms: tuple[str, Any]) -> tuple[str, list[Any]]:
             clauses.append(clause)
             args.append(value)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
-
-
-def _acct_key(kind: str, rec: dict[str, Any]) -> str:
-    if kind == "assocs":
-        return str(rec["id"])
-    if kind == "coords":
-        return f"{rec['account']}\0{rec['user']}"
-    return str(rec["name"])

@@ -1,0 +1,172 @@
+"""The SQLite store's schema, as numbered forward-only migrations.
+
+Each migration takes a database of the schema before it to the schema named by its number.
+`migrate` runs the missing ones on open, all in one transaction with the new version
+recorded, so a failure leaves the file as it was.  A database whose version is above the
+last number here was written by a newer Corral and is refused.  Never edit a released
+migration: add the next number.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from corral.store.base import NewerSchema
+
+log = logging.getLogger("corral.store")
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    number: int
+    what: str
+    apply: Callable[[sqlite3.Connection, str], None]  # (database, its path)
+
+
+def _run(db: sqlite3.Connection, sql: str) -> None:
+    # one statement at a time: executescript would COMMIT the migration's transaction
+    for stmt in sql.split(";"):
+        if stmt.strip():
+            db.execute(stmt)
+
+
+def _1_jobs(db: sqlite3.Connection, _path: str) -> None:
+    # IF NOT EXISTS: files of the first releases had some of these before versions existed
+    _run(db, """
+    CREATE TABLE IF NOT EXISTS jobs (
+        job_id INTEGER PRIMARY KEY,
+        array_job_id INTEGER,
+        uid INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        submit_time REAL NOT NULL,
+        start_time REAL,
+        end_time REAL,
+        record TEXT NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+    CREATE INDEX IF NOT EXISTS jobs_end ON jobs(end_time);
+    CREATE INDEX IF NOT EXISTS jobs_array ON jobs(array_job_id);
+    CREATE INDEX IF NOT EXISTS jobs_uid ON jobs(uid);
+    CREATE TABLE IF NOT EXISTS payloads (
+        job_id INTEGER PRIMARY KEY,
+        script TEXT NOT NULL,
+        env TEXT NOT NULL,
+        argv TEXT NOT NULL,
+        open_mode TEXT NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS nodes (
+        name TEXT PRIMARY KEY,
+        admin_state TEXT NOT NULL,
+        reason TEXT, reason_user TEXT, reason_uid INTEGER, reason_time REAL
+    )""")
+
+
+def _2_accounting(db: sqlite3.Connection, _path: str) -> None:
+    _run(db, """
+    CREATE TABLE IF NOT EXISTS acct_records (
+        kind TEXT NOT NULL,
+        key TEXT NOT NULL,
+        record TEXT NOT NULL,
+        PRIMARY KEY (kind, key)
+    );
+    CREATE TABLE IF NOT EXISTS node_events (
+        cluster TEXT NOT NULL,
+        node TEXT NOT NULL,
+        start REAL NOT NULL,
+        end_time REAL,
+        state TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        reason_uid INTEGER,
+        PRIMARY KEY (cluster, node, start)
+    );
+    CREATE TABLE IF NOT EXISTS usage_state (id INTEGER PRIMARY KEY CHECK (id = 1),
+                                            state TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS usage_hours (
+        cluster TEXT NOT NULL,
+        assoc_id INTEGER NOT NULL,
+        period_start REAL NOT NULL,
+        tres_secs TEXT NOT NULL,
+        billing_secs REAL NOT NULL,
+        PRIMARY KEY (cluster, period_start, assoc_id)
+    )""")
+
+
+LEGACY_REGISTRY = os.path.join("auth", "registry.json")  # beside the database, until schema 3
+
+
+def _3_auth_and_epoch(db: sqlite3.Connection, path: str) -> None:
+    """The token/key registry moves into the store (importing the JSON file of the release
+    before, which is then removed: it holds the master secret), and the writer's epoch."""
+    _run(db, """
+    CREATE TABLE auth_records (
+        kind TEXT NOT NULL,
+        id TEXT NOT NULL,
+        record TEXT NOT NULL,
+        PRIMARY KEY (kind, id)
+    );
+    INSERT OR IGNORE INTO meta VALUES ('epoch', '0')""")
+    if path == ":memory:":
+        return
+    legacy = os.path.join(os.path.dirname(os.path.abspath(path)), LEGACY_REGISTRY)
+    try:
+        with open(legacy) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return
+    rows = [("master", "master", json.dumps({"secret": data["master"]}))]
+    rows += [("token", k, json.dumps(v)) for k, v in dict(data.get("tokens") or {}).items()]
+    rows += [("key", k, json.dumps(v)) for k, v in dict(data.get("keys") or {}).items()]
+    db.executemany("INSERT OR REPLACE INTO auth_records VALUES (?,?,?)", rows)
+    log.info("imported the token/key registry %s into the state database", legacy)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "jobs, payloads, nodes", _1_jobs),
+    Migration(2, "accounting: acct_records, node_events, usage_state, usage_hours", _2_accounting),
+    Migration(3, "auth_records (the JSON registry imported), the writer's epoch", _3_auth_and_epoch),
+)
+SCHEMA_VERSION = MIGRATIONS[-1].number
+
+
+def migrate(db: sqlite3.Connection, path: str) -> list[int]:
+    """Bring the database to SCHEMA_VERSION in one transaction; the numbers applied."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None:
+            # a file of the first release (its jobs table, no version) counts as version 0
+            version = 0
+        else:
+            version = int(row[0])
+        if version > SCHEMA_VERSION:
+            raise NewerSchema(f"state database {path} has schema {version}, newer than this "
+                              f"Corral's {SCHEMA_VERSION}: run the Corral that wrote it")
+        applied = []
+        for m in MIGRATIONS:
+            if m.number > version:
+                m.apply(db, path)
+                applied.append(m.number)
+        if applied:
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                       (str(SCHEMA_VERSION),))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    if path != ":memory:" and 3 in applied:
+        _remove_legacy_registry(path)
+    return applied
+
+
+def _remove_legacy_registry(path: str) -> None:
+    """After the commit that imported it: the old file would be a second copy of the secret."""
+    try:
+        os.unlink(os.path.join(os.path.dirname(os.path.abspath(path)), LEGACY_REGISTRY))
+    except FileNotFoundError:
+        pass
