@@ -27,6 +27,8 @@ from corral.auth import (
     sign_request,
 )
 from corral.controller.auth import Registry
+from corral.store.base import WriteBatch
+from corral.store.sqlite import SqliteStore
 
 KEY = derive_cluster_key("the-join-token")
 NOW = 1_800_000_000.0
@@ -196,14 +198,16 @@ def test_a_credential_reads_back_and_garbage_is_refused() -> None:
 
 
 def _registry(tmp_path: Path) -> Registry:
-    return Registry(str(tmp_path))
+    """A registry over the state database in tmp_path, as a restarted controller reads it
+    (each change written at once: the controller's writer batches them)."""
+    store = SqliteStore(str(tmp_path / "state.db"))
+    return Registry(store.load_auth(), lambda recs: store.write(WriteBatch(auth=recs)))
 
 
 def test_the_registry_is_root_only(tmp_path: Path) -> None:
     _registry(tmp_path)
-    path = tmp_path / "auth" / "registry.json"
+    path = tmp_path / "state.db"  # the registry's home, with its master secret
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
 
 
 def test_a_join_token_is_spent_once_for_a_key_of_its_scope(tmp_path: Path) -> None:
@@ -218,7 +222,7 @@ def test_a_join_token_is_spent_once_for_a_key_of_its_scope(tmp_path: Path) -> No
     with pytest.raises(AuthError, match="used up"):
         reg.enroll(token, KIND_NODE, "gpu2", "", NOW + 2, never_busy)
     # a registry read back (a controller restart) knows the key and the spent token
-    again = Registry(str(tmp_path))
+    again = _registry(tmp_path)
     assert again.key_for(cred.key_id) == cred.secret
     with pytest.raises(AuthError, match="used up"):
         again.enroll(token, KIND_NODE, "gpu2", "", NOW + 2, never_busy)

@@ -6,15 +6,15 @@ docs/SECURITY.md has the trust model).
   and receives its own key; from then on every request is signed with that key.  A node's
   agent opens its WebSocket signed with its node key and serves only that node; a login
   host's key signs its users' requests and nothing else.  Tokens and keys are kept in
-  $CORRAL_HOME/auth/registry.json (directory 0700, file 0600), with the master secret the
-  machine keys derive from.
+  the state database (root's, 0600; store/migrations.py imported the JSON registry of
+  earlier releases), with the master secret the machine keys derive from.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
-import os
 import re
 import secrets
 import socket
@@ -40,16 +40,15 @@ from corral.auth import (
     new_token,
     split_token,
     token_digest,
-    write_private,
 )
 from corral.controller.state import Controller, SlurmError
+from corral.store.base import AuthRecord, AuthState
 
 log = logging.getLogger("corral.controller")
 
 _PEERCRED = struct.Struct("3i")
 AGENT_WS_PATH = "/v1/agent/ws"
 JOIN_PATH = "/v1/join"
-REGISTRY_FILE = "auth/registry.json"
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MAX_TOKEN_TTL = 366 * 86400
 
@@ -58,30 +57,29 @@ SIGNED_KEY = "corral_signed_key"  # request key: the machine key record that sig
 
 
 class Registry:
-    """Join tokens and machine keys, kept durably and readable by the controller's user only.
+    """Join tokens and machine keys, kept durably in the state store (each change an
+    `AuthRecord` through the controller's writer; the caller awaits `durable()` before
+    answering).
 
     A token: {scope: node|login, node: a name it is bound to or None, expires, uses_left,
     revoked, used_by: [names]} under its id; only its SHA-256 digest is kept.  A key:
     {kind, name, issued, revoked, token, addr}; its secret follows from the master secret
-    and its id, so the file holds one secret, not one per machine.
+    and its id, so the store holds one secret, not one per machine.
     """
 
-    def __init__(self, home: str) -> None:
-        self.path = os.path.join(home, REGISTRY_FILE)
-        try:
-            with open(self.path) as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            data = {"master": secrets.token_hex(32), "tokens": {}, "keys": {}}
-            self.data = data
-            self.save()
-        self.data = data
-        self.master = bytes.fromhex(data["master"])
-        self.tokens: dict[str, dict[str, Any]] = data.setdefault("tokens", {})
-        self.keys: dict[str, dict[str, Any]] = data.setdefault("keys", {})
+    def __init__(self, state: AuthState, persist: Callable[[list[AuthRecord]], None]) -> None:
+        self._persist = persist
+        if state.master is None:
+            state.master = secrets.token_hex(32)
+            persist([AuthRecord("master", "master", {"secret": state.master})])
+        self.master = bytes.fromhex(state.master)
+        self.tokens: dict[str, dict[str, Any]] = state.tokens
+        self.keys: dict[str, dict[str, Any]] = state.keys
 
-    def save(self) -> None:
-        write_private(self.path, json.dumps(self.data, indent=1, sort_keys=True).encode())
+    def _save(self, kind: str, ids: list[str]) -> None:
+        table = self.tokens if kind == "token" else self.keys
+        # copies: the writer encodes them later, in its thread
+        self._persist([AuthRecord(kind, i, copy.deepcopy(table[i])) for i in ids])
 
     # ---- machine keys ----------------------------------------------------------
     def key_for(self, key_id: str) -> bytes | None:
@@ -103,7 +101,7 @@ class Registry:
         for k in ids:
             self.keys[k]["revoked"] = now
         if ids:
-            self.save()
+            self._save("key", ids)
         return ids
 
     # ---- join tokens -----------------------------------------------------------
@@ -113,7 +111,7 @@ class Registry:
         rec: dict[str, Any] = {"digest": digest, "scope": scope, "node": node, "created": now,
                "expires": now + ttl, "uses_left": uses, "revoked": None, "used_by": []}
         self.tokens[token_id] = rec
-        self.save()
+        self._save("token", [token_id])
         return token, dict(rec, id=token_id)
 
     def revoke_token(self, token_id: str, now: float) -> bool:
@@ -121,7 +119,7 @@ class Registry:
         if rec is None:
             return False
         rec["revoked"] = rec.get("revoked") or now
-        self.save()
+        self._save("token", [token_id])
         return True
 
     def enroll(self, token: str, role: str, name: str, addr: str, now: float,
@@ -161,7 +159,8 @@ class Registry:
         key_id = secrets.token_hex(8)
         self.keys[key_id] = {"kind": role, "name": name, "issued": now, "revoked": None,
                              "token": token_id, "addr": addr}
-        self.save()
+        self._save("token", [token_id])
+        self._save("key", [key_id])
         return Credential(key_id, role, name, derive_machine_key(self.master, key_id))
 
 

@@ -23,6 +23,7 @@ from corral.controller.auth import GUARD, LISTEN, REGISTRY, VERIFIER, Registry, 
 from corral.controller.server import Api
 from corral.controller.state import Controller
 from corral.model.config import ConfigError, parse_config
+from corral.store.base import NewerSchema
 from corral.store.sqlite import SqliteStore
 
 log = logging.getLogger("corral.controller")
@@ -110,7 +111,8 @@ async def serve(home: str, config_path: str, listen: str | None = None) -> int:
     if listen:
         host, port = tls.parse_listen(listen)
         ssl_ctx = tls.server_context(*tls.ensure_certificate(home, host))
-        registry = Registry(home)
+        registry = Registry(store.load_auth(), ctl.writer.auth)  # changes: via the writer
+        await ctl.durable()  # the master secret, when this is the first listening start
         app[REGISTRY] = registry
         # nothing signed before this run started passes: a replay cannot outlive a restart
         app[VERIFIER] = Verifier(registry.key_for, not_before=ctl.started)
@@ -202,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         log.error("configuration error in %s: %s", config_path, e)
         return 1
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, NewerSchema) as e:
         log.error("cannot start: %s", e)
         return 1
 

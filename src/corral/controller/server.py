@@ -566,6 +566,7 @@ class Api:
             raise door._refuse(request, str(e)) from None
         except ValueError as e:
             raise SlurmError(str(e), 0) from None
+        await ctl.durable()  # the key and the spent token, before the machine holds the key
         log.info("%s %s joined from %s with token %s: key %s", role, name, request.remote,
                  reg.keys[cred.key_id]["token"], cred.key_id)
         cred.cluster = ctl.cluster_name
@@ -586,6 +587,7 @@ class Api:
         if node is not None and (not isinstance(node, str) or not door.NAME_RE.fullmatch(node)):
             raise SlurmError("Invalid node name specified", 0)
         token, rec = reg.create_token(scope, float(ttl), uses, node, time.time())
+        await self.ctl.durable()
         log.info("join token %s created (%s, %d use(s), expires in %.0f s)", rec["id"], scope,
                  uses, ttl)
         return json_response({"token": token, **door.token_view(rec["id"], rec, time.time()),
@@ -604,6 +606,7 @@ class Api:
         token_id = request.match_info["id"]
         if not reg.revoke_token(token_id, time.time()):
             raise SlurmError(f"No join token {token_id}", 0, 404)
+        await self.ctl.durable()
         log.info("join token %s revoked", token_id)
         return json_response({"ok": True})
 
@@ -621,6 +624,7 @@ class Api:
         ids = reg.revoke_machine(name, time.time())
         if not ids:
             raise SlurmError(f"No machine key for {name}", 0, 404)
+        await self.ctl.durable()
         for key_id in ids:
             for ws in list(self.agent_links.get(key_id, ())):
                 await ws.close(code=4001, message=b"machine key revoked")
