@@ -4,6 +4,7 @@ sacctmgr's changes are written as rows."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from pathlib import Path
@@ -133,3 +134,38 @@ def test_sacctmgr_changes_are_written_as_rows(h: Harness, monkeypatch: pytest.Mo
     stored = h.store.load_accounting()
     assert "phys" in {a["name"] for a in stored["accounts"]}
     assert "ann" not in {u["name"] for u in stored["users"]}
+
+
+def test_a_dependency_on_a_job_gone_from_memory_is_read_off_the_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    store = SqliteStore(os.path.join(str(tmp_path), "state.db"))
+    with Harness(CONF, store=store) as h:  # type: ignore[arg-type]
+        a = h.submit()
+        h.tick()
+        h.end(a, "FAILED", exit_code=1)
+        h.clock.advance(3600)
+        h.call(h.ctl.expire_finished, h.clock())
+        assert a not in h.ctl.jobs
+        b = h.submit()  # no pass runs until tick()
+        readers: list[str] = []
+        real = store.query_jobs
+
+        def slow_query(**kw: Any) -> Any:
+            readers.append(threading.current_thread().name)
+            time.sleep(0.3)
+            return real(**kw)
+
+        monkeypatch.setattr(store, "query_jobs", slow_query)
+        h.call(h.ctl.update_job, h.who(), h.job(b), {"dependency": f"afterok:{a}"})
+        h.tick()
+        # the read is still under way: b waits, its dependency is not lifted
+        assert h.job(b).state is JobState.PENDING
+        h.call(asyncio.sleep, 0.6)
+        assert readers and all(name.startswith("store") for name in readers)
+        assert h.ctl.gone.lookup(a, None) == [("FAILED", 1, h.ctl.gone.by_id[a].start_time)]
+        h.tick()
+        assert h.job(b).state is JobState.PENDING
+    store.close()

@@ -344,10 +344,32 @@ class ControllerBase:
         return out
 
     def remember_gone(self, ids: set[int]) -> None:
-        """Read the final state of jobs no longer in memory once, so no pass reads the store."""
+        """Read the final state of jobs no longer in memory once, so no pass reads the store.
+
+        The read runs in the store's thread; until it answers, the ids count as pending
+        jobs, so a pass keeps their dependants waiting instead of lifting the dependency."""
         if not ids:
             return
-        self.gone_records(ids, self.store.query_jobs(ids=sorted(ids), array_ids=sorted(ids)))
+
+        def read() -> list[Job]:
+            return self.store.query_jobs(ids=sorted(ids), array_ids=sorted(ids))
+
+        if not self.writer.reads_off_loop():
+            self.gone_records(ids, read())
+            return
+        for jid in ids:
+            self.gone.add(sched_deps.GoneRecord(jid, None, None, JobState.PENDING.value, 0, None))
+
+        def found(jobs: list[Job] | Exception) -> None:
+            for jid in ids:  # the placeholders
+                self.gone.by_id.pop(jid, None)
+            if isinstance(jobs, Exception):
+                log.error("reading jobs %s from the store failed: %s", sorted(ids), jobs)
+                jobs = []
+            self.gone_records(ids, jobs)
+            self.request_schedule()
+
+        self.writer.read(read, found)
 
     def gone_records(self, ids: set[int], found: list[Job]) -> None:
         seen: set[int] = set()

@@ -22,7 +22,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from corral import jsonio
 from corral.controller.errors import SlurmError
@@ -43,6 +43,7 @@ log = logging.getLogger("corral.controller")
 
 Send = Callable[[dict[str, Any]], None]
 RETRY_S = 1.0  # between tries of a failed commit
+T = TypeVar("T")
 
 
 class Launch:
@@ -141,6 +142,30 @@ class GroupCommitWriter:
         fut = self._flush_waiter
         self.kick()
         await asyncio.shield(fut)
+
+    # ---- reads in the store's thread -------------------------------------
+    def reads_off_loop(self) -> bool:
+        """Whether `read` runs in the store's thread (a threaded store, a running loop)."""
+        if self._executor is None:
+            return False
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return True
+
+    def read(self, fn: Callable[[], T], deliver: Callable[[T | Exception], None]) -> None:
+        """Run the store read `fn` in the store's thread; `deliver` its answer (or the
+        exception) on the loop."""
+        fut = asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+        def done(f: asyncio.Future[T]) -> None:
+            if f.cancelled():  # the loop is closing
+                return
+            exc = f.exception()
+            deliver(exc if isinstance(exc, Exception) else f.result())
+
+        fut.add_done_callback(done)
 
     # ---- accounting (sacctmgr), from a worker thread or, inline stores, the loop ----
     def commit_accounting(self, old: dict[str, list[dict[str, Any]]],
