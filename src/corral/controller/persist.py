@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -82,7 +81,6 @@ class GroupCommitWriter:
         self._inline = bool(getattr(store, "inline", False))
         self._executor = None if self._inline else \
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
-        self._sync_lock = threading.Lock()
 
     # ---- marking ---------------------------------------------------------
     def job(self, job: Job) -> None:

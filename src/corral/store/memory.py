@@ -39,7 +39,6 @@ class MemoryStore:
         self.accounting: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in ACCOUNTING_KINDS}
         self.auth: dict[tuple[str, str], dict[str, Any]] = {}
         self.epoch = 0
-        self.fail_commits = False
         self.usage_state: dict[str, Any] | None = None
         self.usage: dict[tuple[str, float, int], UsageRecord] = {}
         self.events: dict[tuple[str, str, float], NodeEvent] = {}
@@ -58,8 +57,6 @@ class MemoryStore:
 
     def commit(self, prepared: PreparedBatch) -> None:
         b = prepared.batch
-        if self.fail_commits:  # a test's injected failure: nothing is written
-            raise OSError("injected store failure")
         if b.epoch is not None and b.epoch != self.epoch:
             raise StaleEpoch(f"commit with epoch {b.epoch} refused: the store is at epoch "
                              f"{self.epoch} (another controller took it)")
