@@ -72,6 +72,8 @@ SAMPLES: list[tuple[m.Channel, m.Message]] = [
     (m.TO_CONTROLLER_FROM_AGENT, m.LaunchFailed(job_id=4, error="disk full")),
     (m.TO_CONTROLLER_FROM_AGENT, m.Heartbeat(load=0.5, free_mem=1000)),
     (m.TO_CONTROLLER_FROM_AGENT, m.CpusBound(job_id=4, node="n1", cpus=[2, 3])),
+    (m.TO_CONTROLLER_FROM_AGENT, m.Usage(time=1.5, gpus=[{"index": 0, "util": 3.0}],
+                                         steps=[{"job_id": 4, "step": "batch", "rss": 7}])),
     (m.TO_STEPD, m.CancelOp()),
     (m.TO_STEPD, m.RequeueOp()),
     (m.TO_STEPD, m.SignalOp(signal=10, batch_only=True)),

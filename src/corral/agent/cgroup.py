@@ -22,7 +22,8 @@ import os
 import time
 
 # v1 controllers the step uses, in the order their cgroup.procs is trusted for listing pids.
-V1_CONTROLLERS = ("freezer", "memory", "cpuset", "pids")
+# cpuacct and blkio only count (agent.usage reads them): CPU time and I/O of exited processes
+V1_CONTROLLERS = ("freezer", "memory", "cpuset", "pids", "cpuacct", "blkio")
 V2_CONTROLLERS = ("memory", "cpuset", "pids")
 UNLIMITED_V1 = "-1"
 

@@ -25,7 +25,7 @@ import aiohttp
 from yarl import URL
 
 from corral import paths
-from corral.agent import hw, stepd
+from corral.agent import gpu, hw, stepd, usage
 from corral.agent import remote as remote_mod
 from corral.agent.cgroup import CgroupConf, cluster_group_name
 from corral.agent.proxy import Proxy
@@ -69,6 +69,10 @@ class Agent:
             log.warning("%s", note)
         self.stop = asyncio.Event()
         self._dgram: socket.socket | None = None
+        # resource use per step and GPU (sstat, sacct, metrics): agent.usage
+        self.usage = usage.UsageSampler(self.cgroup_root, self.cgroup_cluster,
+                                        gpu.backend_for(home))
+        self.tasks.on_step_end = self._step_usage_final
 
     # ---- job directories --------------------------------------------------
     def job_dir(self, job_id: int) -> str:
@@ -111,6 +115,7 @@ class Agent:
         self._dgram.setblocking(False)
         loop.add_reader(self._dgram.fileno(), self._on_notify)
         scan = loop.create_task(self._scan_loop())
+        sampling = loop.create_task(self._usage_loop())
         delay = 0.05
         while not self.stop.is_set():
             try:
@@ -136,6 +141,8 @@ class Agent:
                 pass
             delay = min(delay * 2, 2.0)
         scan.cancel()
+        sampling.cancel()
+        self.usage.gpus.close()
         loop.remove_reader(self._dgram.fileno())
         self._dgram.close()
 
@@ -389,6 +396,10 @@ class Agent:
         ev = self.ended_event(job_id)
         if ev is not None:
             self.reported.add(job_id)
+            st = stepd.read_status(self.job_dir(job_id)) or {}
+            extra = st.get("usage") if isinstance(st.get("usage"), dict) else None
+            # the batch step's last figures go before its end: sacct has them at once
+            self._send(self.usage.final(job_id, "batch", None, extra))
             self._send(ev)
 
     async def _scan_loop(self) -> None:
@@ -400,6 +411,23 @@ class Agent:
             for jid in self.job_ids():
                 if jid not in self.reported:
                     self._report(jid)
+
+
+    async def _usage_loop(self) -> None:
+        """Sample every running step and GPU at JobAcctGatherFrequency (agent.usage)."""
+        while True:
+            freq = usage.parse_frequency(self.cluster_config.get("acct_gather_frequency"))
+            await asyncio.sleep(freq or usage.DEFAULT_FREQUENCY)
+            if freq is None or self.ws is None or not self._registered.is_set():
+                continue
+            # reading cgroups and NVML blocks briefly: off the loop
+            msg = await asyncio.get_running_loop().run_in_executor(None, self.usage.sample)
+            if msg["steps"] or msg["gpus"]:
+                self._send(msg)
+
+    def _step_usage_final(self, job_id: int, step_id: int, dirs: dict[str, str] | None) -> None:
+        """An srun step ended here (agent.tasks): its last figures, before its group goes."""
+        self._send(self.usage.final(job_id, str(step_id), dirs))
 
 
 def _private_dir(path: str) -> None:

@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import re
+import resource
 import select
 import signal
 import socket
@@ -44,6 +45,7 @@ from typing import Any, NoReturn
 
 from corral.agent import launch as launch_mod
 from corral.agent.cgroup import CgroupError, StepCgroup
+from corral.agent.usage import rusage_figures as usage_figures
 from corral.model import messages
 
 LAUNCH_FILE = "launch.json"
@@ -1263,6 +1265,8 @@ class Supervisor:
             "start_time": self.start_time,
             "end_time": self.end_time or time.time(),
             "pid": self.job_pid,
+            # every process of the step it reaped: CPU time, largest RSS, I/O (sacct)
+            "usage": usage_figures(resource.getrusage(resource.RUSAGE_CHILDREN)),
         }
 
     def _finish(self) -> None:

@@ -248,6 +248,8 @@ class TaskManager:
         self._early: dict[tuple[int, int], _Early] = {}
         self._ended: dict[tuple[int, int], None] = {}  # recent steps: late requests are dropped
         self._groups: dict[tuple[str, int], list[int]] = {}
+        # told (job, step, group dirs) as a step ends, before its group goes (agent.usage)
+        self.on_step_end: Callable[[int, int, dict[str, str] | None], None] | None = None
         self._poller: asyncio.TimerHandle | None = None
         self._setpriv = shutil.which("setpriv")
         self._shell = shutil.which("dash") or "/bin/sh"
@@ -893,6 +895,8 @@ class TaskManager:
             self._ended[key] = None
             if len(self._ended) > ENDED_MEMORY:
                 del self._ended[next(iter(self._ended))]
+        if self.on_step_end is not None:
+            self.on_step_end(step.job_id, step.step_id, step.group.dirs if step.group else None)
         self._release_group(step)
         step.done.set()
 

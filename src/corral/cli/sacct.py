@@ -18,6 +18,8 @@ from corral.cli.fmt import escape, parse_width, stamp
 from corral.cli.scontrol import job_resources, limit_str, mem_str, tres_string
 from corral.model import hostlists
 from corral.model.timefmt import format_hms
+from corral.model.usage import StepUsage, job_cpu
+from corral.model.usage import elapsed as usage_elapsed
 
 # Annotations only: `typing` would cost every sacct start ~3 ms.
 TYPE_CHECKING = False
@@ -457,8 +459,43 @@ GETTERS: dict[str, Getter] = {
     "ReqCPUFreqMax": _step_zero_job("Unknown"),
     "ReqCPUFreqGov": _step_zero_job("Unknown"),
 }
-# Everything else (memory, disk and CPU-usage statistics, WCKeys, reservations …) is
-# not measured by Corral and prints empty, as Slurm does without a gatherer.
+
+
+def _usage_field(name: str) -> Getter:
+    """A step's measured use (model.usage); empty on the job's line, as in Slurm."""
+    def get(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
+        return "" if step is None else StepUsage(step.get("usage")).field(name)
+    return get
+
+
+def _cpu_time(which: str) -> Getter:
+    """TotalCPU/UserCPU/SystemCPU: the step's, or the sum of the job's steps."""
+    def get(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
+        if step is not None:
+            u = StepUsage(step.get("usage"))
+            if not u:
+                return ""
+            user, system = u.user(), u.system()
+        else:
+            both = job_cpu(job.get("steps") or [])
+            if both is None:
+                return ""
+            user, system = both
+        return usage_elapsed({"TotalCPU": user + system, "UserCPU": user,
+                              "SystemCPU": system}[which], with_ms=True)
+    return get
+
+
+for _name in ("MaxRSS", "MaxRSSNode", "MaxRSSTask", "AveRSS", "AveCPU", "MinCPU", "MinCPUNode",
+              "MinCPUTask", "MaxDiskRead", "MaxDiskReadNode", "MaxDiskReadTask", "AveDiskRead",
+              "MaxDiskWrite", "MaxDiskWriteNode", "MaxDiskWriteTask", "AveDiskWrite",
+              "TRESUsageInAve", "TRESUsageInMax", "TRESUsageInTot", "TRESUsageOutAve",
+              "TRESUsageOutMax", "TRESUsageOutTot"):
+    GETTERS[_name] = _usage_field(_name)
+for _name in ("TotalCPU", "UserCPU", "SystemCPU"):
+    GETTERS[_name] = _cpu_time(_name)
+# Everything else (virtual memory, pages, energy, WCKeys, reservations …) is not measured
+# by Corral and prints empty, as Slurm does without a gatherer.
 
 
 def _value(field: Field, job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:

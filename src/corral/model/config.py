@@ -54,6 +54,10 @@ GLOBAL_DEFAULTS: dict[str, str] = {
 NOT_ACTED_ON = ("Prolog", "Epilog", "HealthCheckProgram", "HealthCheckInterval")
 # Keys Corral reads that have no default shown by `scontrol show config` when unset.
 OPTIONAL_KEYS = {"SchedulerParameters",
+                 # agent.usage: how often each step's use is sampled (default 30 s)
+                 "JobAcctGatherFrequency",
+                 # controller.metrics: [HOST:]PORT of the plain-HTTP metrics listener
+                 "CorralMetricsListen",
                  # how long a job waits in COMPLETING for a step that will not die (60 s)
                  "UnkillableStepTimeout",
                  # accounting policy and priority/multifactor (docs/POLICY.md)
@@ -67,7 +71,7 @@ IGNORED_KEYS = {
     "StateSaveLocation", "SlurmdSpoolDir", "SlurmctldPidFile", "SlurmdPidFile",
     "SlurmctldLogFile", "SlurmdLogFile", "SwitchType", "CredType", "LaunchType",
     "AccountingStorageHost", "AccountingStoragePort", "JobAcctGatherType",
-    "JobAcctGatherFrequency", "SlurmdUser", "SlurmctldDebug", "SlurmdDebug",
+    "SlurmdUser", "SlurmctldDebug", "SlurmdDebug",
     "SlurmdParameters", "Include",
 }
 

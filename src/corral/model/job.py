@@ -149,6 +149,8 @@ class Step:
     cpus: int = 0
     nodes: str = ""
     ntasks: int = 1
+    # measured use, node -> figures (model.usage): set from the agents' samples
+    usage: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -727,6 +727,16 @@ class Heartbeat(Message):
     free_mem: int | None = None
 
 
+@_G.add
+class Usage(Message):
+    """Resource use sampled on the agent's machine (agent.usage): its GPUs and its steps,
+    each a dict the controller checks (controller.usage); `final` steps have ended."""
+    TYPE = "usage"
+    time: float = field(default=0.0, lo=0.0, hi=1e11)
+    gpus: list[dict[str, Any]] = field(default_factory=list, maxlen=1024)
+    steps: list[dict[str, Any]] = field(default_factory=list, maxlen=100000)
+
+
 # ---- agent -> step supervisor (control datagrams, key "op") -------------------------------------
 
 _S = TO_STEPD

@@ -1,0 +1,172 @@
+"""sstat: the resource use of running job steps (Slurm 22.05's fields and layout).
+
+`sstat -j JOB[.STEP][,...]` with `-o/--format`, `-a/--allsteps`, `-p/--parsable`,
+`-P/--parsable2`, `-n/--noheader`, `-e/--helpformat`.  The figures are the agents' latest
+samples (every JobAcctGatherFrequency seconds), laid out by sacct's field table.
+"""
+
+from __future__ import annotations
+
+import getopt
+import sys
+
+from corral.cli import client
+from corral.cli.sacct import FIELDS, Context, Field, UsageError, _value, parse_fields, render
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+PROG = "sstat"
+# sstat's default columns (Slurm's STAT_FIELDS)
+STAT_FIELDS = (
+    "JobID,MaxVMSize,MaxVMSizeNode,MaxVMSizeTask,AveVMSize,MaxRSS,MaxRSSNode,MaxRSSTask,AveRSS,"
+    "MaxPages,MaxPagesNode,MaxPagesTask,AvePages,MinCPU,MinCPUNode,MinCPUTask,AveCPU,NTasks,"
+    "AveCPUFreq,ReqCPUFreqMin,ReqCPUFreqMax,ReqCPUFreqGov,ConsumedEnergy,MaxDiskRead,"
+    "MaxDiskReadNode,MaxDiskReadTask,AveDiskRead,MaxDiskWrite,MaxDiskWriteNode,MaxDiskWriteTask,"
+    "AveDiskWrite,TRESUsageInAve,TRESUsageInMax,TRESUsageInMaxNode,TRESUsageInMaxTask,"
+    "TRESUsageInMin,TRESUsageInMinNode,TRESUsageInMinTask,TRESUsageInTot,TRESUsageOutAve,"
+    "TRESUsageOutMax,TRESUsageOutMaxNode,TRESUsageOutMaxTask,TRESUsageOutMin,"
+    "TRESUsageOutMinNode,TRESUsageOutMinTask,TRESUsageOutTot")
+STAT_NAMES = STAT_FIELDS.split(",")
+USAGE = "Usage: sstat [options] -j <job(.stepid)>\n\tUse --help for help\n"
+HELP = """sstat [<OPTION>] -j <job(.stepid)>
+    Valid <OPTION> values are:
+      -a, --allsteps:
+                   Print all steps for the given job(s) when no step is
+                   specified.
+      -e, --helpformat:
+                   Print a list of fields that can be specified with the
+                   '--format' option
+      -h, --help:  Print this description of use.
+      -j, --jobs:
+                   Format is <job(.step)>. Stat this job step
+                   or comma-separated list of job steps. This option is
+                   required.  The step portion will default to the lowest
+                   numbered (not batch, extern, etc) step running if not
+                   specified, unless the --allsteps flag is set where not
+                   specifying a step will result in all running steps
+                   to be displayed.
+      -n, --noheader:
+                   No header will be added to the beginning of output.
+                   The default is to print a header.
+      -o, --format:
+                   Comma separated list of fields. (use "--helpformat"
+                   for a list of available fields).
+      -p, --parsable: output will be '|' delimited with a '|' at the end
+      -P, --parsable2: output will be '|' delimited without a '|' at the end
+"""
+
+
+def _help_format() -> str:
+    out: list[str] = []
+    for i, name in enumerate(STAT_NAMES):
+        if i & 3:
+            out.append(" ")
+        elif i:
+            out.append("\n")
+        out.append(f"{name:<19}")
+    return "".join(out) + "\n"
+
+
+def _step_order(step: str) -> tuple[int, int | str]:
+    return (0, int(step)) if step.isdigit() else (1, step)
+
+
+def _main(argv: list[str]) -> int:
+    try:
+        opts, args = getopt.gnu_getopt(
+            argv, "aehj:no:pPvV",
+            ["allsteps", "helpformat", "help", "jobs=", "noheader", "format=", "fields=",
+             "parsable", "parsable2", "verbose", "version", "usage"])
+    except getopt.GetoptError as e:
+        sys.stderr.write(f"{PROG}: {e.msg}\n{USAGE}")
+        return 1
+    jobs: list[str] = []
+    spec = STAT_FIELDS
+    header = True
+    allsteps = False
+    parsable: str | None = None
+    for o, v in opts:
+        if o in ("-a", "--allsteps"):
+            allsteps = True
+        elif o in ("-e", "--helpformat"):
+            sys.stdout.write(_help_format())
+            return 0
+        elif o in ("-h", "--help"):
+            sys.stdout.write(HELP)
+            return 0
+        elif o == "--usage":
+            sys.stdout.write(USAGE)
+            return 0
+        elif o in ("-j", "--jobs"):
+            jobs += [x for x in v.split(",") if x]
+        elif o in ("-n", "--noheader"):
+            header = False
+        elif o in ("-o", "--format", "--fields"):
+            spec = v
+        elif o in ("-p", "--parsable"):
+            parsable = "p"
+        elif o in ("-P", "--parsable2"):
+            parsable = "P"
+        elif o in ("-V", "--version"):
+            sys.stdout.write("slurm 22.05.11\n")
+            return 0
+    jobs += [a for a in args if a]
+    if not jobs:
+        sys.stderr.write(f"{PROG}: error: You didn't give me any jobs to stat.\n")
+        return 1
+    try:
+        fields = [f for f in parse_fields(spec)]
+    except UsageError:
+        bad = next(x for x in spec.split(",") if x.strip() and not _known(x))
+        sys.stderr.write(f'{PROG}: error: Invalid field requested: "{bad.strip()}"\n')
+        return 1
+    rows: list[list[str]] = []
+    ctx = Context(0.0)
+    for item in jobs:
+        head, _, step = item.partition(".")
+        if not head.isdigit():
+            sys.stderr.write(f"{PROG}: error: Invalid job id: {item}\n")
+            return 1
+        data = client.get("/v1/usage", job=head, step=step or None)
+        running = sorted(data.get("steps") or [], key=lambda s: _step_order(str(s["step"])))
+        if not step and not allsteps and running:
+            numbered = [s for s in running if str(s["step"]).isdigit()]
+            running = [numbered[0] if numbered else running[0]]
+        if data.get("state") not in ("RUNNING", "SUSPENDED", "COMPLETING") or (
+                not running and step):
+            sys.stderr.write(f"{PROG}: error: couldn't get steps for job {item}\n"
+                             if data.get("state") in ("RUNNING", "SUSPENDED") else
+                             f"{PROG}: error: problem getting steps for job {item}: "
+                             "Job has already finished\n" if data.get("state") else
+                             f"{PROG}: error: problem getting steps for job {item}: "
+                             "Invalid job id specified\n")
+            continue
+        job: dict[str, Any] = {"job_id": int(head)}
+        for s in running:
+            rec = {"step_id": s["step"], "usage": s.get("usage"), "ntasks": s.get("ntasks", 1)}
+            rows.append([_stat_value(f, job, rec, ctx) for f in fields])
+    sys.stdout.write(render(rows, fields, parsable=parsable, header=header))
+    return 0
+
+
+def _known(item: str) -> bool:
+    low = item.strip().split("%")[0].lower()
+    return any(f.name.lower().startswith(low) for f in FIELDS)
+
+
+def _stat_value(field: Field, job: dict[str, Any], rec: dict[str, Any], ctx: Context) -> str:
+    if field.name == "NTasks":
+        return str(rec["ntasks"])
+    if field.name not in STAT_NAMES:
+        return ""
+    return _value(field, job, rec, ctx)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return client.run_cli(PROG, _main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
