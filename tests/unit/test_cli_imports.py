@@ -18,7 +18,7 @@ from corral.cli import client, squeue
 from corral.model.job import STATE_CODES
 
 COMMANDS = ["sbatch", "squeue", "sinfo", "scontrol", "scancel", "sacct", "srun", "salloc", "sacctmgr",
-            "sshare", "sprio", "sreport", "missing"]
+            "sshare", "sprio", "sreport", "sstat", "seff", "sdiag", "missing"]
 
 # Heavy modules (or whole packages) no command module may import at start.
 FORBIDDEN = [
@@ -66,8 +66,9 @@ def test_missing_commands_say_so_in_one_line() -> None:
     naming itself and exits non-zero (console scripts run `sys.exit(fn())`)."""
     from corral.cli import missing
 
-    assert "sstat" in missing.MISSING
-    assert not {"sacctmgr", "sshare", "sprio", "sreport"} & set(missing.MISSING)
+    assert "sattach" in missing.MISSING
+    assert not {"sacctmgr", "sshare", "sprio", "sreport", "sstat", "seff", "sdiag"} \
+        & set(missing.MISSING)
     assert not set(missing.MISSING) & set(COMMANDS)
     for name in missing.MISSING:
         code = f"import sys; from corral.cli.missing import {name}; sys.exit({name}())"

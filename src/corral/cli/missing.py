@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sys
 
-PROVIDED = "sbatch, srun, salloc, squeue, scancel, sinfo, scontrol, sacct, sacctmgr, sshare, sprio, sreport"
+PROVIDED = ("sbatch, srun, salloc, squeue, scancel, sinfo, scontrol, sacct, sacctmgr, sshare, "
+            "sprio, sreport, sstat, seff, sdiag")
 
 # Slurm 22.05's user and admin commands (and the contributed ones people type) that
 # Corral lacks, with what Corral offers instead where it has something.
@@ -17,14 +18,11 @@ MISSING: dict[str, str] = {
     "sattach": "",
     "sbcast": "",
     "scrontab": "",
-    "sdiag": "`corral status` shows the controller's state",
-    "seff": "`sacct -j <job>` shows a job's use",
     "sgather": "",
     "sh5util": "",
     "sjobexitmod": "",
     "sjstat": "`squeue` and `sinfo` show jobs and nodes",
     "smap": "`squeue` and `sinfo` show jobs and nodes",
-    "sstat": "`sacct` shows a job's use",
     "strigger": "",
     "sview": "`corral status`, `squeue` and `sinfo` show the cluster",
 }
@@ -54,11 +52,15 @@ def scrontab() -> int:
 
 
 def sdiag() -> int:
-    return run("sdiag")
+    from corral.cli import sdiag as real  # provided now (cli/sdiag.py)
+
+    return real.main()
 
 
 def seff() -> int:
-    return run("seff")
+    from corral.cli import seff as real  # provided now (cli/seff.py)
+
+    return real.main()
 
 
 def sgather() -> int:
@@ -102,7 +104,9 @@ def sshare() -> int:
 
 
 def sstat() -> int:
-    return run("sstat")
+    from corral.cli import sstat as real  # provided now (cli/sstat.py)
+
+    return real.main()
 
 
 def strigger() -> int:

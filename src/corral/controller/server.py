@@ -17,8 +17,10 @@ from corral import jsonio
 from corral.auth import KIND_LOGIN, KIND_NODE, AuthError, bearer
 from corral.controller import auth as door
 from corral.controller.auth import admit_agent, request_uid_gid
+from corral.controller.metrics import add_routes as add_metric_routes
 from corral.controller.state import Controller, Identity, SlurmError, _invalid_job
 from corral.controller.steps import StepManager
+from corral.controller.usage import UsageBook
 from corral.model import hostlists
 from corral.model import messages as m
 from corral.model.job import Job, parse_state
@@ -210,6 +212,7 @@ class Api:
         self.ctl = ctl
         self.on_shutdown = on_shutdown
         self.steps = StepManager(ctl)
+        self.usage_book = UsageBook(ctl)  # the agents' resource samples (sstat, metrics)
         # open agent links per machine key, to cut them when the key is revoked
         self.agent_links: dict[str, set[web.WebSocketResponse]] = {}
 
@@ -244,6 +247,7 @@ class Api:
         r.add_delete("/v1/machines/{name}", self.revoke_machine)
         from corral.controller.api_accounts import add_routes as add_account_routes
         add_account_routes(r, self.ctl)  # sacctmgr
+        add_metric_routes(app, self)  # /metrics/*, sstat's and sdiag's routes
         return app
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
@@ -784,6 +788,8 @@ class AgentLink:
             _need(len(set(msg.cpus)) == len(msg.cpus), "cpus: repeated CPU id")
             _need(ctl.agent_bound_cpus(msg.job_id, msg.node, list(msg.cpus)),
                   f"job {msg.job_id} has no {len(msg.cpus)} CPUs on node {msg.node[:64]!r}")
+        elif isinstance(msg, m.Usage):
+            self.api.usage_book.agent_usage(msg.time, msg.gpus, msg.steps, self.nodes)
         elif isinstance(msg, m.Heartbeat):
             _need(msg.free_mem is None or msg.free_mem >= 0, "free_mem must not be negative")
             for name in self.nodes:
@@ -815,5 +821,7 @@ class AgentLink:
         self.send({"type": "registered", "nodes": names,
                    "ack": [ev.job_id for ev in ended],
                    "heartbeat": ctl.heartbeat_interval(),
-                   "config": {"cluster_name": ctl.cluster_name, "kill_wait": ctl.kill_wait}})
+                   "config": {"cluster_name": ctl.cluster_name, "kill_wait": ctl.kill_wait,
+                              "acct_gather_frequency":
+                              ctl.config.options.get("JobAcctGatherFrequency", "30")}})
         log.info("agent registered nodes %s", hostlists.compress(names))
