@@ -120,6 +120,22 @@ def test_memory_job_shows_its_max_rss(cluster: Cluster) -> None:
     assert "Memory Efficiency:" in eff and "of 1000.00 MB" in eff
 
 
+def test_srun_step_has_its_own_figures(cluster: Cluster) -> None:
+    job = cluster.sbatch("--mem=1000", "--wrap",
+                         "srun python3 -c \"import time; b = b'x' * (120 << 20); time.sleep(2)\"")
+    cluster.wait_state(job, "COMPLETED", timeout=60)
+
+    def measured() -> bool:
+        return _sacct(cluster, job, "MaxRSS").get(f"{job}.0", [""])[0] != ""
+    cluster.wait_for(measured, timeout=20, what="the step's figures")
+    rows = _sacct(cluster, job, "MaxRSS,TotalCPU,MaxRSSNode")
+    assert 110 * MB <= _size(rows[f"{job}.0"][0]) <= 300 * MB, rows
+    assert rows[f"{job}.0"][2] == "node-1"
+    # the job's TotalCPU is the sum of its steps'
+    assert _cpu(rows[str(job)][1]) == pytest.approx(
+        _cpu(rows[f"{job}.0"][1]) + _cpu(rows[f"{job}.batch"][1]), abs=0.01)
+
+
 def test_cpu_bound_job_shows_total_cpu_near_its_run_time(cluster: Cluster) -> None:
     # busy until it has used 2 s of CPU (the CI machine is shared: wall time says less)
     job = cluster.sbatch("--wrap", "python3 -c \"import time\n"

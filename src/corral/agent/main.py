@@ -184,6 +184,8 @@ class Agent:
                            "addr": self.remote.local_address() if self.remote else "127.0.0.1"},
                 }))
                 log.info("connected to controller; %d running, %d ended jobs", len(running), len(ended))
+                for ev in ended:  # their last figures, read before the ack removes them
+                    await ws.send_str(json.dumps(self._batch_usage(ev["job_id"])))
                 hb = asyncio.get_running_loop().create_task(self._heartbeat(ws))
                 self._outbox = asyncio.Queue()
                 sender = asyncio.get_running_loop().create_task(self._sender(ws, self._outbox))
@@ -396,11 +398,16 @@ class Agent:
         ev = self.ended_event(job_id)
         if ev is not None:
             self.reported.add(job_id)
-            st = stepd.read_status(self.job_dir(job_id)) or {}
-            extra = st.get("usage") if isinstance(st.get("usage"), dict) else None
             # the batch step's last figures go before its end: sacct has them at once
-            self._send(self.usage.final(job_id, "batch", None, extra))
+            self._send(self._batch_usage(job_id))
             self._send(ev)
+
+    def _batch_usage(self, job_id: int) -> dict[str, Any]:
+        """The ended batch step's final `usage`: what sampling saw, with its supervisor's
+        count of every process it reaped (stepd's status)."""
+        st = stepd.read_status(self.job_dir(job_id)) or {}
+        extra = st.get("usage") if isinstance(st.get("usage"), dict) else None
+        return self.usage.final(job_id, "batch", None, extra)
 
     async def _scan_loop(self) -> None:
         """Catch endings whose notification was missed (agent restarting, full socket)."""
@@ -416,6 +423,7 @@ class Agent:
     async def _usage_loop(self) -> None:
         """Sample every running step and GPU at JobAcctGatherFrequency (agent.usage)."""
         while True:
+            await self._registered.wait()  # the frequency comes with "registered"
             freq = usage.parse_frequency(self.cluster_config.get("acct_gather_frequency"))
             await asyncio.sleep(freq or usage.DEFAULT_FREQUENCY)
             if freq is None or self.ws is None or not self._registered.is_set():

@@ -14,6 +14,7 @@ cpu_user, cpu_sys, rss (now), rss_max, read, write, ntasks (processes seen), tim
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -161,6 +162,14 @@ def read_group(dirs: dict[str, str]) -> dict[str, Any]:
     return out
 
 
+def _num(d: dict[str, Any], key: str) -> float:
+    """A figure, or 0 for anything that is not a finite non-negative number."""
+    v = d.get(key, 0)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e18:
+        return 0.0
+    return float(v)
+
+
 class StepFigures:
     """What a step has used so far: counters keep their highest value (they only grow;
     a process that exits takes its /proc figures with it), memory its peak."""
@@ -173,13 +182,13 @@ class StepFigures:
         self.time = 0.0
 
     def add(self, s: dict[str, Any], now: float) -> None:
-        self.cpu_user = max(self.cpu_user, float(s.get("cpu_user", 0)))
-        self.cpu_sys = max(self.cpu_sys, float(s.get("cpu_sys", 0)))
-        self.rss = int(s.get("rss", 0))
-        self.rss_max = max(self.rss_max, self.rss, int(s.get("rss_max", 0)))
-        self.read = max(self.read, int(s.get("read", 0)))
-        self.write = max(self.write, int(s.get("write", 0)))
-        self.ntasks = max(self.ntasks, int(s.get("ntasks", 0)))
+        self.cpu_user = max(self.cpu_user, _num(s, "cpu_user"))
+        self.cpu_sys = max(self.cpu_sys, _num(s, "cpu_sys"))
+        self.rss = int(_num(s, "rss"))
+        self.rss_max = max(self.rss_max, self.rss, int(_num(s, "rss_max")))
+        self.read = max(self.read, int(_num(s, "read")))
+        self.write = max(self.write, int(_num(s, "write")))
+        self.ntasks = max(self.ntasks, int(_num(s, "ntasks")))
         self.time = now
 
     def to_dict(self) -> dict[str, Any]:
@@ -201,29 +210,34 @@ class UsageSampler:
     def __init__(self, root: str | None, cluster: str, gpus: GpuBackend) -> None:
         self.root, self.cluster, self.gpus = root, cluster, gpus
         self.steps: dict[tuple[int, str], StepFigures] = {}
+        # sample() runs in a worker thread, final() on the agent's loop
+        self._lock = threading.Lock()
 
     def sample(self, now: float | None = None) -> dict[str, Any]:
         """One `usage` message: every running step's figures and every GPU's sample."""
         now = time.time() if now is None else now
         seen = step_groups(self.root, self.cluster) if self.root else {}
-        for key, dirs in seen.items():
-            self.steps.setdefault(key, StepFigures()).add(read_group(dirs), now)
-        for key in [k for k in self.steps if k not in seen]:
-            del self.steps[key]  # its group is gone: the step has ended (its end was sent)
+        figures = {key: read_group(dirs) for key, dirs in seen.items()}
+        with self._lock:
+            for key, fig in figures.items():
+                self.steps.setdefault(key, StepFigures()).add(fig, now)
+            for key in [k for k in self.steps if k not in seen]:
+                del self.steps[key]  # its group is gone: the step has ended (its end was sent)
+            steps = [{"job_id": j, "step": s, **f.to_dict()}
+                     for (j, s), f in sorted(self.steps.items())]
         try:
             gpus = [g.to_dict() for g in self.gpus.sample()]
         except Exception:  # a GPU that stops answering must not stop step sampling
             gpus = []
-        return {"type": "usage", "time": now, "gpus": gpus,
-                "steps": [{"job_id": j, "step": s, **f.to_dict()}
-                          for (j, s), f in sorted(self.steps.items())]}
+        return {"type": "usage", "time": now, "gpus": gpus, "steps": steps}
 
     def final(self, job_id: int, step: str, dirs: dict[str, str] | None,
               extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """A step's last figures (its group still there, its processes gone), merged with
         what sampling saw while it ran: one `usage` message marked final."""
         now = time.time()
-        fig = self.steps.pop((job_id, step), None) or StepFigures()
+        with self._lock:
+            fig = self.steps.pop((job_id, step), None) or StepFigures()
         if dirs:
             last = read_group(dirs)
             last["rss_max"] = max(last.get("rss", 0), fig.rss_max)
