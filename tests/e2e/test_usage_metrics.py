@@ -63,7 +63,8 @@ for _p in ("partition", "user", "account"):
                     "jobs_completed", "jobs_completing", "jobs_deadline", "jobs_failed",
                     "jobs_node_failed", "jobs_outofmemory", "jobs_pending", "jobs_preempted",
                     "jobs_running", "jobs_suspended", "jobs_timeout", "jobs_cpus_alloc",
-                    "jobs_gpus_alloc", "jobs_memory_alloc", "jobs_nodes_alloc")}
+                    "jobs_gpus_alloc", "jobs_memory_alloc", "jobs_hold", "jobs_finished")}
+SLURM_NAMES |= {"user_jobs_nodes_alloc", "account_jobs_nodes_alloc"}
 SLURM_NAMES |= {"partition_" + n for n in (
     "cpus", "gpus", "nodes", "nodes_cpus_alloc", "nodes_cpus_idle", "nodes_idle",
     "nodes_mixed", "nodes_alloc", "nodes_mem_alloc", "nodes_mem_tot")}
@@ -230,6 +231,19 @@ def test_metrics_parse_and_carry_slurm_names(cluster: Cluster) -> None:
             _http(f"http://127.0.0.1:{METRICS_PORT}/metrics/jobs"))}
         assert jobs["slurm_jobs_running"].samples[0].value >= 1
         assert jobs["slurm_jobs_gpus_alloc"].samples[0].value >= 1
+        gpus = {f.name: f for f in text_string_to_metric_families(
+            _http(f"http://127.0.0.1:{METRICS_PORT}/metrics/gpus"))}
+        util = {(s.labels["node"], s.labels["gpu"]): s.value
+                for s in gpus["corral_gpu_utilization_percent"].samples}
+        assert util == {(n, g): 50.0 for n in ("node-1", "node-2") for g in ("0", "1")}
+
+
+        def job_gpu_util() -> float | None:
+            fams = {f.name: f for f in text_string_to_metric_families(
+                _http(f"http://127.0.0.1:{METRICS_PORT}/metrics/gpus"))}
+            return {s.labels["jobid"]: s.value for s in
+                    fams["corral_job_gpu_utilization_percent"].samples}.get(str(job))
+        cluster.wait_for(lambda: job_gpu_util() == 50.0, timeout=20, what="the job's GPU use")
         # the same on the controller's socket
         text = _unix_get(cluster.home / "corral.sock", "/metrics/partitions")
         part = {f.name: f for f in text_string_to_metric_families(text)}

@@ -1,0 +1,138 @@
+"""Time a Prometheus scrape of the controller's metrics, and the agent's sampling cost.
+
+    python bench/bench_metrics.py [--runs N] [--jobs N] [--nodes N]
+
+Scrape: 1,000 nodes × 8 GPUs, 10,000 jobs (5,000 running with GPUs, 5,000 pending with
+typed reasons), every node's GPUs sampled (controller.usage) — each of the five routes
+(`/metrics/nodes`, `jobs`, `partitions`, `scheduler`, `jobs-users-accts`) and all of them at
+once, rendered as the route renders them (controller.metrics.Metrics.render).  Target:
+under 20 ms per route on the project's slow 2-core machine.
+
+Sampling: what the agent spends per interval (agent.usage.UsageSampler.sample) on a node
+running 8 steps: reading their cgroups (a fake cgroup v2 tree in a temporary directory,
+each step holding one live process: this one) and 8 simulated GPUs.  NVML's own cost, on
+an H100, was 0.02 ms per sample of one GPU (bench/nvml_check.py).
+
+Prints medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from corral.agent import gpu  # noqa: E402
+from corral.agent.usage import UsageSampler  # noqa: E402
+from corral.controller.harness import FakeClock, HarnessController  # noqa: E402
+from corral.controller.metrics import Metrics  # noqa: E402
+from corral.controller.usage import UsageBook  # noqa: E402
+from corral.model.config import ClusterConfig  # noqa: E402
+from corral.model.job import Job, JobState, NodeAlloc, Step  # noqa: E402
+from corral.model.node import Node, Partition  # noqa: E402
+from corral.model.reasons import PendingReason, ReasonCode  # noqa: E402
+from corral.store.memory import MemoryStore  # noqa: E402
+
+NOW = 1_700_000_000.0
+
+
+def build(n_nodes: int, n_jobs: int, seed: int = 1) -> Metrics:
+    rng = random.Random(seed)
+    names = [f"gpu{i:04d}" for i in range(n_nodes)]
+    config = ClusterConfig()
+    config.nodes = [Node(name=n, cpus=64, real_memory=512_000, gpus=8, partitions=["gpu"])
+                    for n in names]
+    config.partitions = [Partition(name="gpu", nodes=list(names), default=True),
+                         Partition(name="cpu", nodes=list(names[: n_nodes // 4]))]
+    ctl = HarnessController(config, MemoryStore(), clock=FakeClock(NOW))
+    for n in ctl.nodes.values():
+        n.responding = n.registered = True
+    book = UsageBook(ctl)
+    running = n_jobs // 2
+    reasons = list(ReasonCode)
+    for jid in range(1, n_jobs + 1):
+        user = f"u{rng.randint(1, 500)}"
+        account = f"a{int(user[1:]) % 50}"
+        if jid <= running:
+            node = names[(jid - 1) % n_nodes]
+            gpus = ctl.nodes[node].free_gpu_ids[:1]
+            job = Job(job_id=jid, name="r", user=user, uid=1001, gid=1001, account=account,
+                      partition="gpu", state=JobState.RUNNING, submit_time=NOW - 60,
+                      start_time=NOW - 30, alloc=[NodeAlloc(node, 4, 4096, gpus)],
+                      nodes=[node], batch_host=node,
+                      steps=[Step("batch", "batch", start_time=NOW - 30)])
+            ctl.table.load(job)
+            ctl.cluster.charge(job)
+        else:
+            job = Job(job_id=jid, name="p", user=user, uid=1001, gid=1001, account=account,
+                      partition="gpu", state=JobState.PENDING, submit_time=NOW - 60)
+            ctl.table.load(job)
+            ctl.pending_reasons[jid] = PendingReason(rng.choice(reasons))
+    for name in names:
+        samples = [{"index": i, "util": float(rng.randint(0, 100)), "memory_used": 1 << 30,
+                    "memory_total": 80 << 30, "power_w": 300.0, "processes": [{"pid": 1}]}
+                   for i in range(8)]
+        book.agent_usage(NOW, samples, [], [name])
+    return Metrics(ctl, book)  # as in the controller: made once the jobs are recovered
+
+
+def bench_scrape(runs: int, n_jobs: int, n_nodes: int) -> None:
+    t = time.perf_counter()
+    metrics = build(n_nodes, n_jobs)
+    print(f"cluster: {n_nodes} nodes x 8 GPUs, {n_jobs} jobs "
+          f"(built in {time.perf_counter() - t:.1f} s)")
+    for section in [*Metrics.SECTIONS, None]:
+        times, size = [], 0
+        for _ in range(runs):
+            t = time.perf_counter()
+            size = len(metrics.render(section))
+            times.append(time.perf_counter() - t)
+        print(f"  /metrics/{section or '(all)':<18} median {statistics.median(times) * 1e3:7.2f} ms"
+              f"  ({size // 1024} KiB)")
+
+
+def bench_sampling(runs: int, steps: int = 8) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "cgroup.controllers").write_text("memory cpu io\n")
+        for s in range(steps):
+            d = root / "corral" / "c1" / f"job_{s + 1}" / "step_batch"
+            d.mkdir(parents=True)
+            (d / "cgroup.procs").write_text(f"{os.getpid()}\n")
+            (d / "cpu.stat").write_text("usage_usec 5\nuser_usec 3\nsystem_usec 2\n")
+            (d / "memory.stat").write_text("anon 1048576\nfile 0\n")
+            (d / "io.stat").write_text("8:0 rbytes=1 wbytes=2\n")
+        sim = root / "gpus.json"
+        gpu.write_simulated(str(sim), [{"index": i, "util": 50.0} for i in range(8)])
+        sampler = UsageSampler(str(root), "c1", gpu.SimulatedBackend(str(sim)))
+        wall, cpu = [], []
+        for _ in range(runs):
+            t, c = time.perf_counter(), time.process_time()
+            sampler.sample()
+            wall.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
+        print(f"agent sampling, {steps} steps + 8 GPUs per interval: median "
+              f"{statistics.median(wall) * 1e3:.2f} ms wall, {statistics.median(cpu) * 1e3:.2f} ms CPU"
+              f" (at the default 30 s: {statistics.median(cpu) / 30 * 100:.4f}% of a core)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--nodes", type=int, default=1_000)
+    args = ap.parse_args()
+    bench_scrape(args.runs, args.jobs, args.nodes)
+    bench_sampling(args.runs * 10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""The controller's metrics: the exposition writer, the event-derived job counts, the GPU
+attribution of the agents' samples (controller.usage), on the in-process harness."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.parser import text_string_to_metric_families
+
+from corral.controller.harness import Harness
+from corral.controller.metrics import JOB_STATES, Family, Metrics, expose
+from corral.controller.usage import UsageBook
+from corral.model.job import JobState
+
+CONF = """\
+ClusterName=t
+MinJobAge=60
+NodeName=n[1-2] CPUs=4 RealMemory=4000 Gres=gpu:2
+PartitionName=debug Nodes=n[1-2] Default=YES
+PartitionName=other Nodes=n2
+"""
+
+
+@pytest.fixture
+def h() -> Iterator[Harness]:
+    with Harness(CONF) as harness:
+        yield harness
+
+
+def _parsed(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    return {f.name: [(dict(s.labels), s.value) for s in f.samples]
+            for f in text_string_to_metric_families(text)}
+
+
+def test_exposition_matches_prometheus_client() -> None:
+    odd = 'a"b\\c\nd'
+    fams = [Family("slurm_x", "Plain gauge", value=3),
+            Family("slurm_y", "With \\ and\nnewline", ("node",)),
+            Family("corral_z", "Two labels", ("node", "gpu"))]
+    fams[1].rows = [(("n1",), 1.5), ((odd,), 0), (("n3",), True)]
+    fams[2].rows = [(("n1", "0"), 2), ((odd, "1"), 1e20)]
+    ours = expose(fams).decode()
+
+    class Collect:
+        def collect(self) -> Iterator[GaugeMetricFamily]:
+            for f in fams:
+                if not f.labels:
+                    yield GaugeMetricFamily(f.name, f.doc, value=f.rows[0][1])
+                    continue
+                g = GaugeMetricFamily(f.name, f.doc, labels=list(f.labels))
+                for values, x in f.rows:
+                    g.add_metric(list(values), float(x))
+                yield g
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(Collect())  # type: ignore[arg-type]
+    theirs = generate_latest(reg).decode()
+    assert _parsed(ours) == _parsed(theirs)
+    assert [f.documentation for f in text_string_to_metric_families(ours)] == \
+        [f.documentation for f in text_string_to_metric_families(theirs)]
+
+
+def _brute(h: Harness, key: str) -> dict[str, Counter[str]]:
+    """Job counts by walking every job, to check the event-derived ones against."""
+    out: dict[str, Counter[str]] = {}
+    for j in h.ctl.jobs.values():
+        k = {"partition": (j.partition or "").split(",")[0], "username": j.user,
+             "account": j.account or ""}[key]
+        c = out.setdefault(k, Counter())
+        c["jobs"] += 1
+        for suffix, _doc, states in JOB_STATES:
+            c[suffix] += j.state in states
+        if j.state.active:
+            c["gpus_alloc"] += j.alloc_gpus
+            c["cpus_alloc"] += j.alloc_cpus
+        if j.state is JobState.PENDING and j.held:
+            c["hold"] += 1
+    return out
+
+
+def _check_counts(h: Harness, m: Metrics) -> None:
+    parsed = _parsed(m.render("jobs-users-accts").decode() + m.render("partitions").decode())
+    for prefix, label in (("slurm_user_", "username"), ("slurm_account_", "account"),
+                          ("slurm_partition_", "partition")):
+        want = _brute(h, label)
+        for what in ("jobs", "pending", "running", "completed", "cancelled", "gpus_alloc",
+                     "cpus_alloc"):
+            name = prefix + ("jobs" if what == "jobs" else f"jobs_{what}")
+            got = {s[0][label]: s[1] for s in parsed[name] if s[1] or s[0][label] in want}
+            assert got == {k: float(c[what]) for k, c in want.items()
+                           if c[what] or k in got}, name
+    jobs = _parsed(m.render("jobs").decode())
+    assert jobs["slurm_jobs"] == [({}, float(len(h.ctl.jobs)))]
+    assert jobs["slurm_jobs_hold"] == [({}, float(sum(c["hold"] for c in
+                                                      _brute(h, "username").values())))]
+
+
+def test_job_counts_follow_the_events(h: Harness) -> None:
+    m = Metrics(h.ctl, UsageBook(h.ctl))
+    _check_counts(h, m)
+    a = h.submit(gpus_per_node=2, cpus_per_task=2)
+    b = h.submit(uid=1001, gpus_per_node=1)
+    c = h.submit(uid=1001, held="user")
+    d = h.submit(partition="other")
+    _check_counts(h, m)
+    h.tick()
+    assert h.job(a).state is JobState.RUNNING
+    _check_counts(h, m)
+    h.end(a)
+    h.call(h.ctl.signal_jobs, h.who(1001), [h.job(b)], 15, batch_only=False, cancel=True)
+    if h.job(b).state is JobState.COMPLETING:
+        _check_counts(h, m)
+        h.end(b, "CANCELLED")
+    h.tick()
+    _check_counts(h, m)
+    h.call(h.ctl.release, h.who(1001), [h.job(c)])
+    h.tick()
+    _check_counts(h, m)
+    h.advance(120)  # MinJobAge: finished jobs leave memory without an event
+    assert a not in h.ctl.jobs
+    _check_counts(h, m)
+    assert d in h.ctl.jobs
+    sched = _parsed(m.render("scheduler").decode())
+    assert sched["slurm_sdiag_jobs_submitted"] == [({}, 4.0)]
+    assert sched["slurm_sdiag_jobs_completed"][0][1] >= 1
+    assert sched["slurm_sdiag_jobs_canceled"][0][1] == 1.0
+
+
+def test_gpu_samples_are_attributed_to_the_jobs_holding_them(h: Harness) -> None:
+    book = UsageBook(h.ctl)
+    m = Metrics(h.ctl, book)
+    a = h.submit(gpus_per_node=2)
+    h.tick()
+    job = h.job(a)
+    node = job.batch_host
+    assert node is not None
+    held = job.alloc[0].gpus
+    samples = [{"index": i, "util": 40.0 if i in held else 0.0, "memory_used": 1 << 30,
+                "memory_total": 16 << 30, "power_w": 50.0, "processes": []} for i in range(2)]
+    h.call(book.agent_usage, 1.0, samples, [], [node])
+    h.call(book.agent_usage, 2.0, [{**s, "util": 60.0 if s["index"] in held else 0.0} for s in samples],
+                     [{"job_id": a, "step": "batch", "cpu_user": 1.0, "rss": 5, "rss_max": 9}],
+                     [node])
+    assert book.running_steps(a, None)[0]["usage"][node]["gpuutil_ave"] == 100.0  # (80+120)/2
+    h.call(book.agent_usage, 3.0, [], [{"job_id": a, "step": "batch", "final": True, "cpu_user": 2.0,
+                                "rss_max": 11}], [node])
+    rec = next(s for s in job.steps if s.step_id == "batch")
+    assert rec.usage == {node: {"cpu_user": 2.0, "cpu_sys": 0, "rss": 0, "rss_max": 11,
+                                "read": 0, "write": 0, "ntasks": 0, "time": 0,
+                                "gpuutil_ave": 100.0, "gpuutil_max": 120.0,
+                                "gpumem_max": 2 << 30}}
+    assert book.running_steps(a, None) == []
+    gpus = _parsed(m.render("gpus").decode())
+    assert gpus["corral_job_gpu_utilization_percent"][0] == (
+        {"jobid": str(a), "username": job.user, "account": job.account or ""}, 120.0)
+    nodes = _parsed(m.render("nodes").decode())
+    assert ({"node": node}, 2.0) in nodes["slurm_node_gpus_alloc"]
+    assert ({"node": node}, 0.0) in nodes["corral_node_gpus_alloc_idle"]
+
+
+def test_bad_usage_entries_are_refused_alone(h: Harness) -> None:
+    book = UsageBook(h.ctl)
+    a = h.submit()
+    h.tick()
+    node = h.job(a).batch_host
+    other = "n2" if node == "n1" else "n1"
+    h.call(book.agent_usage, 1.0, [{"index": "x"}, {"index": 0, "util": -1}],
+                     [{"job_id": a, "step": "batch", "rss": -5},
+                      {"job_id": a, "step": "batch", "rss": "big"},
+                      {"job_id": a, "step": "batch", "rss": 1},  # not this agent's node
+                      {"job_id": 99, "step": "batch"}, "junk"], [other])
+    assert book.gpus == {} and book.running_steps(a, None) == []
+    h.call(book.agent_usage, 1.0, [], [{"job_id": a, "step": "batch", "rss": 1}], [node])  # type: ignore[list-item]
+    assert book.running_steps(a, None)[0]["usage"][node]["rss"] == 1
