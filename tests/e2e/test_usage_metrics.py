@@ -6,6 +6,7 @@ GPUs are simulated (agent.gpu.SimulatedBackend): the test writes their utilisati
 from __future__ import annotations
 
 import json
+import pwd
 import shutil
 import socket
 import subprocess
@@ -19,7 +20,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from corral.agent.gpu import SIM_FILE, write_simulated
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, needs_test_users
+from tests.e2e.test_users import run_as, users  # noqa: F401  (the `users` fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -309,3 +311,29 @@ def test_real_prometheus_scrapes_the_metrics(cluster: Cluster) -> None:
                 proc.kill()
                 proc.wait(timeout=10)
             cluster.run("scancel", str(job))
+
+
+@needs_test_users
+def test_sstat_is_for_the_jobs_owner(users: dict[str, pwd.struct_passwd]) -> None:  # noqa: F811
+    base = Path(tempfile.mkdtemp(prefix="corral-obs-"))
+    base.chmod(0o755)  # the users reach the socket
+    c = Cluster(base / "c", CONFIG.replace(f"CorralMetricsListen=127.0.0.1:{METRICS_PORT}\n", ""))
+    try:
+        c.start()
+        alice, bob = list(users.values())[:2]
+        r = run_as(c, alice, "sbatch", "--parsable", "--wrap", "sleep 30")
+        assert r.returncode == 0, r.stderr
+        job = int(r.stdout.strip())
+        c.wait_state(job, "RUNNING", timeout=30)
+        c.wait_for(lambda: run_as(c, alice, "sstat", "-j", str(job), "-n", "-P", "-o",
+                                  "JobID").stdout.strip() == f"{job}.batch",
+                   timeout=30, what="alice's sstat")
+        other = run_as(c, bob, "sstat", "-j", str(job))
+        assert other.returncode != 0 and "Access/permission denied" in other.stderr
+        assert other.stdout == ""
+        assert c.ok("sstat", "-j", str(job), "-n", "-P", "-o", "JobID").strip() == \
+            f"{job}.batch"  # root, an operator
+        c.run("scancel", str(job))
+    finally:
+        c.stop()
+        shutil.rmtree(base, ignore_errors=True)

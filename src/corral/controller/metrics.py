@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from corral.controller.errors import SlurmError
 from corral.controller.jobs import JobEvent, JobEventKind
 from corral.controller.usage import UsageBook
 from corral.model.job import JobState
@@ -506,6 +507,8 @@ class Metrics:
 
 def add_routes(app: web.Application, api: Api) -> None:
     """The metrics, sstat and sdiag routes; the metrics' TCP listener if configured."""
+    from corral.controller.server import peer_identity  # server imports this module
+
     metrics = Metrics(api.ctl, api.usage_book)
     r = app.router
 
@@ -515,21 +518,30 @@ def add_routes(app: web.Application, api: Api) -> None:
             raise web.HTTPNotFound()
         return web.Response(body=metrics.render(name), headers={"Content-Type": CONTENT_TYPE})
 
+    async def section_on_socket(request: web.Request) -> web.Response:
+        peer_identity(request, api.ctl)  # a private cluster's metrics are its owner's
+        return await section(request)
+
     async def sdiag(request: web.Request) -> web.Response:
+        peer_identity(request, api.ctl)
         return web.json_response(metrics.sched.snapshot())
 
     async def step_usage(request: web.Request) -> web.Response:
+        who = peer_identity(request, api.ctl)
         try:
             job_id = int(request.query.get("job", ""))
         except ValueError:
-            raise web.HTTPBadRequest(text="job must be a job id") from None
+            raise SlurmError("Invalid job id specified", 0) from None
         job = api.ctl.jobs.get(job_id)
+        # as slurmd answers a step's statistics: to the job's owner and operators only
+        if job is not None and not who.operator and who.uid != job.uid:
+            raise SlurmError("Access/permission denied", 2002, 403)
         state = job.state.value if job is not None else None
         steps = api.usage_book.running_steps(job_id, request.query.get("step"))
         return web.json_response({"job_id": job_id, "state": state, "steps": steps})
 
-    r.add_get("/metrics", section)
-    r.add_get("/metrics/{section}", section)
+    r.add_get("/metrics", section_on_socket)
+    r.add_get("/metrics/{section}", section_on_socket)
     r.add_get("/v1/sdiag", sdiag)
     r.add_get("/v1/usage", step_usage)
     listen = api.ctl.config.options.get("CorralMetricsListen", "").strip()

@@ -60,7 +60,8 @@ def json_response(obj: Any, status: int = 200) -> web.Response:
 
 # What root on a joined machine may ask through its agent: reading, nothing else.
 REMOTE_ROOT_READS = frozenset({"/v1/ping", "/v1/whoami", "/v1/jobs", "/v1/nodes",
-                               "/v1/partitions", "/v1/config", "/v1/accounting", "/v1/diag"})
+                               "/v1/partitions", "/v1/config", "/v1/accounting", "/v1/diag",
+                               "/v1/sdiag", "/v1/usage"})
 
 
 def peer_identity(request: web.Request, ctl: Controller) -> Identity:
