@@ -118,9 +118,15 @@ def test_sampler_keeps_peaks_and_sends_finals(tmp_path: Path) -> None:
     msg = s.sample(now=101.0)
     assert msg["steps"][0]["rss"] == 1 << 20 and msg["steps"][0]["rss_max"] == 200 << 20
     final = s.final(7, "batch", None, {"cpu_user": 5.0, "cpu_sys": 0.1, "rss_max": 10})
+    assert final is not None
     step = final["steps"][0]
     assert step["final"] is True and step["cpu_user"] == 5.0 and step["rss_max"] == 200 << 20
     assert (7, "batch") not in s.steps
+    # a step nothing measured (no cgroup, never sampled): no figures rather than zeros
+    assert s.final(8, "0", None) is None
+    # a bad figure in a status file counts as none
+    bad = s.final(9, "batch", None, {"cpu_user": "lots", "rss_max": -3, "read": True})
+    assert bad is not None and bad["steps"][0]["cpu_user"] == 0 and bad["steps"][0]["rss_max"] == 0
 
 
 @pytest.mark.parametrize("value,want", [(0, "0"), (1000, "1000"), (1024, "1K"),

@@ -185,7 +185,9 @@ class Agent:
                 }))
                 log.info("connected to controller; %d running, %d ended jobs", len(running), len(ended))
                 for ev in ended:  # their last figures, read before the ack removes them
-                    await ws.send_str(json.dumps(self._batch_usage(ev["job_id"])))
+                    final = self._batch_usage(ev["job_id"])
+                    if final is not None:
+                        await ws.send_str(json.dumps(final))
                 hb = asyncio.get_running_loop().create_task(self._heartbeat(ws))
                 self._outbox = asyncio.Queue()
                 sender = asyncio.get_running_loop().create_task(self._sender(ws, self._outbox))
@@ -399,10 +401,12 @@ class Agent:
         if ev is not None:
             self.reported.add(job_id)
             # the batch step's last figures go before its end: sacct has them at once
-            self._send(self._batch_usage(job_id))
+            final = self._batch_usage(job_id)
+            if final is not None:
+                self._send(final)
             self._send(ev)
 
-    def _batch_usage(self, job_id: int) -> dict[str, Any]:
+    def _batch_usage(self, job_id: int) -> dict[str, Any] | None:
         """The ended batch step's final `usage`: what sampling saw, with its supervisor's
         count of every process it reaped (stepd's status)."""
         st = stepd.read_status(self.job_dir(job_id)) or {}
@@ -435,7 +439,9 @@ class Agent:
 
     def _step_usage_final(self, job_id: int, step_id: int, dirs: dict[str, str] | None) -> None:
         """An srun step ended here (agent.tasks): its last figures, before its group goes."""
-        self._send(self.usage.final(job_id, str(step_id), dirs))
+        final = self.usage.final(job_id, str(step_id), dirs)
+        if final is not None:
+            self._send(final)
 
 
 def _private_dir(path: str) -> None:

@@ -232,12 +232,17 @@ class UsageSampler:
         return {"type": "usage", "time": now, "gpus": gpus, "steps": steps}
 
     def final(self, job_id: int, step: str, dirs: dict[str, str] | None,
-              extra: dict[str, Any] | None = None) -> dict[str, Any]:
+              extra: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """A step's last figures (its group still there, its processes gone), merged with
-        what sampling saw while it ran: one `usage` message marked final."""
+        what sampling saw while it ran: one `usage` message marked final.  None when
+        nothing measured the step (no cgroup, no sample): sacct then shows nothing rather
+        than zeros."""
         now = time.time()
         with self._lock:
-            fig = self.steps.pop((job_id, step), None) or StepFigures()
+            sampled = self.steps.pop((job_id, step), None)
+        if sampled is None and not dirs and not extra:
+            return None
+        fig = sampled or StepFigures()
         if dirs:
             last = read_group(dirs)
             last["rss_max"] = max(last.get("rss", 0), fig.rss_max)
