@@ -18,7 +18,7 @@ COMMON = ["-J", "x", "-p", "p1", "-N1-2", "-n2", "--ntasks-per-node=1", "-c2", "
           "-x", "n3", "--exclusive", "-d", "afterok:1", "--begin=now+1hour",
           "--signal=USR1@60", "--mail-type=END", "--mail-user=a@b", "--comment=c", "-D",
           "/tmp", "-A", "acc", "-q", "high", "--nice=3", "--priority=5", "-C", "a&b", "-H"]
-BATCH_ONLY = {"requeue", "hint", "stdout", "stderr", "stdin", "command"}
+BATCH_ONLY = {"requeue", "hint", "acctg_freq", "stdout", "stderr", "stdin", "command"}
 
 
 def _specs() -> dict[str, dict[str, object]]:

@@ -115,7 +115,8 @@ def test_sampler_keeps_peaks_and_sends_finals(tmp_path: Path) -> None:
     assert msg["type"] == "usage" and msg["gpus"][0]["util"] == 40.0
     assert msg["steps"][0]["rss_max"] == 200 << 20
     Path(dirs[""], "memory.stat").write_text("anon 1048576\n")  # memory went down
-    msg = s.sample(now=101.0)
+    assert s.sample(now=101.0)["steps"] == []  # not due: the default is 30 s
+    msg = s.sample(now=101.0, default=1.0)
     assert msg["steps"][0]["rss"] == 1 << 20 and msg["steps"][0]["rss_max"] == 200 << 20
     final = s.final(7, "batch", None, {"cpu_user": 5.0, "cpu_sys": 0.1, "rss_max": 10})
     assert final is not None
@@ -166,3 +167,18 @@ def test_step_usage_fields() -> None:
     assert job_cpu([{"usage": None}]) is None
     assert job_cpu([{"usage": {"a": {"cpu_user": 1, "cpu_sys": 2}}},
                     {"usage": {"b": {"cpu_user": 3}}}]) == (4.0, 2.0)
+
+
+def test_job_frequency_overrides_the_default(tmp_path: Path) -> None:
+    _v2_group(tmp_path)  # job 7's batch step
+    s = usage.UsageSampler(str(tmp_path / "cg"), "c1", gpu.NoGpus())
+    assert s.tick(30.0) == 30.0 and s.tick(None) is None
+    s.set_job_frequency(7, "task=2")
+    assert s.tick(30.0) == 2.0 and s.tick(None) == 2.0
+    assert len(s.sample(now=100.0, default=30.0)["steps"]) == 1  # a new step: at once
+    assert s.sample(now=101.0, default=30.0)["steps"] == []
+    assert len(s.sample(now=102.0, default=30.0)["steps"]) == 1
+    s.set_job_frequency(7, "0")  # --acctg-freq=0: no periodic sampling for this job
+    assert s.sample(now=200.0, default=30.0)["steps"] == []
+    s.forget_job(7)
+    assert len(s.sample(now=200.0, default=30.0)["steps"]) == 1

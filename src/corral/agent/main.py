@@ -73,6 +73,7 @@ class Agent:
         self.usage = usage.UsageSampler(self.cgroup_root, self.cgroup_cluster,
                                         gpu.backend_for(home))
         self.tasks.on_step_end = self._step_usage_final
+        self._usage_wake = asyncio.Event()  # a job asked for a shorter interval
 
     # ---- job directories --------------------------------------------------
     def job_dir(self, job_id: int) -> str:
@@ -293,12 +294,17 @@ class Agent:
 
     def _forget(self, job_id: int) -> None:
         shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+        self.usage.forget_job(job_id)
         self.reported.discard(job_id)
 
     # ---- launching -------------------------------------------------------
     async def launch(self, spec: dict[str, Any]) -> None:
         job_id = int(spec["job_id"])
         d = self.job_dir(job_id)
+        acctg = spec.get("acctg_freq")
+        if isinstance(acctg, str) and acctg:
+            self.usage.set_job_frequency(job_id, acctg)
+            self._usage_wake.set()
         try:
             if os.path.lexists(d):
                 if stepd.is_alive(d):
@@ -428,12 +434,18 @@ class Agent:
         """Sample every running step and GPU at JobAcctGatherFrequency (agent.usage)."""
         while True:
             await self._registered.wait()  # the frequency comes with "registered"
-            freq = usage.parse_frequency(self.cluster_config.get("acct_gather_frequency"))
-            await asyncio.sleep(freq or usage.DEFAULT_FREQUENCY)
-            if freq is None or self.ws is None or not self._registered.is_set():
+            default = usage.parse_frequency(self.cluster_config.get("acct_gather_frequency"))
+            tick = self.usage.tick(default)  # sbatch --acctg-freq may ask for less
+            try:
+                await asyncio.wait_for(self._usage_wake.wait(), tick or usage.DEFAULT_FREQUENCY)
+            except TimeoutError:
+                pass
+            self._usage_wake.clear()
+            if tick is None or self.ws is None or not self._registered.is_set():
                 continue
             # reading cgroups and NVML blocks briefly: off the loop
-            msg = await asyncio.get_running_loop().run_in_executor(None, self.usage.sample)
+            msg = await asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(self.usage.sample, None, default))
             if msg["steps"] or msg["gpus"]:
                 self._send(msg)
 

@@ -210,21 +210,47 @@ class UsageSampler:
     def __init__(self, root: str | None, cluster: str, gpus: GpuBackend) -> None:
         self.root, self.cluster, self.gpus = root, cluster, gpus
         self.steps: dict[tuple[int, str], StepFigures] = {}
+        # sbatch --acctg-freq of the jobs launched here (None: no periodic sampling)
+        self.job_freq: dict[int, float | None] = {}
         # sample() runs in a worker thread, final() on the agent's loop
         self._lock = threading.Lock()
 
-    def sample(self, now: float | None = None) -> dict[str, Any]:
-        """One `usage` message: every running step's figures and every GPU's sample."""
+    def set_job_frequency(self, job_id: int, value: str | None) -> None:
+        if value:
+            self.job_freq[job_id] = parse_frequency(value)
+
+    def forget_job(self, job_id: int) -> None:
+        self.job_freq.pop(job_id, None)
+
+    def tick(self, default: float | None) -> float | None:
+        """How often to wake: the shortest interval any job here asks for (None: never)."""
+        freqs = [f for f in (default, *self.job_freq.values()) if f]
+        return min(freqs) if freqs else None
+
+    def _due(self, key: tuple[int, str], now: float, default: float | None) -> bool:
+        freq = self.job_freq.get(key[0], default) if key[0] in self.job_freq else default
+        fig = self.steps.get(key)
+        if freq is None:
+            return False
+        # a new step at once (as Slurm's first poll), then every `freq` seconds
+        return fig is None or now - fig.time >= freq - 0.05
+
+    def sample(self, now: float | None = None,
+               default: float | None = DEFAULT_FREQUENCY) -> dict[str, Any]:
+        """One `usage` message: the figures of every running step due for a sample (its
+        job's --acctg-freq, else `default`) and every GPU's sample."""
         now = time.time() if now is None else now
         seen = step_groups(self.root, self.cluster) if self.root else {}
-        figures = {key: read_group(dirs) for key, dirs in seen.items()}
+        with self._lock:
+            due = [key for key in seen if self._due(key, now, default)]
+        figures = {key: read_group(seen[key]) for key in due}
         with self._lock:
             for key, fig in figures.items():
                 self.steps.setdefault(key, StepFigures()).add(fig, now)
             for key in [k for k in self.steps if k not in seen]:
                 del self.steps[key]  # its group is gone: the step has ended (its end was sent)
-            steps = [{"job_id": j, "step": s, **f.to_dict()}
-                     for (j, s), f in sorted(self.steps.items())]
+            steps = [{"job_id": j, "step": s, **self.steps[(j, s)].to_dict()}
+                     for (j, s) in sorted(figures)]
         try:
             gpus = [g.to_dict() for g in self.gpus.sample()]
         except Exception:  # a GPU that stops answering must not stop step sampling

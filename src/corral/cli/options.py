@@ -990,7 +990,8 @@ _FROM_OPTION = _option_keys(
     "partition", "ntasks_per_node", "cpus_per_task", "mem_per_node", "mem_per_cpu",
     "time_limit", "time_min", "exclusive", "dependency", "begin_time", "signal", "mail_type",
     "mail_user", "comment", "work_dir", "account", "qos", "nice")
-_BATCH_FROM_OPTION = _option_keys("requeue", "hint")
+# acctg_freq: sbatch's jobs are sampled at it (agent.usage); srun and salloc ignore it
+_BATCH_FROM_OPTION = _option_keys("requeue", "hint", "acctg_freq")
 # sent only when given: an absent one keeps the controller's default
 _FROM_OPTION_IF_GIVEN = _option_keys("constraint", "priority", "min_cpus", "min_tmp_disk",
                                      "reservation")

@@ -78,7 +78,7 @@ _EARLY = frozenset({"help", "usage", "version", "verbose", "quiet", "wrap"})
 # binding, frequencies, accounting and placement details it does not model.
 # Those of CHECKED_NO_EFFECT have their value checked first, as Slurm does.
 _NO_EFFECT = frozenset({
-    "acctg-freq", "contiguous", "cpu-freq", "delay-boot", "distribution", "get-user-env",
+    "contiguous", "cpu-freq", "delay-boot", "distribution", "get-user-env",
     "gpu-bind", "gpu-freq", "gres-flags", "ignore-pbs", "kill-on-invalid-dep", "mcs-label",
     "mem-bind", "network", "no-kill", "overcommit", "power", "prefer", "profile", "propagate",
     "reboot", "spread-job", "use-min-nodes", "wait-all-nodes", "wckey",
@@ -292,6 +292,9 @@ def _set_option(req: _Request, key: str, option: Option, arg: str | None, source
     elif key == "signal":
         parse_signal(_req_arg(arg))
         value = arg
+    elif key == "acctg-freq":
+        check_no_effect_value(key, arg)  # Slurm's validation (cli/options.py)
+        value = _req_arg(arg)
     elif key == "time" or key == "time-min":
         value = parse_time_limit(_req_arg(arg), f"--{key}")
     elif key == "verbose":
@@ -839,6 +842,10 @@ Usage: sbatch [OPTIONS...] executable [args...]
 Parallel run options:
   -a, --array=indexes         job array index values
   -A, --account=name          charge job to specified account
+      --acctg-freq=<datatype>=<interval> accounting and profiling sampling
+                              intervals. Supported datatypes:
+                              task=<interval> energy=<interval>
+                              network=<interval> filesystem=<interval>
       --begin=time            defer job until HH:MM MM/DD/YY
       --comment=name          arbitrary comment
   -c, --cpus-per-task=ncpus   number of cpus required per task
@@ -910,7 +917,7 @@ Other options:
   -V, --version               output version information and exit
 
 Accepted without effect under Corral (values checked as Slurm checks them):
---acctg-freq, --contiguous, --cpu-freq, --delay-boot, -m/--distribution,
+--contiguous, --cpu-freq, --delay-boot, -m/--distribution,
 --get-user-env, --gpu-bind, --gpu-freq, --gres-flags, --ignore-pbs,
 --kill-on-invalid-dep, --mcs-label, --mem-bind, --network, -k/--no-kill,
 -O/--overcommit, --power, --prefer, --profile, --propagate, --reboot,

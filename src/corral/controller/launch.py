@@ -102,6 +102,7 @@ class Launching(JobLifecycle):
                 "node_mem_mb": node.real_memory if node is not None else None,
                 "cpu_ids": list(first.cpu_ids) if first.cpu_ids is not None else None,
                 "restart_count": job.restart_count,
+                "acctg_freq": job.acctg_freq,  # its steps' sampling interval (agent.usage)
             },
         }
 

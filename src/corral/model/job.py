@@ -215,6 +215,7 @@ class Job:
     mail_user: str | None = None
     comment: str | None = None
     reservation: str | None = None  # --reservation (model/reservation.py)
+    acctg_freq: str | None = None  # --acctg-freq: its steps' sampling interval (agent.usage)
     batch: bool = True
     submit_id: str | None = None  # the client's id of the submission (idempotent retries)
 

@@ -87,6 +87,7 @@ FIELDS: tuple[Field, ...] = (
     Field("mail_user", "str", ("--mail-user",)),
     Field("comment", "str", ("--comment",)),
     Field("reservation", "str", ("--reservation",)),
+    Field("acctg_freq", "str", ("--acctg-freq",)),  # its resource sampling (agent.usage)
     Field("work_dir", "str", ("-D", "--chdir"), PATH_MAX),
     Field("stdout", "str", ("-o", "--output"), PATH_MAX),
     Field("stderr", "str", ("-e", "--error"), PATH_MAX),
