@@ -318,15 +318,15 @@ def test_sstat_is_for_the_jobs_owner_and_acctg_freq_is_honoured(
         users: dict[str, pwd.struct_passwd]) -> None:  # noqa: F811
     base = Path(tempfile.mkdtemp(prefix="corral-obs-"))
     base.chmod(0o755)  # the users reach the socket
-    # the default interval (30 s): only the job's --acctg-freq makes it sampled every second
+    # a long default interval: only the job's --acctg-freq makes it sampled every second
     c = Cluster(base / "c", CONFIG.replace(f"CorralMetricsListen=127.0.0.1:{METRICS_PORT}\n", "")
-                .replace("JobAcctGatherFrequency=1\n", ""))
+                .replace("JobAcctGatherFrequency=1\n", "JobAcctGatherFrequency=300\n"))
     try:
         c.start()
         alice, bob = list(users.values())[:2]
         r = run_as(c, alice, "sbatch", "--parsable", "--acctg-freq=task=1", "--wrap",
                    "python3 -c \"import time; time.sleep(3); b = b'x' * (64 << 20); "
-                   "time.sleep(40)\"")
+                   "time.sleep(120)\"")
         assert r.returncode == 0, r.stderr
         job = int(r.stdout.strip())
         c.wait_state(job, "RUNNING", timeout=30)
@@ -335,7 +335,7 @@ def test_sstat_is_for_the_jobs_owner_and_acctg_freq_is_honoured(
             out = run_as(c, alice, "sstat", "-j", str(job), "-n", "-P", "-o", "JobID,MaxRSS")
             cols = out.stdout.strip().split("|")
             return len(cols) == 2 and cols[0] == f"{job}.batch" and _size(cols[1]) > 60 * MB
-        c.wait_for(grown, timeout=20, what="a second sample of alice's job")
+        c.wait_for(grown, timeout=60, what="a second sample of alice's job")
         other = run_as(c, bob, "sstat", "-j", str(job))
         assert other.returncode != 0 and "Access/permission denied" in other.stderr
         assert other.stdout == ""
