@@ -62,12 +62,32 @@ def main(argv: list[str] | None = None) -> int:
         # these start and stop this user's own cluster, never the machine's (root's)
         os.environ["CORRAL_HOME"] = paths.own_home()
     try:
-        return int(args.fn(args))
+        rc = int(args.fn(args))
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return rc
     except (client.NotRunning, client.ApiError) as e:
         print(f"corral: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `corral status | head -3`: the reader left; nothing more to say.  Point stdout
+        # at /dev/null so that the flush at exit does not fail again.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except OSError:
+            pass
+        return 1
+    except PermissionError as e:
+        what = f"{e.strerror}" + (f": {e.filename}" if e.filename else "")
+        if args.cmd in ("down", "up"):
+            home = os.environ.get("CORRAL_HOME", "")
+            print(f"corral: error: the cluster of {home} is another user's; only its owner "
+                  f"(or root) may {args.cmd} it ({what})", file=sys.stderr)
+        else:
+            print(f"corral: error: {what}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

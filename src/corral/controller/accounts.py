@@ -43,6 +43,12 @@ log = logging.getLogger("corral.controller")
 
 ENTITIES = ("cluster", "account", "user", "qos", "association", "coordinator")
 ACCESS_DENIED = "Access/permission denied"
+# slurmdbd's comment on a change the caller may not make, printed before sacctmgr's line
+NO_PRIVILEGE = "sacctmgr: error: Your user doesn't have privilege to perform this action"
+NOT_SUPER = "sacctmgr: error: You must be a super user to modify a users admin level"
+NO_DUMP = " Your user does not have sufficient privileges to dump clusters."
+# account names, descriptions and organizations are stored lower-cased (Slurm)
+_LOWERED = ("account", "parent", "defaultaccount", "description", "organization")
 
 
 class AccountsError(Exception):
@@ -59,6 +65,8 @@ class AccountsError(Exception):
 class Caller:
     user: str
     operator: bool = False
+    # signed by a joined machine: its AdminLevel gives no rights (docs/SECURITY.md)
+    remote: bool = False
 
 
 @dataclass(slots=True)
@@ -280,14 +288,46 @@ class Accounts:
         self.on_change = on_change
         self.db = AssocDB.from_records(store.load_accounting())
         bootstrap(self.db, cluster_name)
+        # slurm.conf's PrivateData kinds (controller/privacy.py), set by the routes
+        self.private_data: frozenset[str] = frozenset()
 
     # -- authorization
     def is_admin(self, who: Caller) -> bool:
-        return who.operator or self.db.admin_level(who.user) in ("Operator", "Administrator")
+        return who.operator or (not who.remote and self.db.admin_level(who.user)
+                                in ("Operator", "Administrator"))
+
+    def is_super(self, who: Caller) -> bool:
+        """Slurm's super user: root, SlurmUser, AdminUsers or AdminLevel=Administrator;
+        only one changes admin levels or dumps the accounting tree."""
+        return who.operator or (not who.remote
+                                and self.db.admin_level(who.user) == "Administrator")
 
     def _require_admin(self, who: Caller, what: str) -> None:
         if not self.is_admin(who):
             raise AccountsError(f" {what}: {ACCESS_DENIED}", 403)
+
+    def _require_super_for_admin_level(self, who: Caller) -> None:
+        if not self.is_super(who):
+            raise AccountsError(NOT_SUPER, 403)
+
+    @staticmethod
+    def _no_privilege(what: str) -> AccountsError:
+        return AccountsError(f"{NO_PRIVILEGE}\n {what}: {ACCESS_DENIED}", 403)
+
+    def _check_coord_qos(self, who: Caller, db: AssocDB, cluster: str, account: str,
+                         sets: dict[str, str], what: str) -> None:
+        """A coordinator gives out only the QoS the account may already use (slurmdbd's
+        get_coord_qos): a QoS list or default QoS naming any other is refused."""
+        if self.is_admin(who) or not ("qos" in sets or "defaultqos" in sets):
+            return
+        acct = db.account_assoc(cluster, account)
+        allowed = set(db.effective_qos(acct)) if acct is not None else set()
+        wanted = [q.lstrip("+-") for q in _split_list(sets.get("qos", ""))
+                  if not q.startswith("-")]
+        if sets.get("defaultqos") not in (None, "", "-1"):
+            wanted.append(sets["defaultqos"])
+        if any(q and q not in allowed for q in wanted):
+            raise self._no_privilege(what)
 
     def _require_coord(self, who: Caller, accounts: Iterable[str], what: str) -> None:
         if self.is_admin(who):
@@ -309,8 +349,14 @@ class Accounts:
         options = dict(req.get("options") or {})
         where = self._canon(where, names)
         sets = self._canon(sets, None)
+        for d in (where, sets):
+            for k in _LOWERED:
+                if k in d:
+                    d[k] = d[k].lower()
+        if entity == "account" and "names" in where:
+            where["names"] = where["names"].lower()
         if op == "show":
-            return self.show(entity, where, options)
+            return self.show(entity, where, options, who)
         fn = getattr(self, f"{op}_{entity}", None)
         if op not in ("add", "modify", "delete") or fn is None:
             raise AccountsError(f" Unknown command: {op} {entity}")
@@ -408,6 +454,8 @@ class Accounts:
         org = where.pop("organization", None)
         self._no_extra(where, _ASSOC_SETTINGS)
         self._require_coord(who, [parent], "Problem adding accounts")
+        for cl in clusters:
+            self._check_coord_qos(who, db, cl, parent, where, "Problem adding accounts")
         if not db.clusters:
             raise AccountsError("  Can't add accounts, no cluster defined yet.\n"
                                 " Please contact your administrator.")
@@ -467,6 +515,14 @@ class Accounts:
         if rest:
             self._no_extra(rest, _ASSOC_SETTINGS | {"parent"})
             clusters = _split_list(where.get("cluster", "")) or list(db.clusters)
+            if not self.is_admin(who):
+                # a coordinator changes no account's limits, shares or QoS (not even a
+                # sub-account's); it may move an account from one it coordinates to another
+                if set(rest) != {"parent"}:
+                    raise self._no_privilege("Error with request")
+                self._require_coord_of_parents(who, db, clusters, names)
+                if not db.is_coordinator(who.user, rest["parent"], self.cluster):
+                    raise self._no_privilege("Error with request")
             objs = []
             for cl in clusters:
                 for n in names:
@@ -488,12 +544,25 @@ class Accounts:
             text += " Modified account associations...\n" + "".join(objs)
         return Outcome(text, True)
 
+    def _require_coord_of_parents(self, who: Caller, db: AssocDB, clusters: Iterable[str],
+                                  names: Iterable[str]) -> None:
+        """slurmdbd checks an account association's change against the coordinators of
+        its parent: the coordinator of an account may not change or remove it itself."""
+        for cl in clusters:
+            for n in names:
+                x = db.account_assoc(cl, n)
+                if x is not None and not (x.parent and db.is_coordinator(who.user, x.parent,
+                                                                          self.cluster)):
+                    raise self._no_privilege("Error with request")
+
     def delete_account(self, who: Caller, db: AssocDB, where: dict[str, str],
                        sets: dict[str, str]) -> Outcome:
         names = _split_list(where.get("names", ""))
         if not names:
             raise AccountsError(" No conditions given to remove, not executing.")
         self._require_coord(who, names, "Error with request")
+        if not self.is_admin(who):
+            self._require_coord_of_parents(who, db, list(db.clusters), names)
         gone = [n for n in names if n in db.accounts]
         if not gone:
             return Outcome(" Nothing deleted\n")
@@ -545,13 +614,16 @@ class Accounts:
         partitions = _split_list(where.pop("partition", "")) or [None]  # type: ignore[list-item]
         self._no_extra(where, _ASSOC_SETTINGS)
         if admin is not None:
-            self._require_admin(who, "Problem adding users")
+            self._require_super_for_admin_level(who)
             admin = self._admin_level(admin)
         if not accounts and default:
             accounts = [default]
         if not accounts and not all(n in db.users for n in names):
             raise AccountsError(" Need a default account for these users to add.")
         self._require_coord(who, accounts, "Problem adding users")
+        for cl in clusters:
+            for a in accounts:
+                self._check_coord_qos(who, db, cl, a, where, "Problem adding users")
         for a in accounts:
             if a not in db.accounts:
                 raise AccountsError(f" This account '{a}' doesn't exist.\n"
@@ -630,7 +702,7 @@ class Accounts:
         user_sets = {k: sets[k] for k in ("defaultaccount", "adminlevel") if k in sets}
         if user_sets:
             if "adminlevel" in user_sets:
-                self._require_admin(who, "Error with request")
+                self._require_super_for_admin_level(who)
             else:
                 self._require_coord(who, {a.account for a in self._user_assocs(db, where)},
                                     "Error with request")
@@ -651,6 +723,8 @@ class Accounts:
             self._no_extra(rest, _ASSOC_SETTINGS)
             assocs = self._user_assocs(db, where)
             self._require_coord(who, {a.account for a in assocs}, "Error with request")
+            for a in assocs:
+                self._check_coord_qos(who, db, a.cluster, a.account, rest, "Error with request")
             if not assocs:
                 return Outcome(text + " Nothing modified\n", bool(text))
             text += " Modified user associations...\n"
@@ -909,7 +983,38 @@ class Accounts:
         return q
 
     # -- show
-    def show(self, entity: str, where: dict[str, str], options: dict[str, Any]) -> Outcome:
+    def show(self, entity: str, where: dict[str, str], options: dict[str, Any],
+             who: Caller | None = None) -> Outcome:
+        rows = self._show(entity, where, options)
+        hide = self.private_data if who is not None and not self.is_admin(who) else ()
+        if not hide or who is None:
+            return Outcome(rows=rows)
+        # PrivateData=accounts: account definitions only to their coordinators;
+        # PrivateData=users: other users' records only to their accounts' coordinators
+        db = self.db
+
+        def coordinates(account: str) -> bool:
+            return bool(account) and db.is_coordinator(who.user, account.strip(),
+                                                       self.cluster)
+
+        def visible(row: dict[str, str]) -> bool:
+            user = row.get("User", "")
+            account = row.get("Account", "").strip()
+            if entity == "account" and "accounts" in hide and not coordinates(account):
+                return False
+            if entity == "user" and "users" in hide and user != who.user:
+                return account != "" and coordinates(account)
+            if entity == "association":
+                if user and "users" in hide and user != who.user:
+                    return coordinates(account)
+                if not user and "accounts" in hide:
+                    return coordinates(account)
+            return True
+
+        return Outcome(rows=[r for r in rows if visible(r)])
+
+    def _show(self, entity: str, where: dict[str, str],
+              options: dict[str, Any]) -> list[dict[str, str]]:
         db = self.db
         rows: list[dict[str, str]] = []
         names = set(_split_list(where.get("names", "")))
@@ -969,7 +1074,7 @@ class Accounts:
                 if options.get("tree"):
                     row["Account"] = " " * depth + x.account
                 rows.append(row)
-        return Outcome(rows=rows)
+        return rows
 
     def dump(self, cluster: str) -> str:
         """`sacctmgr dump`: the cluster's associations in Slurm's flat-file format."""
@@ -1079,6 +1184,10 @@ class Accounts:
                 raise AccountsError(f" Unknown type '{head.strip()}' on line {no}")
         if cluster is None:
             raise AccountsError(" No cluster specified in the file.")
+        if not self.is_super(who) and any(
+                self._admin_level(info["adminlevel"]) != self.db.admin_level(name)
+                for name, info in users.items() if "adminlevel" in info):
+            raise AccountsError(NOT_SUPER, 403)
         for name, info in users.items():
             u = new.users.get(name) or User(name)
             mine = sorted(a.account for a in new.assocs.values() if a.user == name)

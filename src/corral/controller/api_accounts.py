@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from corral import jsonio
-from corral.controller.accounts import Accounts, AccountsError, Caller
+from corral.controller.accounts import NO_DUMP, Accounts, AccountsError, Caller
 
 
 def accounts_of(ctl: Any) -> Accounts:
@@ -88,10 +88,18 @@ def _active_jobs(ctl: Any) -> list[tuple[str, str, int]]:
 
 
 def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
+    from corral.controller import auth as door
+    from corral.controller import privacy
     from corral.controller.server import json_response, peer_identity, query_epoch
 
     lock = asyncio.Lock()
     acc = accounts_of(ctl)
+
+    def caller_of(request: web.Request) -> Caller:
+        who = peer_identity(request, ctl)
+        acc.private_data = privacy.hidden(ctl)  # slurm.conf's, as reconfigured
+        # a joined machine's signature vouches for its users, never for their AdminLevel
+        return Caller(who.user, who.operator, remote=door.unix_peer(request) is None)
 
     async def run(fn: Any) -> Any:
         # SQLite commits (an fsync) leave the event loop free; the in-memory store is inline
@@ -110,10 +118,9 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
         return json_response({"error": e.text, "errno": 0}, e.status)
 
     async def handle(request: web.Request) -> web.Response:
-        who = peer_identity(request, ctl)
+        caller = caller_of(request)
         try:
             req = await body(request)
-            caller = Caller(who.user, who.operator)
             async with lock:
                 active = _active_jobs(ctl)
                 acc.active_jobs = lambda: active
@@ -123,7 +130,8 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
         return json_response(out.to_dict())
 
     async def dump(request: web.Request) -> web.Response:
-        peer_identity(request, ctl)
+        if not acc.is_super(caller_of(request)):
+            return refused(AccountsError(NO_DUMP, 403))
         try:
             text = acc.dump(request.query.get("cluster") or ctl.cluster_name)
         except AccountsError as e:
@@ -131,12 +139,11 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
         return json_response({"text": text})
 
     async def load(request: web.Request) -> web.Response:
-        who = peer_identity(request, ctl)
+        caller = caller_of(request)
         try:
             req = await body(request)
             text = str(req.get("text", ""))
             commit = bool(req.get("commit", True))
-            caller = Caller(who.user, who.operator)
             async with lock:
                 out = await run(lambda: acc.load(caller, text, commit))
         except AccountsError as e:
@@ -162,15 +169,23 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
         return json_response({"events": node_events(ctl, start, end, nodes)})
 
     async def sshare(request: web.Request) -> web.Response:
-        peer_identity(request, ctl)
-        return json_response(share_rows(ctl))
+        who = peer_identity(request, ctl)
+        out = share_rows(ctl)
+        if "usage" in privacy.hidden(ctl):  # other users' rows only to coordinators
+            out["rows"] = [r for r in out["rows"] if not r["user"]
+                           or privacy.sees_user_of(ctl, who, r["user"], r["account"])]
+        return json_response(out)
 
     async def sprio(request: web.Request) -> web.Response:
-        peer_identity(request, ctl)
-        return json_response(priority_rows(ctl))
+        who = peer_identity(request, ctl)
+        out = priority_rows(ctl)
+        if "jobs" in privacy.hidden(ctl):
+            out["jobs"] = [j for j in out["jobs"]
+                           if privacy.sees_user_of(ctl, who, j["user"], j["account"])]
+        return json_response(out)
 
     async def sreport(request: web.Request) -> web.Response:
-        peer_identity(request, ctl)
+        who = peer_identity(request, ctl)
         q = request.query
         try:
             start, end = query_epoch(q["start"]), query_epoch(q["end"])
@@ -179,7 +194,13 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
         if end <= start:
             return refused(AccountsError(" Start time must be before end time"))
         found = await run(lambda: ctl.store.query_jobs(start=start, end=end))
-        return json_response(usage_report(ctl, start, end, found))
+        out = usage_report(ctl, start, end, found)
+        if "usage" in privacy.hidden(ctl):  # other users' usage only to coordinators
+            out["assocs"] = [r for r in out["assocs"] if not r["user"]
+                             or privacy.sees_user_of(ctl, who, r["user"], r["account"])]
+            out["users"] = [u for u in out["users"] if any(
+                privacy.sees_user_of(ctl, who, u["user"], a) for a in u["accounts"] or [""])]
+        return json_response(out)
 
     router.add_get("/v1/sreport", sreport)
     router.add_get("/v1/sshare", sshare)

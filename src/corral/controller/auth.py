@@ -41,6 +41,7 @@ from corral.auth import (
     split_token,
     token_digest,
 )
+from corral.controller.logsafe import RateLimit
 from corral.controller.state import Controller, SlurmError
 from corral.store.base import AuthRecord, AuthState
 
@@ -199,8 +200,16 @@ def _remote(request: web.Request) -> str:
     return request.remote or "?"
 
 
+_REFUSALS_LOGGED = RateLimit(burst=10, window=60.0)  # per peer address
+
+
 def _refuse(request: web.Request, why: str, **extra: Any) -> SlurmError:
-    log.warning("refused %s %s from %s: %s", request.method, request.path, _remote(request), why)
+    peer = _remote(request)
+    logged, held = _REFUSALS_LOGGED.allow(peer)
+    if logged:  # a peer cannot fill the log: 10 lines a minute, then a count
+        more = f" ({held} more refused, not logged)" if held else ""
+        log.warning("refused %.10s %.200s from %s: %.200s%s", request.method, request.path,
+                    peer, why, more)
     err = SlurmError(f"Authentication failed: {why}", 0, 401)
     err.extra = extra  # type: ignore[attr-defined]
     return err

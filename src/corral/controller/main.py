@@ -18,7 +18,7 @@ from aiohttp import web
 
 from corral import paths
 from corral.auth import ConnectionGuard, Verifier
-from corral.controller import tls
+from corral.controller import logsafe, tls
 from corral.controller.auth import GUARD, LISTEN, REGISTRY, VERIFIER, Registry, signed_requests
 from corral.controller.server import Api
 from corral.controller.state import Controller
@@ -197,8 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     # (the logging HOWTO's "Optimization"); the controller logs one line per job event.
     logging._srcfile = None
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    fmt = "%(asctime)s %(name)s %(levelname)s %(message)s"
+    logging.basicConfig(level=args.log_level.upper(), format=fmt, stream=sys.stderr)
+    logsafe.install(fmt)  # values from callers cannot forge lines (docs/SECURITY.md)
     try:
         return _run(serve(home, config_path, args.listen))
     except ConfigError as e:

@@ -16,6 +16,7 @@ from aiohttp import WSMsgType, web
 from corral import jsonio
 from corral.auth import KIND_LOGIN, KIND_NODE, AuthError, bearer
 from corral.controller import auth as door
+from corral.controller import privacy
 from corral.controller.auth import admit_agent, request_uid_gid
 from corral.controller.metrics import add_routes as add_metric_routes
 from corral.controller.state import Controller, Identity, SlurmError, _invalid_job
@@ -269,7 +270,7 @@ class Api:
         return json_response({"uid": who.uid, "gid": who.gid, "user": who.user, "operator": who.operator})
 
     async def list_jobs(self, request: web.Request) -> web.Response:
-        peer_identity(request, self.ctl)
+        who = peer_identity(request, self.ctl)
         q = request.query
         fields = _split(q.get("fields"))
         ids = _split(q.get("ids"))
@@ -321,12 +322,28 @@ class Api:
             if node_set is not None and not node_set.intersection(j.nodes):
                 continue
             out.append(j)
+        # PrivateData=jobs hides others' jobs; their submit lines are always private
+        hide = privacy.hidden(ctl)
+        mine = {j.job_id for j in out if privacy.sees_job_of(ctl, who, j.uid, j.account)}
+        if "jobs" in hide:
+            out = [j for j in out if j.job_id in mine]
+            if ids and not out:
+                raise _invalid_job()
         if q.get("rows") == "1" and fields is not None:
             # compact form for big listings (squeue): one list per job, in `fields` order
             getters = [_field_getter(f) for f in fields]
-            rows = [[g(j) for g in getters] for j in out]
+            private = [i for i, f in enumerate(fields) if f in privacy.PRIVATE_JOB_FIELDS]
+            rows = []
+            for j in out:
+                row = [g(j) for g in getters]
+                if private and j.job_id not in mine:
+                    for i in private:
+                        row[i] = ""
+                rows.append(row)
             return json_response({"fields": fields, "rows": rows, "now": time.time()})
-        return json_response({"jobs": [job_view(j, fields) for j in out], "now": time.time()})
+        return json_response({"jobs": [job_view(j, fields) if j.job_id in mine
+                                       else privacy.redact(job_view(j, fields)) for j in out],
+                              "now": time.time()})
 
     async def list_nodes(self, request: web.Request) -> web.Response:
         from corral.controller.reservations import node_marks
@@ -428,15 +445,24 @@ class Api:
         # Stored records of finished jobs go out as stored: no decoding, no re-encoding.
         live = self.ctl.jobs
         parts: list[str] = []
+        ctl = self.ctl
+        hide_jobs = "jobs" in privacy.hidden(ctl)
+        own_only = uids == [who.uid]  # the store answered the caller's jobs alone
         for job_id, text in records:
             job = live.get(job_id)
-            if fields is None and not tasks and (job is None or job.state.finished):
+            if fields is None and not tasks and (job is None or job.state.finished) \
+                    and (who.operator or own_only):
                 parts.append(text)
                 continue
             if job is None:
                 job = Job.from_dict(jsonio.loads(text))
-            if selected(job):
+            if not selected(job):
+                continue
+            # PrivateData=jobs hides others' jobs; their submit lines are always private
+            if privacy.sees_job_of(ctl, who, job.uid, job.account):
                 parts.append(jsonio.dumps(job_view(job, fields)))
+            elif not hide_jobs:
+                parts.append(jsonio.dumps(privacy.redact(job_view(job, fields))))
         body = '{"jobs":[' + ",".join(parts) + '],"now":' + repr(time.time()) + "}"
         return web.Response(text=body, content_type="application/json")
 

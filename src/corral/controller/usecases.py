@@ -39,6 +39,7 @@ from corral.controller.errors import (
     access_denied,
     invalid_user,
 )
+from corral.controller.logsafe import RateLimit
 from corral.controller.scheduling import Scheduling
 from corral.model.arrays import ArraySpecError, parse_array_spec
 from corral.model.config import ConfigError, parse_config
@@ -68,6 +69,10 @@ from corral.store.base import JobPayload
 log = logging.getLogger("corral.controller")
 
 NOT_AVAILABLE = "Required partition not available (inactive or drain)"
+# `scontrol notify` text kept on the job; in the log, 200 characters, 10 lines a minute a user
+NOTIFY_MAX = 1024
+_NOTIFY_LOGGED = RateLimit(burst=10, window=60.0)
+_SUBMIT_COUNT_LIMITS = ("GrpSubmitJobs", "MaxSubmitJobs", "MaxSubmitJobsPerUser")
 
 
 def _idle_view(n: Node) -> NodeView:
@@ -202,14 +207,28 @@ class UseCases(Scheduling):
                                            or (qos_user and j.qos == job.qos)
                                            or (pq_user and j.partition in pq_parts))
 
+        waiting = [*self.pending.values(), *self.submitting.values()]
         led = build_ledger(db, self.cluster_name, part_qos=part_qos,
                            running=[(job_request(j), None) for j in self.running.values()
                                     if counted(j)],
-                           pending=[job_request(j) for j in self.pending.values()
-                                    if counted(j)])
+                           pending=[job_request(j) for j in waiting if counted(j)])
         refusal = led.check_submit(job_request(job))
         if refusal is not None:
-            raise SlurmError(refusal.message, refusal.errno)
+            hit = refusal.hit
+            # sbatch prints the reason on its own line first (slurmctld's err_msg)
+            user_msg = hit.code if hit is not None and hit.limit in _SUBMIT_COUNT_LIMITS \
+                else None
+            raise SlurmError(refusal.message, refusal.errno, user_msg=user_msg)
+
+    @property
+    def submitting(self) -> dict[int, Job]:
+        """Submissions past the submit limits that are not pending yet (they wait for
+        durability): counted as pending, so that concurrent submissions, each checked
+        before the others are visible, cannot pass the same limit together."""
+        d: dict[int, Job] | None = self.__dict__.get("_submitting")
+        if d is None:
+            d = self.__dict__["_submitting"] = {}
+        return d
 
     def _submitted(self, uid: int, sid: str) -> Job | None:
         """The job an earlier request with this submit id created, if memory holds it."""
@@ -316,6 +335,18 @@ class UseCases(Scheduling):
         if assoc_id is not None and "limits" in self.enforce:
             # after the array is parsed: each of its tasks counts as a job (Slurm)
             self._check_submit_limits(job, assoc_id)
+        # the job holds its place in the submit limits from here (before the first await)
+        # until it is pending or refused
+        self.submitting[id(job)] = job
+        try:
+            return await self._submit_accepted(who, job, sid, now, script, env, argv,
+                                               open_mode)
+        finally:
+            self.submitting.pop(id(job), None)
+
+    async def _submit_accepted(self, who: Identity, job: Job, sid: Any, now: float,
+                               script: str, env: dict[str, str], argv: list[str],
+                               open_mode: str) -> Job:
         unknown = self.unknown_dependencies([job])
         if unknown:  # named jobs gone from memory: their final state, read once, off the loop
             found = await asyncio.get_running_loop().run_in_executor(
@@ -703,9 +734,12 @@ class UseCases(Scheduling):
         if job.state.finished or job.state == JobState.PENDING:
             raise SlurmError("Job is no longer pending execution" if job.state.finished
                              else "Job is pending execution", ESLURM_JOB_NOT_PENDING)
-        text = message[:1024]
+        text = message[:NOTIFY_MAX]
         job.notices = [*job.notices[-9:], text]
-        log.info("job %d notified by %s: %s", job.job_id, who.user, text)
+        logged, held = _NOTIFY_LOGGED.allow(who.user)
+        if logged:  # the line is escaped by the log's formatter (controller/logsafe.py)
+            more = f" ({held} more notices not logged)" if held else ""
+            log.info("job %d notified by %s: %.200s%s", job.job_id, who.user, text, more)
         self._send_control(job, {"op": "notify", "message": text})
         self.notify("notified", job)
         self.mark(job)
