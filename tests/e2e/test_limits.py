@@ -86,7 +86,8 @@ def test_gpu_limit_submit_limit_and_unknown_user(
     held = c.sbatch("-H", "--wrap", "true")
     r = c.run("sbatch", "--wrap", "true")
     assert r.returncode == 1 and r.stdout == ""
-    assert r.stderr == ("sbatch: error: Batch job submission failed: Job violates "
+    assert r.stderr == ("sbatch: error: AssocMaxSubmitJobLimit\n"
+                        "sbatch: error: Batch job submission failed: Job violates "
                         "accounting/QOS policy (job submit limit, user's size and/or time "
                         "limits)\n")
     # a user with no association, and an account root may not use, are refused

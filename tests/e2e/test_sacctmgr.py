@@ -60,7 +60,7 @@ def test_lab_setup_and_tables(c: Cluster) -> None:
     ok(c, "-i", "delete", "cluster", "other")
     out = ok(c, "-i", "add", "account", "lab", "Description=Smith lab", "Organization=bio",
              "GrpTRES=gres/gpu=16,cpu=256,mem=1T")
-    assert out == (" Adding Account(s)\n  lab\n Settings\n  Description     = Smith lab\n"
+    assert out == (" Adding Account(s)\n  lab\n Settings\n  Description     = smith lab\n"
                    "  Organization    = bio\n Associations\n"
                    "  A = lab        C = testcluste\n"
                    " Settings\n  GrpTRES       = cpu=256,mem=1T,gres/gpu=16\n")
@@ -83,7 +83,7 @@ def test_lab_setup_and_tables(c: Cluster) -> None:
         "Account                  User ", "-------------------- -------- ",
         "root                          ", " root                    root "]
     out = ok(c, "-p", "list", "account", "format=acc,descr,org")
-    assert "lab|Smith lab|bio|\n" in out and out.startswith("Account|Descr|Org|\n")
+    assert "lab|smith lab|bio|\n" in out and out.startswith("Account|Descr|Org|\n")
     out = ok(c, "show", "user", "ann", "withassoc", "format=user,acc%12,grptres")
     assert out.splitlines()[2] == "       ann     students    gres/gpu=2 "
     assert ok(c, "-s", "show", "user", "ann", "format=user,acc%12,grptres") == out
