@@ -297,6 +297,33 @@ def test_the_cli_on_the_joined_machine_goes_through_its_agent(
     assert "joined1: task 1: Exited with exit code 3" in r.stderr
 
 
+def test_a_signed_request_carries_no_admin_level(
+        jc: JoinedCluster, users: dict[str, pwd.struct_passwd]) -> None:  # noqa: F811
+    """N5: an Administrator's uid signed by a joined machine (whose root could sign for
+    any uid) has a plain user's sacctmgr rights; on the controller's machine it has them."""
+    alice, bob = users["corral-alice"], users["corral-bob"]
+    jc.c.ok("sacctmgr", "-i", "add", "account", "n5lab")
+    jc.c.ok("sacctmgr", "-i", "add", "user", alice.pw_name, bob.pw_name, "account=n5lab")
+    jc.c.ok("sacctmgr", "-i", "modify", "user", alice.pw_name, "set", "AdminLevel=Admin")
+    try:
+        r = jc.joined.run_as(alice, "sacctmgr", "-i", "add", "account", "n5remote")
+        assert r.returncode == 1 and "Access/permission denied" in r.stderr, r
+        r = jc.joined.run_as(alice, "sacctmgr", "-i", "modify", "user", bob.pw_name, "set",
+                             "AdminLevel=Administrator")
+        assert r.returncode == 1 and "must be a super user" in r.stderr, r
+        r = jc.joined.run_as(alice, "sacctmgr", "dump", "joincluster", "file=/dev/null")
+        assert r.returncode == 1 and "sufficient privileges" in r.stderr, r
+        out = jc.c.ok("sacctmgr", "-n", "-P", "show", "user", "format=user,admin")
+        assert f"{bob.pw_name}|None" in out.split() and "n5remote" not in jc.c.ok(
+            "sacctmgr", "-n", "-P", "show", "account", "format=account")
+        r = jc.ctl.run_as(alice, "sacctmgr", "-i", "add", "account", "n5local")
+        assert r.returncode == 0, r.stderr
+    finally:
+        jc.c.ok("sacctmgr", "-i", "delete", "account", "n5local")
+        jc.c.ok("sacctmgr", "-i", "delete", "user", alice.pw_name, bob.pw_name)
+        jc.c.ok("sacctmgr", "-i", "delete", "account", "n5lab")
+
+
 def test_no_user_on_a_joined_machine_gets_its_key_or_roots_powers(
         jc: JoinedCluster, users: dict[str, pwd.struct_passwd]) -> None:  # noqa: F811
     bob = users["corral-bob"]
