@@ -137,3 +137,16 @@ def test_log_values_are_escaped_and_lines_rate_limited() -> None:
     assert rl.allow("b") == (True, 0)  # per key
     now[0] = 61
     assert rl.allow("a") == (True, 2)  # a new window says how many were held back
+
+
+def test_sacctmgr_usage_has_slurms_sections(capsys: pytest.CaptureFixture[str]) -> None:
+    from corral.cli import sacctmgr
+
+    assert sacctmgr.main(["--usage"]) == 0
+    out = capsys.readouterr().out
+    assert out == sacctmgr.usage()  # --usage is --help, as in sacctmgr.c
+    for section in ("sacctmgr [<OPTION>] [<COMMAND>]", "Valid <OPTION> values are:",
+                    "Valid <COMMAND> values are:", "<ENTITY> may be",
+                    "<SPECS> are different for each command entity pair", "add account",
+                    "list associations", "modify cluster", "delete qos"):
+        assert section in out
