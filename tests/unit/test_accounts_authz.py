@@ -123,6 +123,8 @@ def test_private_data_words() -> None:
     assert privacy.private_data({"PrivateData": "all"}) == set(privacy.KINDS)
     assert privacy.redact({"job_id": 1, "submit_line": "sbatch --export=T=x"}) == \
         {"job_id": 1, "submit_line": ""}
+    assert privacy.redact({"steps": [{"id": 0, "submit_line": "srun --export=T=x"}]}) == \
+        {"steps": [{"id": 0, "submit_line": ""}]}
 
 
 def test_log_values_are_escaped_and_lines_rate_limited() -> None:

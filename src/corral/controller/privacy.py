@@ -48,6 +48,11 @@ def redact(view: dict[str, Any]) -> dict[str, Any]:
     for f in PRIVATE_JOB_FIELDS:
         if f in view:
             view[f] = ""
+    for step in view.get("steps") or ():  # a step's command line is as private
+        if isinstance(step, dict):
+            for f in PRIVATE_JOB_FIELDS:
+                if f in step:
+                    step[f] = ""
     return view
 
 

@@ -333,12 +333,15 @@ class Api:
             # compact form for big listings (squeue): one list per job, in `fields` order
             getters = [_field_getter(f) for f in fields]
             private = [i for i, f in enumerate(fields) if f in privacy.PRIVATE_JOB_FIELDS]
+            steps = fields.index("steps") if "steps" in fields else None
             rows = []
             for j in out:
                 row = [g(j) for g in getters]
-                if private and j.job_id not in mine:
+                if j.job_id not in mine:
                     for i in private:
                         row[i] = ""
+                    if steps is not None:
+                        privacy.redact({"steps": row[steps]})
                 rows.append(row)
             return json_response({"fields": fields, "rows": rows, "now": time.time()})
         return json_response({"jobs": [job_view(j, fields) if j.job_id in mine
