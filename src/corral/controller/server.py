@@ -324,7 +324,11 @@ class Api:
             out.append(j)
         # PrivateData=jobs hides others' jobs; their submit lines are always private
         hide = privacy.hidden(ctl)
-        mine = {j.job_id for j in out if privacy.sees_job_of(ctl, who, j.uid, j.account)}
+        if "jobs" in hide or fields is None or any(
+                f in privacy.PRIVATE_JOB_FIELDS or f == "steps" for f in fields):
+            mine = {j.job_id for j in out if privacy.sees_job_of(ctl, who, j.uid, j.account)}
+        else:  # nothing private asked for (squeue's usual fields): no check per job
+            mine = {j.job_id for j in out}
         if "jobs" in hide:
             out = [j for j in out if j.job_id in mine]
             if ids and not out:
