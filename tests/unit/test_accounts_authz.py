@@ -56,6 +56,7 @@ def test_a_coordinator_changes_users_not_accounts(acc: Accounts) -> None:
                 text=f"{NO_PRIVILEGE}\n Error with request: Access/permission denied")
         _denied(acc, pi, "modify", "account", None, {"names": account}, {"fairshare": "99"})
     _denied(acc, pi, "delete", "account", ["phys"])
+    _denied(acc, pi, "modify", "account", None, {"names": "theory"}, {"description": "x"})
     run(acc, pi, "modify", "user", where={"names": "ann", "account": "theory"},
         sets={"maxjobs": "5"})
     assert acc.db.find("corral", "theory", "ann").limits.max_jobs == 5  # type: ignore[union-attr]

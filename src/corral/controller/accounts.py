@@ -506,6 +506,8 @@ class Accounts:
         self._require_coord(who, names, "Error with request")
         text = ""
         if "description" in sets or "organization" in sets:
+            if not self.is_admin(who):  # slurmdbd: an account's record is the operators'
+                raise self._no_privilege("Error with request")
             for n in names:
                 a = db.accounts[n]
                 db.accounts[n] = Account(n, sets.get("description", a.description),
