@@ -64,7 +64,9 @@ OPTIONAL_KEYS = {"SchedulerParameters",
                  "AccountingStorageEnforce", "PriorityWeightFairshare", "PriorityWeightQOS",
                  "PriorityWeightAssoc", "PriorityWeightTRES", "PriorityFavorSmall",
                  "PriorityDecayHalfLife", "PriorityCalcPeriod", "PriorityUsageResetPeriod",
-                 "PriorityFlags", "TRESBillingWeights"}
+                 "PriorityFlags", "TRESBillingWeights",
+                 # what users see of each other (controller/privacy.py)
+                 "PrivateData"}
 # Keys accepted from real slurm.conf files that Corral has no use for; quietly ignored.
 IGNORED_KEYS = {
     "SlurmctldHost", "ControlMachine", "SlurmctldPort", "SlurmdPort", "AuthType",
