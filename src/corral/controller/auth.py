@@ -200,13 +200,13 @@ def _remote(request: web.Request) -> str:
     return request.remote or "?"
 
 
-_REFUSALS_LOGGED = RateLimit(burst=10, window=60.0)  # per peer address
+_REFUSALS_LOGGED = RateLimit(burst=30, window=60.0)  # per peer address
 
 
 def _refuse(request: web.Request, why: str, **extra: Any) -> SlurmError:
     peer = _remote(request)
     logged, held = _REFUSALS_LOGGED.allow(peer)
-    if logged:  # a peer cannot fill the log: 10 lines a minute, then a count
+    if logged:  # a peer cannot fill the log: 30 lines a minute, then a count
         more = f" ({held} more refused, not logged)" if held else ""
         log.warning("refused %.10s %.200s from %s: %.200s%s", request.method, request.path,
                     peer, why, more)
