@@ -293,13 +293,14 @@ class Accounts:
 
     # -- authorization
     def is_admin(self, who: Caller) -> bool:
-        return who.operator or (not who.remote and self.db.admin_level(who.user)
-                                in ("Operator", "Administrator"))
+        # `who` may be the controller's Identity too (reservations ask): both say `remote`
+        return who.operator or (not getattr(who, "remote", False) and self.db.admin_level(
+            who.user) in ("Operator", "Administrator"))
 
     def is_super(self, who: Caller) -> bool:
         """Slurm's super user: root, SlurmUser, AdminUsers or AdminLevel=Administrator;
         only one changes admin levels or dumps the accounting tree."""
-        return who.operator or (not who.remote
+        return who.operator or (not getattr(who, "remote", False)
                                 and self.db.admin_level(who.user) == "Administrator")
 
     def _require_admin(self, who: Caller, what: str) -> None:

@@ -88,7 +88,6 @@ def _active_jobs(ctl: Any) -> list[tuple[str, str, int]]:
 
 
 def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
-    from corral.controller import auth as door
     from corral.controller import privacy
     from corral.controller.server import json_response, peer_identity, query_epoch
 
@@ -99,7 +98,7 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
         who = peer_identity(request, ctl)
         acc.private_data = privacy.hidden(ctl)  # slurm.conf's, as reconfigured
         # a joined machine's signature vouches for its users, never for their AdminLevel
-        return Caller(who.user, who.operator, remote=door.unix_peer(request) is None)
+        return Caller(who.user, who.operator, remote=who.remote)
 
     async def run(fn: Any) -> Any:
         # SQLite commits (an fsync) leave the event loop free; the in-memory store is inline

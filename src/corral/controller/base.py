@@ -40,10 +40,13 @@ Clock = Callable[[], float]
 
 
 class Identity:
-    __slots__ = ("uid", "gid", "user", "operator")
+    __slots__ = ("uid", "gid", "user", "operator", "remote")
 
-    def __init__(self, uid: int, gid: int, user: str, operator: bool) -> None:
+    def __init__(self, uid: int, gid: int, user: str, operator: bool,
+                 remote: bool = False) -> None:
         self.uid, self.gid, self.user, self.operator = uid, gid, user, operator
+        # signed by a joined machine: no operator rights, no AdminLevel rights
+        self.remote = remote
 
 
 @functools.lru_cache(maxsize=4096)

@@ -82,8 +82,7 @@ def peer_identity(request: web.Request, ctl: Controller) -> Identity:
         if uid == 0 and not (request.method == "GET" and request.path in REMOTE_ROOT_READS):
             raise SlurmError("Access/permission denied: root on a joined machine is not root of "
                              "the cluster (run this on the controller's machine)", 2002, 403)
-        if who.operator:
-            who = Identity(who.uid, who.gid, who.user, False)
+        who = Identity(who.uid, who.gid, who.user, False, remote=True)
     return who
 
 
