@@ -328,6 +328,10 @@ def test_n7_private_data_hides_other_users_jobs_usage_accounts_and_users(
                       "format=account").stdout
         assert sorted(out.split()) == ["phys", "theory"], out
         assert "chem" in c.ok("sacctmgr", "-n", "-P", "show", "account", "format=account")
+        # an AdminLevel=Operator user sees everything, submit lines included
+        c.ok("sacctmgr", "-i", "modify", "user", bob.pw_name, "set", "AdminLevel=Operator")
+        out = as_user(c, bob, "sacct", "-a", "-X", "-n", "-P", "-o", "jobid,submitline").stdout
+        assert f"{job}|" in out and "TOKEN=s3cr3t-token" in out, out
     finally:
         c.stop()
         shutil.rmtree(home, ignore_errors=True)

@@ -1,7 +1,8 @@
 """Who may see what of other users' work: slurm.conf's `PrivateData`, and submit lines.
 
 Slurm's `PrivateData=jobs,usage,accounts,users` (slurm.conf(5)) hides, from users who are
-neither operators nor coordinators:
+neither operators (root, SlurmUser, AdminUsers, AdminLevel Operator or Administrator on
+the controller's machine) nor coordinators:
 - `jobs`: other users' jobs (squeue, scontrol show job, sacct);
 - `usage`: other users' usage (sshare, sreport);
 - `accounts`: accounts the user has no association with and does not coordinate;
@@ -37,7 +38,7 @@ def hidden(ctl: Any) -> frozenset[str]:
 
 def sees_job_of(ctl: Any, who: Any, uid: int, account: str | None) -> bool:
     """`who` may see the private parts of a job of `uid` under `account`."""
-    if who.operator or who.uid == uid:
+    if who.operator or who.uid == uid or ctl.accounts.is_admin(who):
         return True
     return bool(account) and ctl.accounts.db.is_coordinator(who.user, account,
                                                               ctl.cluster_name)
@@ -58,8 +59,8 @@ def redact(view: dict[str, Any]) -> dict[str, Any]:
 
 def sees_user_of(ctl: Any, who: Any, user: str, account: str | None) -> bool:
     """`who` may see `user`'s usage or record (PrivateData=usage/users): themselves,
-    operators, and the coordinators of the account."""
-    if who.operator or who.user == user:
+    operators (AdminLevel too), and the coordinators of the account."""
+    if who.operator or who.user == user or ctl.accounts.is_admin(who):
         return True
     return bool(account) and ctl.accounts.db.is_coordinator(who.user, account,
                                                               ctl.cluster_name)
