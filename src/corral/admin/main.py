@@ -83,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         what = f"{e.strerror}" + (f": {e.filename}" if e.filename else "")
         if args.cmd in ("down", "up"):
             home = os.environ.get("CORRAL_HOME", "")
-            print(f"corral: error: the cluster of {home} is another user's; only its owner "
-                  f"(or root) may {args.cmd} it ({what})", file=sys.stderr)
+            verb = "stop" if args.cmd == "down" else "start"
+            print(f"corral: error: the cluster of {home} is another user's: only its owner "
+                  f"(or root) may {verb} it ({what})", file=sys.stderr)
         else:
             print(f"corral: error: {what}", file=sys.stderr)
         return 1
