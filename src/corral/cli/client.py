@@ -1,12 +1,15 @@
 """The CLI's connection to the controller: HTTP/1.1 + JSON over the cluster's Unix socket.
 
 Deliberately built on the `_socket` C module alone: `http.client` and friends
-cost tens of milliseconds of imports on every command, `socket.py` ~3 ms.
+cost tens of milliseconds of imports on every command, `socket.py` ~3 ms.  JSON goes
+through `_json`, the C codec under the `json` package, driven directly: `json` itself
+imports `re` (and with it `enum`, `functools`, `collections`) for its pure-Python
+fallbacks, a quarter of a command's start; orjson costs more still to load.
 """
 
 from __future__ import annotations
 
-import json
+import _json
 import os
 import sys
 
@@ -25,6 +28,52 @@ def quote(text: str, safe: str = "/") -> str:
     """Percent-encode `text` (UTF-8) like urllib.parse.quote, without its ~3 ms import."""
     keep = _UNRESERVED.union(safe.encode())
     return "".join(chr(b) if b in keep else f"%{b:02X}" for b in text.encode())
+
+
+class _DecodeOptions:
+    """What `_json.make_scanner` reads from a json.JSONDecoder: json.loads's defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    memo: dict[str, str] = {}
+
+    @staticmethod
+    def parse_constant(name: str) -> float:  # NaN, Infinity, -Infinity, as json.loads
+        return float(name)
+
+
+_scan = _json.make_scanner(_DecodeOptions())
+
+
+def _not_serializable(obj: Any) -> Any:
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+def json_loads(data: bytes | str) -> Any:
+    """json.loads for one document (UTF-8 bytes or str); ValueError on what is not JSON."""
+    text = data.decode() if isinstance(data, bytes) else data
+    start = len(text) - len(text.lstrip(" \t\n\r"))
+    try:
+        obj, end = _scan(text, start)
+    except StopIteration as e:
+        raise ValueError(f"Expecting value: char {e.value}") from None
+    if text[end:].strip(" \t\n\r"):
+        raise ValueError(f"Extra data: char {end}")
+    return obj
+
+
+def json_dumps(obj: Any) -> str:
+    """json.dumps(obj, separators=(",", ":")), the same text."""
+    if isinstance(obj, str):
+        return _json.encode_basestring_ascii(obj)  # type: ignore[no-any-return]
+    # As json.dumps(obj, separators=(",", ":")) builds it: circular check, ensure_ascii,
+    # allow_nan, no sorting, no indent.
+    encode = _json.make_encoder({}, _not_serializable, _json.encode_basestring_ascii, None,
+                                ":", ",", False, False, True)
+    return "".join(encode(obj, 0))
 
 
 class ApiError(Exception):
@@ -169,7 +218,7 @@ def request(method: str, path: str, body: Any = None, *, timeout: float = 60.0,
 
     `idempotent`: sending it twice does no harm, so it is sent again when the
     connection is lost before the answer (as a GET is)."""
-    payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+    payload = b"" if body is None else json_dumps(body).encode()
     head = (f"{method} {path} HTTP/1.1\r\nHost: corral\r\nConnection: close\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n")
     data = head.encode() + payload
@@ -194,7 +243,7 @@ def request(method: str, path: str, body: Any = None, *, timeout: float = 60.0,
         raise ApiError(502, "malformed answer from the controller") from None
     if b"transfer-encoding: chunked" in header.lower():
         content = _dechunk(content)
-    answer: Any = json.loads(content) if content else None
+    answer: Any = json_loads(content) if content else None
     if status >= 400:
         msg = answer.get("error", f"HTTP {status}") if isinstance(answer, dict) \
             else f"HTTP {status}"

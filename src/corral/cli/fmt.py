@@ -17,11 +17,11 @@ unknown -M cluster and the reason an ended job shows.  The rest is pure: specs i
 
 from __future__ import annotations
 
-import getopt
 import os
 import sys
 import time
 
+from corral.cli import gnugetopt as getopt
 from corral.model.timefmt import format_timestamp, time_format_error
 
 # `typing` and `collections.abc` are for the type checker only: every CLI start

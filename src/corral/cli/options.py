@@ -16,8 +16,8 @@ The module only imports `os`, `re` and corral.model so that commands start fast.
 from __future__ import annotations
 
 import os
-import re
 
+from corral.lazyre import LazyPattern
 from corral.model import timefmt
 from corral.model.jobspec import BY_NAME, FIELD_NAMES, TOO_LONG
 from corral.model.units import str_to_mbytes
@@ -374,7 +374,7 @@ class OptionTable:
 # Value parsers (Slurm's wording)
 # --------------------------------------------------------------------------
 
-_STRTOL_RE = re.compile(r"\s*[+-]?\d+")
+_STRTOL_RE = LazyPattern(r"\s*[+-]?\d+")
 _INT_MAX = 2**31 - 1
 
 
@@ -526,7 +526,7 @@ def verify_hint(text: str) -> str | None:
     return None
 
 
-_GPU_COUNT_RE = re.compile(r"\d+[kKmMgG]?")
+_GPU_COUNT_RE = LazyPattern(r"\d+[kKmMgG]?")
 
 
 def _gres_count(text: str) -> int | None:
@@ -732,6 +732,8 @@ def script_directives(script: str, magic: str = "#SBATCH") -> list[tuple[int, st
 
 def read_hostfile(path: str) -> list[str]:
     """Node names from a file: separated by whitespace or commas, # starts a comment."""
+    import re
+
     names: list[str] = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
@@ -1127,6 +1129,8 @@ def _cpu_freq_ok(text: str) -> str | None:
     low = text.lower()
     if low.startswith(("lo", "him1", "highm1", "hi", "med")):
         return text
+    import re
+
     m = re.match(r"\s*\+?(\d+)", text)
     if m and int(m.group(1)) > 0:
         return text
@@ -1220,11 +1224,13 @@ Memory bind options:
 
 _MEM_BIND_WORDS = frozenset({"p", "prefer", "nosort", "sort", "q", "quiet", "v", "verbose",
                              "no", "none", "rank", "local"})
-_BIND_VALUE_RE = re.compile(r"(?:0x)?[0-9a-fA-F]+(?:\*\d+)?")
+_BIND_VALUE_RE = LazyPattern(r"(?:0x)?[0-9a-fA-F]+(?:\*\d+)?")
 
 
 def _check_mem_bind(arg: str) -> None:
     """Slurm's slurm_verify_mem_bind(): words, or map_mem/mask_mem with a value list."""
+    import re
+
     # A comma followed by a value belongs to a map/mask list, as in Slurm.
     tokens = re.split(r",(?![0-9a-fA-F]*(?:,|$)|\d)", arg)
     for tok in tokens:

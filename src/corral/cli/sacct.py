@@ -6,16 +6,16 @@
 
 from __future__ import annotations
 
-import getopt
 import os
 import pwd
-import re
 import sys
 import time
 
 from corral.cli import client
+from corral.cli import gnugetopt as getopt
 from corral.cli.fmt import escape, parse_width, stamp
 from corral.cli.scontrol import job_resources, limit_str, mem_str, tres_string
+from corral.lazyre import LazyPattern
 from corral.model import hostlists
 from corral.model.timefmt import format_hms
 from corral.model.usage import StepUsage, job_cpu
@@ -127,6 +127,8 @@ def parse_fields(spec: str) -> list[Field]:
         width: int | None = None
         if "%" in item:
             item, _, w = item.partition("%")
+            import re
+
             m = re.match(r"(-?)(\d+)", w)
             # Capped (cli/fmt.py MAX_WIDTH): "%999999999" must not print gigabytes of spaces.
             width = (-1 if m.group(1) else 1) * parse_width(m.group(2)) if m else 0
@@ -573,7 +575,7 @@ def format_sacct(jobs: list[dict[str, Any]], fields: list[Field], ctx: Context, 
 # command line
 # ---------------------------------------------------------------------------
 
-_JOB_ID_RE = re.compile(r"^(\d+(?:_(?:\d+|\[[\d,\-%]+\]))?)(?:\.(batch|extern|\d+))?$")
+_JOB_ID_RE = LazyPattern(r"^(\d+(?:_(?:\d+|\[[\d,\-%]+\]))?)(?:\.(batch|extern|\d+))?$")
 
 
 def parse_job_ids(text: str) -> list[tuple[str, str | None]]:
@@ -581,6 +583,9 @@ def parse_job_ids(text: str) -> list[tuple[str, str | None]]:
     for item in text.split(","):
         item = item.strip()
         if not item:
+            continue
+        if item.isdigit() and item.isascii():  # a plain job id: what the pattern gives
+            out.append((item, None))
             continue
         m = _JOB_ID_RE.match(item)
         if not m:

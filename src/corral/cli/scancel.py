@@ -7,14 +7,14 @@ first and each is signalled in turn.
 
 from __future__ import annotations
 
-import getopt
 import os
 import pwd
-import re
 import sys
 
 from corral.cli import client
+from corral.cli import gnugetopt as getopt
 from corral.cli.client import quote
+from corral.lazyre import LazyPattern
 from corral.model.arrays import check_bracket_ranges, format_task_ids
 
 TYPE_CHECKING = False  # annotations only: `typing` would cost every start ~3 ms
@@ -65,10 +65,12 @@ class JobRef(tuple[str, str | None]):
         return self.job if self.step is None else f"{self.job}.{self.step}"
 
 
-_JOB_RE = re.compile(r"^([1-9]\d*)(_(?:\d+|\[\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*\]))?(?:\.(\d+))?$")
+_JOB_RE = LazyPattern(r"^([1-9]\d*)(_(?:\d+|\[\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*\]))?(?:\.(\d+))?$")
 
 
 def parse_job_id(text: str) -> JobRef:
+    if text.isdigit() and text.isascii() and text[0] != "0":  # a plain job id: spares `re`
+        return JobRef(text, None)
     m = _JOB_RE.match(text)
     if not m:
         raise UsageError(f"scancel: error: Invalid job id {text}")

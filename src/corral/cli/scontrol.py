@@ -7,13 +7,12 @@ checked against captures of real Slurm without a controller.
 
 from __future__ import annotations
 
-import getopt
 import os
-import re
 import sys
 import time
 
 from corral.cli import client
+from corral.cli import gnugetopt as getopt
 from corral.cli.client import quote
 from corral.cli.fmt import escape, job_reason, pending_node_count, stamp
 from corral.model import hostlists
@@ -23,6 +22,7 @@ from corral.model.timefmt import format_hms
 
 TYPE_CHECKING = False  # annotations only: `typing` would cost every start ~3 ms
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 PROG = "scontrol"
@@ -102,7 +102,26 @@ def tres_string(cpus: int, mem: int | None, nodes: int | None, gpus: int, *,
     return ",".join(f"{k}={v}" for k, v in items)
 
 
-_PATTERN_RE = re.compile(r"%(\d*)([AajJuxNnts%])")
+_PATTERN_CODES = "AajJuxNnts%"
+
+
+def _substitute_percent(pattern: str, sub: Callable[[str, str], str]) -> str:
+    r"""re.sub(r"%(\d*)([AajJuxNnts%])", ...) without `re` (a command's start would pay
+    for it): each match's width digits and code go to `sub`; anything else is kept."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while (j := pattern.find("%", i)) >= 0:
+        k = j + 1
+        while k < n and pattern[k].isdecimal():  # what \d matches in a str pattern
+            k += 1
+        if k < n and pattern[k] in _PATTERN_CODES:
+            out += (pattern[i:j], sub(pattern[j + 1:k], pattern[k]))
+            i = k + 1
+        else:
+            out.append(pattern[i:j + 1])
+            i = j + 1
+    out.append(pattern[i:])
+    return "".join(out)
 
 
 def expand_io_pattern(pattern: str, job: dict[str, Any]) -> str:
@@ -111,8 +130,7 @@ def expand_io_pattern(pattern: str, job: dict[str, Any]) -> str:
     task = job.get("array_task_id")
     is_meta = job.get("array_tasks") is not None
 
-    def sub(m: re.Match[str]) -> str:
-        width, code = m.group(1), m.group(2)
+    def sub(width: str, code: str) -> str:
         if code == "%":
             return "%"
         value: str
@@ -134,7 +152,7 @@ def expand_io_pattern(pattern: str, job: dict[str, Any]) -> str:
             value = "0"
         return value.zfill(int(width)) if width else value
 
-    path = _PATTERN_RE.sub(sub, pattern)
+    path = _substitute_percent(pattern, sub)
     if not path.startswith("/"):
         path = os.path.join(job.get("work_dir") or "/", path)
     return path
@@ -169,6 +187,8 @@ def _dependency_str(job: dict[str, Any]) -> str:
         status = "(unfulfilled)"
     else:
         return "(null)"  # satisfied: Slurm drops fulfilled dependencies from the list
+    import re
+
     out: list[str] = []
     for sep, item in re.findall(r"(^|[,?])([^,?]+)", dep):
         kind, _, ids = item.partition(":")
@@ -867,6 +887,10 @@ def _print_hosts(expr: str | None) -> int:
 def array_element(jobs: list[dict[str, Any]], ident: str | None) -> list[dict[str, Any]]:
     """For `show job 7_3`: the records of task 3 only, the pending array's record shown as
     that task (ArrayTaskId=3), as scontrol_print_job does."""
+    if "_" not in (ident or ""):  # no task named: spares the `re` import
+        return jobs
+    import re
+
     m = re.fullmatch(r"(\d+)_(\d+)", ident or "")
     if not m:
         return jobs
@@ -1031,6 +1055,8 @@ def _notify(args: list[str]) -> int:
         sys.stderr.write("too few arguments for keyword:notify\n")
         return 1
     job_id = args[0]
+    import re
+
     if not re.fullmatch(r"\d+(_\d+)?", job_id):
         sys.stderr.write(f"Invalid job_id {job_id}\n")
         return 1

@@ -6,7 +6,7 @@ request naming `0-2147483646` costs nothing but its own text.
 
 from __future__ import annotations
 
-import re
+from corral.lazyre import LazyPattern
 
 MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize
 # The largest MaxArraySize Slurm accepts (slurm.conf(5)): no index reaches it, whatever
@@ -16,7 +16,7 @@ MAX_ARRAY_SIZE_LIMIT = 4_000_001
 # (scancel 7_[0-70000]: "Too many hosts in range").
 MAX_RANGE = 64 * 1024
 
-_PART_RE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+_PART_RE = LazyPattern(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
 
 
 class ArraySpecError(ValueError):

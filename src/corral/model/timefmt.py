@@ -5,8 +5,9 @@ Pure functions; callers pass `now` where the current time matters.
 
 from __future__ import annotations
 
-import re
 import time as _time
+
+from corral.lazyre import LazyPattern
 
 INFINITE = -1  # a time limit of INFINITE/UNLIMITED, in minutes
 
@@ -15,7 +16,7 @@ class TimeFormatError(ValueError):
     pass
 
 
-_LIMIT_RE = re.compile(r"^(?:(\d+)-)?(\d+)?(?::(\d+))?(?::(\d+))?$")
+_LIMIT_RE = LazyPattern(r"^(?:(\d+)-)?(\d+)?(?::(\d+))?(?::(\d+))?$")
 
 
 def parse_time_limit(text: str) -> int:

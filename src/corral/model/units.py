@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import re
+from corral.lazyre import LazyPattern
 
 
 class SizeFormatError(ValueError):
     pass
 
 
-_STRTOLL_RE = re.compile(r"\s*[+-]?\d+")
+_STRTOLL_RE = LazyPattern(r"\s*[+-]?\d+")
 _UNIT_MB = {"": 1, "M": 1, "G": 1024, "T": 1024 * 1024}
 
 
