@@ -2,19 +2,27 @@
 
 Each command runs as a fresh interpreter, so every module it imports is paid on
 every `sbatch`/`squeue`.  These modules once cost 20-45 ms (typing, dataclasses →
-inspect, urllib.parse, corral.model.job's enum/dataclasses); the budget for a
-whole `sbatch --wrap true` is 40 ms including Python's own ~17 ms start.
+inspect, urllib.parse, corral.model.job's enum/dataclasses; then json and getopt, which
+bring re, enum, functools, collections and gettext).  The hot commands (issue #19) run
+within ~10 ms of `python -I -S -c pass`: their launchers start Python that way
+(launchers/), and each imports at most the number of modules in HOT_BUDGET, counted
+as the launcher starts them.  Timings belong to bench/bench_commands.py.
 """
 
 from __future__ import annotations
 
+import getopt
+import json
+import os
+import re
 import subprocess
 import sys
 import urllib.parse
 
 import pytest
 
-from corral.cli import client, squeue
+from corral.cli import client, gnugetopt, scontrol, squeue
+from corral.lazyre import LazyPattern
 from corral.model.job import STATE_CODES
 
 COMMANDS = ["sbatch", "squeue", "sinfo", "scontrol", "scancel", "sacct", "srun", "salloc", "sacctmgr",
@@ -27,6 +35,42 @@ FORBIDDEN = [
     # enum + dataclasses: ~15 ms; squeue keeps a plain copy of its state codes instead.
     "corral.model.job",
 ]
+
+
+# The commands on the hot path: how many modules each may import beyond what
+# `python -I -S` has loaded, counted as their launcher starts them (without `site`).
+# Today's counts; raise one only with a reason, and a figure from bench/bench_commands.py.
+HOT_BUDGET = {"sbatch": 20, "squeue": 24, "sinfo": 20, "scontrol": 22, "sacct": 24,
+              "scancel": 19}
+# What none of them may import at start, beyond FORBIDDEN: `re` (with enum, functools,
+# collections: ~1/4 of a start), `json` (imports re), `getopt` (gettext, which imports re),
+# python-hostlist (re), orjson (a large extension to load), `socket` (enums, selectors).
+HOT_FORBIDDEN = ["re", "json", "enum", "functools", "collections", "getopt", "gettext",
+                 "hostlist", "orjson", "socket", "locale"]
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(client.__file__))))
+
+
+def _modules_without_site(module: str) -> list[str]:
+    """Modules `import module` adds in `python -I -S` with Corral on sys.path."""
+    code = ("import sys; sys.path[:0] = [sys.argv[1]]; before = set(sys.modules); "
+            f"import {module}; print('\\n'.join(sorted(set(sys.modules) - before)))")
+    result = subprocess.run([sys.executable, "-I", "-S", "-c", code, SRC], capture_output=True,
+                            text=True, timeout=60, check=True)
+    return result.stdout.split()
+
+
+@pytest.mark.parametrize("command", sorted(HOT_BUDGET))
+def test_hot_command_imports_within_budget(command: str) -> None:
+    added = _modules_without_site(f"corral.cli.{command}")
+    assert f"corral.cli.{command}" in added
+    assert [m for m in added if m.split(".")[0] in HOT_FORBIDDEN] == []
+    assert len(added) <= HOT_BUDGET[command], added
+
+
+def test_budget_probe_sees_heavy_imports() -> None:
+    # The counting probe must be able to fail: json brings re and more with it.
+    added = _modules_without_site("json")
+    assert "re" in added and len(added) > 10
 
 
 def _loaded_modules(module: str) -> list[str]:
@@ -77,3 +121,54 @@ def test_missing_commands_say_so_in_one_line() -> None:
         assert p.returncode == 1 and p.stdout == ""
         assert p.stderr.count("\n") == 1
         assert p.stderr.startswith(f"{name}: error: {name} is not provided by Corral yet")
+
+
+GETOPT_CASES = [
+    ([], "ab:", ["alpha=", "beta"]), (["-a", "x", "-bval", "--alpha=1", "y"], "ab:", ["alpha=", "beta"]),
+    (["--al", "2", "--", "-a"], "ab:", ["alpha=", "beta"]), (["-b"], "ab:", []),
+    (["--beta=1"], "a", ["beta"]), (["--gamma"], "a", ["beta"]), (["--b"], "", ["beta", "bravo="]),
+    (["-z"], "a", []), (["x", "-a"], "+a", []), (["--alpha"], "", ["alpha="]), (["-", "-a"], "a", []),
+]
+
+
+@pytest.mark.parametrize("args,shortopts,longopts", GETOPT_CASES)
+@pytest.mark.parametrize("fn", ["getopt", "gnu_getopt"])
+def test_gnugetopt_matches_the_standard_library(fn: str, args: list[str], shortopts: str,
+                                                longopts: list[str]) -> None:
+    def run(mod: object) -> object:
+        try:
+            return getattr(mod, fn)(list(args), shortopts, longopts)
+        except (getopt.GetoptError, gnugetopt.GetoptError) as e:
+            return ("error", e.msg, e.opt, str(e))
+    assert run(gnugetopt) == run(getopt)
+
+
+@pytest.mark.parametrize("obj", [{"a": [1, 2.5, None, True, "é\u2028\x00\""], "b": {"c": -0.0}},
+                                 "text", 7, [], {1: 2}, [1e300, 10**30, float("inf")]])
+def test_client_json_matches_the_json_module(obj: object) -> None:
+    assert client.json_dumps(obj) == json.dumps(obj, separators=(",", ":"))
+    text = json.dumps(obj)
+    assert json.dumps(client.json_loads(text.encode())) == json.dumps(json.loads(text))
+
+
+@pytest.mark.parametrize("bad", ["", "{", "[1,]", "1 2", "nul", '{"a" 1}'])
+def test_client_json_refuses_what_json_refuses(bad: str) -> None:
+    with pytest.raises(ValueError):
+        json.loads(bad)
+    with pytest.raises(ValueError):
+        client.json_loads(bad)
+
+
+def test_lazy_pattern_is_the_compiled_pattern() -> None:
+    lazy = LazyPattern(r"(\d+)-(\w+)")
+    assert lazy.fullmatch("12-ab").groups() == ("12", "ab")
+    assert lazy.sub("x", "1-a 2-b") == "x x" and lazy.split("a1-bc") == ["a", "1", "bc", ""]
+
+
+@pytest.mark.parametrize("pattern", ["slurm-%j.out", "%%j %5a %x_%A", "100%", "%", "%12", "%q%j",
+                                     "a%03N%t%n%s%u%J", "%٣j", "no codes"])
+def test_percent_substitution_matches_the_regex(pattern: str) -> None:
+    def sub(width: str, code: str) -> str:
+        return f"<{width}|{code}>"
+    expected = re.sub(r"%(\d*)([AajJuxNnts%])", lambda m: sub(m.group(1), m.group(2)), pattern)
+    assert scontrol._substitute_percent(pattern, sub) == expected

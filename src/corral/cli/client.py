@@ -45,7 +45,7 @@ class _DecodeOptions:
         return float(name)
 
 
-_scan = _json.make_scanner(_DecodeOptions())
+_scan = _json.make_scanner(_DecodeOptions())  # type: ignore[arg-type]  # duck-typed: reads attributes
 
 
 def _not_serializable(obj: Any) -> Any:

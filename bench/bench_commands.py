@@ -1,0 +1,235 @@
+"""The Slurm commands' wall time against Python's own start (issue #19), in one run.
+
+    python bench/bench_commands.py [--bin DIR] [--runs N] [--quick]
+
+Prints: the interpreter's floor (`python -I -S -c pass`, the interpreter the commands in
+DIR run: DIR/python), each hot command's median wall time and its difference from the
+floor on an idle 4-node cluster; `squeue` at 0, 2,000, 10,000 and 50,000 queued jobs; and
+the polling load: a scheduling pass and a submission with and without 16 clients asking
+the controller for squeue's job table in a loop (10,000 jobs).
+
+DIR defaults to this interpreter's bin directory.  Measure an installed copy (`pip install
+.` into a fresh venv) rather than an editable checkout: an editable install's launchers
+fall back to a plain `python` start (launchers/corral-launch).  Commands alternate run by
+run, so a busy machine slows them alike; the medians still move with the machine's load,
+so compare figures from one run only.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _cluster import BenchCluster, bench_cluster, submit_body  # noqa: E402
+
+QUICK = "--quick" in sys.argv
+
+
+def _arg(name: str, default: str) -> str:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+BIN = os.path.abspath(_arg("--bin", os.path.dirname(sys.executable)))
+RUNS = int(_arg("--runs", "9" if QUICK else "31"))
+PYTHON = os.path.join(BIN, "python")
+
+
+def _wall(argv: list[str], env: dict[str, str], cwd: str) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:7.1f} ms"
+
+
+def _request(sock_path: str, method: str, path: str, body: bytes = b"") -> bytes:
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sock_path)
+    s.sendall(f"{method} {path} HTTP/1.1\r\nHost: c\r\nConnection: close\r\n"
+              f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    chunks = []
+    while chunk := s.recv(1 << 20):
+        chunks.append(chunk)
+    s.close()
+    data = b"".join(chunks)
+    if b" 200 " not in data.split(b"\r\n", 1)[0]:
+        raise RuntimeError(data[:300])
+    return data
+
+
+def fill_held(c: BenchCluster, n: int) -> None:
+    """n held jobs through the API, 8 submitters."""
+    import json
+
+    body = json.dumps(submit_body(held=True)).encode()
+    sock_path = os.path.join(c.home, "corral.sock")
+
+    def worker(count: int) -> None:
+        for _ in range(count):
+            _request(sock_path, "POST", "/v1/jobs", body)
+
+    threads = [threading.Thread(target=worker, args=(n // 8 + (i < n % 8),)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def bench_commands(c: BenchCluster) -> None:
+    env = dict(c.env, PATH=BIN + os.pathsep + c.env["PATH"])
+    c.run(os.path.join(BIN, "sbatch"), "-H", "--wrap", "true")  # job 1 for show/sacct
+    commands: dict[str, list[str]] = {
+        "floor: python -I -S -c pass": [PYTHON, "-I", "-S", "-c", "pass"],
+        "python -c pass (with site)": [PYTHON, "-c", "pass"],
+        "sbatch -H --wrap true": ["sbatch", "-H", "--wrap", "true"],
+        "squeue (the held jobs above)": ["squeue"],
+        "sinfo": ["sinfo"],
+        "scontrol show job 1": ["scontrol", "show", "job", "1"],
+        "scontrol show node node-1": ["scontrol", "show", "node", "node-1"],
+        "sacct -j 1": ["sacct", "-j", "1"],
+        "scancel 999999 (no such job)": ["scancel", "999999"],
+    }
+    samples: dict[str, list[float]] = {k: [] for k in commands}
+    for _ in range(RUNS):
+        for name, argv in commands.items():
+            cmd = argv if argv[0] == PYTHON else [os.path.join(BIN, argv[0]), *argv[1:]]
+            samples[name].append(_wall(cmd, env, c.work))
+    floor = statistics.median(samples["floor: python -I -S -c pass"])
+    print(f"\nCommands on an idle 4-node cluster (median of {RUNS}, commands from {BIN})")
+    print(f"{'':34s} {'median':>10s} {'- floor':>10s}")
+    for name, s in samples.items():
+        med = statistics.median(s)
+        print(f"{name:34s} {_ms(med)} {_ms(med - floor)}")
+
+
+def squeue_path(c: BenchCluster) -> str:
+    """The request a plain `squeue` makes (captured from the command's own code)."""
+    os.environ["CORRAL_HOME"] = c.home
+    from corral.cli import client, squeue
+
+    seen: list[str] = []
+    real = client.request
+
+    def capture(method: str, path: str, body: object = None, **kw: object) -> object:
+        seen.append(path)
+        return real(method, path, body, **kw)  # type: ignore[arg-type]
+
+    client.request = capture  # type: ignore[assignment]
+    try:
+        with open(os.devnull, "w") as null:
+            out, sys.stdout = sys.stdout, null
+            try:
+                squeue._main([])
+            finally:
+                sys.stdout = out
+    finally:
+        client.request = real  # type: ignore[assignment]
+    return next(p for p in seen if p.startswith("/v1/jobs"))
+
+
+def bench_squeue_curve(c: BenchCluster, sizes: tuple[int, ...], header: bool = True) -> None:
+    env = dict(c.env, PATH=BIN + os.pathsep + c.env["PATH"])
+    squeue = os.path.join(BIN, "squeue")
+    floor_cmd = [PYTHON, "-I", "-S", "-c", "pass"]
+    if header:
+        print(f"\nsqueue against the queue's length (median of {max(5, RUNS // 3)})")
+    have = len(c.api("GET", "/v1/jobs", None)["jobs"])
+    for n in sizes:
+        if n > have:
+            fill_held(c, n - have)
+            have = n
+        sq, fl = [], []
+        for _ in range(max(5, RUNS // 3)):
+            sq.append(_wall([squeue], env, c.work))
+            fl.append(_wall(floor_cmd, env, c.work))
+        d = statistics.median(sq) - statistics.median(fl)
+        print(f"  {n:6d} jobs: squeue {_ms(statistics.median(sq))}, floor {_ms(statistics.median(fl))}, "
+              f"difference {_ms(d)}")
+
+
+def _diag(sock_path: str) -> dict[str, object]:
+    import json
+
+    data = _request(sock_path, "GET", "/v1/diag")
+    return json.loads(data.partition(b"\r\n\r\n")[2])  # type: ignore[no-any-return]
+
+
+def _submit_and_pass(sock_path: str, body: bytes, rounds: int) -> tuple[float, float]:
+    """Median submission round trip and median scheduling pass over `rounds` submissions."""
+    submits, passes = [], []
+    for _ in range(rounds):
+        before = _diag(sock_path)["sched_passes"]
+        t0 = time.perf_counter()
+        _request(sock_path, "POST", "/v1/jobs", body)
+        submits.append(time.perf_counter() - t0)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            d = _diag(sock_path)
+            if d["sched_passes"] != before:
+                passes.append(float(d["last_sched_seconds"]))  # type: ignore[arg-type]
+                break
+            time.sleep(0.005)
+        time.sleep(0.02)
+    return statistics.median(submits), statistics.median(passes) if passes else float("nan")
+
+
+def bench_polling_load(c: BenchCluster, n_jobs: int = 10_000, clients: int = 16) -> None:
+    import json
+
+    have = len(c.api("GET", "/v1/jobs", None)["jobs"])
+    if have < n_jobs:
+        fill_held(c, n_jobs - have)
+    sock_path = os.path.join(c.home, "corral.sock")
+    path = squeue_path(c)
+    body = json.dumps(submit_body(held=False)).encode()
+    rounds = 9 if QUICK else 25
+    quiet_submit, quiet_pass = _submit_and_pass(sock_path, body, rounds)
+    stop = threading.Event()
+    answered = [0]
+
+    def poller() -> None:
+        while not stop.is_set():
+            _request(sock_path, "GET", path)
+            answered[0] += 1
+
+    threads = [threading.Thread(target=poller, daemon=True) for _ in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    busy_submit, busy_pass = _submit_and_pass(sock_path, body, rounds)
+    stop.set()
+    for t in threads:
+        t.join()
+    rate = answered[0] / (time.perf_counter() - t0)
+    print(f"\nPolling load: {clients} clients asking for squeue's job table in a loop "
+          f"({n_jobs} jobs; {rate:.0f} answers/s)")
+    print(f"  submission round trip: {_ms(quiet_submit)} quiet, {_ms(busy_submit)} polled "
+          f"({(busy_submit / quiet_submit - 1) * 100:+.0f} %)")
+    print(f"  scheduling pass:       {_ms(quiet_pass)} quiet, {_ms(busy_pass)} polled "
+          f"({(busy_pass / quiet_pass - 1) * 100:+.0f} %)")
+
+
+def main() -> None:
+    print(f"Corral's commands on {os.cpu_count()} CPUs, load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}{' (quick)' if QUICK else ''}")
+    with bench_cluster() as c:
+        bench_commands(c)
+    with bench_cluster() as c:
+        bench_squeue_curve(c, (0, 2000, 10_000))
+        if not QUICK:
+            bench_squeue_curve(c, (50_000,), header=False)
+    with bench_cluster() as c:
+        bench_polling_load(c)
+
+
+if __name__ == "__main__":
+    main()
