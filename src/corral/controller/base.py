@@ -271,10 +271,15 @@ class ControllerBase:
         return why.explain() if why is not None else None
 
     # ---- persistence -------------------------------------------------------------
+    # Counts every change that reaches the store or comes through the API (answers.py).
+    changes = 0
+
     def mark(self, job: Job) -> None:
+        self.changes += 1
         self.writer.job(job)
 
     def mark_node(self, node: Node) -> None:
+        self.changes += 1
         self.writer.node(node.name)
 
     async def durable(self) -> None:

@@ -15,8 +15,8 @@ from aiohttp import WSMsgType, web
 
 from corral import jsonio
 from corral.auth import KIND_LOGIN, KIND_NODE, AuthError, bearer
+from corral.controller import answers, privacy
 from corral.controller import auth as door
-from corral.controller import privacy
 from corral.controller.auth import admit_agent, request_uid_gid
 from corral.controller.metrics import add_routes as add_metric_routes
 from corral.controller.state import Controller, Identity, SlurmError, _invalid_job
@@ -55,8 +55,11 @@ def query_epoch(text: str) -> float:
 
 
 def json_response(obj: Any, status: int = 200) -> web.Response:
-    return web.Response(body=jsonio.dumps_bytes(obj), status=status,
-                        content_type="application/json", charset="utf-8")
+    return _json_bytes(jsonio.dumps_bytes(obj), status)
+
+
+def _json_bytes(body: bytes, status: int = 200) -> web.Response:
+    return web.Response(body=body, status=status, content_type="application/json", charset="utf-8")
 
 
 # What root on a joined machine may ask through its agent: reading, nothing else.
@@ -216,9 +219,11 @@ class Api:
         self.usage_book = UsageBook(ctl)  # the agents' resource samples (sstat, metrics)
         # open agent links per machine key, to cut them when the key is revoked
         self.agent_links: dict[str, set[web.WebSocketResponse]] = {}
+        self.rows_cache = answers.RowsCache()
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[errors_middleware, limits_middleware],
+        app = web.Application(middlewares=[errors_middleware, limits_middleware,
+                                           answers.change_counter(self.ctl)],
                               client_max_size=SUBMIT_BODY_LIMIT)
         r = app.router
         r.add_get("/v1/ping", self.ping)
@@ -270,6 +275,13 @@ class Api:
 
     async def list_jobs(self, request: web.Request) -> web.Response:
         who = peer_identity(request, self.ctl)
+        # what a requester may see depends on who asks (PrivateData): one entry each
+        cache_key = (f"{who.uid}/{who.gid}/{who.user}/{int(who.operator)}/"
+                     f"{int(who.remote)}?{request.query_string}")
+        generation = (self.ctl.changes, self.ctl.sched_passes)
+        cached = self.rows_cache.get(cache_key, generation)
+        if cached is not None:  # squeue's table, unchanged since it was built (answers.py)
+            return _json_bytes(answers.with_now(cached, time.time()))
         q = request.query
         fields = _split(q.get("fields"))
         ids = _split(q.get("ids"))
@@ -346,7 +358,9 @@ class Api:
                     if steps is not None:
                         privacy.redact({"steps": row[steps]})
                 rows.append(row)
-            return json_response({"fields": fields, "rows": rows, "now": time.time()})
+            prefix = answers.rows_prefix(jsonio.dumps_bytes(fields), jsonio.dumps_bytes(rows))
+            self.rows_cache.put(cache_key, generation, prefix)
+            return _json_bytes(answers.with_now(prefix, time.time()))
         return json_response({"jobs": [job_view(j, fields) if j.job_id in mine
                                        else privacy.redact(job_view(j, fields)) for j in out],
                               "now": time.time()})
