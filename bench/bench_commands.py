@@ -1,6 +1,7 @@
 """The Slurm commands' wall time against Python's own start (issue #19), in one run.
 
-    python bench/bench_commands.py [--bin DIR] [--runs N] [--quick]
+    python bench/bench_commands.py [--bin DIR] [--before DIR] [--runs N] [--quick]
+                                   [--only commands|curve|polling]
 
 Prints: the interpreter's floor (`python -I -S -c pass`, the interpreter the commands in
 DIR run: DIR/python), each hot command's median wall time and its difference from the
@@ -8,7 +9,8 @@ floor on an idle 4-node cluster; `squeue` at 0, 2,000, 10,000 and 50,000 queued 
 the polling load: a scheduling pass and a submission with and without 16 clients asking
 the controller for squeue's job table in a loop (10,000 jobs).
 
-DIR defaults to this interpreter's bin directory.  Measure an installed copy (`pip install
+DIR defaults to this interpreter's bin directory.  --before DIR2 also times the commands
+installed in DIR2 (an older Corral), run by run alongside, in a column of its own.  Measure an installed copy (`pip install
 .` into a fresh venv) rather than an editable checkout: an editable install's launchers
 fall back to a plain `python` start (launchers/corral-launch).  Commands alternate run by
 run, so a busy machine slows them alike; the medians still move with the machine's load,
@@ -38,6 +40,7 @@ def _arg(name: str, default: str) -> str:
 BIN = os.path.abspath(_arg("--bin", os.path.dirname(sys.executable)))
 RUNS = int(_arg("--runs", "9" if QUICK else "31"))
 PYTHON = os.path.join(BIN, "python")
+BEFORE = os.path.abspath(_arg("--before", "")) if "--before" in sys.argv else None
 
 
 def _wall(argv: list[str], env: dict[str, str], cwd: str) -> float:
@@ -98,16 +101,26 @@ def bench_commands(c: BenchCluster) -> None:
         "scancel 999999 (no such job)": ["scancel", "999999"],
     }
     samples: dict[str, list[float]] = {k: [] for k in commands}
+    before: dict[str, list[float]] = {k: [] for k in commands if commands[k][0] != PYTHON}
     for _ in range(RUNS):
         for name, argv in commands.items():
             cmd = argv if argv[0] == PYTHON else [os.path.join(BIN, argv[0]), *argv[1:]]
             samples[name].append(_wall(cmd, env, c.work))
+            if BEFORE is not None and name in before:
+                before[name].append(_wall([os.path.join(BEFORE, argv[0]), *argv[1:]], env, c.work))
     floor = statistics.median(samples["floor: python -I -S -c pass"])
     print(f"\nCommands on an idle 4-node cluster (median of {RUNS}, commands from {BIN})")
-    print(f"{'':34s} {'median':>10s} {'- floor':>10s}")
+    extra = f" {'before':>10s} {'- floor':>10s}" if BEFORE is not None else ""
+    print(f"{'':34s} {'median':>10s} {'- floor':>10s}{extra}")
     for name, s in samples.items():
         med = statistics.median(s)
-        print(f"{name:34s} {_ms(med)} {_ms(med - floor)}")
+        row = f"{name:34s} {_ms(med)} {_ms(med - floor)}"
+        if BEFORE is not None and before.get(name):
+            old = statistics.median(before[name])
+            row += f" {_ms(old)} {_ms(old - floor)}"
+        print(row)
+    if BEFORE is not None:
+        print(f"  (before: commands from {BEFORE})")
 
 
 def squeue_path(c: BenchCluster) -> str:
@@ -221,14 +234,19 @@ def bench_polling_load(c: BenchCluster, n_jobs: int = 10_000, clients: int = 16)
 def main() -> None:
     print(f"Corral's commands on {os.cpu_count()} CPUs, load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}{' (quick)' if QUICK else ''}")
-    with bench_cluster() as c:
-        bench_commands(c)
-    with bench_cluster() as c:
-        bench_squeue_curve(c, (0, 2000, 10_000))
-        if not QUICK:
-            bench_squeue_curve(c, (50_000,), header=False)
-    with bench_cluster() as c:
-        bench_polling_load(c)
+    only = _arg("--only", "")
+    if only in ("", "commands"):
+        with bench_cluster() as c:
+            bench_commands(c)
+    if only in ("", "curve"):
+        with bench_cluster() as c:
+            bench_squeue_curve(c, (0, 2000, 10_000))
+            if not QUICK:
+                bench_squeue_curve(c, (50_000,), header=False)
+    if only in ("", "polling"):
+        # the controller is the one this interpreter runs (`corral up` from its bin)
+        with bench_cluster() as c:
+            bench_polling_load(c)
 
 
 if __name__ == "__main__":
