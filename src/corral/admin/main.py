@@ -10,6 +10,7 @@ import os
 import sys
 
 from corral import paths
+from corral.admin import web, why
 from corral.admin.cluster import cmd_down, cmd_status, cmd_up
 from corral.admin.joining import cmd_join, cmd_node, cmd_token
 from corral.cli import client
@@ -57,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     down.set_defaults(fn=cmd_down)
     st = sub.add_parser("status", help="the cluster's nodes, jobs, and where its logs are")
     st.set_defaults(fn=cmd_status)
+    web.add_parser(sub)  # corral web: a one-time link to the dashboard
+    why.add_parser(sub)  # corral why JOBID: a pending reason with its numbers
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     if args.cmd in ("up", "down", "join"):
         # these start and stop this user's own cluster, never the machine's (root's)

@@ -58,6 +58,7 @@ OPTIONAL_KEYS = {"SchedulerParameters",
                  "JobAcctGatherFrequency",
                  # controller.metrics: [HOST:]PORT of the plain-HTTP metrics listener
                  "CorralMetricsListen",
+                 "CorralWebListen",  # controller.webui: [HOST:]PORT of the dashboard, or off
                  # how long a job waits in COMPLETING for a step that will not die (60 s)
                  "UnkillableStepTimeout",
                  # accounting policy and priority/multifactor (docs/POLICY.md)
