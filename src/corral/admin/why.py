@@ -17,7 +17,9 @@ UNITS = {"mem": " MB", "seconds": " s"}
 
 
 def _amounts(d: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {v}{UNITS.get(k, '')}" for k, v in d.items())
+    # no --mem is recorded as 0 (the node's default share), not a request for nothing
+    return ", ".join(f"{k} {v}{UNITS.get(k, '')}" for k, v in d.items()
+                     if not (k == "mem" and not v))
 
 
 def _ordinal(n: int) -> str:

@@ -90,7 +90,7 @@ const views = {
           cells.push(`<td class="gpu held${idle}" data-node="${esc(n.name)}" data-gpu="${i}" ` +
                      `data-job="${g.job_id}" style="--util:${g.util || 0}%">` +
                      `<a href="#job/${g.job_id}">${g.job_id}</a> ${esc(g.user)}` +
-                     `<br><span class="muted">${util || 'busy: not sampled'}</span></td>`);
+                     `<br><span class="muted">${util || 'use not sampled'}</span></td>`);
         }
       }
       return `<tr><th><a href="#node/${encodeURIComponent(n.name)}">${esc(n.name)}</a></th>` +
