@@ -204,3 +204,27 @@ def test_a_slow_client_is_dropped_not_waited_for(h: Harness) -> None:
     assert slow.queue.qsize() == 1 and slow.queue.get_nowait()["type"] == "dropped"
     assert hub.dropped == 1
     asyncio.set_event_loop(None)
+
+
+def test_node_events_reach_everyone_and_job_filters_hold(h: Harness) -> None:
+    hub = EventHub(h.ctl)
+    alice, only_one = hub.client(h.who(1000)), hub.client(h.who(1000), job=99)
+    quiet = hub.client(h.who(1000), nodes=False)
+    h.call(h.ctl.update_nodes, h.who(0), ["n1"], "drain", "disk swap")
+    recs = [alice.queue.get_nowait() for _ in range(alice.queue.qsize())]
+    assert [(r["type"], r["event"], r["node"], r["reason"]) for r in recs] == \
+        [("node", "drained", "n1", "disk swap")]
+    assert only_one.queue.empty() and quiet.queue.empty()
+    hub.leave(alice)
+    h.submit(uid=1000)
+    assert alice.queue.empty() and quiet.queue.qsize() == 1 and only_one.queue.empty()
+
+
+def test_a_stopping_controller_ends_every_stream(h: Harness) -> None:
+    hub = EventHub(h.ctl)
+    c = hub.client(h.who(1000))
+    h.submit(uid=1000)
+    h.loop.run_until_complete(hub.close_all())
+    assert [c.queue.get_nowait()["type"] for _ in range(c.queue.qsize())] == ["shutdown"]
+    h.submit(uid=1000)
+    assert c.queue.empty()

@@ -10,7 +10,8 @@ each client whose caller may see it:
 
 Each client has a bounded queue.  The controller only ever puts into it without waiting: a
 client whose queue is full is dropped (it gets a last `dropped` event and the stream ends),
-so a slow or stalled reader never holds up the controller or other readers.
+so a slow or stalled reader never holds up the controller or other readers.  When the
+controller stops, every stream gets a last `shutdown` event and ends.
 """
 
 from __future__ import annotations
@@ -92,6 +93,15 @@ class EventHub:
     def leave(self, c: Client) -> None:
         self.clients.discard(c)
 
+    async def close_all(self, _app: web.Application | None = None) -> None:
+        """End every stream (the controller is stopping: an open stream must not hold up
+        its shutdown)."""
+        for c in list(self.clients):
+            c.dropped = True
+            while not c.queue.empty():
+                c.queue.get_nowait()
+            c.queue.put_nowait({"type": "shutdown", "reason": "the controller is stopping"})
+
     def _offer(self, c: Client, rec: dict[str, Any]) -> None:
         if c.dropped:
             return
@@ -164,7 +174,7 @@ async def stream(request: web.Request, hub: EventHub, who: Identity) -> web.Stre
                 await resp.write(b": keepalive\n\n")
                 continue
             await resp.write(sse(rec))
-            if rec["type"] == "dropped":
+            if rec["type"] in ("dropped", "shutdown"):
                 break
         await resp.write_eof()
         return resp
@@ -184,4 +194,5 @@ def add_routes(app: web.Application, ctl: Controller) -> EventHub:
         return await stream(request, hub, peer_identity(request, ctl))
 
     app.router.add_get("/v1/events", events)
+    app.on_shutdown.append(hub.close_all)
     return hub

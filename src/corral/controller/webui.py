@@ -216,9 +216,10 @@ class Dashboard:
         if not views.may_see_details(self.ctl, who, job):
             raise SlurmError("Access/permission denied: this job is another user's", 2002, 403)
         history = self.hub.history.get(job.job_id, [])
+        d = views.job_page(self.ctl, job, list(history), time.time(), self.book, tail=False)
         # reading the output file may block (a network file system): off the loop
-        d = await asyncio.to_thread(views.job_page, self.ctl, job, list(history), time.time(),
-                                    self.book)
+        d["output_tail"] = await asyncio.to_thread(views.read_tail, d["stdout"], job.uid) \
+            if d["stdout"] else None
         return json_response(d)
 
     def _job(self, spec: str) -> Any:
@@ -247,6 +248,7 @@ class Dashboard:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.guard], client_max_size=64 * 1024)
+        app.on_shutdown.append(self.hub.close_all)
         r = app.router
         r.add_get("/", self.page)
         r.add_get("/login", self.page)

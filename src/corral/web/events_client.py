@@ -12,6 +12,7 @@ who sees the events of their own jobs, or every job's as an operator or coordina
 needs nothing outside the standard library.  The first record is `{"type": "hello", ...}`:
 from then on nothing is missed.  A client too slow to keep up gets a last
 `{"type": "dropped"}` and the stream ends; reconnect and re-read the state (squeue) then.
+A stopping controller ends every stream with `{"type": "shutdown"}`.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def events(job: int | None = None, nodes: bool = True, *, hello: bool = False,
                 data = []
                 if rec.get("type") != "hello" or hello:
                     yield rec
-                if rec.get("type") == "dropped":
+                if rec.get("type") in ("dropped", "shutdown"):
                     return
     finally:
         s.close()
