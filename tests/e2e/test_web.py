@@ -12,6 +12,7 @@ CORRAL_SCREENSHOT=docs/dashboard.png keeps a screenshot of the cluster page (the
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import pwd
@@ -42,9 +43,15 @@ ClusterName=webtest
 KillWait=2
 MinJobAge=600
 SchedulerInterval=1
+JobAcctGatherFrequency=1
 NodeName=node-[1-2] CPUs=8 RealMemory=8000 Gres=gpu:4
 PartitionName=gpu Nodes=node-[1-2] Default=YES MaxTime=INFINITE State=UP
 """
+# the agents' GPU samples where this Corral has them (agent/gpu.py's simulated backend reads
+# sim_gpus.json in the cluster's home): what the grid must show as each GPU's utilisation
+SAMPLES_GPUS = importlib.util.find_spec("corral.agent.gpu") is not None
+SIM_UTIL = {("node-1", 0): 87.0, ("node-1", 1): 42.0, ("node-1", 2): 0.0, ("node-1", 3): 0.0,
+            ("node-2", 0): 65.0, ("node-2", 1): 9.0, ("node-2", 2): 0.0, ("node-2", 3): 0.0}
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--no-first-run", "--disable-extensions", "--window-size=1400,900"]
@@ -157,6 +164,11 @@ def web_cluster(users: dict[str, pwd.struct_passwd]) -> Iterator[Cluster]:  # no
     base = Path(tempfile.mkdtemp(prefix="corral-web-"))
     base.chmod(0o755)  # the users reach the socket
     c = Cluster(base / "c", CONFIG)
+    c.home.mkdir()
+    (c.home / "sim_gpus.json").write_text(json.dumps([
+        {"node": node, "index": i, "util": util, "memory_used": int(util) << 28,
+         "memory_total": 80 << 30, "processes": [{"pid": 1}] if util else []}
+        for (node, i), util in SIM_UTIL.items()]))
     c.start()
     try:
         yield c
@@ -231,8 +243,20 @@ def test_dashboard_in_chromium(web_cluster: Cluster, jobs: dict[str, int], brows
             return cells.length ? cells.map(td => [td.dataset.node, +td.dataset.gpu]) : null;
         }})()""")
         assert sorted(map(tuple, cells)) == [(node, i) for i in ids]
+        if SAMPLES_GPUS:  # each held GPU's utilisation as its agent sampled it
+            for i in ids:
+                want = f"{SIM_UTIL[(node, i)]:.0f}%"
+                b.wait(f"(document.querySelector('td.gpu[data-node=\"{node}\"]"
+                       f"[data-gpu=\"{i}\"]') || {{}}).textContent.includes('{want}')"
+                       " || (location.reload(), false)", timeout=40)
     if os.environ.get("CORRAL_SCREENSHOT"):
         b.screenshot(os.environ["CORRAL_SCREENSHOT"])
+    if SAMPLES_GPUS:  # an allocated GPU at 0% with no process is on the idle list
+        b.eval("location.hash = '#idle'")
+        node, ids = gpus_of(c, jobs["a"])
+        idle = [i for i in ids if not SIM_UTIL[(node, i)]]
+        b.wait(f"[...document.querySelectorAll('a[href=\"#job/{jobs['a']}\"]')].length"
+               f" === {len(idle)}")
     # the queue: the pending job's reason in words, its place in line
     b.eval("location.hash = '#queue'")
     why = b.wait(f"(document.querySelector('td.why[data-job=\"{jobs['c']}\"]') || "

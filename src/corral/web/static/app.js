@@ -88,7 +88,7 @@ const views = {
         } else {
           const idle = g.util === 0 ? ' idle' : '';
           cells.push(`<td class="gpu held${idle}" data-node="${esc(n.name)}" data-gpu="${i}" ` +
-                     `data-job="${g.job_id}" style="--util:${g.util || 0}%">` +
+                     `data-job="${g.job_id}" data-util="${g.util || 0}">` +
                      `<a href="#job/${g.job_id}">${g.job_id}</a> ${esc(g.user)}` +
                      `<br><span class="muted">${util || 'use not sampled'}</span></td>`);
         }
@@ -102,7 +102,8 @@ const views = {
       <p class="summary"><span>${c.nodes.length} nodes</span>
       <span>GPUs: ${c.gpus_alloc} of ${c.gpus} allocated</span>
       <span>${c.running} running</span><span>${c.pending} pending</span>
-      ${c.sampled ? '' : '<span class="muted">GPU utilisation: not sampled yet</span>'}</p>
+      ${c.sampled ? '<span class="muted">shaded: utilisation; outlined: allocated, idle</span>'
+    : '<span class="muted">GPU utilisation: not sampled yet</span>'}</p>
       <table class="grid"><thead><tr><th>Node</th><th>State</th><th>CPUs</th>${head}</tr>
       </thead><tbody>${rows}</tbody></table>`;
   },
@@ -208,6 +209,9 @@ async function render() {
     const html = await view(arg && decodeURIComponent(arg));
     $('#main').innerHTML = html;
     $('#main').dataset.view = name;
+    // the utilisation bars: set through the CSSOM (the CSP allows no inline style)
+    document.querySelectorAll('td.gpu[data-util]').forEach((td) =>
+      td.style.setProperty('--util', `${td.dataset.util}%`));
   } catch (e) {
     $('#main').innerHTML = `<p class="error" id="refused">${esc(e.message)}</p>`;
     if (e.status === 401) { $('#live').textContent = ''; }
