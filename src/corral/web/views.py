@@ -300,7 +300,10 @@ def job_page(ctl: Controller, job: Job, history: list[tuple[float, str, str]], n
     d["details"] = True
     live = getattr(book, "live", None) or {}
     job_gpu = (getattr(book, "job_gpu", None) or {}).get(job.job_id, {})
-    d["gpu_usage"] = {node: {"util": u, "memory_used": mem} for node, (u, mem) in job_gpu.items()}
+    held = {a.node: len(a.gpus) for a in job.alloc}
+    # the book sums its GPUs' utilisation per node: the page shows their mean
+    d["gpu_usage"] = {node: {"util": u / max(1, held.get(node, 1)), "memory_used": mem}
+                      for node, (u, mem) in job_gpu.items()}
     d["steps"] = [{"step": s.step_id, "name": s.name, "state": str(s.state),
                    "start_time": s.start_time, "end_time": s.end_time,
                    "usage": dict(getattr(s, "usage", None) or {}) or

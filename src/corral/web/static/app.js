@@ -40,6 +40,9 @@ function mins(s) {
   return h ? `${h} h ${m} min` : `${m} min`;
 }
 
+const num = (x) => (Number.isFinite(x) ? Math.round(x * 10) / 10 : '?');
+const mib = (b) => (Number.isFinite(b) ? `${Math.round(b / 1048576)} MiB` : '?');
+
 function ordinal(n) {
   const s = ['th', 'st', 'nd', 'rd'], v = n % 100;
   return n + (s[(v - 20) % 10] || s[v] || s[0]);
@@ -152,8 +155,16 @@ const views = {
       `</tr>`).join('');
     const tl = j.timeline.map((e) => `<li>${when(e.time)}: ${esc(e.event)} ` +
       `<span class="muted">${esc(e.state)}</span></li>`).join('');
-    const steps = j.steps.map((s) => `<tr><td>${esc(s.step)}</td><td>${esc(s.name)}</td>` +
-      `<td>${esc(s.state)}</td><td>${esc(JSON.stringify(s.usage))}</td></tr>`).join('');
+    // a step's figures per node (controller/usage.py: bytes and seconds)
+    const steps = j.steps.map((s) => {
+      const nodes = Object.entries(s.usage || {});
+      const use = nodes.map(([node, u]) => `${esc(node)}: CPU ${num(u.cpu_user + u.cpu_sys)} s, ` +
+        `memory peak ${mib(u.rss_max || u.rss)}, read ${mib(u.read)}, written ${mib(u.write)}` +
+        (u.gpuutil_ave !== undefined ? `, GPU ${num(u.gpuutil_ave)}% (max ${num(u.gpuutil_max)}%)`
+          : '')).join('<br>');
+      return `<tr><td>${esc(s.step)}</td><td>${esc(s.name)}</td><td>${esc(s.state)}</td>` +
+             `<td>${use || '<span class="muted">not sampled yet</span>'}</td></tr>`;
+    }).join('');
     const why = j.state === 'PENDING' ? `<dt>Why it waits</dt><dd class="why">${esc(j.why)}` +
       ` (${esc(j.reason)})${j.place ? `; ${ordinal(j.place)} of ${j.in_line} in line` : ''}` +
       `; estimated start ${j.estimated_start ? when(j.estimated_start) : 'not known'}</dd>` : '';
