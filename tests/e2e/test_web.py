@@ -326,6 +326,8 @@ def test_token_is_single_use_and_cross_site_requests_are_refused(
     cookie = headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie, cookie
     session = cookie.split(";")[0]
+    st, _, body = _http(base + "/login", "POST", "not an object", origin)
+    assert st == 401, body
     # spent: the same token again is refused
     st, _, body = _http(base + "/login", "POST", {"token": token}, origin)
     assert st == 401 and "spent or expired" in body["error"]
@@ -375,8 +377,10 @@ def test_corral_why_prints_the_numbers(web_cluster: Cluster, jobs: dict[str, int
     assert "estimated start: " in out
     # squeue's reason stays Slurm's token
     assert c.ok("squeue", "-h", "-j", str(jobs["c"]), "-o", "%r").strip() == "Resources"
-    r = c.run("corral", "why", "999999")
-    assert r.returncode == 1 and "Invalid job id specified" in r.stderr
+    for bad in ("999999", "abc", "7_x"):
+        r = c.run("corral", "why", bad)
+        assert r.returncode == 1 and "Invalid job id specified" in r.stderr, (bad, r.stderr)
+        assert "Traceback" not in r.stderr
 
 
 def test_event_stream_delivers_a_jobs_transitions_in_order(

@@ -167,7 +167,10 @@ class Dashboard:
                                 headers={"Content-Type": ASSETS[name] + "; charset=utf-8"})
 
     async def login(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        try:
+            body = jsonio.loads(await request.read())
+        except ValueError:
+            raise SlurmError("Malformed request: body is not JSON", 0, 400) from None
         token = body.get("token") if isinstance(body, dict) else None
         spent = self.logins.spend(token, time.time()) if isinstance(token, str) else None
         if spent is None:
@@ -306,7 +309,10 @@ def add_routes(app: web.Application, api: Api) -> None:
     async def why(request: web.Request) -> web.Response:
         peer_identity(request, ctl)
         spec = request.query.get("job", "")
-        found = ctl.find_jobs(spec) if spec else []
+        try:
+            found = ctl.find_jobs(spec) if spec else []
+        except ValueError:  # a malformed id
+            raise _invalid_job() from None
         if not found:
             raise _invalid_job()
         # what squeue shows every user: a job's state, reason and size, not its details
