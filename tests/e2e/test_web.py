@@ -2,8 +2,9 @@
 
 The dashboard is driven by real headless Chromium over the DevTools protocol (Debian's
 `chromium`, installed here if missing; the browser tests skip when it cannot be had):
-alice's running job shows on the GPUs the controller gave it, her pending job's reason in
-words; bob is refused her job's page.  Plain HTTP checks the login token (single use) and
+alice's running job shows on the GPUs the controller gave it, with each GPU's utilisation
+as the agent sampled it (simulated GPUs), her pending job's reason in words, the idle GPUs
+she holds; bob is refused her job's page.  Plain HTTP checks the login token (single use) and
 the refusals of cross-site requests (docs/SECURITY.md, "The dashboard").
 
 CORRAL_SCREENSHOT=docs/dashboard.png keeps a screenshot of the cluster page (the README's).
@@ -12,7 +13,6 @@ CORRAL_SCREENSHOT=docs/dashboard.png keeps a screenshot of the cluster page (the
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import pwd
@@ -47,9 +47,8 @@ JobAcctGatherFrequency=1
 NodeName=node-[1-2] CPUs=8 RealMemory=8000 Gres=gpu:4
 PartitionName=gpu Nodes=node-[1-2] Default=YES MaxTime=INFINITE State=UP
 """
-# the agents' GPU samples where this Corral has them (agent/gpu.py's simulated backend reads
-# sim_gpus.json in the cluster's home): what the grid must show as each GPU's utilisation
-SAMPLES_GPUS = importlib.util.find_spec("corral.agent.gpu") is not None
+# the agents' GPU samples (agent/gpu.py's simulated backend reads sim_gpus.json in the
+# cluster's home): what the grid must show as each GPU's utilisation
 SIM_UTIL = {("node-1", 0): 87.0, ("node-1", 1): 42.0, ("node-1", 2): 0.0, ("node-1", 3): 0.0,
             ("node-2", 0): 65.0, ("node-2", 1): 9.0, ("node-2", 2): 0.0, ("node-2", 3): 0.0}
 CHROMIUM = "/usr/bin/chromium"
@@ -243,20 +242,20 @@ def test_dashboard_in_chromium(web_cluster: Cluster, jobs: dict[str, int], brows
             return cells.length ? cells.map(td => [td.dataset.node, +td.dataset.gpu]) : null;
         }})()""")
         assert sorted(map(tuple, cells)) == [(node, i) for i in ids]
-        if SAMPLES_GPUS:  # each held GPU's utilisation as its agent sampled it
-            for i in ids:
-                want = f"{SIM_UTIL[(node, i)]:.0f}%"
-                b.wait(f"(document.querySelector('td.gpu[data-node=\"{node}\"]"
-                       f"[data-gpu=\"{i}\"]') || {{}}).textContent.includes('{want}')"
-                       " || (location.reload(), false)", timeout=40)
+        for i in ids:  # each held GPU's utilisation as its agent sampled it
+            want = f"{SIM_UTIL[(node, i)]:.0f}%"
+            b.wait(f"(document.querySelector('td.gpu[data-node=\"{node}\"]"
+                   f"[data-gpu=\"{i}\"]') || {{}}).textContent.includes('{want}')"
+                   " || (location.reload(), false)", timeout=40)
     if os.environ.get("CORRAL_SCREENSHOT"):
         b.screenshot(os.environ["CORRAL_SCREENSHOT"])
-    if SAMPLES_GPUS:  # an allocated GPU at 0% with no process is on the idle list
-        b.eval("location.hash = '#idle'")
-        node, ids = gpus_of(c, jobs["a"])
-        idle = [i for i in ids if not SIM_UTIL[(node, i)]]
-        b.wait(f"[...document.querySelectorAll('a[href=\"#job/{jobs['a']}\"]')].length"
-               f" === {len(idle)}")
+    # an allocated GPU at 0% with no process is on the idle list
+    b.eval("location.hash = '#idle'")
+    node, ids = gpus_of(c, jobs["a"])
+    idle = [i for i in ids if not SIM_UTIL[(node, i)]]
+    assert idle
+    b.wait(f"[...document.querySelectorAll('a[href=\"#job/{jobs['a']}\"]')].length"
+           f" === {len(idle)}")
     # the queue: the pending job's reason in words, its place in line
     b.eval("location.hash = '#queue'")
     why = b.wait(f"(document.querySelector('td.why[data-job=\"{jobs['c']}\"]') || "
