@@ -228,3 +228,22 @@ def test_a_stopping_controller_ends_every_stream(h: Harness) -> None:
     assert [c.queue.get_nowait()["type"] for _ in range(c.queue.qsize())] == ["shutdown"]
     h.submit(uid=1000)
     assert c.queue.empty()
+
+
+def test_users_node_and_job_pages(h: Harness) -> None:
+    a = h.submit(uid=1000, gpus_per_node=1, name="mine")
+    h.submit(uid=1000, gpus_per_node=4, num_nodes=2)
+    h.tick()
+    u = views.users(h.ctl, h.who(1000), h.clock())
+    assert u["users"] == [{"user": "user1000", "running": 1, "pending": 1, "cpus": 1, "gpus": 1}]
+    assert isinstance(views.users(h.ctl, h.who(0), h.clock())["associations"], list)
+    node = h.job(a).alloc[0].node
+    h.call(h.ctl.update_nodes, h.who(0), [node], "drain", "fan")
+    n = views.node_page(h.ctl, h.ctl.nodes[node], [], h.clock())
+    assert n["jobs"] == [a] and n["reason"] == "fan" and n["state_long"].endswith("DRAIN")
+    assert [g["job_id"] for g in n["gpus"]] == [a, None, None, None]
+    page = views.job_page(h.ctl, h.job(a), [], h.clock(), tail=False)
+    assert page["name"] == "mine" and page["details"]
+    assert page["alloc"] == [{"node": node, "cpus": 1, "mem_mb": h.job(a).alloc[0].mem_mb,
+                              "gpus": h.job(a).alloc[0].gpus}]
+    assert [e["event"] for e in page["timeline"]] == ["submitted", "started"]
