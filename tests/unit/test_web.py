@@ -247,3 +247,30 @@ def test_users_node_and_job_pages(h: Harness) -> None:
     assert page["alloc"] == [{"node": node, "cpus": 1, "mem_mb": h.job(a).alloc[0].mem_mb,
                               "gpus": h.job(a).alloc[0].gpus}]
     assert [e["event"] for e in page["timeline"]] == ["submitted", "started"]
+
+
+def test_private_data_jobs_hides_other_users_jobs() -> None:
+    with Harness("PrivateData=jobs\n" + CONF) as h:
+        a = h.submit(uid=1000, gpus_per_node=2)
+        h.submit(uid=1000, gpus_per_node=4, num_nodes=2)
+        h.tick()
+        bob, alice = h.who(2000), h.who(1000)
+        assert views.jobs_hidden(h.ctl)
+        assert views.queue(h.ctl, bob, h.clock())["jobs"] == []
+        assert len(views.queue(h.ctl, alice, h.clock())["jobs"]) == 2
+        assert len(views.queue(h.ctl, h.who(0), h.clock())["jobs"]) == 2
+        node = h.job(a).alloc[0].node
+        gpus = [g for n in views.cluster(h.ctl, h.clock(), None, bob)["nodes"]
+                if n["name"] == node for g in n["gpus"]]
+        assert [(g["held"], g["job_id"], g["user"]) for g in gpus[:2]] == \
+            [(True, None, None)] * 2
+        mine = [g for n in views.cluster(h.ctl, h.clock(), None, alice)["nodes"]
+                if n["name"] == node for g in n["gpus"]]
+        assert [g["job_id"] for g in mine[:2]] == [a, a]
+        book = FakeBook(node, {g: 0.0 for g in h.job(a).alloc[0].gpus})
+        assert views.idle_gpus(h.ctl, h.clock(), book, bob)["allocated_idle"] == []
+        assert len(views.idle_gpus(h.ctl, h.clock(), book, alice)["allocated_idle"]) == 2
+        assert views.node_page(h.ctl, h.ctl.nodes[node], [], h.clock(), None, bob)["jobs"] == []
+        assert views.users(h.ctl, bob, h.clock())["users"] == []
+        assert [u["user"] for u in views.users(h.ctl, h.who(0), h.clock())["users"]] == \
+            ["user1000"]

@@ -5,7 +5,7 @@ fans them out to its clients.  Each event is turned into a plain record once, at
 it happens (a copy: later changes to the job do not reach a queued record), and offered to
 each client whose caller may see it:
 
-- a job's events go to its owner, operators and its account's coordinators;
+- a job's events go to its owner, operators (AdminLevel too) and its account's coordinators;
 - node events go to everyone (the cluster's shape, as `sinfo` shows it).
 
 Each client has a bounded queue.  The controller only ever puts into it without waiting: a
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from corral import jsonio
+from corral.controller import privacy
 from corral.controller.cluster import NodeEvent
 from corral.controller.jobs import JobEvent
 from corral.model.hostlists import compress
@@ -81,10 +82,8 @@ class EventHub:
         ctl = self.ctl
 
         def may_see(rec: dict[str, Any]) -> bool:
-            if who.operator or rec["uid"] == who.uid:
-                return True
-            j = ctl.jobs.get(rec["job_id"])
-            return j is not None and ctl.is_coordinator_of(who, j)
+            # the owner, operators (AdminLevel too), the account's coordinators
+            return privacy.sees_job_of(ctl, who, rec["uid"], rec["account"])
 
         c = Client(who, may_see, job, nodes)
         self.clients.add(c)

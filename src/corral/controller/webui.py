@@ -197,8 +197,8 @@ class Dashboard:
         return json_response({**views.me(self.ctl, who), "csrf": s.csrf})
 
     async def cluster(self, request: web.Request) -> web.Response:
-        self.session(request)
-        return json_response(views.cluster(self.ctl, time.time(), self.book))
+        _, who = self.session(request)
+        return json_response(views.cluster(self.ctl, time.time(), self.book, who))
 
     async def queue(self, request: web.Request) -> web.Response:
         _, who = self.session(request)
@@ -206,8 +206,8 @@ class Dashboard:
         return json_response(views.queue(self.ctl, who, time.time(), limit))
 
     async def idle(self, request: web.Request) -> web.Response:
-        self.session(request)
-        return json_response(views.idle_gpus(self.ctl, time.time(), self.book))
+        _, who = self.session(request)
+        return json_response(views.idle_gpus(self.ctl, time.time(), self.book, who))
 
     async def users(self, request: web.Request) -> web.Response:
         _, who = self.session(request)
@@ -234,7 +234,7 @@ class Dashboard:
         return job
 
     async def node(self, request: web.Request) -> web.Response:
-        self.session(request)
+        _, who = self.session(request)
         n = self.ctl.nodes.get(request.match_info["name"])
         if n is None:
             raise SlurmError("Invalid node name specified", 0, 404)
@@ -243,7 +243,7 @@ class Dashboard:
         ctl = self.ctl
         history = await asyncio.to_thread(node_events, ctl, None, None, [n.name]) \
             if not getattr(ctl.store, "inline", False) else node_events(ctl, None, None, [n.name])
-        return json_response(views.node_page(ctl, n, history[-50:], time.time(), self.book))
+        return json_response(views.node_page(ctl, n, history[-50:], time.time(), self.book, who))
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         _, who = self.session(request)
@@ -307,15 +307,17 @@ def add_routes(app: web.Application, api: Api) -> None:
                               "user": who.user})
 
     async def why(request: web.Request) -> web.Response:
-        peer_identity(request, ctl)
+        who = peer_identity(request, ctl)
         spec = request.query.get("job", "")
         try:
             found = ctl.find_jobs(spec) if spec else []
         except ValueError:  # a malformed id
             raise _invalid_job() from None
+        if views.jobs_hidden(ctl):  # PrivateData=jobs: as scontrol show job answers
+            found = [j for j in found if views.may_see_details(ctl, who, j)]
         if not found:
             raise _invalid_job()
-        # what squeue shows every user: a job's state, reason and size, not its details
+        # what squeue shows the caller: a job's state, reason and size, not its details
         return json_response(views.why(ctl, found[0], time.time()))
 
     app.router.add_post("/v1/web/login", web_login)

@@ -8,7 +8,11 @@ live objects).  The rules (docs/SECURITY.md, "The dashboard"):
   partition, state, size, reason, place, estimated start), as `squeue` and `sinfo` show
   them to every user;
 - a job's details (name, command, working directory, output paths, steps, usage, the output
-  tail, its timeline) go to its owner, operators and its account's coordinators only.
+  tail, its timeline) go to its owner, operators (AdminLevel too) and its account's
+  coordinators only;
+- with slurm.conf's `PrivateData=jobs` (controller/privacy.py) other users' jobs are not
+  shown at all (a GPU they hold shows as in use, nothing more), and with `PrivateData=usage`
+  (or `jobs`) the users page shows the caller's own figures only.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import stat
 import time
 from typing import TYPE_CHECKING, Any
 
+from corral.controller import privacy
 from corral.model.hostlists import compress
 from corral.model.job import Job, JobState
 from corral.model.node import Node, node_state_short
@@ -32,7 +37,12 @@ OUTPUT_TAIL_BYTES = 16 * 1024
 
 
 def may_see_details(ctl: Controller, who: Identity, job: Job) -> bool:
-    return who.operator or who.uid == job.uid or ctl.is_coordinator_of(who, job)
+    return privacy.sees_job_of(ctl, who, job.uid, job.account)
+
+
+def jobs_hidden(ctl: Controller) -> bool:
+    """PrivateData=jobs: others' jobs are not shown to those who may not see their details."""
+    return "jobs" in privacy.hidden(ctl)
 
 
 def gpu_samples(book: Any) -> dict[str, dict[int, dict[str, Any]]]:
@@ -96,8 +106,8 @@ class DetailsFor:
         if who.operator or who.uid == job.uid:
             return True
         seen = self.coordinates.get(job.account)
-        if seen is None:
-            seen = self.coordinates[job.account] = self.ctl.is_coordinator_of(who, job)
+        if seen is None:  # another user's job: the answer depends on its account alone
+            seen = self.coordinates[job.account] = may_see_details(self.ctl, who, job)
         return seen
 
 
@@ -134,6 +144,8 @@ def queue(ctl: Controller, who: Identity, now: float, limit: int | None = None
     pending = sorted(ctl.pending.values(), key=lambda j: (j.partition, places[j.job_id][0]))
     running = sorted(ctl.running.values(), key=lambda j: j.job_id)
     jobs = pending + running
+    if jobs_hidden(ctl):
+        jobs = [j for j in jobs if details(j)]
     if limit is not None and len(jobs) > limit:
         jobs = [j for i, j in enumerate(jobs) if i < limit or j.uid == who.uid]
     rows = [job_row(ctl, who, j, now, places.get(j.job_id), details) for j in jobs]
@@ -159,13 +171,19 @@ def why(ctl: Controller, job: Job, now: float) -> dict[str, Any]:
 
 
 # ---- the cluster --------------------------------------------------------------------------
-def node_row(n: Node, holders: dict[int, Job], samples: dict[int, dict[str, Any]]
-             ) -> dict[str, Any]:
+def node_row(n: Node, holders: dict[int, Job], samples: dict[int, dict[str, Any]],
+             shown: DetailsFor | None = None) -> dict[str, Any]:
+    """A node and its GPUs; with `shown`, a GPU held by a job the caller may not see
+    (PrivateData=jobs) is only marked as held."""
     gpus = []
     for i in range(n.gpus):
         j = holders.get(i)
         s = samples.get(i)
-        gpus.append({"index": i, "job_id": j.job_id if j else None, "user": j.user if j else None,
+        held = j is not None
+        if j is not None and shown is not None and not shown(j):
+            j = None
+        gpus.append({"index": i, "held": held, "job_id": j.job_id if j else None,
+                     "user": j.user if j else None,
                      "util": s.get("util") if s else None,
                      "memory_used": s.get("memory_used") if s else None,
                      "memory_total": s.get("memory_total") if s else None})
@@ -186,10 +204,16 @@ def gpu_holders(ctl: Controller) -> dict[str, dict[int, Job]]:
     return out
 
 
-def cluster(ctl: Controller, now: float, book: Any = None) -> dict[str, Any]:
+def _shown(ctl: Controller, who: Identity | None) -> DetailsFor | None:
+    return DetailsFor(ctl, who) if who is not None and jobs_hidden(ctl) else None
+
+
+def cluster(ctl: Controller, now: float, book: Any = None, who: Identity | None = None
+            ) -> dict[str, Any]:
     holders = gpu_holders(ctl)
     samples = gpu_samples(book)
-    nodes = [node_row(n, holders.get(n.name, {}), samples.get(n.name, {}))
+    shown = _shown(ctl, who)
+    nodes = [node_row(n, holders.get(n.name, {}), samples.get(n.name, {}), shown)
              for n in ctl.nodes.values()]
     total = sum(n.gpus for n in ctl.nodes.values())
     used = sum(len(h) for h in holders.values())
@@ -198,11 +222,13 @@ def cluster(ctl: Controller, now: float, book: Any = None) -> dict[str, Any]:
             "sampled": bool(samples)}
 
 
-def idle_gpus(ctl: Controller, now: float, book: Any = None) -> dict[str, Any]:
+def idle_gpus(ctl: Controller, now: float, book: Any = None, who: Identity | None = None
+              ) -> dict[str, Any]:
     """GPUs free for new jobs (usable nodes), and allocated GPUs whose last sample shows
-    no use (where the agents sample GPUs)."""
+    no use (where the agents sample GPUs; jobs the caller may see)."""
     holders = gpu_holders(ctl)
     samples = gpu_samples(book)
+    shown = _shown(ctl, who)
     free, idle = [], []
     for n in ctl.nodes.values():
         held = holders.get(n.name, {})
@@ -213,6 +239,8 @@ def idle_gpus(ctl: Controller, now: float, book: Any = None) -> dict[str, Any]:
                     free.append({"node": n.name, "index": i, "gpu_type": n.gpu_type or ""})
                 continue
             s = samples.get(n.name, {}).get(i)
+            if shown is not None and not shown(j):
+                continue
             if s is not None and not s.get("util") and not s.get("processes"):
                 idle.append({"node": n.name, "index": i, "job_id": j.job_id, "user": j.user,
                              "account": j.account, "since": j.start_time})
@@ -220,10 +248,12 @@ def idle_gpus(ctl: Controller, now: float, book: Any = None) -> dict[str, Any]:
 
 
 def node_page(ctl: Controller, n: Node, history: list[dict[str, Any]], now: float,
-              book: Any = None) -> dict[str, Any]:
+              book: Any = None, who: Identity | None = None) -> dict[str, Any]:
     holders = gpu_holders(ctl).get(n.name, {})
-    row = node_row(n, holders, gpu_samples(book).get(n.name, {}))
-    jobs = sorted({j.job_id for j in ctl.running.values() if n.name in j.nodes})
+    shown = _shown(ctl, who)
+    row = node_row(n, holders, gpu_samples(book).get(n.name, {}), shown)
+    jobs = sorted({j.job_id for j in ctl.running.values()
+                   if n.name in j.nodes and (shown is None or shown(j))})
     row.update(state_long=n.state_name(), reason_user=n.reason_user or "",
                reason_time=n.reason_time, features=list(n.features), jobs=jobs,
                last_contact=n.last_contact, boot_time=n.boot_time, history=history, now=now)
@@ -334,8 +364,12 @@ def users(ctl: Controller, who: Identity, now: float) -> dict[str, Any]:
             u["running"] += 1
             u["cpus"] += j.alloc_cpus
             u["gpus"] += j.alloc_gpus
+    hide = privacy.hidden(ctl)
+    admin = ctl.accounts.is_admin(who)  # type: ignore[arg-type]  # an Identity is a Caller
+    if not admin and hide & {"jobs", "usage"}:
+        per_user = {k: v for k, v in per_user.items() if k == who.user}
     rows = share_rows(ctl)["rows"]
-    if not who.operator:
+    if not admin:
         mine = {r["account"] for r in rows if r["user"] == who.user}
         db = ctl.accounts.db
         coord = {r["account"] for r in rows

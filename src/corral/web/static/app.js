@@ -85,7 +85,10 @@ const views = {
         const g = n.gpus[i];
         if (!g) { cells.push('<td class="none"></td>'); continue; }
         const util = g.util === null ? '' : `${Math.round(g.util)}%`;
-        if (g.job_id === null) {
+        if (g.job_id === null && g.held) { // a job this user may not see (PrivateData=jobs)
+          cells.push(`<td class="gpu held" data-node="${esc(n.name)}" data-gpu="${i}">` +
+                     `<span class="muted">in use</span></td>`);
+        } else if (g.job_id === null) {
           cells.push(`<td class="gpu free" data-node="${esc(n.name)}" data-gpu="${i}">` +
                      `<span class="muted">free</span></td>`);
         } else {
