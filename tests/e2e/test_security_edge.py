@@ -315,13 +315,14 @@ def test_one_users_idle_connections_do_not_stall_another_users_commands(
         assert hoarder.stdout is not None and hoarder.stdin is not None
         first = json.loads(hoarder.stdout.readline())
         assert first["refused"] == n - 256  # the per-user limit, answered with a 503 at once
+        # first, while her connections are surely still held (they are closed after IDLE s)
+        r = run_as(c, alice, "squeue", "-h")  # alice over her limit: a clear message
+        assert r.returncode != 0 and "Too many connections from uid" in r.stderr, r.stderr
         for _ in range(5):
             t0 = time.monotonic()
             r = run_as(c, bob, "squeue", "-h")
             assert r.returncode == 0, r.stderr
             assert time.monotonic() - t0 < 5.0  # not stuck behind the hoarder
-        r = run_as(c, alice, "squeue", "-h")  # alice over her limit: a clear message
-        assert r.returncode != 0 and "Too many connections from uid" in r.stderr, r.stderr
         hoarder.stdin.write("\n")
         hoarder.stdin.flush()
         second = json.loads(hoarder.stdout.readline())
