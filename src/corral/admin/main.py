@@ -1,4 +1,4 @@
-"""`corral`: the administrator's command (up, down, status, join, token, node).
+"""`corral`: the administrator's command (up, down, status, join, token, node, sim).
 
 It lives apart from the thin Slurm commands (corral.cli), which must start fast.
 """
@@ -10,6 +10,7 @@ import os
 import sys
 
 from corral import paths
+from corral.admin import sim
 from corral.admin.cluster import cmd_down, cmd_status, cmd_up
 from corral.admin.joining import cmd_join, cmd_node, cmd_token
 from corral.cli import client
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     down.set_defaults(fn=cmd_down)
     st = sub.add_parser("status", help="the cluster's nodes, jobs, and where its logs are")
     st.set_defaults(fn=cmd_status)
+    sim.add_parser(sub)
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     if args.cmd in ("up", "down", "join"):
         # these start and stop this user's own cluster, never the machine's (root's)
