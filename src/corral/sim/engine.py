@@ -190,8 +190,9 @@ class Simulator:
 
     def _pass(self, run: Callable[[], None]) -> None:
         if self.changed or self.exact:
-            self.changed = False
             run()
+            # the pass's own starts change nothing a pass would decide again
+            self.changed = False
             return
         cadence = self.ctl.cadence  # nothing to decide: the pass is skipped
         cadence.started()
