@@ -33,24 +33,24 @@ def test_triggers_coalesce_into_the_armed_pass() -> None:
     c = Cadence()
     assert c.request(100.0) == 100.0
     assert c.request(100.5) is None and c.request(101.0, delay=3) is None
-    c.started()
+    c.started(0.0)
     assert c.due is None and c.running
 
 
 def test_a_trigger_during_a_pass_asks_for_one_more_after_twice_its_duration() -> None:
     c = Cadence()
     c.request(10.0)
-    c.started()
+    c.started(0.0)
     assert c.finished(10.1, 0.1) is None  # nothing came meanwhile: no second pass
     c.request(20.0)
-    c.started()
+    c.started(0.0)
     assert c.request(20.05) is None and c.request(20.07) is None  # one "again" for both
     assert c.finished(20.1, 0.1) == pytest.approx(20.1 + 0.2)
     assert c.request(20.2) is None  # armed already
-    c.started()
+    c.started(0.0)
     c.request(21.0)
     assert c.finished(21.0, 0.0) == pytest.approx(21.0 + MIN_GAP)
-    c.started()
+    c.started(0.0)
     c.request(22.0)
     assert c.finished(30.0, 5.0) == pytest.approx(30.0 + MAX_GAP)
     assert c.passes == 4
@@ -65,6 +65,20 @@ def test_tick_interval_from_the_configuration() -> None:
     assert Cadence(CadenceParams.from_config(conf)).next_tick(100.0) == 130.0
     conf = parse_config(base + "SchedulerParameters=max_script_size=10,bf_interval=junk\n")
     assert CadenceParams.from_config(conf).tick_interval == 5.0
+    conf = parse_config(base + "SchedulerParameters=sched_min_interval=2000000\n")
+    assert CadenceParams.from_config(conf).min_interval == 2.0
+
+
+def test_passes_start_at_least_sched_min_interval_apart() -> None:
+    c = Cadence(CadenceParams(min_interval=2.0))
+    assert c.request(10.0) == 10.0
+    c.started(10.0)
+    c.finished(10.0, 0.0)
+    assert c.request(11.0) == 12.0  # inside the window: at its end
+    assert c.request(11.5) is None  # coalesced
+    c.started(12.0)
+    c.finished(12.0, 0.0)
+    assert c.request(20.0) == 20.0
 
 
 # ---- time limits decided by the controller --------------------------------------------------

@@ -9,6 +9,8 @@ the production cadence:
 - triggers that arrive while a pass runs ask for one more pass after it, delayed by twice
   the pass's duration (at least `MIN_GAP`, at most `MAX_GAP`): under load scheduling takes
   about a third of the loop, so submissions keep flowing while the queue is long;
+- passes start at least `SchedulerParameters=sched_min_interval=` (microseconds, as in
+  Slurm; default 2) apart: triggers inside that window wait for its end;
 - a periodic tick every `tick_interval` runs the controller's periodic duties
   (controller/duties.py) and asks for a pass (priorities age, begin times pass).
 
@@ -26,6 +28,7 @@ from corral.model.config import ClusterConfig
 
 MIN_GAP = 0.002  # seconds between a pass and the coalesced one after it, at least
 MAX_GAP = 1.0  # and at most
+DEFAULT_MIN_INTERVAL = 2e-6  # Slurm's sched_min_interval default, 2 microseconds
 
 
 def _scheduler_parameter(text: str, key: str) -> float | None:
@@ -43,15 +46,17 @@ def _scheduler_parameter(text: str, key: str) -> float | None:
 @dataclass(frozen=True, slots=True)
 class CadenceParams:
     tick_interval: float = 5.0  # periodic duties and a pass, in seconds
+    min_interval: float = DEFAULT_MIN_INTERVAL  # between the starts of two passes, in seconds
 
     @classmethod
     def from_config(cls, config: ClusterConfig) -> CadenceParams:
         params = config.options.get("SchedulerParameters", "")
         given = [s for s in (_scheduler_parameter(params, "sched_interval"),
                              _scheduler_parameter(params, "bf_interval")) if s is not None]
-        if given:
-            return cls(tick_interval=max(1.0, min(given)))
-        return cls(tick_interval=float(max(1, config.get_int("SchedulerInterval"))))
+        tick = max(1.0, min(given)) if given else float(max(1, config.get_int("SchedulerInterval")))
+        micros = _scheduler_parameter(params, "sched_min_interval")
+        return cls(tick_interval=tick,
+                   min_interval=DEFAULT_MIN_INTERVAL if micros is None else micros / 1e6)
 
 
 class Cadence:
@@ -59,7 +64,7 @@ class Cadence:
     wanted again after the running one.  The caller arms a timer for the time `request`
     or `finished` returns and calls `started`/`finished` around the pass."""
 
-    __slots__ = ("params", "due", "running", "again", "last_duration", "passes")
+    __slots__ = ("params", "due", "running", "again", "last_duration", "last_start", "passes")
 
     def __init__(self, params: CadenceParams | None = None) -> None:
         self.params = params or CadenceParams()
@@ -67,6 +72,7 @@ class Cadence:
         self.running = False
         self.again = False  # a trigger came during the running pass
         self.last_duration = 0.0
+        self.last_start = float("-inf")
         self.passes = 0
 
     def request(self, now: float, delay: float = 0.0) -> float | None:
@@ -77,12 +83,13 @@ class Cadence:
             return None
         if self.due is not None:
             return None
-        self.due = now + max(0.0, delay)
+        self.due = max(now + max(0.0, delay), self.last_start + self.params.min_interval)
         return self.due
 
-    def started(self) -> None:
+    def started(self, now: float) -> None:
         self.due = None
         self.running = True
+        self.last_start = now
 
     def finished(self, now: float, duration: float) -> float | None:
         """The pass ended at `now` after `duration` seconds: the time of the coalesced pass

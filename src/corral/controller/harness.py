@@ -144,7 +144,7 @@ class Harness:
         last = None
         cadence = self.ctl.cadence
         for _ in range(max_passes):
-            cadence.started()
+            cadence.started(self.clock())
             dec = self.call(self.ctl.schedule_pass, self.clock())
             last = dec if dec is not None else last
             cadence.finished(self.clock(), 0.0)

@@ -118,7 +118,7 @@ class Scheduling(Launching):
         self.request_schedule()
 
     def _run_schedule(self) -> None:
-        self.cadence.started()
+        self.cadence.started(self.pass_driver.now())
         t0 = time.perf_counter()
         try:
             self.schedule_pass(self.clock())

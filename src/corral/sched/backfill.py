@@ -122,6 +122,20 @@ class _Node:
         return self.events
 
 
+_NAME_ORDER: dict[tuple[str, ...], list[str]] = {}
+
+
+def _natural_order(names: tuple[str, ...]) -> list[str]:
+    """The node names in natural order, remembered: a cluster's nodes rarely change, and
+    sorting them every pass cost more than the rest of setting the pass up."""
+    found = _NAME_ORDER.get(names)
+    if found is None:
+        if len(_NAME_ORDER) > 8:
+            _NAME_ORDER.clear()
+        found = _NAME_ORDER[names] = sorted(names, key=natural_key)
+    return found
+
+
 class _PartIndex:
     """Usable nodes of a partition with free CPUs, bucketed by free GPU count and sorted by
     (free CPUs, weight, name rank) inside a bucket: best-fit order without a full sort."""
@@ -282,7 +296,7 @@ class _Pass:
         self.priorities = priorities
         self.decision = Placement()
         self._most_free: dict[str, tuple[int, int, int]] = {}
-        names = sorted(snap.nodes, key=natural_key)
+        names = _natural_order(tuple(snap.nodes))
         self.by_rank = [_Node(snap.nodes[name], i) for i, name in enumerate(names)]
         self.nodes = {n.name: n for n in self.by_rank}
         # [reservations hook] advanced reservations' node windows (sched/reserved.py) are
@@ -332,6 +346,10 @@ class _Pass:
         self.static: dict[tuple[Any, ...], PendingReason | None] = {}
         self.planned_count = 0
         self._plan_members: dict[tuple[str, Request, int], list[tuple[_Node, int, int, int]]] = {}
+        self._starts_made = 0
+        # one-node plans' candidates by lower bound, per member list (kept alive in
+        # _plan_members, so its id is stable), with the start count they were made at
+        self._bounds: dict[int, tuple[int, list[tuple[float, tuple[int, int, int, int], _Node, int, int, int]]]] = {}
         self._groups: dict[tuple[str, str], list[list[NodeView]]] = {}
 
     # ---- starting jobs now ----------------------------------------------------------
@@ -356,6 +374,7 @@ class _Pass:
         return allocate(req, required, ordered, extra)
 
     def commit(self, allocs: list[NodeAlloc], end: float, exclusive: bool) -> None:
+        self._starts_made += 1
         for a in allocs:
             node = self.nodes[a.node]
             node.free_cpus -= a.cpus
@@ -479,12 +498,17 @@ class _Pass:
         static key), looking only at nodes whose lower bound can still beat the best."""
         now = self.now
         whole = req.exclusive
-        bounds = []
-        for node, c, m, g in fits:
-            at = _earliest_fit(node, c, m, g, whole, now)
-            if at != INFINITE_TIME:
-                bounds.append((at, node.static_key, node, c, m, g))
-        bounds.sort(key=lambda b: (b[0], b[1]))
+        cached = self._bounds.get(id(fits))
+        if cached is not None and cached[0] == self._starts_made:
+            bounds = cached[1]
+        else:  # the order by lower bound changes only when a job starts somewhere
+            bounds = []
+            for node, c, m, g in fits:
+                at = _earliest_fit(node, c, m, g, whole, now)
+                if at != INFINITE_TIME:
+                    bounds.append((at, node.static_key, node, c, m, g))
+            bounds.sort(key=lambda b: (b[0], b[1]))
+            self._bounds[id(fits)] = (self._starts_made, bounds)
         best: tuple[float, tuple[int, int, int, int]] | None = None
         chosen: _Node | None = None
         for at, static_key, node, c, m, g in bounds:

@@ -195,7 +195,7 @@ class Simulator:
             self.changed = False
             return
         cadence = self.ctl.cadence  # nothing to decide: the pass is skipped
-        cadence.started()
+        cadence.started(self.now)
         cadence.finished(self.now, 0.0)
 
     def _tick(self) -> None:
