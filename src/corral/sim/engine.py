@@ -148,7 +148,7 @@ class Simulator:
         self.ctl.launch_batch = self._started
         self.ctl.table.subscribe(self._event)
         logging.getLogger("corral.controller.events").disabled = True
-        self.records = [JobRecord(i, j.submit, j.gpus, j.cpus, j.run_time)
+        self.records = [JobRecord(i, (EPOCH + j.submit) - EPOCH, j.gpus, j.cpus, j.run_time)
                         for i, j in enumerate(jobs)]
         self.by_job: dict[int, JobRecord] = {}
         self.starts: list[int] = []
@@ -201,6 +201,8 @@ class Simulator:
     def _tick(self) -> None:
         if self.ticked or self.exact:
             self.ticked = False
+            if self.exact:  # the agents heartbeat
+                self.ctl.agent_contact(list(self.ctl.agent_senders))
             periodic_duties(self.ctl, self.now)
         self.push(self.ctl.cadence.next_tick(self.now), _TICK, None)
 
