@@ -418,8 +418,10 @@ class _Pass:
         starts: dict[str, list[tuple[float, float]]] = {}
         candidates: list[_Node] = []
         fits = self._plan_nodes(req, part, per_node, members, con)
-        if k == 1 and not req_set:
-            return self._plan_one(req, fits, duration)
+        if not req_set:
+            if k == 1:
+                return self._plan_one(req, fits, duration)
+            return self._plan_many(req, fits, k, duration)
         for node, c, m, g in fits:
             demand = (c, m, g, req.exclusive, duration)
             spans = node.plan_cache.get(demand)
@@ -443,8 +445,12 @@ class _Pass:
             if chosen is None or best is None:
                 return None
             return best[0], [chosen]
-        # Sweep the interval ends: the earliest time `k` nodes (all required ones among
-        # them) are free together.
+        return self._sweep(candidates, starts, k, {self.nodes[name].rank for name in req_set})
+
+    def _sweep(self, candidates: Iterable[_Node], starts: dict[str, list[tuple[float, float]]],
+               k: int, req_ranks: set[int]) -> tuple[float, list[_Node]] | None:
+        """Sweep the interval ends: the earliest time `k` nodes (all required ones among
+        them) are free together, and which."""
         events: list[tuple[float, int, int]] = []
         for node in candidates:
             for a, b in starts[node.name]:
@@ -452,7 +458,6 @@ class _Pass:
                 events.append((b, 1, node.rank))
         events.sort()
         active: set[int] = set()
-        req_ranks = {self.nodes[name].rank for name in req_set}
         for t, kind, rank in events:
             if kind == 1:
                 active.discard(rank)
@@ -466,6 +471,46 @@ class _Pass:
                 picked = [self.by_rank[r] for r in sorted(req_ranks)] + others
                 return t, picked[:k]
         return None
+
+    def _plan_many(self, req: Request, fits: list[tuple[_Node, int, int, int]], k: int,
+                   duration: float) -> tuple[float, list[_Node]] | None:
+        """A plan on `k` nodes (none required), sweeping only the nodes that can matter:
+        nodes are added in order of their lower bound until none left out could be free
+        by the earliest time found (the sweep up to that time is then the full one's)."""
+        bounds = self._bounds_of(fits, req.exclusive)
+        whole = req.exclusive
+        now = self.now
+        starts: dict[str, list[tuple[float, float]]] = {}
+        candidates: list[_Node] = []
+        taken = 0
+
+        def take(upto: int) -> None:
+            nonlocal taken
+            for _, _, node, c, m, g in bounds[taken:upto]:
+                demand = (c, m, g, whole, duration)
+                spans = node.plan_cache.get(demand)
+                if spans is None:
+                    spans = node.plan_cache[demand] = _feasible_starts(node, c, m, g, whole,
+                                                                       now, duration)
+                if spans:
+                    starts[node.name] = spans
+                    candidates.append(node)
+            taken = max(taken, upto)
+
+        take(min(k, len(bounds)))
+        while True:
+            found = self._sweep(candidates, starts, k, set())
+            if found is None:
+                if taken >= len(bounds):
+                    return None
+                take(min(len(bounds), 2 * taken))
+                continue
+            more = taken
+            while more < len(bounds) and bounds[more][0] <= found[0]:
+                more += 1
+            if more == taken:
+                return found
+            take(more)
 
     def _plan_nodes(self, req: Request, part: str, per_node: int, members: Iterable[_Node],
                     con: Constraint | None) -> list[tuple[_Node, int, int, int]]:
@@ -492,23 +537,30 @@ class _Pass:
         self._plan_members[key] = out
         return out
 
+    def _bounds_of(self, fits: list[tuple[_Node, int, int, int]],
+                   whole: bool) -> list[tuple[float, tuple[int, int, int, int], _Node, int, int, int]]:
+        """The nodes that could ever hold the request, with their lower bound, in order of
+        (bound, best-fit key); remembered until a job starts somewhere in this pass."""
+        cached = self._bounds.get(id(fits))
+        if cached is not None and cached[0] == self._starts_made:
+            return cached[1]
+        now = self.now
+        bounds = []
+        for node, c, m, g in fits:
+            at = _earliest_fit(node, c, m, g, whole, now)
+            if at != INFINITE_TIME:
+                bounds.append((at, node.static_key, node, c, m, g))
+        bounds.sort(key=lambda b: (b[0], b[1]))
+        self._bounds[id(fits)] = (self._starts_made, bounds)
+        return bounds
+
     def _plan_one(self, req: Request, fits: list[tuple[_Node, int, int, int]],
                   duration: float) -> tuple[float, list[_Node]] | None:
         """A one-node plan: the node with the earliest feasible start (then the best-fit
         static key), looking only at nodes whose lower bound can still beat the best."""
         now = self.now
         whole = req.exclusive
-        cached = self._bounds.get(id(fits))
-        if cached is not None and cached[0] == self._starts_made:
-            bounds = cached[1]
-        else:  # the order by lower bound changes only when a job starts somewhere
-            bounds = []
-            for node, c, m, g in fits:
-                at = _earliest_fit(node, c, m, g, whole, now)
-                if at != INFINITE_TIME:
-                    bounds.append((at, node.static_key, node, c, m, g))
-            bounds.sort(key=lambda b: (b[0], b[1]))
-            self._bounds[id(fits)] = (self._starts_made, bounds)
+        bounds = self._bounds_of(fits, whole)
         best: tuple[float, tuple[int, int, int, int]] | None = None
         chosen: _Node | None = None
         for at, static_key, node, c, m, g in bounds:
