@@ -57,7 +57,7 @@ class _Node:
         "name", "cpus", "mem", "gpus", "free_cpus", "free_mem", "free_gpus", "usable",
         "weight", "job_count", "exclusive", "rank", "indexes", "key", "releases",
         "holds", "events", "static_key", "part_names", "plan_cache", "features",
-        "gpu_type", "tmp_disk", "fit_cache",
+        "gpu_type", "tmp_disk", "fit_cache", "sorted_releases",
     )
 
     name: str
@@ -101,6 +101,7 @@ class _Node:
         # earliest fit by releases alone, by (cpus, mem, gpus, whole): a lower bound of any
         # plan's start here, valid until a job starts on the node (holds do not change it)
         self.fit_cache: dict[tuple[int, int, int, bool], float] = {}
+        self.sorted_releases: list[_Event] | None = None
         self.static_key = (v.gpus, v.cpus, v.weight, rank)
 
     def index_key(self) -> tuple[int, tuple[int, int, int]] | None:
@@ -258,7 +259,9 @@ def _earliest_fit(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
         return found
     c, m, g, j, x = node.free_cpus, node.free_mem, len(node.free_gpus), node.job_count, int(node.exclusive)
     at = INFINITE_TIME
-    releases = sorted(node.releases)
+    releases = node.sorted_releases
+    if releases is None:
+        releases = node.sorted_releases = sorted(node.releases)
     i, n = 0, len(releases)
     while i < n and releases[i][0] <= now:
         _, dc, dm, dg, dj, dx = releases[i]
@@ -390,6 +393,7 @@ class _Pass:
                 node.events = None
             node.plan_cache.clear()
             node.fit_cache.clear()
+            node.sorted_releases = None
             self._reindex(node)
 
     def _reindex(self, node: _Node) -> None:
