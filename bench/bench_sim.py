@@ -32,7 +32,8 @@ SWF = Path(os.environ.get("CORRAL_SWF_TRACE",
 def run_sim(args: list[str], runs: int) -> tuple[float, str]:
     times = []
     out = ""
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p))
     for _ in range(runs):
         t0 = time.perf_counter()
         r = subprocess.run([sys.executable, "-m", "corral.admin.main", "sim", *args],

@@ -7,7 +7,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from corral.model.config import ConfigError, parse_config
+
+if TYPE_CHECKING:
+    from corral.sim.engine import SimResult
 
 DEFAULT_GPU_NODES = 64
 
@@ -22,6 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="the first N jobs (a shorter trace is repeated end to end)")
     p.add_argument("--pass-cost", type=float, default=0.0, metavar="SECONDS",
                    help="virtual seconds a scheduling pass takes (default 0)")
+    p.add_argument("--jobs-out", metavar="CSV",
+                   help="also write each job's submit, start and end (virtual seconds) here")
     p.add_argument("--exact", action="store_true",
                    help="run every pass and tick the cadence arms, even those nothing changed")
     p.set_defaults(fn=cmd_sim)
@@ -63,5 +70,27 @@ def cmd_sim(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"corral sim: error: {e}", file=sys.stderr)
         return 1
-    sys.stdout.write(render(summarise(sim.run())))
+    result = sim.run()
+    if args.jobs_out:
+        try:
+            write_jobs(result, Path(args.jobs_out))
+        except OSError as e:
+            print(f"corral sim: error: {args.jobs_out}: {e.strerror or e}", file=sys.stderr)
+            return 1
+    sys.stdout.write(render(summarise(result)))
     return 0
+
+
+def write_jobs(result: SimResult, path: Path) -> None:
+    """One row per trace job, in trace order: index (0-based), job id, submit, start and
+    end (virtual seconds from the trace's start; empty if it never did) and final state."""
+    import csv
+
+    def t(x: float | None) -> str:
+        return "" if x is None else f"{x:.6f}"
+
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["index", "job_id", "submit", "start", "end", "state"])
+        for r in result.records:
+            w.writerow([r.index, r.job_id or "", t(r.submit), t(r.start), t(r.end), r.state])

@@ -44,6 +44,8 @@ from corral.store.memory import MemoryStore
 EPOCH = 1_700_000_000.0  # virtual time of the trace's 0 (any fixed date)
 SCRIPT = "#!/bin/sh\n"
 
+# at the same instant: submissions, then ends (the node reports a job that ran to its limit
+# before the controller's tick would), then the pass, then the tick
 _SUBMIT, _END, _PASS, _TICK = 0, 1, 2, 3
 
 
@@ -163,7 +165,7 @@ class Simulator:
     # ---- the event queue ----------------------------------------------------------------
     def push(self, at: float, kind: int, what: Any) -> None:
         self._seq += 1
-        heapq.heappush(self.queue, (at, self._seq, kind, what))
+        heapq.heappush(self.queue, (at, kind, self._seq, what))
 
     def run(self) -> SimResult:
         t0 = time.perf_counter()
@@ -173,7 +175,7 @@ class Simulator:
             self.push(EPOCH + self.trace[0].submit, _TICK, None)
         queue = self.queue
         while queue:
-            at, _, kind, what = heapq.heappop(queue)
+            at, kind, _, what = heapq.heappop(queue)
             self.now = at
             if kind == _SUBMIT:
                 self._submit(what)
