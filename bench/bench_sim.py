@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -34,15 +35,19 @@ def run_sim(args: list[str], runs: int) -> tuple[float, str]:
     out = ""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p))
+    cpu = []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         r = subprocess.run([sys.executable, "-m", "corral.admin.main", "sim", *args],
                            capture_output=True, text=True, env=env, check=False)
         times.append(time.perf_counter() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
         if r.returncode != 0:
             raise SystemExit(f"corral sim failed: {r.stderr.strip()}")
         out = r.stdout
-    return statistics.median(times), out
+    return statistics.median(times), f"{out}(CPU time of the command: {statistics.median(cpu):.1f} s)\n"
 
 
 def report(title: str, jobs: int, wall: float, out: str) -> None:

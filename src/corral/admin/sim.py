@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from corral.model.config import ConfigError, parse_config
