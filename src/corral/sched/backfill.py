@@ -304,14 +304,9 @@ class _Pass:
         self.nodes = {n.name: n for n in self.by_rank}
         # [reservations hook] advanced reservations' node windows (sched/reserved.py) are
         # held whole, so a job fits on such a node only if it ends before the window.
-        # (the planning list is `reservations` here, `holds` after the `sim` branch's
-        # rename: either works)
         for name, start, end in snap.blocked:
             if name in self.nodes:
-                blocked = self.nodes[name]
-                held: list[Any] | None = getattr(blocked, "holds", None)
-                (blocked.reservations if held is None else held).append(
-                    (start, end, 0, 0, 0, True))
+                self.nodes[name].holds.append((start, end, 0, 0, 0, True))
         for r in snap.running:
             if r.end_time == INFINITE_TIME:
                 continue
