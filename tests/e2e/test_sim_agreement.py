@@ -1,7 +1,8 @@
 """The simulator schedules as the live cluster does: a small trace (30 short jobs) is
 replayed on a running cluster through sbatch, then in `corral sim` with the same slurm.conf
 and the submit times the cluster saw; the jobs start in the same order, at the same times
-within the cluster's scheduling latency."""
+within the cluster's scheduling latency (the simulation is given the submit times and run
+times the cluster saw)."""
 
 from __future__ import annotations
 
@@ -37,9 +38,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
 
 
-def replay_live(c: Cluster) -> tuple[list[float], list[float]]:
-    """Submit the trace at its times; each job writes when it started.  Returns the submit
-    and start offsets the cluster saw (seconds from the first submission)."""
+def replay_live(c: Cluster) -> tuple[list[float], list[float], list[float]]:
+    """Submit the trace at its times; each job writes when it started and when its work
+    ended.  Returns the submit and start offsets the cluster saw (seconds from the first
+    submission) and how long each job's work really took (a loaded machine stretches the
+    sleeps: the simulation is given the real run times, so a late end is not counted as a
+    scheduling difference)."""
     stamps = c.workdir / "stamps"
     stamps.mkdir()
     submitted: list[float] = []
@@ -52,20 +56,22 @@ def replay_live(c: Cluster) -> tuple[list[float], list[float]]:
         submitted.append(time.time() - t0)
         ids.append(c.sbatch("-N1", "-n1", "-c1", f"--gpus-per-node={gpus}", "-t", "1",
                             "-o", "/dev/null",
-                            f"--wrap=date +%s.%N > {stamps}/{i}; sleep {run}"))
+                            f"--wrap=date +%s.%N > {stamps}/{i}; sleep {run}; "
+                            f"date +%s.%N > {stamps}/{i}.end"))
     for jid in ids:
         c.wait_state(jid, "COMPLETED", timeout=240)
     starts = [float((stamps / str(i)).read_text()) - t0 for i in range(len(TRACE))]
-    return submitted, starts
+    runs = [float((stamps / f"{i}.end").read_text()) - t0 - starts[i] for i in range(len(TRACE))]
+    return submitted, starts, runs
 
 
-def replay_sim(c: Cluster, tmp: Path, submitted: list[float]) -> list[float]:
+def replay_sim(c: Cluster, tmp: Path, submitted: list[float], runs: list[float]) -> list[float]:
     trace = tmp / "trace.csv"
     with open(trace, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["submit", "run_time", "time_limit", "gpus", "cpus"])
-        for at, (_, run, gpus) in zip(submitted, TRACE, strict=True):
-            w.writerow([f"{at:.3f}", run, LIMIT_S, gpus, 1])
+        for at, run, (_, _, gpus) in zip(submitted, runs, TRACE, strict=True):
+            w.writerow([f"{at:.3f}", f"{run:.3f}", LIMIT_S, gpus, 1])
     conf = tmp / "slurm.conf"
     conf.write_text(CONFIG)
     out = tmp / "jobs.csv"
@@ -77,8 +83,8 @@ def replay_sim(c: Cluster, tmp: Path, submitted: list[float]) -> list[float]:
 
 
 def test_the_simulator_starts_jobs_as_the_cluster_does(cluster: Cluster, tmp_path: Path) -> None:
-    submitted, live = replay_live(cluster)
-    sim = replay_sim(cluster, tmp_path, submitted)
+    submitted, live, runs = replay_live(cluster)
+    sim = replay_sim(cluster, tmp_path, submitted, runs)
     waited = sum(1 for s, at in zip(sim, submitted, strict=True) if s - at > 1)
     assert waited >= 10, "the trace must make jobs wait, or it tests nothing"
     far = [(i, round(s, 2), round(x, 2)) for i, (s, x) in enumerate(zip(sim, live, strict=True))

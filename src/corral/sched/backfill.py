@@ -137,6 +137,21 @@ def _natural_order(names: tuple[str, ...]) -> list[str]:
     return found
 
 
+# (lower bound, best-fit key, node, cpus, mem, gpus) of one node for one request
+_Bound = tuple[float, tuple[int, int, int, int], _Node, int, int, int]
+
+
+class _Bounds:
+    __slots__ = ("order", "entry", "share", "seen")
+
+    def __init__(self, order: list[_Bound], entry: dict[int, _Bound],
+                 share: dict[int, tuple[_Node, int, int, int]], seen: int) -> None:
+        self.order = order  # by (bound, best-fit key)
+        self.entry = entry  # node rank -> its place in `order`
+        self.share = share  # node rank -> (node, cpus, mem, gpus) the request asks of it
+        self.seen = seen  # starts of the pass already reflected
+
+
 class _PartIndex:
     """Usable nodes of a partition with free CPUs, bucketed by free GPU count and sorted by
     (free CPUs, weight, name rank) inside a bucket: best-fit order without a full sort."""
@@ -344,10 +359,11 @@ class _Pass:
         self.static: dict[tuple[Any, ...], PendingReason | None] = {}
         self.planned_count = 0
         self._plan_members: dict[tuple[str, Request, int], list[tuple[_Node, int, int, int]]] = {}
-        self._starts_made = 0
-        # one-node plans' candidates by lower bound, per member list (kept alive in
-        # _plan_members, so its id is stable), with the start count they were made at
-        self._bounds: dict[int, tuple[int, list[tuple[float, tuple[int, int, int, int], _Node, int, int, int]]]] = {}
+        # nodes a job started on in this pass, in order: the lower bounds to refresh
+        self._started_on: list[_Node] = []
+        # plans' candidates in order of lower bound, per member list (kept alive in
+        # _plan_members, so its id is stable); see _bounds_of
+        self._bounds: dict[int, _Bounds] = {}
         self._groups: dict[tuple[str, str], list[list[NodeView]]] = {}
 
     # ---- starting jobs now ----------------------------------------------------------
@@ -372,7 +388,7 @@ class _Pass:
         return allocate(req, required, ordered, extra)
 
     def commit(self, allocs: list[NodeAlloc], end: float, exclusive: bool) -> None:
-        self._starts_made += 1
+        self._started_on.extend(self.nodes[a.node] for a in allocs)
         for a in allocs:
             node = self.nodes[a.node]
             node.free_cpus -= a.cpus
@@ -536,22 +552,40 @@ class _Pass:
         self._plan_members[key] = out
         return out
 
-    def _bounds_of(self, fits: list[tuple[_Node, int, int, int]],
-                   whole: bool) -> list[tuple[float, tuple[int, int, int, int], _Node, int, int, int]]:
+    def _bounds_of(self, fits: list[tuple[_Node, int, int, int]], whole: bool) -> list[_Bound]:
         """The nodes that could ever hold the request, with their lower bound, in order of
-        (bound, best-fit key); remembered until a job starts somewhere in this pass."""
+        (bound, best-fit key).  Kept for the pass: after starts, only the nodes they went
+        to move in the order."""
         cached = self._bounds.get(id(fits))
-        if cached is not None and cached[0] == self._starts_made:
-            return cached[1]
         now = self.now
-        bounds = []
-        for node, c, m, g in fits:
-            at = _earliest_fit(node, c, m, g, whole, now)
-            if at != INFINITE_TIME:
-                bounds.append((at, node.static_key, node, c, m, g))
-        bounds.sort(key=lambda b: (b[0], b[1]))
-        self._bounds[id(fits)] = (self._starts_made, bounds)
-        return bounds
+        if cached is None:
+            order: list[_Bound] = []
+            entry: dict[int, _Bound] = {}
+            share = {node.rank: (node, c, m, g) for node, c, m, g in fits}
+            for node, c, m, g in fits:
+                at = _earliest_fit(node, c, m, g, whole, now)
+                if at != INFINITE_TIME:
+                    entry[node.rank] = (at, node.static_key, node, c, m, g)
+                    order.append(entry[node.rank])
+            order.sort(key=lambda b: (b[0], b[1]))
+            self._bounds[id(fits)] = _Bounds(order, entry, share, len(self._started_on))
+            return order
+        if cached.seen < len(self._started_on):
+            order, entry = cached.order, cached.entry
+            for node in {n.rank: n for n in self._started_on[cached.seen:]}.values():
+                mine = cached.share.get(node.rank)
+                if mine is None:
+                    continue
+                old = entry.pop(node.rank, None)
+                if old is not None:  # (best-fit keys are unique: the node is found by them)
+                    del order[bisect_left(order, (old[0], old[1]))]
+                _, c, m, g = mine
+                at = _earliest_fit(node, c, m, g, whole, now)
+                if at != INFINITE_TIME:
+                    entry[node.rank] = new = (at, node.static_key, node, c, m, g)
+                    insort(order, new)
+            cached.seen = len(self._started_on)
+        return cached.order
 
     def _plan_one(self, req: Request, fits: list[tuple[_Node, int, int, int]],
                   duration: float) -> tuple[float, list[_Node]] | None:
