@@ -68,7 +68,8 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "gpu.csv"
-        write_csv(gpu_jobs(args.gpu_jobs, nodes=64, gpus_per_node=8, load=1.0, seed=1), trace)
+        if args.gpu_jobs:
+            write_csv(gpu_jobs(args.gpu_jobs, nodes=64, gpus_per_node=8, load=1.0, seed=1), trace)
         conf = Path(tmp) / "slurm.conf"
         conf.write_text(gpu_cluster_conf(64, 8))
         if args.gpu_jobs:

@@ -16,6 +16,8 @@ SIZES = (1, 1, 1, 2, 2, 4, 4, 8, 8, 16)
 
 def gpu_jobs(count: int, *, nodes: int = 64, gpus_per_node: int = 8, load: float = 1.0,
              seed: int = 1, mean_run: float = 3600.0, users: int = 20) -> list[TraceJob]:
+    if count <= 0:
+        return []
     rng = random.Random(seed)
     sizes = [rng.choice(SIZES) for _ in range(count)]
     runs = [min(mean_run * 8, rng.expovariate(1 / mean_run) + 60) for _ in range(count)]
