@@ -65,8 +65,21 @@ class NoWriter:
     def next_job_id(self) -> None:
         pass
 
+    def usage(self, state: dict[str, Any] | None, records: list[Any]) -> None:
+        pass
+
+    def auth(self, records: list[Any]) -> None:
+        pass
+
     def after_commit(self, send: Callable[[dict[str, Any]], None], msg: dict[str, Any]) -> None:
         send(msg)
+
+    def launch_after_commit(self, job: Job, build: Callable[[Job], dict[str, Any]],
+                            deliver: Callable[[dict[str, Any] | Exception], None]) -> None:
+        raise RuntimeError("the simulator builds no launch records")  # launch_batch is replaced
+
+    def reads_off_loop(self) -> bool:
+        return False
 
     async def durable(self) -> None:
         return None
@@ -149,7 +162,6 @@ class Simulator:
         self.ctl.pass_driver = SimPasses(self)
         self.ctl.launch_batch = self._started
         self.ctl.table.subscribe(self._event)
-        logging.getLogger("corral.controller.events").disabled = True
         self.records = [JobRecord(i, (EPOCH + j.submit) - EPOCH, j.gpus, j.cpus, j.run_time)
                         for i, j in enumerate(jobs)]
         self.by_job: dict[int, JobRecord] = {}
@@ -168,6 +180,16 @@ class Simulator:
         heapq.heappush(self.queue, (at, kind, self._seq, what))
 
     def run(self) -> SimResult:
+        # one log line per job event is the controller's, not the simulation's
+        events_log = logging.getLogger("corral.controller.events")
+        was = events_log.disabled
+        events_log.disabled = True
+        try:
+            return self._run()
+        finally:
+            events_log.disabled = was
+
+    def _run(self) -> SimResult:
         t0 = time.perf_counter()
         for i, j in enumerate(self.trace):
             self.push(EPOCH + j.submit, _SUBMIT, i)
