@@ -20,13 +20,14 @@ ClusterName=simagree
 KillWait=2
 MinJobAge=600
 SchedulerInterval=1
-NodeName=node-[1-2] CPUs=8 RealMemory=16000 Gres=gpu:4
-PartitionName=gpu Nodes=node-[1-2] Default=YES MaxTime=INFINITE State=UP
+NodeName=node-1 CPUs=8 RealMemory=16000 Gres=gpu:8
+PartitionName=gpu Nodes=node-1 Default=YES MaxTime=INFINITE State=UP
 """
-# (submit offset s, run time s, GPUs): 2 nodes x 4 GPUs are oversubscribed about twice, so
-# most jobs wait and backfill decides; times avoid near-ties between submissions and ends
+# (submit offset s, run time s, GPUs): one node of 8 GPUs oversubscribed about twice, so
+# most jobs wait and backfill decides (one node: no placement choice for small timing
+# differences to flip); times avoid near-ties between submissions and ends
 GPUS = (1, 2, 4, 1, 3, 2, 1, 4, 2, 1)
-TRACE = [(round(0.7 * i, 1), 2.3 + 1.2 * (i * 7 % 4), GPUS[i % len(GPUS)]) for i in range(30)]
+TRACE = [(round(0.9 * i, 1), 2.3 + 1.5 * (i * 7 % 4), GPUS[i % len(GPUS)]) for i in range(30)]
 LIMIT_S = 60  # every job's time limit (sbatch -t 1): what backfill plans with
 LATENCY_S = 3.0  # how far a live start may be from the simulated one (launch, reports, drift)
 ORDER_GAP_S = 1.0  # starts closer than this in the simulation may come in either order live
