@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from corral.agent import gpu  # noqa: E402
 from corral.agent.usage import UsageSampler  # noqa: E402
-from corral.controller.harness import FakeClock, HarnessController  # noqa: E402
+from corral.controller.harness import FakeClock, harness_controller  # noqa: E402
 from corral.controller.metrics import Metrics  # noqa: E402
 from corral.controller.usage import UsageBook  # noqa: E402
 from corral.model.config import ClusterConfig  # noqa: E402
@@ -51,7 +51,7 @@ def build(n_nodes: int, n_jobs: int, seed: int = 1) -> Metrics:
                     for n in names]
     config.partitions = [Partition(name="gpu", nodes=list(names), default=True),
                          Partition(name="cpu", nodes=list(names[: n_nodes // 4]))]
-    ctl = HarnessController(config, MemoryStore(), clock=FakeClock(NOW))
+    ctl = harness_controller(config, MemoryStore(), FakeClock(NOW))
     for n in ctl.nodes.values():
         n.responding = n.registered = True
     book = UsageBook(ctl)

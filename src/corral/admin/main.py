@@ -1,4 +1,4 @@
-"""`corral`: the administrator's command (up, down, status, join, token, node).
+"""`corral`: the administrator's command (up, down, status, join, token, node, sim).
 
 It lives apart from the thin Slurm commands (corral.cli), which must start fast.
 """
@@ -10,7 +10,7 @@ import os
 import sys
 
 from corral import paths
-from corral.admin import web, why
+from corral.admin import sim, web, why
 from corral.admin.cluster import cmd_down, cmd_status, cmd_up
 from corral.admin.joining import cmd_join, cmd_node, cmd_token
 from corral.cli import client
@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     st.set_defaults(fn=cmd_status)
     web.add_parser(sub)  # corral web: a one-time link to the dashboard
     why.add_parser(sub)  # corral why JOBID: a pending reason with its numbers
+    sim.add_parser(sub)  # corral sim TRACE: replay a trace on the scheduler in virtual time
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     if args.cmd in ("up", "down", "join"):
         # these start and stop this user's own cluster, never the machine's (root's)

@@ -21,10 +21,12 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from corral.controller.base import Identity
+from corral.controller.duties import periodic_duties
 from corral.controller.state import Controller
 from corral.model.config import ClusterConfig, parse_config
 from corral.model.job import Job
 from corral.sched.pipeline import Decision
+from corral.store.base import Store
 from corral.store.memory import MemoryStore
 
 T = TypeVar("T")
@@ -43,13 +45,28 @@ class FakeClock:
         self.now += seconds
 
 
-class HarnessController(Controller):
-    """The controller with passes run on demand instead of on the event loop."""
+class HandPasses:
+    """The pass driver of the harness: a pass asked for is only noted (the cadence's
+    `due`); `Harness.tick()` runs it, as the controller's loop would."""
 
-    schedule_wanted = False
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
 
-    def request_schedule(self, delay: float = 0.0) -> None:
-        self.schedule_wanted = True
+    def now(self) -> float:
+        return self.clock()
+
+    def arm(self, at: float, run: Callable[[], None]) -> None:
+        pass
+
+    def pass_seconds(self, measured: float) -> float:
+        return 0.0
+
+
+def harness_controller(config: ClusterConfig, store: Store, clock: FakeClock) -> Controller:
+    """The real controller, its passes run on demand (`HandPasses`)."""
+    ctl = Controller(config, store, clock=clock)
+    ctl.pass_driver = HandPasses(clock)
+    return ctl
 
 
 class Harness:
@@ -58,7 +75,7 @@ class Harness:
         self.clock = FakeClock(now)
         self.store = store or MemoryStore()
         config = parse_config(conf) if isinstance(conf, str) else conf
-        self.ctl = HarnessController(config, self.store, clock=self.clock)
+        self.ctl = harness_controller(config, self.store, self.clock)
         self.loop = asyncio.new_event_loop()
         self.sent: list[dict[str, Any]] = []  # every message to any agent, in order
         self.silent: set[str] = set()  # nodes whose agent stopped heartbeating
@@ -125,24 +142,21 @@ class Harness:
     def tick(self, max_passes: int = 100) -> Decision | None:
         """Run scheduling passes until nothing asks for another (the last decision)."""
         last = None
+        cadence = self.ctl.cadence
         for _ in range(max_passes):
-            self.ctl.schedule_wanted = False
+            cadence.started(self.clock())
             dec = self.call(self.ctl.schedule_pass, self.clock())
             last = dec if dec is not None else last
-            if not self.ctl.schedule_wanted:
+            cadence.finished(self.clock(), 0.0)
+            if cadence.due is None:
                 break
         return last
 
     def advance(self, seconds: float) -> None:
         """Move time; the agents heartbeat (except silent ones) and the controller's
-        periodic duties run, then a pass, as the SchedulerInterval tick does."""
+        periodic duties run (controller/duties.py), then a pass, as the cadence's tick does."""
         self.clock.advance(seconds)
         now = self.clock()
-        alive = [n for n in self.ctl.agent_senders if n not in self.silent]
-        self.ctl.agent_contact(alive)
-        for name in self.silent:
-            self.ctl.agent_lost([name], self.ctl.agent_senders.get(name, self.sent.append))
-        self.call(self.ctl.check_time_limits, now)
-        self.call(self.ctl.check_node_health, now)
-        self.call(self.ctl.expire_finished, now)
+        self.ctl.agent_contact([n for n in self.ctl.agent_senders if n not in self.silent])
+        self.call(periodic_duties, self.ctl, now)
         self.tick()

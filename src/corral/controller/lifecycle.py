@@ -6,6 +6,7 @@ state machine); resources are charged and released through the cluster's ledger.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -93,6 +94,9 @@ class JobLifecycle(ControllerBase):
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.ending: dict[int, _Ending] = {}
+        # what starting a batch job does on the node side: build and send its launch record
+        # (the simulator puts its own runtime model here: no records, no agents)
+        self.launch_batch: Callable[[Job], None] = self._launch
 
     def _launch(self, job: Job) -> None:
         raise NotImplementedError
@@ -131,7 +135,7 @@ class JobLifecycle(ControllerBase):
         self.mark(job)
         self.set_state(job, JobState.RUNNING, now)
         if job.batch and job.state == JobState.RUNNING:
-            self._launch(job)
+            self.launch_batch(job)
 
     # ---------------------------------------------------------- job endings
     def job_ended(self, job_id: int, state: str, exit_code: int, signal: int, end_time: float,
@@ -277,8 +281,8 @@ class JobLifecycle(ControllerBase):
             self.request_schedule()
             return job
         job.end_time = end_time
-        if reason in ("CANCELLED", "NODE_FAIL", "PREEMPTED"):
-            final = reason
+        if reason in ("CANCELLED", "NODE_FAIL", "PREEMPTED", "TIMEOUT"):
+            final = reason  # what the controller killed it for wins over how the step ended
             job.exit_code, job.term_signal = 0, 0
         else:
             # a step says REQUEUED only when the controller asked for a requeue (handled
@@ -329,15 +333,36 @@ class JobLifecycle(ControllerBase):
         self.request_schedule()
 
     def check_time_limits(self, now: float) -> None:
-        """Allocations have no step supervisor to enforce their limit: the controller does.
-        (The periodic tick: jobs waiting in COMPLETING for their steps are checked too.)"""
+        """Jobs past their time limit end TIMEOUT (the periodic tick; jobs waiting in
+        COMPLETING for their steps are checked too).  An allocation has no step supervisor,
+        so it ends here; a batch job's supervisor enforces the limit on its node as well, and
+        whichever comes first, the job ends TIMEOUT once (see `time_out_batch`)."""
         self.check_ending(now)
         for job in list(self.running.values()):
-            if job.batch or job.time_limit <= 0 or job.start_time is None:
+            if job.time_limit <= 0 or job.start_time is None or job.state != JobState.RUNNING:
                 continue
-            if job.state == JobState.RUNNING and now >= job.start_time + job.time_limit + job.suspended_secs:
+            if now < job.start_time + job.time_limit + job.suspended_secs:
+                continue
+            if job.batch:
+                self.time_out_batch(job, now)
+            else:
                 log.info("allocation %d reached its time limit", job.job_id)
                 self.end_allocation(job, "TIMEOUT")
+
+    def time_out_batch(self, job: Job, now: float) -> None:
+        """A batch job reached its limit: COMPLETING as TIMEOUT (Slurm's state TIMEOUT +
+        COMPLETING), its srun steps killed, and its node told the limit again, so the step
+        supervisor terminates it now if its own timer has not (SIGTERM, then SIGKILL after
+        KillWait; its log says "DUE TO TIME LIMIT").  The job ends TIMEOUT when the node
+        reports the batch step over, however the step says it ended.  A job already being
+        killed (cancelled, requeued) keeps that end."""
+        if job.kill_reason is not None or job.state != JobState.RUNNING:
+            return
+        log.info("job %d reached its time limit", job.job_id)
+        job.kill_reason = "TIMEOUT"
+        self.mark(job)
+        self.set_state(job, JobState.COMPLETING, now)
+        self._send_control(job, {"op": "time_limit", "seconds": job.time_limit})
 
     def requeue_job(self, job: Job, now: float, hold: bool, held: str | None = "admin") -> None:
         """Back to PENDING (its resources, if any, are released by the caller); `hold`

@@ -20,6 +20,7 @@ from corral import paths
 from corral.auth import ConnectionGuard, Verifier
 from corral.controller import logsafe, tls
 from corral.controller.auth import GUARD, LISTEN, REGISTRY, VERIFIER, Registry, signed_requests
+from corral.controller.duties import periodic_duties
 from corral.controller.server import Api
 from corral.controller.state import Controller
 from corral.model.config import ConfigError, parse_config
@@ -69,26 +70,6 @@ def raise_open_files_limit(want: int = OPEN_FILES) -> int:
         except (ValueError, OSError):
             pass
     return soft
-
-
-def drop_silent_agents(ctl: Controller, now: float) -> None:
-    """Forget agent links that stayed silent for SlurmdTimeout.
-
-    A cut network leaves the TCP connection looking open for minutes; dropping the link
-    lets `check_node_health` mark the node NOT_RESPONDING on time. The old connection may
-    come back to life with the network, so it carries a "reconnect" request: the agent
-    then registers afresh instead of talking into a link the controller has given up.
-    """
-    timeout = ctl.config.get_int("SlurmdTimeout")
-    if timeout <= 0:
-        return
-    for name, send in list(ctl.agent_senders.items()):
-        node = ctl.nodes.get(name)
-        if node is not None and node.last_contact is not None and now - node.last_contact >= timeout:
-            log.warning("agent of node %s silent for %.0f s: link dropped", name,
-                        now - node.last_contact)
-            send({"type": "reconnect", "reason": f"silent for {now - node.last_contact:.0f} s"})
-            ctl.agent_lost([name], send)
 
 
 async def serve(home: str, config_path: str, listen: str | None = None) -> int:
@@ -145,17 +126,10 @@ async def serve(home: str, config_path: str, listen: str | None = None) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    interval = max(1, config.get_int("SchedulerInterval"))
-
     async def periodic() -> None:
         while True:
-            await asyncio.sleep(interval)
-            ctl.request_schedule()
-            now = time.time()
-            ctl.check_time_limits(now)
-            drop_silent_agents(ctl, now)
-            ctl.check_node_health(now)
-            ctl.expire_finished(now)
+            await asyncio.sleep(ctl.cadence.params.tick_interval)
+            periodic_duties(ctl, time.time())
 
     tick = loop.create_task(periodic())
     log.info("controller for cluster %s listening on %s", config.cluster_name, sock_path)

@@ -9,8 +9,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any, Protocol
 
+from corral.controller.cadence import Cadence, CadenceParams
 from corral.controller.jobs import JobEvent, JobEventKind
 from corral.controller.launch import Launching
 from corral.controller.reservations import scheduling_reservations
@@ -48,30 +51,59 @@ def running_view(j: Job, now: float) -> RunningView:
     return RunningView(j.job_id, end, j.alloc, j.exclusive, j.array_job_id)
 
 
+class PassDriver(Protocol):
+    """Where the cadence's times live and how a pass is armed for one: the event loop in
+    real time (`LoopPasses`), a test's hand (`controller.harness`), the simulator's event
+    queue in virtual time (`corral.sim`)."""
+
+    def now(self) -> float: ...
+
+    def arm(self, at: float, run: Callable[[], None]) -> None: ...
+
+    def pass_seconds(self, measured: float) -> float:
+        """How long the pass that took `measured` wall seconds lasted on this timeline."""
+        ...
+
+
+class LoopPasses:
+    """Passes on the controller's event loop, on the monotonic clock."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def now(self) -> float:
+        return time.perf_counter()
+
+    def arm(self, at: float, run: Callable[[], None]) -> None:
+        loop = self.loop = asyncio.get_running_loop()
+        delay = at - time.perf_counter()
+        if delay > 0:
+            loop.call_later(delay, run)
+        else:
+            loop.call_soon(run)
+
+    def pass_seconds(self, measured: float) -> float:
+        return measured
+
+
 class Scheduling(Launching):
-    _sched_handle: asyncio.Handle | None = None
-    _sched_loop: asyncio.AbstractEventLoop | None = None
     _usage_dirty = False
     _usage_saved = 0.0
     _usage_spans: list[fs.UsageSpan]
-    _sched_running = False
-    _sched_again = False
     last_sched_duration = 0.0
     sched_passes = 0
 
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.cadence = Cadence(CadenceParams.from_config(self.config))
+        self.pass_driver: PassDriver = LoopPasses()
+
     def request_schedule(self, delay: float = 0.0) -> None:
-        """Run a scheduling pass soon; requests made meanwhile coalesce into one."""
-        if self._sched_running:
-            self._sched_again = True
-            return
-        if self._sched_handle is not None:
-            return
-        loop = asyncio.get_running_loop()
-        self._sched_loop = loop
-        if delay:
-            self._sched_handle = loop.call_later(delay, self._run_schedule)
-        else:
-            self._sched_handle = loop.call_soon(self._run_schedule)
+        """Run a scheduling pass soon; requests made meanwhile coalesce into one
+        (controller/cadence.py decides when)."""
+        at = self.cadence.request(self.pass_driver.now(), delay)
+        if at is not None:
+            self.pass_driver.arm(at, self._run_schedule)
 
     def schedule_from_any_thread(self) -> None:
         """request_schedule from a worker thread too (sacctmgr changes are committed off
@@ -79,29 +111,26 @@ class Scheduling(Launching):
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            loop = self._sched_loop
+            loop = getattr(self.pass_driver, "loop", None)
             if loop is not None and not loop.is_closed():
                 loop.call_soon_threadsafe(self.request_schedule)
             return
         self.request_schedule()
 
     def _run_schedule(self) -> None:
-        self._sched_handle = None
-        self._sched_running = True
+        self.cadence.started(self.pass_driver.now())
         t0 = time.perf_counter()
         try:
             self.schedule_pass(self.clock())
         except Exception:
             log.exception("scheduling pass failed")
         finally:
-            self._sched_running = False
             self.last_sched_duration = time.perf_counter() - t0
             self.sched_passes += 1
-        if self._sched_again:
-            self._sched_again = False
-            # Under load, passes coalesce: scheduling takes at most about a third of the
-            # loop, so submissions keep flowing while the queue is long.
-            self.request_schedule(max(0.002, min(1.0, 2 * self.last_sched_duration)))
+        driver = self.pass_driver
+        again = self.cadence.finished(driver.now(), driver.pass_seconds(self.last_sched_duration))
+        if again is not None:
+            driver.arm(again, self._run_schedule)
 
     # ---- accounting policy: the pass's view, usage charging -------------------------
     def policy_snapshot(self, now: float) -> PolicySnapshot | None:

@@ -1,18 +1,20 @@
 """One scheduling pass: priority order, then (conservative) backfill.
 
 Pending jobs are taken in order of (partition PriorityTier desc, priority desc, submit time,
-job id).  A job starts when it fits now without delaying any reservation.  The first job of
-a partition that cannot start gets a reservation: the earliest time it fits, computed from
-the end times of running jobs (and of jobs started earlier in this pass) and from the
-reservations already made; its resources are held from then on.  Lower-priority jobs may
-start now only if they leave every reservation intact: they end before it begins, or they
-use resources it does not need.  A job without a time limit never ends, so it can only take
-resources no reservation needs.  Later blocked jobs get reservations too, up to a budget
-(`max_planned`); past it they are not planned and show reason Priority.
+job id).  A job starts when it fits now without delaying any hold.  The first job of a
+partition that cannot start is planned: the earliest time it fits, computed from the end
+times of running jobs (and of jobs started earlier in this pass) and from the holds already
+made; its resources are held from then on (a *hold*: the pass's plan, not a Slurm
+reservation).  Lower-priority jobs may start now only if they leave every hold intact: they
+end before it begins, or they use resources it does not need.  A job without a time limit
+never ends, so it can only take resources no hold needs.  Later blocked jobs are planned
+too, up to a budget (`max_planned`); past it they are not planned and show reason Priority.
 
 Cost: a failed request is remembered by its shape (same partition and request), so
 thousands of identical jobs cost one node scan; single-node searches use per-partition
-indexes ordered by the best-fit key; planning walks only the nodes' own event lists.
+indexes ordered by the best-fit key; planning walks only the nodes' own event lists, and a
+single-node plan looks only at nodes whose earliest fit by releases alone (a lower bound,
+cached per node until a job starts there) can beat the best start found so far.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ _NEVER_HERE = (ReasonCode.PARTITION_CONFIG, ReasonCode.PARTITION_NODE_LIMIT,
                ReasonCode.BAD_CONSTRAINTS)
 DEFAULT_MAX_PLANNED = 64
 
-# Event deltas on a node: (time, cpus, mem, gpus, jobs, exclusive holds)
+# Event deltas on a node: (time, cpus, mem, gpus, jobs, exclusive jobs)
 _Event = tuple[float, int, int, int, int, int]
 
 
@@ -54,8 +56,8 @@ class _Node:
     __slots__ = (
         "name", "cpus", "mem", "gpus", "free_cpus", "free_mem", "free_gpus", "usable",
         "weight", "job_count", "exclusive", "rank", "indexes", "key", "releases",
-        "reservations", "events", "static_key", "part_names", "plan_cache", "features",
-        "gpu_type", "tmp_disk",
+        "holds", "events", "static_key", "part_names", "plan_cache", "features",
+        "gpu_type", "tmp_disk", "fit_cache", "sorted_releases",
     )
 
     name: str
@@ -91,11 +93,15 @@ class _Node:
         self.part_names: set[str] = set()
         self.key: tuple[int, tuple[int, int, int]] | None = None
         self.releases: list[_Event] = []  # resources coming back when jobs end
-        self.reservations: list[tuple[float, float, int, int, int, bool]] = []
-        self.events: list[_Event] | None = None  # releases and reservations, sorted
+        self.holds: list[tuple[float, float, int, int, int, bool]] = []  # planned jobs' resources
+        self.events: list[_Event] | None = None  # releases and holds, sorted
         # feasible start intervals by (cpus, mem, gpus, whole, duration); valid until the
         # node changes
         self.plan_cache: dict[tuple[int, int, int, bool, float], list[tuple[float, float]]] = {}
+        # earliest fit by releases alone, by (cpus, mem, gpus, whole): a lower bound of any
+        # plan's start here, valid until a job starts on the node (holds do not change it)
+        self.fit_cache: dict[tuple[int, int, int, bool], float] = {}
+        self.sorted_releases: list[_Event] | None = None
         self.static_key = (v.gpus, v.cpus, v.weight, rank)
 
     def index_key(self) -> tuple[int, tuple[int, int, int]] | None:
@@ -106,7 +112,7 @@ class _Node:
     def event_list(self) -> list[_Event]:
         if self.events is None:
             ev = list(self.releases)
-            for start, end, c, m, g, whole in self.reservations:
+            for start, end, c, m, g, whole in self.holds:
                 if whole:
                     c, m, g = self.cpus, self.mem, self.gpus
                 ev.append((start, -c, -m, -g, 1, 0))
@@ -115,6 +121,35 @@ class _Node:
             ev.sort(key=lambda e: e[0])
             self.events = ev
         return self.events
+
+
+_NAME_ORDER: dict[tuple[str, ...], list[str]] = {}
+
+
+def _natural_order(names: tuple[str, ...]) -> list[str]:
+    """The node names in natural order, remembered: a cluster's nodes rarely change, and
+    sorting them every pass cost more than the rest of setting the pass up."""
+    found = _NAME_ORDER.get(names)
+    if found is None:
+        if len(_NAME_ORDER) > 8:
+            _NAME_ORDER.clear()
+        found = _NAME_ORDER[names] = sorted(names, key=natural_key)
+    return found
+
+
+# (lower bound, best-fit key, node, cpus, mem, gpus) of one node for one request
+_Bound = tuple[float, tuple[int, int, int, int], _Node, int, int, int]
+
+
+class _Bounds:
+    __slots__ = ("order", "entry", "share", "seen")
+
+    def __init__(self, order: list[_Bound], entry: dict[int, _Bound],
+                 share: dict[int, tuple[_Node, int, int, int]], seen: int) -> None:
+        self.order = order  # by (bound, best-fit key)
+        self.entry = entry  # node rank -> its place in `order`
+        self.share = share  # node rank -> (node, cpus, mem, gpus) the request asks of it
+        self.seen = seen  # starts of the pass already reflected
 
 
 class _PartIndex:
@@ -156,8 +191,8 @@ class _PartIndex:
 def _fits_profile(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
                   now: float, end: float) -> bool:
     """Would taking (cpus, mem, gpus) on `node` from now until `end` leave every
-    reservation on it whole?  Only reservation starts lower what is free, so the check
-    runs at now and at each event before `end`."""
+    hold on it whole?  Only hold starts lower what is free, so the check runs at now and
+    at each event before `end`."""
     c, m, g, j, x = node.free_cpus, node.free_mem, len(node.free_gpus), node.job_count, int(node.exclusive)
     for t, dc, dm, dg, dj, dx in node.event_list():
         if t > now:
@@ -185,11 +220,11 @@ def _good(node: _Node, c: int, m: int, g: int, j: int, x: int,
 def _feasible_starts(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
                      now: float, duration: float) -> list[tuple[float, float]]:
     """Closed intervals [a, b] of start times at which the job fits on `node` for its whole
-    duration.  Fit turns true only when resources come back (a release or a reservation's
-    end), so interval starts are event times."""
+    duration.  Fit turns true only when resources come back (a release or a hold's end),
+    so interval starts are event times."""
     c, m, g, j, x = node.free_cpus, node.free_mem, len(node.free_gpus), node.job_count, int(node.exclusive)
     events = node.event_list()
-    monotone = not node.reservations  # without reservations resources only come back
+    monotone = not node.holds  # without holds resources only come back
     i, n = 0, len(events)
     while i < n and events[i][0] <= now:
         _, dc, dm, dg, dj, dx = events[i]
@@ -228,6 +263,39 @@ def _feasible_starts(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
     return out
 
 
+def _earliest_fit(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
+                  now: float) -> float:
+    """The earliest time the job fits on `node` counting only the releases of running jobs
+    (holds ignored), or INFINITE_TIME.  Holds only take resources away for a while, so no
+    plan can start the job here earlier: a lower bound of `_feasible_starts`' first start."""
+    key = (cpus, mem, gpus, whole)
+    found = node.fit_cache.get(key)
+    if found is not None:
+        return found
+    c, m, g, j, x = node.free_cpus, node.free_mem, len(node.free_gpus), node.job_count, int(node.exclusive)
+    at = INFINITE_TIME
+    releases = node.sorted_releases
+    if releases is None:
+        releases = node.sorted_releases = sorted(node.releases)
+    i, n = 0, len(releases)
+    while i < n and releases[i][0] <= now:
+        _, dc, dm, dg, dj, dx = releases[i]
+        c, m, g, j, x = c + dc, m + dm, g + dg, j + dj, x + dx
+        i += 1
+    if _good(node, c, m, g, j, x, cpus, mem, gpus, whole):
+        at = now
+    while at == INFINITE_TIME and i < n:
+        t = releases[i][0]
+        while i < n and releases[i][0] == t:
+            _, dc, dm, dg, dj, dx = releases[i]
+            c, m, g, j, x = c + dc, m + dm, g + dg, j + dj, x + dx
+            i += 1
+        if _good(node, c, m, g, j, x, cpus, mem, gpus, whole):
+            at = t
+    node.fit_cache[key] = at
+    return at
+
+
 class Gate(Protocol):
     """The limits stage as backfill sees it (sched/limits.py LimitGate)."""
 
@@ -246,19 +314,14 @@ class _Pass:
         self.priorities = priorities
         self.decision = Placement()
         self._most_free: dict[str, tuple[int, int, int]] = {}
-        names = sorted(snap.nodes, key=natural_key)
+        names = _natural_order(tuple(snap.nodes))
         self.by_rank = [_Node(snap.nodes[name], i) for i, name in enumerate(names)]
         self.nodes = {n.name: n for n in self.by_rank}
         # [reservations hook] advanced reservations' node windows (sched/reserved.py) are
         # held whole, so a job fits on such a node only if it ends before the window.
-        # (the planning list is `reservations` here, `holds` after the `sim` branch's
-        # rename: either works)
         for name, start, end in snap.blocked:
             if name in self.nodes:
-                blocked = self.nodes[name]
-                held: list[Any] | None = getattr(blocked, "holds", None)
-                (blocked.reservations if held is None else held).append(
-                    (start, end, 0, 0, 0, True))
+                self.nodes[name].holds.append((start, end, 0, 0, 0, True))
         for r in snap.running:
             if r.end_time == INFINITE_TIME:
                 continue
@@ -295,6 +358,12 @@ class _Pass:
         self.plan_failed: dict[tuple[Any, ...], float] = {}
         self.static: dict[tuple[Any, ...], PendingReason | None] = {}
         self.planned_count = 0
+        self._plan_members: dict[tuple[str, Request, int], list[tuple[_Node, int, int, int]]] = {}
+        # nodes a job started on in this pass, in order: the lower bounds to refresh
+        self._started_on: list[_Node] = []
+        # plans' candidates in order of lower bound, per member list (kept alive in
+        # _plan_members, so its id is stable); see _bounds_of
+        self._bounds: dict[int, _Bounds] = {}
         self._groups: dict[tuple[str, str], list[list[NodeView]]] = {}
 
     # ---- starting jobs now ----------------------------------------------------------
@@ -311,7 +380,7 @@ class _Pass:
         now = self.now
 
         def extra(node: Any, c: int, m: int, g: int, whole: bool) -> bool:
-            return not node.reservations or _fits_profile(node, c, m, g, whole, now, end)
+            return not node.holds or _fits_profile(node, c, m, g, whole, now, end)
 
         min_cpus = req.cpus_per_task if req.exclusive else req.min_cpus_per_node()
         min_gpus = 0 if req.exclusive else req.min_gpus_per_node()
@@ -319,6 +388,7 @@ class _Pass:
         return allocate(req, required, ordered, extra)
 
     def commit(self, allocs: list[NodeAlloc], end: float, exclusive: bool) -> None:
+        self._started_on.extend(self.nodes[a.node] for a in allocs)
         for a in allocs:
             node = self.nodes[a.node]
             node.free_cpus -= a.cpus
@@ -333,6 +403,8 @@ class _Pass:
                 node.releases.append((end, a.cpus, a.mem_mb, len(a.gpus), -1, -int(exclusive)))
                 node.events = None
             node.plan_cache.clear()
+            node.fit_cache.clear()
+            node.sorted_releases = None
             self._reindex(node)
 
     def _reindex(self, node: _Node) -> None:
@@ -346,7 +418,7 @@ class _Pass:
                 idx.add(new)
         node.key = new
 
-    # ---- planning (reservations) ----------------------------------------------------
+    # ---- planning (holds) ----------------------------------------------------
     def plan(self, req: Request, part: str, duration: float) -> tuple[float, list[_Node]] | None:
         now = self.now
         members = self.part_nodes.get(part, ())
@@ -360,18 +432,12 @@ class _Pass:
         req_set = set(req.req_nodes)
         starts: dict[str, list[tuple[float, float]]] = {}
         candidates: list[_Node] = []
-        fixed = None if req.exclusive else req.node_independent_demand(per_node)
-        filtered = req.filters_nodes
-        for node in members:
-            if not node.usable or node.name in req.exc_nodes:
-                continue
-            if con is not None and not con.node_may(node.features):
-                continue
-            if filtered and not req.node_may(node):
-                continue
-            c, m, g = fixed if fixed is not None else req.demand(node, per_node)
-            if c > node.cpus or m > node.mem or g > node.gpus:
-                continue
+        fits = self._plan_nodes(req, part, per_node, members, con)
+        if not req_set:
+            if k == 1:
+                return self._plan_one(req, fits, duration)
+            return self._plan_many(req, fits, k, duration)
+        for node, c, m, g in fits:
             demand = (c, m, g, req.exclusive, duration)
             spans = node.plan_cache.get(demand)
             if spans is None:
@@ -394,8 +460,12 @@ class _Pass:
             if chosen is None or best is None:
                 return None
             return best[0], [chosen]
-        # Sweep the interval ends: the earliest time `k` nodes (all required ones among
-        # them) are free together.
+        return self._sweep(candidates, starts, k, {self.nodes[name].rank for name in req_set})
+
+    def _sweep(self, candidates: Iterable[_Node], starts: dict[str, list[tuple[float, float]]],
+               k: int, req_ranks: set[int]) -> tuple[float, list[_Node]] | None:
+        """Sweep the interval ends: the earliest time `k` nodes (all required ones among
+        them) are free together, and which."""
         events: list[tuple[float, int, int]] = []
         for node in candidates:
             for a, b in starts[node.name]:
@@ -403,7 +473,6 @@ class _Pass:
                 events.append((b, 1, node.rank))
         events.sort()
         active: set[int] = set()
-        req_ranks = {self.nodes[name].rank for name in req_set}
         for t, kind, rank in events:
             if kind == 1:
                 active.discard(rank)
@@ -418,7 +487,132 @@ class _Pass:
                 return t, picked[:k]
         return None
 
-    def reserve(self, req: Request, nodes: list[_Node], start: float, duration: float) -> None:
+    def _plan_many(self, req: Request, fits: list[tuple[_Node, int, int, int]], k: int,
+                   duration: float) -> tuple[float, list[_Node]] | None:
+        """A plan on `k` nodes (none required), sweeping only the nodes that can matter:
+        nodes are added in order of their lower bound until none left out could be free
+        by the earliest time found (the sweep up to that time is then the full one's)."""
+        bounds = self._bounds_of(fits, req.exclusive)
+        whole = req.exclusive
+        now = self.now
+        starts: dict[str, list[tuple[float, float]]] = {}
+        candidates: list[_Node] = []
+        taken = 0
+
+        def take(upto: int) -> None:
+            nonlocal taken
+            for _, _, node, c, m, g in bounds[taken:upto]:
+                demand = (c, m, g, whole, duration)
+                spans = node.plan_cache.get(demand)
+                if spans is None:
+                    spans = node.plan_cache[demand] = _feasible_starts(node, c, m, g, whole,
+                                                                       now, duration)
+                if spans:
+                    starts[node.name] = spans
+                    candidates.append(node)
+            taken = max(taken, upto)
+
+        take(min(k, len(bounds)))
+        while True:
+            found = self._sweep(candidates, starts, k, set())
+            if found is None:
+                if taken >= len(bounds):
+                    return None
+                take(min(len(bounds), 2 * taken))
+                continue
+            more = taken
+            while more < len(bounds) and bounds[more][0] <= found[0]:
+                more += 1
+            if more == taken:
+                return found
+            take(more)
+
+    def _plan_nodes(self, req: Request, part: str, per_node: int, members: Iterable[_Node],
+                    con: Constraint | None) -> list[tuple[_Node, int, int, int]]:
+        """The partition's nodes that could ever hold one node's share of `req`, with that
+        share (cpus, mem, gpus): the same for every plan of the request in this pass."""
+        key = (part, req, per_node)
+        found = self._plan_members.get(key)
+        if found is not None:
+            return found
+        out: list[tuple[_Node, int, int, int]] = []
+        fixed = None if req.exclusive else req.node_independent_demand(per_node)
+        filtered = req.filters_nodes
+        for node in members:
+            if not node.usable or node.name in req.exc_nodes:
+                continue
+            if con is not None and not con.node_may(node.features):
+                continue
+            if filtered and not req.node_may(node):
+                continue
+            c, m, g = fixed if fixed is not None else req.demand(node, per_node)
+            if c > node.cpus or m > node.mem or g > node.gpus:
+                continue
+            out.append((node, c, m, g))
+        self._plan_members[key] = out
+        return out
+
+    def _bounds_of(self, fits: list[tuple[_Node, int, int, int]], whole: bool) -> list[_Bound]:
+        """The nodes that could ever hold the request, with their lower bound, in order of
+        (bound, best-fit key).  Kept for the pass: after starts, only the nodes they went
+        to move in the order."""
+        cached = self._bounds.get(id(fits))
+        now = self.now
+        if cached is None:
+            order: list[_Bound] = []
+            entry: dict[int, _Bound] = {}
+            share = {node.rank: (node, c, m, g) for node, c, m, g in fits}
+            for node, c, m, g in fits:
+                at = _earliest_fit(node, c, m, g, whole, now)
+                if at != INFINITE_TIME:
+                    entry[node.rank] = (at, node.static_key, node, c, m, g)
+                    order.append(entry[node.rank])
+            order.sort(key=lambda b: (b[0], b[1]))
+            self._bounds[id(fits)] = _Bounds(order, entry, share, len(self._started_on))
+            return order
+        if cached.seen < len(self._started_on):
+            order, entry = cached.order, cached.entry
+            for node in {n.rank: n for n in self._started_on[cached.seen:]}.values():
+                mine = cached.share.get(node.rank)
+                if mine is None:
+                    continue
+                old = entry.pop(node.rank, None)
+                if old is not None:  # (best-fit keys are unique: the node is found by them)
+                    del order[bisect_left(order, (old[0], old[1]))]
+                _, c, m, g = mine
+                at = _earliest_fit(node, c, m, g, whole, now)
+                if at != INFINITE_TIME:
+                    entry[node.rank] = new = (at, node.static_key, node, c, m, g)
+                    insort(order, new)
+            cached.seen = len(self._started_on)
+        return cached.order
+
+    def _plan_one(self, req: Request, fits: list[tuple[_Node, int, int, int]],
+                  duration: float) -> tuple[float, list[_Node]] | None:
+        """A one-node plan: the node with the earliest feasible start (then the best-fit
+        static key), looking only at nodes whose lower bound can still beat the best."""
+        now = self.now
+        whole = req.exclusive
+        bounds = self._bounds_of(fits, whole)
+        best: tuple[float, tuple[int, int, int, int]] | None = None
+        chosen: _Node | None = None
+        for at, static_key, node, c, m, g in bounds:
+            if best is not None and (at, static_key) >= best:
+                break
+            demand = (c, m, g, whole, duration)
+            spans = node.plan_cache.get(demand)
+            if spans is None:
+                spans = node.plan_cache[demand] = _feasible_starts(node, c, m, g, whole, now,
+                                                                   duration)
+            if spans:
+                key = (spans[0][0], static_key)
+                if best is None or key < best:
+                    best, chosen = key, node
+        if best is None or chosen is None:
+            return None
+        return best[0], [chosen]
+
+    def hold(self, req: Request, nodes: list[_Node], start: float, duration: float) -> None:
         k = len(nodes) or req.num_nodes
         if req.max_nodes and k != req.num_nodes:
             req = req.spread_over(k)  # as plan() placed it
@@ -427,7 +621,7 @@ class _Pass:
         end = start + duration
         for node in nodes:
             c, m, g = req.demand(node, per_node)
-            node.reservations.append((start, end, c, m, g, req.exclusive))
+            node.holds.append((start, end, c, m, g, req.exclusive))
             node.events = None
             node.plan_cache.clear()
 
@@ -585,7 +779,7 @@ class _Pass:
                 self.plan_failed[shape] = duration
                 continue
             start, nodes = plan
-            self.reserve(req, nodes, start, duration)
+            self.hold(req, nodes, start, duration)
             dec.planned[job.job_id] = (start, [n.name for n in nodes])
         return dec
 
@@ -630,7 +824,7 @@ def schedule(snap: Snapshot, *, max_planned: int = DEFAULT_MAX_PLANNED,
              priorities: dict[int, int] | None = None, gate: Gate | None = None) -> Placement:
     """One pass over the pending jobs: which start now (and where), why the others wait,
     and when the planned ones are expected to start.  `max_planned` bounds how many jobs
-    behind each partition's first blocked job get a reservation.  `priorities` (job id →
+    behind each partition's first blocked job get a hold.  `priorities` (job id →
     priority, from the priority stage) overrides each view's own `priority`.  `gate` (the
     limits stage, sched/limits.py) is asked about each job in priority order just before
     it is placed and told of each start; a job it stops waits with its reason and

@@ -1,0 +1,301 @@
+"""A discrete-event simulator on the production controller.
+
+The real `Controller` (submission use case, scheduling pipeline, lifecycle, periodic
+duties) runs in virtual time over an in-memory store, with nothing written and no agents:
+
+- a trace job is submitted at its submit time through the submission use case;
+- passes run when the production cadence (controller/cadence.py) arms them, on this
+  engine's event queue (`SimPasses`); the periodic tick runs the duty list
+  (controller/duties.py);
+- a started job ends at start + run time, COMPLETED, or at its time limit, TIMEOUT (the step
+  supervisor's part): the controller's `launch_batch` is this engine's runtime model, so no
+  launch record is built (no payload read, no user lookup);
+- every start and end is read from the job table's events.
+
+Two shortcuts keep month-long traces fast, both off with `exact=True`: a pass or a tick
+that nothing could have changed since the last one (no job event since) is skipped (it
+could only re-age priorities), and the agents never fall silent (SlurmdTimeout=0).
+A pass takes `pass_cost` seconds of virtual time (0 by default), which is what the
+cadence's coalescing sees.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from copy import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral.controller.base import Identity
+from corral.controller.duties import periodic_duties
+from corral.controller.errors import SlurmError
+from corral.controller.jobs import JobEvent, JobEventKind
+from corral.controller.state import Controller
+from corral.model.config import ClusterConfig
+from corral.model.job import Job, JobState
+from corral.sim.trace import TraceJob
+from corral.store.base import JobPayload, Store
+from corral.store.memory import MemoryStore
+
+EPOCH = 1_700_000_000.0  # virtual time of the trace's 0 (any fixed date)
+SCRIPT = "#!/bin/sh\n"
+
+# at the same instant: submissions, then ends (the node reports a job that ran to its limit
+# before the controller's tick would), then the pass, then the tick
+_SUBMIT, _END, _PASS, _TICK = 0, 1, 2, 3
+
+
+class NoWriter:
+    """The group-commit writer's interface, writing nothing: a simulation keeps its state in
+    memory, and messages that wait for a commit go at once (there are no agents)."""
+
+    def job(self, job: Job) -> None:
+        pass
+
+    def node(self, name: str) -> None:
+        pass
+
+    def payload(self, job_id: int, payload: JobPayload) -> None:
+        pass
+
+    def next_job_id(self) -> None:
+        pass
+
+    def usage(self, state: dict[str, Any] | None, records: list[Any]) -> None:
+        pass
+
+    def auth(self, records: list[Any]) -> None:
+        pass
+
+    def after_commit(self, send: Callable[[dict[str, Any]], None], msg: dict[str, Any]) -> None:
+        send(msg)
+
+    def launch_after_commit(self, job: Job, build: Callable[[Job], dict[str, Any]],
+                            deliver: Callable[[dict[str, Any] | Exception], None]) -> None:
+        raise RuntimeError("the simulator builds no launch records")  # launch_batch is replaced
+
+    def reads_off_loop(self) -> bool:
+        return False
+
+    async def durable(self) -> None:
+        return None
+
+
+def run_now(coro: Any) -> Any:
+    """Run a use case's coroutine that never waits (the writer is `NoWriter`) to its end,
+    without an event loop."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise RuntimeError("a use case waited for I/O in the simulator")
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """One trace job as the simulation ran it."""
+
+    index: int  # in the trace
+    submit: float  # virtual seconds from the trace's start
+    gpus: int
+    cpus: int
+    run_time: float
+    job_id: int | None = None  # None: the submission was refused
+    start: float | None = None
+    end: float | None = None
+    state: str = "PENDING"
+    refused: str | None = None
+
+
+@dataclass(slots=True)
+class SimResult:
+    records: list[JobRecord]
+    total_gpus: int
+    total_cpus: int
+    passes: int
+    wall_seconds: float
+    starts: list[int] = field(default_factory=list)  # trace indexes in start order
+
+
+class SimPasses:
+    """The cadence's driver on the engine's event queue, in virtual time."""
+
+    def __init__(self, engine: Simulator) -> None:
+        self.engine = engine
+
+    def now(self) -> float:
+        return self.engine.now
+
+    def arm(self, at: float, run: Callable[[], None]) -> None:
+        self.engine.push(at, _PASS, run)
+
+    def pass_seconds(self, measured: float) -> float:
+        return self.engine.pass_cost
+
+
+def sim_config(config: ClusterConfig, exact: bool) -> ClusterConfig:
+    out = copy(config)
+    out.options = dict(config.options)
+    if not exact:
+        out.options["SlurmdTimeout"] = "0"  # simulated agents never fall silent
+    return out
+
+
+class Simulator:
+    def __init__(self, config: ClusterConfig, jobs: Sequence[TraceJob], *,
+                 pass_cost: float = 0.0, exact: bool = False,
+                 store: Store | None = None) -> None:
+        self.now = EPOCH
+        self.pass_cost = pass_cost
+        self.exact = exact
+        self.trace = jobs
+        self.queue: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+        self.ctl = Controller(sim_config(config, exact), store or MemoryStore(),
+                              clock=lambda: self.now)
+        self.ctl.writer = NoWriter()  # type: ignore[assignment]
+        self.ctl.pass_driver = SimPasses(self)
+        self.ctl.launch_batch = self._started
+        self.ctl.table.subscribe(self._event)
+        self.records = [JobRecord(i, (EPOCH + j.submit) - EPOCH, j.gpus, j.cpus, j.run_time)
+                        for i, j in enumerate(jobs)]
+        self.by_job: dict[int, JobRecord] = {}
+        self.starts: list[int] = []
+        self.changed = True  # a job event since the last pass
+        self.ticked = True  # a job event since the last tick
+        self._who: dict[str, Identity] = {}
+        self._gpus_per_node = max((n.gpus for n in self.ctl.nodes.values()), default=0)
+        self._cpus_per_node = max((n.cpus for n in self.ctl.nodes.values()), default=1)
+        names = list(self.ctl.nodes)
+        self.ctl.agent_registered(names, lambda msg: None, {"start_time": self.now}, [])
+
+    # ---- the event queue ----------------------------------------------------------------
+    def push(self, at: float, kind: int, what: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self.queue, (at, kind, self._seq, what))
+
+    def run(self) -> SimResult:
+        # one log line per job event is the controller's, not the simulation's
+        events_log = logging.getLogger("corral.controller.events")
+        was = events_log.disabled
+        events_log.disabled = True
+        try:
+            return self._run()
+        finally:
+            events_log.disabled = was
+
+    def _run(self) -> SimResult:
+        t0 = time.perf_counter()
+        for i, j in enumerate(self.trace):
+            self.push(EPOCH + j.submit, _SUBMIT, i)
+        if self.trace:
+            self.push(EPOCH + self.trace[0].submit, _TICK, None)
+        queue = self.queue
+        while queue:
+            at, kind, _, what = heapq.heappop(queue)
+            self.now = at
+            if kind == _SUBMIT:
+                self._submit(what)
+            elif kind == _END:
+                job_id, state = what
+                self.ctl.job_ended(job_id, state, 0, 15 if state == "TIMEOUT" else 0, at)
+            elif kind == _PASS:
+                self._pass(what)
+            elif queue:  # (running jobs have their ends queued: nothing else can change)
+                self._tick()
+        nodes = self.ctl.nodes.values()
+        return SimResult(self.records, sum(n.gpus for n in nodes), sum(n.cpus for n in nodes),
+                         self.ctl.sched_passes, time.perf_counter() - t0, self.starts)
+
+    def _pass(self, run: Callable[[], None]) -> None:
+        if self.changed or self.exact:
+            run()
+            # the pass's own starts change nothing a pass would decide again
+            self.changed = False
+            return
+        cadence = self.ctl.cadence  # nothing to decide: the pass is skipped
+        cadence.started(self.now)
+        cadence.finished(self.now, 0.0)
+
+    def _tick(self) -> None:
+        if self.ticked or self.exact:
+            self.ticked = False
+            if self.exact:  # the agents heartbeat
+                self.ctl.agent_contact(list(self.ctl.agent_senders))
+            periodic_duties(self.ctl, self.now)
+        self.push(self.ctl.cadence.next_tick(self.now), _TICK, None)
+
+    # ---- the workload -------------------------------------------------------------------
+    def who(self, user: str) -> Identity:
+        who = self._who.get(user)
+        if who is None:
+            uid = 10_000 + len(self._who)
+            who = self._who[user] = Identity(uid, uid, user, False)
+        return who
+
+    def spec(self, j: TraceJob) -> dict[str, Any]:
+        spec: dict[str, Any] = {"work_dir": "/", "time_limit": max(1, math.ceil(j.time_limit)),
+                                "name": "sim"}
+        per_node = self._gpus_per_node
+        if j.gpus and per_node and j.gpus > per_node:
+            nodes = -(-j.gpus // per_node)
+            spec.update(num_nodes=nodes, num_tasks=nodes, gpus_per_node=per_node,
+                        cpus_per_task=max(1, -(-j.cpus // nodes)))
+            if j.mem_mb:
+                spec["mem_per_node"] = max(1, -(-j.mem_mb // nodes))
+        elif j.gpus:
+            spec.update(num_nodes=1, num_tasks=1, gpus_per_node=j.gpus, cpus_per_task=j.cpus)
+            if j.mem_mb:
+                spec["mem_per_node"] = j.mem_mb
+        else:  # CPU jobs (SWF): one task per processor, spread as Slurm spreads them
+            spec.update(num_tasks=j.cpus, cpus_per_task=1)
+            if j.mem_mb:
+                spec["mem_per_cpu"] = max(1, -(-j.mem_mb // j.cpus))
+        if j.account:
+            spec["account"] = j.account
+        if j.partition and j.partition in self.ctl.partitions:
+            spec["partition"] = j.partition
+        return spec
+
+    def _submit(self, index: int) -> None:
+        j = self.trace[index]
+        rec = self.records[index]
+        try:
+            job = run_now(self.ctl.submit(self.who(j.user), self.spec(j), SCRIPT, {}, [], None))
+        except SlurmError as e:
+            rec.refused = e.message
+            rec.state = "REFUSED"
+            return
+        rec.job_id = job.job_id
+        self.by_job[job.job_id] = rec
+
+    def _started(self, job: Job) -> None:
+        """The runtime model in place of a launch: the job ends after its run time, or at
+        its time limit as TIMEOUT."""
+        rec = self.by_job.get(job.job_id)
+        if rec is None:
+            return
+        run = rec.run_time
+        limit = job.time_limit
+        if 0 < limit < run:
+            self.push(self.now + limit, _END, (job.job_id, "TIMEOUT"))
+        else:
+            self.push(self.now + run, _END, (job.job_id, "COMPLETED"))
+
+    def _event(self, ev: JobEvent) -> None:
+        self.changed = self.ticked = True
+        rec = self.by_job.get(ev.job.job_id)
+        if rec is None:
+            return
+        if ev.kind is JobEventKind.STARTED:
+            rec.start = ev.time - EPOCH
+            rec.state = JobState.RUNNING.value
+            self.starts.append(rec.index)
+        elif ev.kind is JobEventKind.ENDED:
+            rec.end = ev.time - EPOCH
+            rec.state = ev.new.value
