@@ -423,7 +423,7 @@ def test_config_names_settings_not_acted_on() -> None:
     cfg = parse_config(CONF.replace("Default=YES", "Default=YES AllowGroups=wheel")
                        + "Prolog=/etc/prolog\nHealthCheckProgram=/bin/true\n")
     # AllowGroups is enforced now (test_partition_access)
-    assert cfg.inert_settings() == ["Prolog", "HealthCheckProgram"]
+    assert cfg.inert_settings() == ["Prolog"]  # health checks are acted on (controller.health)
 
 
 # ---- idempotent submission ----------------------------------------------------------------

@@ -28,6 +28,7 @@ from corral import paths
 from corral.agent import gpu, hw, stepd, usage
 from corral.agent import remote as remote_mod
 from corral.agent.cgroup import CgroupConf, cluster_group_name
+from corral.agent.health import HealthMonitor
 from corral.agent.proxy import Proxy
 from corral.agent.remote import JoinError, RemoteController, fingerprint_mismatch
 from corral.agent.spawner import Spawner
@@ -74,6 +75,7 @@ class Agent:
                                         gpu.backend_for(home))
         self.tasks.on_step_end = self._step_usage_final
         self._usage_wake = asyncio.Event()  # a job asked for a shorter interval
+        self.health = HealthMonitor(nodes, self.usage.gpus, self._send)  # agent.health
 
     # ---- job directories --------------------------------------------------
     def job_dir(self, job_id: int) -> str:
@@ -143,6 +145,7 @@ class Agent:
             delay = min(delay * 2, 2.0)
         scan.cancel()
         sampling.cancel()
+        self.health.close()
         self.usage.gpus.close()
         loop.remove_reader(self._dgram.fileno())
         self._dgram.close()
@@ -210,6 +213,7 @@ class Agent:
         await self._registered.wait()
         while True:
             await asyncio.sleep(self.heartbeat)
+            self.health.check_gpus()  # GPU trouble that is new goes out with its own heartbeat
             await ws.send_str(json.dumps({"type": "heartbeat", "load": os.getloadavg()[0],
                                           "free_mem": hw.free_memory_mb()}))
 
@@ -264,6 +268,8 @@ class Agent:
             task.add_done_callback(functools.partial(self._launched, jid))
         elif isinstance(msg, messages.Control):
             loop.create_task(self.control(msg.job_id, msg.control))
+        elif isinstance(msg, messages.HealthCheck):
+            loop.create_task(self.health.run(msg))
         elif isinstance(msg, messages.Ack):
             self._forget(msg.job_id)
         elif isinstance(msg, messages.Reconnect):

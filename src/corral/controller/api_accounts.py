@@ -22,6 +22,7 @@ from aiohttp import web
 
 from corral import jsonio
 from corral.controller.accounts import NO_DUMP, Accounts, AccountsError, Caller
+from corral.controller.history import compact_state
 
 
 def accounts_of(ctl: Any) -> Accounts:
@@ -31,17 +32,6 @@ def accounts_of(ctl: Any) -> Accounts:
     acc = Accounts(ctl.store, ctl.cluster_name)
     ctl.accounts = acc
     return acc
-
-
-def _compact_state(n: Any) -> str:
-    """Slurm's node_state_string_compact for a node out of service."""
-    if n.admin_state == "down" or (not n.registered and not n.responding):
-        s = "DOWN"
-    elif n.admin_state == "drain":
-        s = "DRNG" if n.alloc_cpus or n.job_count else "DRAIN"
-    else:
-        s = "IDLE" if not (n.alloc_cpus or n.job_count) else "MIXED"
-    return s + ("*" if not n.responding else "")
 
 
 def node_events(ctl: Any, start: float | None, end: float | None,
@@ -67,7 +57,7 @@ def node_events(ctl: Any, start: float | None, end: float | None,
         if end is not None and t >= end:
             continue
         rows.append({"cluster": ctl.cluster_name, "node": n.name, "start": t, "end": None,
-                     "state": _compact_state(n), "reason": n.reason, "uid": n.reason_uid})
+                     "state": compact_state(n), "reason": n.reason, "uid": n.reason_uid})
     for r in rows:
         uid = r.pop("uid")
         if uid is None:

@@ -18,6 +18,8 @@ from typing import Any
 from corral.controller.accounts import Accounts
 from corral.controller.cluster import NOT_RESPONDING_REASON, Cluster, NodeEvent, NodeEventKind
 from corral.controller.errors import SlurmError, access_denied, invalid_job
+from corral.controller.health import HealthChecks, HealthVerdicts
+from corral.controller.history import NodeHistory
 from corral.controller.jobs import JobEvent, JobEventKind, JobTable
 from corral.controller.persist import AccountingThroughWriter, GroupCommitWriter
 from corral.model.config import ClusterConfig, ConfigError
@@ -165,6 +167,10 @@ class ControllerBase:
         self.table.subscribe(self._to_listeners)
         self.table.subscribe(self._log_event)
         self.cluster.subscribers.append(self._log_node_event)
+        self.health = HealthChecks(config)  # controller.health: when, and the verdicts
+        self.health_verdicts = HealthVerdicts(self)
+        self.history = NodeHistory(self.cluster, self.writer.node_history, self.cluster_name,
+                                   store)
         self.stats = {"submitted": 0, "started": 0, "completed": 0, "failed": 0,
                       "cancelled": 0, "timeout": 0}
 
@@ -257,8 +263,8 @@ class ControllerBase:
         else:
             events_log.info("job %s %s (%s)", j.display_id(), kind.value, j.state.value)
 
-    def node_event(self, node: Node, kind: NodeEventKind) -> None:
-        self.cluster.emit(kind, node, self.clock())
+    def node_event(self, node: Node, kind: NodeEventKind, source: str = "") -> None:
+        self.cluster.emit(kind, node, self.clock(), source)
 
     @staticmethod
     def _log_node_event(ev: NodeEvent) -> None:

@@ -28,6 +28,7 @@ class NodeEventKind(StrEnum):
     DRAINED = "drained"
     DOWN = "down"
     RESUMED = "resumed"
+    HEALTH = "health"  # the agent's health check changed its verdict (reason: what it saw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,7 @@ class NodeEvent:
     node: Node
     reason: str | None
     time: float
+    source: str = ""  # what made the change when not an operator: "health", "prolog", …
 
 
 class Cluster:
@@ -45,9 +47,9 @@ class Cluster:
         self.charged: set[int] = set()  # jobs whose allocation is held on the nodes
         self.subscribers: list[Callable[[NodeEvent], None]] = []
 
-    def emit(self, kind: NodeEventKind, node: Node, now: float) -> None:
+    def emit(self, kind: NodeEventKind, node: Node, now: float, source: str = "") -> None:
         """Tell every subscriber about a change of a node's availability."""
-        ev = NodeEvent(kind, node, node.reason, now)
+        ev = NodeEvent(kind, node, node.reason, now, source)
         for cb in list(self.subscribers):
             try:
                 cb(ev)

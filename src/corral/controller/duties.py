@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from corral.controller.health import tick as health_tick
+
 if TYPE_CHECKING:
     from corral.controller.state import Controller
 
@@ -40,4 +42,5 @@ def periodic_duties(ctl: Controller, now: float) -> None:
     ctl.check_time_limits(now)
     drop_silent_agents(ctl, now)
     ctl.check_node_health(now)
+    health_tick(ctl, now)  # HealthCheckProgram where HealthCheckInterval says it is due
     ctl.expire_finished(now)

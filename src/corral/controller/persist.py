@@ -29,6 +29,8 @@ from corral.model.job import Job
 from corral.store.base import (
     AuthRecord,
     JobPayload,
+    NodeEvent,
+    NodeEventEnd,
     NodeRecord,
     PreparedBatch,
     StaleEpoch,
@@ -74,6 +76,7 @@ class GroupCommitWriter:
         self.usage_state: dict[str, Any] | None = None
         self.usage_records: list[UsageRecord] = []
         self.auth_records: list[AuthRecord] = []
+        self.node_events: list[NodeEvent | NodeEventEnd] = []  # node history, in order
         self.failures = 0  # commits failed in a row
         self._flush_waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -108,6 +111,10 @@ class GroupCommitWriter:
         self.auth_records.extend(records)
         self.kick()
 
+    def node_history(self, event: NodeEvent | NodeEventEnd) -> None:
+        self.node_events.append(event)
+        self.kick()
+
     def after_commit(self, send: Send, msg: dict[str, Any]) -> None:
         self.after.append((send, msg))
         self.kick()
@@ -122,7 +129,7 @@ class GroupCommitWriter:
     def _pending(self) -> bool:
         return bool(self.dirty_jobs or self.dirty_nodes or self.payloads or self.next_id_dirty
                     or self.usage_state is not None or self.usage_records
-                    or self.auth_records)
+                    or self.auth_records or self.node_events)
 
     def kick(self) -> None:
         if self._task is None or self._task.done():
@@ -196,7 +203,7 @@ class GroupCommitWriter:
             nodes=[self._node_record(n) for n in self.dirty_nodes],
             next_job_id=self._next_id() if self.next_id_dirty else None,
             usage_state=self.usage_state, usage=self.usage_records,
-            auth=self.auth_records, epoch=self.epoch)
+            auth=self.auth_records, node_events=self.node_events, epoch=self.epoch)
         self.dirty_jobs = {}
         self.dirty_nodes = set()
         self.payloads = []
@@ -204,6 +211,7 @@ class GroupCommitWriter:
         self.usage_state = None
         self.usage_records = []
         self.auth_records = []
+        self.node_events = []
         return batch
 
     def _give_back(self, batch: WriteBatch, after: list[tuple[Send, dict[str, Any]] | Launch]
@@ -218,6 +226,7 @@ class GroupCommitWriter:
             self.usage_state = batch.usage_state
         self.usage_records[:0] = batch.usage
         self.auth_records[:0] = batch.auth
+        self.node_events[:0] = batch.node_events
         self.after[:0] = after
 
     async def _loop(self) -> None:

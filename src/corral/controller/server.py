@@ -18,6 +18,7 @@ from corral.auth import KIND_LOGIN, KIND_NODE, AuthError, bearer
 from corral.controller import answers, privacy
 from corral.controller import auth as door
 from corral.controller.auth import admit_agent, request_uid_gid
+from corral.controller.health import on_registered as health_on_registered
 from corral.controller.metrics import add_routes as add_metric_routes
 from corral.controller.state import Controller, Identity, SlurmError, _invalid_job
 from corral.controller.steps import StepManager
@@ -845,6 +846,8 @@ class AgentLink:
                 n = ctl.nodes[name]
                 n.cpu_load = msg.load
                 n.free_mem = msg.free_mem
+            if msg.health:
+                ctl.health_verdicts.apply(msg.health, self.nodes)
         else:  # a kind the channel admits that this link has no use for
             raise BadMessage(f"unexpected message type {msg.TYPE!r}")
 
@@ -874,3 +877,4 @@ class AgentLink:
                               "acct_gather_frequency":
                               ctl.config.options.get("JobAcctGatherFrequency", "30")}})
         log.info("agent registered nodes %s", hostlists.compress(names))
+        health_on_registered(ctl, names, self.send)

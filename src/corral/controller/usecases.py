@@ -755,6 +755,9 @@ class UseCases(Scheduling):
                 raise SlurmError("Invalid node name specified", ESLURM_INVALID_NODE_NAME, 404)
             nodes.append(n)
         st = state.lower()
+        if st in ("resume", "idle", "undrain"):
+            for n in nodes:  # a node a health check drained comes back once it passes
+                self.health.refuse_resume(n)
         if st in ("drain", "down", "fail") and not reason:
             raise SlurmError("You must specify a reason when DOWNING or DRAINING a node. Request denied", 0)
         if st not in ("drain", "fail", "down", "resume", "idle", "undrain"):
@@ -777,6 +780,7 @@ class UseCases(Scheduling):
             else:
                 n.admin_state = "up"
             if n.admin_state == "up":
+                self.health.resumed(n)
                 n.reason = n.reason_user = None
                 n.reason_uid = n.reason_time = None
             else:

@@ -571,6 +571,17 @@ class Control(Message):
 
 
 @_A.add
+class HealthCheck(Message):
+    """Run HealthCheckProgram on these nodes of the agent now (controller.health); the
+    verdicts come back in a heartbeat's `health`."""
+
+    TYPE = "health_check"
+    nodes: list[str] = field(default_factory=list)
+    program: str = field(default="", maxlen=4096)
+    timeout: float = field(default=60.0, lo=0.1, hi=86400.0)
+
+
+@_A.add
 class LaunchTasks(Message):
     TYPE = "launch_tasks"
     job_id: int
@@ -720,11 +731,34 @@ class CpusBound(Message):
     cpus: list[int] = field(lo=0, hi=1 << 20, maxlen=1 << 16)
 
 
+class GpuHealthEvent(Message):
+    """One thing the agent's GPU health check saw (agent.health): an XID, ECC or row
+    remapping trouble, a GPU fallen off the bus."""
+
+    gpu: int = field(lo=0, hi=1 << 16)
+    kind: str = field(choices=("xid", "ecc", "remap", "lost"))
+    code: int = field(default=0, lo=0, hi=1 << 20)  # the XID
+    drains: bool = False  # hardware trouble; else the user's program caused it
+    text: str = field(default="", maxlen=1024)
+
+
+class HealthReport(Message):
+    """A node's health verdict (agent.health): HealthCheckProgram's, or its GPUs'."""
+
+    node: str = field(maxlen=256)
+    ok: bool = True
+    reason: str = field(default="", maxlen=1024)  # the drain reason when not ok
+    source: str = field(default="program", choices=("program", "gpu"))
+    checked: float = field(default=0.0, lo=0.0, hi=1e11)
+    gpu_events: list[GpuHealthEvent] = field(default_factory=list, maxlen=1024)
+
+
 @_G.add
 class Heartbeat(Message):
     TYPE = "heartbeat"
     load: float = field(default=0.0, lo=0.0, hi=1e9)
     free_mem: int | None = None
+    health: list[HealthReport] | None = field(default=None, omit_none=True)
 
 
 @_G.add

@@ -53,6 +53,17 @@ class NodeEvent:
     reason: str = ""
     reason_uid: int | None = None
     end: float | None = None
+    reason_user: str | None = None  # who, by name as it was then (schema 4)
+    source: str = ""  # what: "admin", "health", "prolog", "epilog", "controller" (schema 4)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEventEnd:
+    """Close the node's open event (the node is back in service)."""
+
+    cluster: str
+    node: str
+    end: float
 
 
 # the accounting record kinds (model/assoc.py AssocDB.to_records), in load order
@@ -132,6 +143,8 @@ class WriteBatch:
     usage: list[UsageRecord] = field(default_factory=list)  # added to the hourly records
     accounting: AccountingChange = field(default_factory=AccountingChange)
     auth: list[AuthRecord] = field(default_factory=list)
+    # node history, in order: an event opened, or a node's open event closed
+    node_events: list[NodeEvent | NodeEventEnd] = field(default_factory=list)
     # the writer's epoch (Store.take_epoch); a commit with another is refused. None: a
     # tool's or test's direct write, unfenced
     epoch: int | None = None
@@ -139,7 +152,7 @@ class WriteBatch:
     def __bool__(self) -> bool:
         return bool(self.jobs or self.payloads or self.nodes or self.next_job_id is not None
                     or self.usage_state is not None or self.usage or self.accounting
-                    or self.auth)
+                    or self.auth or self.node_events)
 
 
 # (job id, array job id, uid, state, submit, start, end, the record as JSON)
@@ -165,7 +178,8 @@ def prepare_batch(batch: WriteBatch) -> PreparedBatch:
                      j.get("start_time"), j.get("end_time"), jsonio.dumps(j)))
     rest = WriteBatch(payloads=batch.payloads, nodes=batch.nodes, next_job_id=batch.next_job_id,
                       usage_state=batch.usage_state, usage=batch.usage,
-                      accounting=batch.accounting, auth=batch.auth, epoch=batch.epoch)
+                      accounting=batch.accounting, auth=batch.auth,
+                      node_events=batch.node_events, epoch=batch.epoch)
     return PreparedBatch(rows, rest)
 
 

@@ -14,6 +14,7 @@ from corral.store.base import (
     AuthState,
     JobPayload,
     NodeEvent,
+    NodeEventEnd,
     NodeRecord,
     PreparedBatch,
     StaleEpoch,
@@ -78,6 +79,11 @@ class MemoryStore:
             self.accounting[kind].pop(key, None)
         for r in b.auth:
             self.auth[(r.kind, r.id)] = json.loads(json.dumps(r.record))
+        for ev in b.node_events:
+            if isinstance(ev, NodeEventEnd):
+                self.end_events(ev.cluster, ev.node, ev.end)
+            else:
+                self.add_event(ev)
         self.commits += 1
 
     def load_active_jobs(self) -> list[Job]:
@@ -172,7 +178,7 @@ class MemoryStore:
     def add_event(self, event: NodeEvent) -> None:
         self.events[(event.cluster, event.node, event.start)] = NodeEvent(
             event.cluster, event.node, event.start, event.state, event.reason,
-            event.reason_uid, event.end)
+            event.reason_uid, event.end, event.reason_user, event.source)
 
     def end_events(self, cluster: str, node: str, end: float) -> None:
         for (cl, n, _), ev in self.events.items():
@@ -193,7 +199,7 @@ class MemoryStore:
             if nodes is not None and ev.node not in nodes:
                 continue
             out.append(NodeEvent(ev.cluster, ev.node, ev.start, ev.state, ev.reason,
-                                 ev.reason_uid, ev.end))
+                                 ev.reason_uid, ev.end, ev.reason_user, ev.source))
         return out
 
     def load_auth(self) -> AuthState:

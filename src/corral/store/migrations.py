@@ -125,10 +125,21 @@ def _3_auth_and_epoch(db: sqlite3.Connection, path: str) -> None:
     log.info("imported the token/key registry %s into the state database", legacy)
 
 
+def _4_node_history(db: sqlite3.Connection, _path: str) -> None:
+    """Node history: who changed a node (by name, as then) and what (admin, health, prolog,
+    …), and an index for one node's events (sacctmgr list event nodes=)."""
+    _run(db, """
+    ALTER TABLE node_events ADD COLUMN reason_user TEXT;
+    ALTER TABLE node_events ADD COLUMN source TEXT NOT NULL DEFAULT '';
+    CREATE INDEX IF NOT EXISTS node_events_by_node ON node_events (cluster, node, end_time)""")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "jobs, payloads, nodes", _1_jobs),
     Migration(2, "accounting: acct_records, node_events, usage_state, usage_hours", _2_accounting),
     Migration(3, "auth_records (the JSON registry imported), the writer's epoch", _3_auth_and_epoch),
+    Migration(4, "node history: node_events.reason_user, .source, an index by node",
+              _4_node_history),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].number
 

@@ -19,6 +19,7 @@ from corral.store.base import (
     AuthState,
     JobPayload,
     NodeEvent,
+    NodeEventEnd,
     NodeRecord,
     PreparedBatch,
     StaleEpoch,
@@ -130,6 +131,8 @@ class SqliteStore:
                 if b.accounting.deletes:
                     db.executemany("DELETE FROM acct_records WHERE kind=? AND key=?",
                                    b.accounting.deletes)
+                if b.node_events:
+                    self._write_events(b.node_events)
                 if b.auth:
                     db.executemany("INSERT OR REPLACE INTO auth_records VALUES (?,?,?)",
                                    [(r.kind, r.id, json.dumps(r.record, separators=(",", ":")))
@@ -262,26 +265,36 @@ class SqliteStore:
 
     def add_event(self, event: NodeEvent) -> None:
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO node_events VALUES (?,?,?,?,?,?,?)",
-                             (event.cluster, event.node, event.start, event.end, event.state,
-                              event.reason, event.reason_uid))
+            self._write_events([event])
 
     def end_events(self, cluster: str, node: str, end: float) -> None:
         with self._lock:
-            self._db.execute("UPDATE node_events SET end_time=? WHERE cluster=? AND node=? "
-                             "AND end_time IS NULL", (end, cluster, node))
+            self._write_events([NodeEventEnd(cluster, node, end)])
+
+    def _write_events(self, events: list[NodeEvent | NodeEventEnd]) -> None:
+        for ev in events:
+            if isinstance(ev, NodeEventEnd):
+                self._db.execute("UPDATE node_events SET end_time=? WHERE cluster=? AND node=? "
+                                 "AND end_time IS NULL", (ev.end, ev.cluster, ev.node))
+            else:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO node_events (cluster, node, start, end_time, state, "
+                    "reason, reason_uid, reason_user, source) VALUES (?,?,?,?,?,?,?,?,?)",
+                    (ev.cluster, ev.node, ev.start, ev.end, ev.state, ev.reason,
+                     ev.reason_uid, ev.reason_user, ev.source))
 
     def query_events(self, *, cluster: str | None = None, start: float | None = None,
                      end: float | None = None, nodes: list[str] | None = None
                      ) -> list[NodeEvent]:
         where, args = _where(("cluster=?", cluster), ("(end_time IS NULL OR end_time>=?)", start),
                              ("start<?", end), ("node IN ({})", nodes))
-        sql = ("SELECT cluster, node, start, state, reason, reason_uid, end_time "
-               "FROM node_events" + where + " ORDER BY start, node")
+        sql = ("SELECT cluster, node, start, state, reason, reason_uid, end_time, reason_user, "
+               "source FROM node_events" + where + " ORDER BY start, node")
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()
         return [NodeEvent(r[0], r[1], float(r[2]), r[3], r[4], r[5],
-                          None if r[6] is None else float(r[6])) for r in rows]
+                          None if r[6] is None else float(r[6]), r[7], r[8] or "")
+                for r in rows]
 
     def load_auth(self) -> AuthState:
         with self._lock:
