@@ -71,6 +71,11 @@ SAMPLES: list[tuple[m.Channel, m.Message]] = [
     (m.TO_CONTROLLER_FROM_AGENT, m.TaskExit(job_id=4, step_id=1, task_id=0, exit_code=1)),
     (m.TO_CONTROLLER_FROM_AGENT, m.LaunchFailed(job_id=4, error="disk full")),
     (m.TO_CONTROLLER_FROM_AGENT, m.Heartbeat(load=0.5, free_mem=1000)),
+    (m.TO_CONTROLLER_FROM_AGENT, m.Heartbeat(load=0.5, health=[
+        m.HealthReport(node="n1", ok=False, reason="GPU 0 XID 79", source="gpu", checked=1.0,
+                       gpu_events=[m.GpuHealthEvent(gpu=0, kind="xid", code=79, drains=True,
+                                                    text="GPU 0 XID 79")])])),
+    (m.TO_AGENT, m.HealthCheck(nodes=["n1"], program="/bin/true", timeout=5.0)),
     (m.TO_CONTROLLER_FROM_AGENT, m.CpusBound(job_id=4, node="n1", cpus=[2, 3])),
     (m.TO_CONTROLLER_FROM_AGENT, m.Usage(time=1.5, gpus=[{"index": 0, "util": 3.0}],
                                          steps=[{"job_id": 4, "step": "batch", "rss": 7}])),
