@@ -421,9 +421,11 @@ def test_config_names_settings_not_acted_on() -> None:
 
     assert parse_config(CONF).inert_settings() == []
     cfg = parse_config(CONF.replace("Default=YES", "Default=YES AllowGroups=wheel")
-                       + "Prolog=/etc/prolog\nHealthCheckProgram=/bin/true\n")
+                       + "Prolog=/etc/prolog\nHealthCheckProgram=/bin/true\n"
+                       + "PrologSlurmctld=/etc/ctld_prolog\n")
     # AllowGroups is enforced now (test_partition_access)
-    assert cfg.inert_settings() == ["Prolog"]  # health checks are acted on (controller.health)
+    # Prolog and health checks are acted on (controller.prolog, controller.health)
+    assert cfg.inert_settings() == ["PrologSlurmctld"]
 
 
 # ---- idempotent submission ----------------------------------------------------------------

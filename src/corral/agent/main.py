@@ -29,6 +29,7 @@ from corral.agent import gpu, hw, stepd, usage
 from corral.agent import remote as remote_mod
 from corral.agent.cgroup import CgroupConf, cluster_group_name
 from corral.agent.health import HealthMonitor
+from corral.agent.prolog import PrologRunner
 from corral.agent.proxy import Proxy
 from corral.agent.remote import JoinError, RemoteController, fingerprint_mismatch
 from corral.agent.spawner import Spawner
@@ -76,6 +77,7 @@ class Agent:
         self.tasks.on_step_end = self._step_usage_final
         self._usage_wake = asyncio.Event()  # a job asked for a shorter interval
         self.health = HealthMonitor(nodes, self.usage.gpus, self._send)  # agent.health
+        self.prologs = PrologRunner(nodes, self._send)  # agent.prolog
 
     # ---- job directories --------------------------------------------------
     def job_dir(self, job_id: int) -> str:
@@ -251,6 +253,8 @@ class Agent:
     def _handle(self, m: Any) -> None:
         """Dispatch one controller message; a malformed one is logged and dropped, alone."""
         try:
+            if self.prologs.gate(m, self._handle):  # after the job's Prolog on its node
+                return
             if self.tasks.handle(m):
                 return
             msg = messages.decode(m, messages.TO_AGENT)
@@ -270,6 +274,10 @@ class Agent:
             loop.create_task(self.control(msg.job_id, msg.control))
         elif isinstance(msg, messages.HealthCheck):
             loop.create_task(self.health.run(msg))
+        elif isinstance(msg, messages.JobStart):
+            self.prologs.job_start(msg)
+        elif isinstance(msg, messages.JobEnd):
+            loop.create_task(self.prologs.job_end(msg))
         elif isinstance(msg, messages.Ack):
             self._forget(msg.job_id)
         elif isinstance(msg, messages.Reconnect):

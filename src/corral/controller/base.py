@@ -22,6 +22,7 @@ from corral.controller.health import HealthChecks, HealthVerdicts
 from corral.controller.history import NodeHistory
 from corral.controller.jobs import JobEvent, JobEventKind, JobTable
 from corral.controller.persist import AccountingThroughWriter, GroupCommitWriter
+from corral.controller.prolog import PrologEpilog
 from corral.model.config import ClusterConfig, ConfigError
 from corral.model.job import Job, JobState
 from corral.model.jobspec import DEFAULT_MAX_SCRIPT_SIZE, max_script_size
@@ -169,6 +170,7 @@ class ControllerBase:
         self.cluster.subscribers.append(self._log_node_event)
         self.health = HealthChecks(config)  # controller.health: when, and the verdicts
         self.health_verdicts = HealthVerdicts(self)
+        self.prolog = PrologEpilog(self, config)  # controller.prolog: job start/end to nodes
         self.history = NodeHistory(self.cluster, self.writer.node_history, self.cluster_name,
                                    store)
         self.stats = {"submitted": 0, "started": 0, "completed": 0, "failed": 0,

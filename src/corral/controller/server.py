@@ -848,6 +848,10 @@ class AgentLink:
                 n.free_mem = msg.free_mem
             if msg.health:
                 ctl.health_verdicts.apply(msg.health, self.nodes)
+        elif isinstance(msg, m.PrologResult):
+            _need(msg.node in self.nodes, f"node {msg.node[:64]!r} is not this agent's")
+            if not msg.ok:
+                ctl.prolog.failed(msg)
         else:  # a kind the channel admits that this link has no use for
             raise BadMessage(f"unexpected message type {msg.TYPE!r}")
 

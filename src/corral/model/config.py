@@ -51,7 +51,7 @@ GLOBAL_DEFAULTS: dict[str, str] = {
     "MpiDefault": "none",
 }
 # Keys accepted (and shown by `scontrol show config`) that Corral does not act on yet.
-NOT_ACTED_ON = ("Prolog", "Epilog")
+NOT_ACTED_ON = ("PrologSlurmctld", "EpilogSlurmctld")
 # Keys Corral reads that have no default shown by `scontrol show config` when unset.
 OPTIONAL_KEYS = {"SchedulerParameters",
                  # agent.usage: how often each step's use is sampled (default 30 s)
@@ -69,7 +69,9 @@ OPTIONAL_KEYS = {"SchedulerParameters",
                  # what users see of each other (controller/privacy.py)
                  "PrivateData",
                  # controller.health: which nodes, the program's limit, the resume gate
-                 "HealthCheckNodeState", "HealthCheckTimeout", "CorralHealthCheckResume"}
+                 "HealthCheckNodeState", "HealthCheckTimeout", "CorralHealthCheckResume",
+                 # controller.prolog, agent.prolog
+                 "PrologFlags", "PrologEpilogTimeout", "PrologSlurmctld", "EpilogSlurmctld"}
 # Keys accepted from real slurm.conf files that Corral has no use for; quietly ignored.
 IGNORED_KEYS = {
     "SlurmctldHost", "ControlMachine", "SlurmctldPort", "SlurmdPort", "AuthType",

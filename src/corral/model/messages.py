@@ -582,6 +582,35 @@ class HealthCheck(Message):
 
 
 @_A.add
+class JobStart(Message):
+    """A job was allocated these nodes of the agent (controller.prolog): the Prolog to run on
+    each before the job's first process there (at once with PrologFlags=Alloc, else at the
+    batch step or the node's first srun step)."""
+
+    TYPE = "job_start"
+    job_id: int
+    nodes: list[str] = field(default_factory=list)
+    batch_host: str = field(default="", maxlen=1024)
+    prolog: str = field(default="", maxlen=4096)
+    epilog: str = field(default="", maxlen=4096)
+    timeout: float | None = field(default=None, lo=0.1, hi=1e7)
+    alloc: bool = False  # PrologFlags=Alloc (or Contain)
+    serial: bool = False  # PrologFlags=Serial: one script at a time on a node
+    env: dict[str, str] = field(default_factory=dict)  # Slurm's prolog environment
+    gpus: dict[str, str] = field(default_factory=dict)  # node -> its GPU indices, "0,1"
+
+
+@_A.add
+class JobEnd(Message):
+    """The job's run ended on the agent's nodes: its Epilog runs there (controller.prolog)."""
+
+    TYPE = "job_end"
+    job_id: int
+    nodes: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # the exit code, in Slurm's names
+
+
+@_A.add
 class LaunchTasks(Message):
     TYPE = "launch_tasks"
     job_id: int
@@ -759,6 +788,18 @@ class Heartbeat(Message):
     load: float = field(default=0.0, lo=0.0, hi=1e9)
     free_mem: int | None = None
     health: list[HealthReport] | None = field(default=None, omit_none=True)
+
+
+@_G.add
+class PrologResult(Message):
+    """A Prolog or Epilog failed (or hung past PrologEpilogTimeout) on a node."""
+
+    TYPE = "prolog_result"
+    job_id: int
+    node: str = field(maxlen=256)
+    kind: str = field(choices=("prolog", "epilog"))
+    ok: bool = True
+    reason: str = field(default="", maxlen=1024)
 
 
 @_G.add
