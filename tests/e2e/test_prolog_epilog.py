@@ -117,3 +117,36 @@ def test_a_hanging_epilog_is_killed_at_the_timeout_and_drains(cluster: Cluster) 
     finally:
         flag.unlink()
         c.ok("scontrol", "update", "nodename=node-2", "state=resume")
+
+
+@pytest.fixture(scope="module")
+def at_step(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Without PrologFlags=Alloc: the Prolog runs before the batch step and each node's
+    first srun step."""
+    home = Path(tmp_path_factory.mktemp("prolog-at-step"))
+    out = home / "runs"
+    out.mkdir()
+    paths = {}
+    for kind in ("prolog", "epilog"):
+        p = home / f"{kind}.sh"
+        p.write_text(SCRIPT.format(out=out, kind=kind))
+        p.chmod(0o755)
+        paths[kind] = p
+    config = CONFIG.format(**paths).replace("PrologFlags=Alloc\n", "")
+    c = Cluster(home, config)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+def test_without_alloc_the_prolog_runs_where_the_job_runs_something(at_step: Cluster) -> None:
+    c = at_step
+    alone = c.sbatch("-N2", "-w", "node-[1-2]", "-o", "/dev/null", "--wrap", "true")
+    c.wait_state(alone, "COMPLETED", timeout=60)
+    c.wait_for(lambda: len(_lines(c, "epilog", alone)) == 2, timeout=30, what="epilogs")
+    assert [ln[1] for ln in _lines(c, "prolog", alone)] == ["node-1"]  # the batch host only
+    stepped = c.sbatch("-N2", "-w", "node-[1-2]", "-o", "/dev/null", "--wrap", "srun true")
+    c.wait_state(stepped, "COMPLETED", timeout=60)
+    assert sorted(ln[1] for ln in _lines(c, "prolog", stepped)) == ["node-1", "node-2"]

@@ -12,13 +12,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from corral.controller.cluster import Cluster, NodeEvent, NodeEventKind
+from corral.controller.cluster import NOT_RESPONDING_REASON, Cluster, NodeEvent, NodeEventKind
 from corral.model.node import Node
 from corral.store.base import NodeEvent as StoredEvent
 from corral.store.base import NodeEventEnd
 
 log = logging.getLogger("corral.controller")
 
+KILL_TASK_FAILED = "Kill task failed"  # controller/lifecycle.py's drain reason
 _OPENS = (NodeEventKind.DRAINED, NodeEventKind.DOWN, NodeEventKind.NOT_RESPONDING)
 
 
@@ -31,6 +32,15 @@ def compact_state(n: Node) -> str:
     else:
         s = "IDLE" if not (n.alloc_cpus or n.job_count) else "MIXED"
     return s + ("*" if not n.responding else "")
+
+
+def _source(ev: NodeEvent) -> str:
+    """What made a change that names none: the controller's own (silence, an unkillable
+    step), else an operator (scontrol update)."""
+    if ev.kind is NodeEventKind.NOT_RESPONDING or ev.reason in (NOT_RESPONDING_REASON,
+                                                                 KILL_TASK_FAILED):
+        return "controller"
+    return "admin"
 
 
 def in_service(n: Node) -> bool:
@@ -59,8 +69,7 @@ class NodeHistory:
                     and n.name in self.open:
                 return  # drained or down already: its open event goes on
             self._close(n.name, ev.time)
-            self._open(n, ev.time, ev.source or ("admin" if (n.reason_uid or 0) != 0
-                                                 else "controller"))
+            self._open(n, ev.time, ev.source or _source(ev))
         elif ev.kind in (NodeEventKind.RESUMED, NodeEventKind.REGISTERED) and in_service(n):
             self._close(n.name, ev.time)
 
