@@ -34,6 +34,11 @@ if [ -e "{flags}/fail-$SLURMD_NODENAME" ]; then
     echo "a second line nobody reads"
     exit 1
 fi
+if [ -e "{flags}/nhc-$SLURMD_NODENAME" ]; then
+    # as NHC does: drain through scontrol itself, and exit 0
+    scontrol update nodename="$SLURMD_NODENAME" state=drain reason="NHC: /scratch not mounted"
+    exit 0
+fi
 if [ -e "{flags}/hang-$SLURMD_NODENAME" ]; then
     sleep 60
 fi
@@ -104,6 +109,26 @@ def test_a_failing_check_drains_and_resume_waits_for_a_pass(cluster: Cluster) ->
     assert (name, state, reason, user) == ("node-2", "DRAIN",
                                             "NHC: disk /scratch full on node-2", "root(0)")
     assert end != "Unknown"
+    # sreport counts the drained time as down time after the node is back
+    out = c.ok("sreport", "-nP", "-t", "seconds", "-T", "cpu", "cluster", "utilization",
+               "start=now-1hours", "end=now+1hours")
+    _cluster, _tres, _alloc, down, *_ = out.splitlines()[0].split("|")
+    assert int(down) >= 4, out  # node-2's 4 CPUs for a second at least
+
+
+def test_an_nhc_style_program_drains_through_scontrol_itself(cluster: Cluster) -> None:
+    c = cluster
+    flag = c.home / "flags" / "nhc-node-1"
+    flag.touch()
+    try:
+        c.wait_for(lambda: _node(c, "node-1")[0] == "drain", timeout=60,
+                   what="node-1 drained by the program's scontrol")
+        assert _node(c, "node-1")[1] == "NHC: /scratch not mounted"
+    finally:
+        flag.unlink()
+    # it exited 0: nothing holds the resume back
+    c.ok("scontrol", "update", "nodename=node-1", "state=resume")
+    assert _node(c, "node-1")[0] == "idle"
 
 
 def test_a_hanging_check_is_killed_at_the_timeout_and_drains(cluster: Cluster) -> None:

@@ -227,6 +227,7 @@ class HealthMonitor:
                 log.warning("GPU health checks off: %s", e)
         # what each node's GPUs showed last time: an event is reported once, when it appears
         self.gpu_seen: dict[str, set[tuple[int, str, int]]] = {}
+        self.checking: set[str] = set()  # nodes whose HealthCheckProgram runs now
 
     def gpu_events(self) -> dict[str, list[messages.GpuHealthEvent]]:
         default = self.nodes[0] if self.nodes else ""
@@ -259,16 +260,21 @@ class HealthMonitor:
                        "health": [r.to_dict() for r in reports]})
 
     async def run(self, msg: messages.HealthCheck) -> None:
-        nodes = [n for n in msg.nodes if n in self.nodes]
-        if not nodes or not msg.program:
-            return
-        reports = await asyncio.gather(*(run_program(msg.program, msg.timeout, n)
-                                         for n in nodes))
-        for r in reports:
-            if not r.ok:
-                log.warning("health check failed on %s: %s", r.node, r.reason)
-        self.send({"type": "heartbeat", "load": os.getloadavg()[0],
-                   "health": [r.to_dict() for r in reports]})
+        # a node whose last check still runs is skipped: checks never overlap, so verdicts
+        # arrive in the order they were asked for; each node's verdict goes out on its own
+        nodes = [n for n in msg.nodes if n in self.nodes and n not in self.checking]
+        if msg.program:
+            await asyncio.gather(*(self._check(msg, n) for n in nodes))
+
+    async def _check(self, msg: messages.HealthCheck, node: str) -> None:
+        self.checking.add(node)
+        try:
+            r = await run_program(msg.program, msg.timeout, node)
+        finally:
+            self.checking.discard(node)
+        if not r.ok:
+            log.warning("health check failed on %s: %s", r.node, r.reason)
+        self.send({"type": "heartbeat", "load": os.getloadavg()[0], "health": [r.to_dict()]})
 
     def close(self) -> None:
         if self.nvml is not None:
