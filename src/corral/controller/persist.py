@@ -28,6 +28,7 @@ from corral.controller.errors import SlurmError
 from corral.model.job import Job
 from corral.store.base import (
     AuthRecord,
+    CrontabRecord,
     JobPayload,
     NodeRecord,
     PreparedBatch,
@@ -74,6 +75,7 @@ class GroupCommitWriter:
         self.usage_state: dict[str, Any] | None = None
         self.usage_records: list[UsageRecord] = []
         self.auth_records: list[AuthRecord] = []
+        self.crontab_records: list[CrontabRecord] = []
         self.failures = 0  # commits failed in a row
         self._flush_waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -108,6 +110,10 @@ class GroupCommitWriter:
         self.auth_records.extend(records)
         self.kick()
 
+    def crontab(self, record: CrontabRecord) -> None:
+        self.crontab_records.append(record)
+        self.kick()
+
     def after_commit(self, send: Send, msg: dict[str, Any]) -> None:
         self.after.append((send, msg))
         self.kick()
@@ -122,7 +128,7 @@ class GroupCommitWriter:
     def _pending(self) -> bool:
         return bool(self.dirty_jobs or self.dirty_nodes or self.payloads or self.next_id_dirty
                     or self.usage_state is not None or self.usage_records
-                    or self.auth_records)
+                    or self.auth_records or self.crontab_records)
 
     def kick(self) -> None:
         if self._task is None or self._task.done():
@@ -196,7 +202,7 @@ class GroupCommitWriter:
             nodes=[self._node_record(n) for n in self.dirty_nodes],
             next_job_id=self._next_id() if self.next_id_dirty else None,
             usage_state=self.usage_state, usage=self.usage_records,
-            auth=self.auth_records, epoch=self.epoch)
+            auth=self.auth_records, crontabs=self.crontab_records, epoch=self.epoch)
         self.dirty_jobs = {}
         self.dirty_nodes = set()
         self.payloads = []
@@ -204,6 +210,7 @@ class GroupCommitWriter:
         self.usage_state = None
         self.usage_records = []
         self.auth_records = []
+        self.crontab_records = []
         return batch
 
     def _give_back(self, batch: WriteBatch, after: list[tuple[Send, dict[str, Any]] | Launch]
@@ -218,6 +225,7 @@ class GroupCommitWriter:
             self.usage_state = batch.usage_state
         self.usage_records[:0] = batch.usage
         self.auth_records[:0] = batch.auth
+        self.crontab_records[:0] = batch.crontabs
         self.after[:0] = after
 
     async def _loop(self) -> None:

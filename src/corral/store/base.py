@@ -121,6 +121,15 @@ class AuthState:
 
 
 @dataclass(slots=True)
+class CrontabRecord:
+    """One user's scrontab (controller/crontab.py): the file, its disabled lines, its jobs;
+    `record` None removes it."""
+
+    uid: int
+    record: dict[str, Any] | None
+
+
+@dataclass(slots=True)
 class WriteBatch:
     """Everything one commit writes, in one transaction."""
 
@@ -132,6 +141,7 @@ class WriteBatch:
     usage: list[UsageRecord] = field(default_factory=list)  # added to the hourly records
     accounting: AccountingChange = field(default_factory=AccountingChange)
     auth: list[AuthRecord] = field(default_factory=list)
+    crontabs: list[CrontabRecord] = field(default_factory=list)
     # the writer's epoch (Store.take_epoch); a commit with another is refused. None: a
     # tool's or test's direct write, unfenced
     epoch: int | None = None
@@ -139,7 +149,7 @@ class WriteBatch:
     def __bool__(self) -> bool:
         return bool(self.jobs or self.payloads or self.nodes or self.next_job_id is not None
                     or self.usage_state is not None or self.usage or self.accounting
-                    or self.auth)
+                    or self.auth or self.crontabs)
 
 
 # (job id, array job id, uid, state, submit, start, end, the record as JSON)
@@ -165,7 +175,8 @@ def prepare_batch(batch: WriteBatch) -> PreparedBatch:
                      j.get("start_time"), j.get("end_time"), jsonio.dumps(j)))
     rest = WriteBatch(payloads=batch.payloads, nodes=batch.nodes, next_job_id=batch.next_job_id,
                       usage_state=batch.usage_state, usage=batch.usage,
-                      accounting=batch.accounting, auth=batch.auth, epoch=batch.epoch)
+                      accounting=batch.accounting, auth=batch.auth, crontabs=batch.crontabs,
+                      epoch=batch.epoch)
     return PreparedBatch(rows, rest)
 
 
@@ -235,5 +246,8 @@ class Store(Protocol):
 
     # ---- the join-token and machine-key registry ----------------------------------
     def load_auth(self) -> AuthState: ...
+
+    def load_crontabs(self) -> dict[int, dict[str, Any]]:
+        """Every user's scrontab record by uid."""
 
     def close(self) -> None: ...

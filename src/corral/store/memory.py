@@ -42,6 +42,7 @@ class MemoryStore:
         self.usage_state: dict[str, Any] | None = None
         self.usage: dict[tuple[str, float, int], UsageRecord] = {}
         self.events: dict[tuple[str, str, float], NodeEvent] = {}
+        self.crontabs: dict[int, dict[str, Any]] = {}
 
     def take_epoch(self) -> int:
         self.epoch += 1
@@ -78,6 +79,11 @@ class MemoryStore:
             self.accounting[kind].pop(key, None)
         for r in b.auth:
             self.auth[(r.kind, r.id)] = json.loads(json.dumps(r.record))
+        for c in b.crontabs:
+            if c.record is None:
+                self.crontabs.pop(c.uid, None)
+            else:
+                self.crontabs[c.uid] = json.loads(json.dumps(c.record))
         self.commits += 1
 
     def load_active_jobs(self) -> list[Job]:
@@ -207,6 +213,9 @@ class MemoryStore:
             elif kind == "key":
                 state.keys[key] = rec
         return state
+
+    def load_crontabs(self) -> dict[int, dict[str, Any]]:
+        return {k: json.loads(json.dumps(v)) for k, v in self.crontabs.items()}
 
     def close(self) -> None:
         pass

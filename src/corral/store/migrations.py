@@ -125,10 +125,20 @@ def _3_auth_and_epoch(db: sqlite3.Connection, path: str) -> None:
     log.info("imported the token/key registry %s into the state database", legacy)
 
 
+def _5_crontabs(db: sqlite3.Connection, _path: str) -> None:
+    """scrontab: each user's crontab file, disabled lines and cron job ids, as JSON."""
+    _run(db, """
+    CREATE TABLE crontabs (
+        uid INTEGER PRIMARY KEY,
+        record TEXT NOT NULL
+    )""")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "jobs, payloads, nodes", _1_jobs),
     Migration(2, "accounting: acct_records, node_events, usage_state, usage_hours", _2_accounting),
     Migration(3, "auth_records (the JSON registry imported), the writer's epoch", _3_auth_and_epoch),
+    Migration(5, "crontabs (scrontab)", _5_crontabs),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].number
 
