@@ -238,11 +238,15 @@ def test_users_own_their_crontabs(cluster: Cluster, user: pwd.struct_passwd) -> 
     [root_job] = job_of_crontab(c)
     r = run_as(c, user, "scrontab", "-l")
     assert (r.returncode, r.stdout) == (1, f"no crontab for {USER}\n")
-    for args in (("-u", "root", "-l"), ("-u", "root", "-r")):
+    for args, call in ((("-u", "root", "-l"), "request"), (("-u", "root", "-r"), "remove")):
         r = run_as(c, user, "scrontab", *args)
-        assert r.returncode == 1 and "Invalid user id" in r.stderr, r.stderr
+        assert (r.returncode, r.stderr) == (
+            1, f"scrontab: fatal: slurm_{call}_crontab failed: Invalid user id\n")
     r = run_as(c, user, "scrontab", "-u", "root", "-", input="* * * * * true\n")
-    assert r.returncode == 1 and "Invalid user id" in r.stdout + r.stderr
+    assert (r.returncode, r.stdout) == (
+        1, "There was an issue with the job submission on lines (null)\n"
+           "The error code return was: Invalid user id\n"
+           "The error message was: (null)\n")
     assert c.ok("scrontab", "-l") == "0 5 * * * true\n"
     assert job_of_crontab(c) == [root_job]
     # root manages the user's crontab with -u; the job is the user's

@@ -142,6 +142,7 @@ def _act(args: list[str]) -> int:
     else:
         pw = pwd.getpwuid(os.getuid())
     # slurm.conf's ScronParameters=enable, asked of the controller (it holds the crontabs)
+    current: dict[str, object] = {}
     try:
         current = client.get("/v1/crontab", user=user)
     except client.ApiError as e:
@@ -151,7 +152,7 @@ def _act(args: list[str]) -> int:
             raise _fatal(f"slurm_request_crontab failed: {e.message}") from None
         if action == "remove":
             raise _fatal(f"slurm_remove_crontab failed: {e.message}") from None
-        raise _fatal(e.message) from None
+        # installing a file reads nothing: the update's answer says what is wrong
     if action == "remove":
         try:
             client.request("DELETE", "/v1/crontab" + (f"?user={client.quote(user)}"
@@ -159,11 +160,12 @@ def _act(args: list[str]) -> int:
         except client.ApiError as e:
             raise _fatal(f"slurm_remove_crontab failed: {e.message}") from None
         return 0
+    text: str | None
     if action == "install":
         text = _read_input(path or "-")
     else:
-        text = current.get("crontab")
-        disabled = current.get("disabled_lines") or ""
+        text = _str_or_none(current.get("crontab"))
+        disabled = str(current.get("disabled_lines") or "")
         if text is not None and disabled:
             from corral.model.crontab import line_set, mark_lines
 
@@ -175,6 +177,10 @@ def _act(args: list[str]) -> int:
         sys.stdout.write(text)
         return 0
     return _edit_and_update(text, action == "edit", user, pw)
+
+
+def _str_or_none(v: object) -> str | None:
+    return v if isinstance(v, str) else None
 
 
 def _read_input(path: str) -> str:
@@ -259,7 +265,7 @@ def _edit_and_update(text: str | None, edit: bool, user: str | None,
             client.request("PUT", "/v1/crontab", body)
             return 0
         except client.ApiError as e:
-            lines = str(e.payload.get("failed_lines") or "")
+            lines = str(e.payload.get("failed_lines") or "(null)")
             report = (f"There was an issue with the job submission on lines {lines}\n"
                       f"The error code return was: {e.message}\n"
                       f"The error message was: {e.payload.get('user_msg') or '(null)'}\n")

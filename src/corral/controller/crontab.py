@@ -162,15 +162,18 @@ def book_of(ctl: Any) -> CrontabBook:
     return book
 
 
-def _target(ctl: Any, who: Any, user: Any) -> tuple[int, int]:
-    """The crontab's owner: the caller, or with -u (root and SlurmUser only) that user."""
+def _target(ctl: Any, who: Any, user: Any, *, write: bool) -> tuple[int, int]:
+    """The crontab's owner: the caller, or with -u another user's, which operators may
+    read and only root and SlurmUser may change (slurmctld's validate_operator and
+    validate_slurm_user)."""
     if user is None or user == "":
         return who.uid, who.gid
     try:
         pw = pwd.getpwnam(str(user)) if not str(user).isdigit() else pwd.getpwuid(int(user))
     except KeyError:
         raise SlurmError("Invalid user id", ESLURM_USER_ID_MISSING) from None
-    if pw.pw_uid != who.uid and not (who.operator and who.uid in ctl._super_user_uids()):
+    allowed = who.operator and (not write or who.uid in ctl._super_user_uids())
+    if pw.pw_uid != who.uid and not allowed:
         raise SlurmError("Invalid user id", ESLURM_USER_ID_MISSING)
     return pw.pw_uid, pw.pw_gid
 
@@ -189,7 +192,7 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
     async def show(request: web.Request) -> web.Response:
         who = peer_identity(request, ctl)
         _check_enabled(ctl)
-        uid, _ = _target(ctl, who, request.query.get("user"))
+        uid, _ = _target(ctl, who, request.query.get("user"), write=False)
         rec = book_of(ctl).by_uid.get(uid)
         return json_response({"crontab": rec["crontab"] if rec else None,
                               "disabled_lines": rec.get("disabled", "") if rec else ""})
@@ -201,7 +204,7 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
         body = jsonio.loads(raw) if raw else {}
         if not isinstance(body, dict):
             raise SlurmError("Malformed request: expected a JSON object", 0)
-        uid, gid = _target(ctl, who, body.get("user"))
+        uid, gid = _target(ctl, who, body.get("user"), write=True)
         text = body.get("crontab")
         jobs = body.get("jobs") or []
         if (text is not None and not isinstance(text, str)) or not isinstance(jobs, list):
@@ -212,7 +215,7 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
     async def remove(request: web.Request) -> web.Response:
         who = peer_identity(request, ctl)
         _check_enabled(ctl)
-        uid, gid = _target(ctl, who, request.query.get("user"))
+        uid, gid = _target(ctl, who, request.query.get("user"), write=True)
         await book_of(ctl).replace(who, uid, gid, None, [])
         return json_response({"ok": True})
 
