@@ -68,7 +68,14 @@ class CrontabBook:
     # ---- a cron job ended: requeue it for its next start, or disable it -------------
     def on_event(self, ev: JobEvent) -> None:
         job = ev.job
-        if ev.kind != JobEventKind.ENDED or not job.cron_job:
+        if not job.cron_job:
+            return
+        if ev.kind == JobEventKind.REQUEUED:
+            # requeued while running (node failure, scontrol requeue): it waits for its
+            # next start, not for requeue's short delay
+            self._wait_for_next_start(job)
+            return
+        if ev.kind != JobEventKind.ENDED:
             return
         if job.state == JobState.CANCELLED:
             self._disable(job)
@@ -83,13 +90,19 @@ class CrontabBook:
         entry = self.entry_of(job)
         if entry is None or not job.state.finished or not job.cron_job:
             return
-        now = ctl.clock()
-        ctl.requeue_job(job, now, hold=False)
-        job.begin_time = next_start_epoch(entry, now)
-        job.reason = Reason.BEGIN_TIME
-        ctl.mark(job)
+        # its REQUEUED event (on_event) sets the begin time to the next start
+        ctl.requeue_job(job, ctl.clock(), hold=False)
         ctl.request_schedule()
-        log.info("cron job %d requeued, next start %.0f", job.job_id, job.begin_time)
+        log.info("cron job %d requeued, next start %.0f", job.job_id, job.begin_time or 0)
+
+    def _wait_for_next_start(self, job: Job) -> None:
+        entry = self.entry_of(job)
+        if entry is None:
+            return
+        job.begin_time = next_start_epoch(entry, self.ctl.clock())
+        if not job.held:
+            job.reason = Reason.BEGIN_TIME
+        self.ctl.mark(job)
 
     def _disable(self, job: Job) -> None:
         """scancel of a cron job: Slurm comments its lines out (`#DISABLED:`)."""
