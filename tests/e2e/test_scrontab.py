@@ -70,6 +70,7 @@ def test_every_minute_runs_and_is_requeued(cluster: Cluster) -> None:
     shown = show_job(c, job)
     assert 'CronJob=Yes CrontabSpec="* * * * *"' in shown
     assert "JobName=tick" in shown and "TimeLimit=00:01:00" in shown
+    assert f"Command=date +%s >> {out}\n" in shown
     # it runs at the minute boundary (at most ~60 s away), then waits for the next one
     c.wait_for(lambda: out.exists() and out.read_text().strip() != "", timeout=100,
                what="the cron job's first run")

@@ -311,6 +311,7 @@ def _entry_job(item: CrontabItem, pw: pwd.struct_passwd) -> dict[str, object]:
     except CliExit as e:
         raise _BadOptions(item.line_end, _messages(e)) from None
     payload = build_payload(sub)
+    payload["spec"]["command"] = entry.command  # Slurm's argv[0]: scontrol's Command=
     if not named:
         payload["spec"]["name"] = entry.command.split(" ")[0]
     return {"line_start": item.line_start, "line_end": item.line_end,
