@@ -72,10 +72,10 @@ class GroupCommitWriter:
         self.payloads: list[tuple[int, JobPayload]] = []
         self.after: list[tuple[Send, dict[str, Any]] | Launch] = []
         self.next_id_dirty = False
+        self.crontab_records: list[CrontabRecord] = []  # scrontab (controller/crontab.py)
         self.usage_state: dict[str, Any] | None = None
         self.usage_records: list[UsageRecord] = []
         self.auth_records: list[AuthRecord] = []
-        self.crontab_records: list[CrontabRecord] = []
         self.failures = 0  # commits failed in a row
         self._flush_waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -96,6 +96,10 @@ class GroupCommitWriter:
     def payload(self, job_id: int, payload: JobPayload) -> None:
         self.payloads.append((job_id, payload))
 
+    def crontab(self, record: CrontabRecord) -> None:
+        self.crontab_records.append(record)
+        self.kick()
+
     def next_job_id(self) -> None:
         self.next_id_dirty = True
 
@@ -110,10 +114,6 @@ class GroupCommitWriter:
         self.auth_records.extend(records)
         self.kick()
 
-    def crontab(self, record: CrontabRecord) -> None:
-        self.crontab_records.append(record)
-        self.kick()
-
     def after_commit(self, send: Send, msg: dict[str, Any]) -> None:
         self.after.append((send, msg))
         self.kick()
@@ -126,9 +126,11 @@ class GroupCommitWriter:
         self.kick()
 
     def _pending(self) -> bool:
+        if self.crontab_records:
+            return True
         return bool(self.dirty_jobs or self.dirty_nodes or self.payloads or self.next_id_dirty
                     or self.usage_state is not None or self.usage_records
-                    or self.auth_records or self.crontab_records)
+                    or self.auth_records)
 
     def kick(self) -> None:
         if self._task is None or self._task.done():
@@ -202,15 +204,15 @@ class GroupCommitWriter:
             nodes=[self._node_record(n) for n in self.dirty_nodes],
             next_job_id=self._next_id() if self.next_id_dirty else None,
             usage_state=self.usage_state, usage=self.usage_records,
-            auth=self.auth_records, crontabs=self.crontab_records, epoch=self.epoch)
+            auth=self.auth_records, epoch=self.epoch)
         self.dirty_jobs = {}
+        batch.crontabs, self.crontab_records = self.crontab_records, []
         self.dirty_nodes = set()
         self.payloads = []
         self.next_id_dirty = False
         self.usage_state = None
         self.usage_records = []
         self.auth_records = []
-        self.crontab_records = []
         return batch
 
     def _give_back(self, batch: WriteBatch, after: list[tuple[Send, dict[str, Any]] | Launch]
@@ -220,12 +222,12 @@ class GroupCommitWriter:
             self.dirty_jobs.setdefault(job.job_id, job)
         self.dirty_nodes.update(n.name for n in batch.nodes)
         self.payloads[:0] = batch.payloads
+        self.crontab_records[:0] = batch.crontabs
         self.next_id_dirty = self.next_id_dirty or batch.next_job_id is not None
         if self.usage_state is None:
             self.usage_state = batch.usage_state
         self.usage_records[:0] = batch.usage
         self.auth_records[:0] = batch.auth
-        self.crontab_records[:0] = batch.crontabs
         self.after[:0] = after
 
     async def _loop(self) -> None:

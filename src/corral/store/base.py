@@ -140,16 +140,18 @@ class WriteBatch:
     usage_state: dict[str, Any] | None = None  # fairshare state (UsageState.to_dict), replaced
     usage: list[UsageRecord] = field(default_factory=list)  # added to the hourly records
     accounting: AccountingChange = field(default_factory=AccountingChange)
+    crontabs: list[CrontabRecord] = field(default_factory=list)  # scrontab's, by user
     auth: list[AuthRecord] = field(default_factory=list)
-    crontabs: list[CrontabRecord] = field(default_factory=list)
     # the writer's epoch (Store.take_epoch); a commit with another is refused. None: a
     # tool's or test's direct write, unfenced
     epoch: int | None = None
 
     def __bool__(self) -> bool:
+        if self.crontabs:
+            return True
         return bool(self.jobs or self.payloads or self.nodes or self.next_job_id is not None
                     or self.usage_state is not None or self.usage or self.accounting
-                    or self.auth or self.crontabs)
+                    or self.auth)
 
 
 # (job id, array job id, uid, state, submit, start, end, the record as JSON)
@@ -174,9 +176,9 @@ def prepare_batch(batch: WriteBatch) -> PreparedBatch:
         rows.append((j["job_id"], j.get("array_job_id"), j["uid"], j["state"], j["submit_time"],
                      j.get("start_time"), j.get("end_time"), jsonio.dumps(j)))
     rest = WriteBatch(payloads=batch.payloads, nodes=batch.nodes, next_job_id=batch.next_job_id,
+                      crontabs=batch.crontabs,
                       usage_state=batch.usage_state, usage=batch.usage,
-                      accounting=batch.accounting, auth=batch.auth, crontabs=batch.crontabs,
-                      epoch=batch.epoch)
+                      accounting=batch.accounting, auth=batch.auth, epoch=batch.epoch)
     return PreparedBatch(rows, rest)
 
 

@@ -67,6 +67,11 @@ class MemoryStore:
             self.payloads[jid] = p
         for n in b.nodes:
             self.nodes[n.name] = n
+        for c in b.crontabs:
+            if c.record is None:
+                self.crontabs.pop(c.uid, None)
+            else:
+                self.crontabs[c.uid] = json.loads(json.dumps(c.record))
         if b.next_job_id is not None:
             self.meta_next_id = b.next_job_id
         if b.usage_state is not None:
@@ -79,11 +84,6 @@ class MemoryStore:
             self.accounting[kind].pop(key, None)
         for r in b.auth:
             self.auth[(r.kind, r.id)] = json.loads(json.dumps(r.record))
-        for c in b.crontabs:
-            if c.record is None:
-                self.crontabs.pop(c.uid, None)
-            else:
-                self.crontabs[c.uid] = json.loads(json.dumps(c.record))
         self.commits += 1
 
     def load_active_jobs(self) -> list[Job]:

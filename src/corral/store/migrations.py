@@ -96,6 +96,15 @@ def _2_accounting(db: sqlite3.Connection, _path: str) -> None:
     )""")
 
 
+def _5_crontabs(db: sqlite3.Connection, _path: str) -> None:
+    """scrontab: each user's crontab file, disabled lines and cron job ids, as JSON."""
+    _run(db, """
+    CREATE TABLE crontabs (
+        uid INTEGER PRIMARY KEY,
+        record TEXT NOT NULL
+    )""")
+
+
 LEGACY_REGISTRY = os.path.join("auth", "registry.json")  # beside the database, until schema 3
 
 
@@ -123,15 +132,6 @@ def _3_auth_and_epoch(db: sqlite3.Connection, path: str) -> None:
     rows += [("key", k, json.dumps(v)) for k, v in dict(data.get("keys") or {}).items()]
     db.executemany("INSERT OR REPLACE INTO auth_records VALUES (?,?,?)", rows)
     log.info("imported the token/key registry %s into the state database", legacy)
-
-
-def _5_crontabs(db: sqlite3.Connection, _path: str) -> None:
-    """scrontab: each user's crontab file, disabled lines and cron job ids, as JSON."""
-    _run(db, """
-    CREATE TABLE crontabs (
-        uid INTEGER PRIMARY KEY,
-        record TEXT NOT NULL
-    )""")
 
 
 MIGRATIONS: tuple[Migration, ...] = (
