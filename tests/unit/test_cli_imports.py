@@ -26,7 +26,8 @@ from corral.lazyre import LazyPattern
 from corral.model.job import STATE_CODES
 
 COMMANDS = ["sbatch", "squeue", "sinfo", "scontrol", "scancel", "sacct", "srun", "salloc", "sacctmgr",
-            "sshare", "sprio", "sreport", "sstat", "seff", "sdiag", "missing"]
+            "sshare", "sprio", "sreport", "sstat", "seff", "sdiag", "scrontab",
+            "missing"]
 
 # Heavy modules (or whole packages) no command module may import at start.
 FORBIDDEN = [

@@ -10,14 +10,13 @@ from __future__ import annotations
 import sys
 
 PROVIDED = ("sbatch, srun, salloc, squeue, scancel, sinfo, scontrol, sacct, sacctmgr, sshare, "
-            "sprio, sreport, sstat, seff, sdiag")
+            "sprio, sreport, sstat, seff, sdiag, scrontab")
 
 # Slurm 22.05's user and admin commands (and the contributed ones people type) that
 # Corral lacks, with what Corral offers instead where it has something.
 MISSING: dict[str, str] = {
     "sattach": "",
     "sbcast": "",
-    "scrontab": "",
     "sgather": "",
     "sh5util": "",
     "sjobexitmod": "",
@@ -48,7 +47,9 @@ def sbcast() -> int:
 
 
 def scrontab() -> int:
-    return run("scrontab")
+    from corral.cli import scrontab as real  # provided now (cli/scrontab.py)
+
+    return real.main()
 
 
 def sdiag() -> int:

@@ -321,6 +321,8 @@ def format_job(job: dict[str, Any], now: float, *, one_liner: bool = False,
         # Corral has no separate accrue clock: priority age accrues from eligibility.
         f"AccrueTime={stamp(job.get('eligible_time'), now)}",
         f"StartTime={stamp(start, now)} EndTime={stamp(end, now)} Deadline=N/A",
+        *([("CronJob=Yes " if job.get("cron_job") else "")
+           + f'CrontabSpec="{job.get("cron_spec")}"'] if job.get("cron_spec") else []),
         f"SuspendTime={stamp(suspend_time, now, 'None')} SecsPreSuspend={pre_suspend} "
         f"LastSchedEval={stamp(job.get('last_sched_eval'), now)} "
         f"Scheduler={job.get('scheduler') or 'Main'}",

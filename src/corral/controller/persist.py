@@ -28,6 +28,7 @@ from corral.controller.errors import SlurmError
 from corral.model.job import Job
 from corral.store.base import (
     AuthRecord,
+    CrontabRecord,
     JobPayload,
     NodeEvent,
     NodeEventEnd,
@@ -73,6 +74,7 @@ class GroupCommitWriter:
         self.payloads: list[tuple[int, JobPayload]] = []
         self.after: list[tuple[Send, dict[str, Any]] | Launch] = []
         self.next_id_dirty = False
+        self.crontab_records: list[CrontabRecord] = []  # scrontab (controller/crontab.py)
         self.usage_state: dict[str, Any] | None = None
         self.usage_records: list[UsageRecord] = []
         self.auth_records: list[AuthRecord] = []
@@ -96,6 +98,10 @@ class GroupCommitWriter:
 
     def payload(self, job_id: int, payload: JobPayload) -> None:
         self.payloads.append((job_id, payload))
+
+    def crontab(self, record: CrontabRecord) -> None:
+        self.crontab_records.append(record)
+        self.kick()
 
     def next_job_id(self) -> None:
         self.next_id_dirty = True
@@ -127,6 +133,8 @@ class GroupCommitWriter:
         self.kick()
 
     def _pending(self) -> bool:
+        if self.crontab_records:
+            return True
         return bool(self.dirty_jobs or self.dirty_nodes or self.payloads or self.next_id_dirty
                     or self.usage_state is not None or self.usage_records
                     or self.auth_records or self.node_events)
@@ -205,6 +213,7 @@ class GroupCommitWriter:
             usage_state=self.usage_state, usage=self.usage_records,
             auth=self.auth_records, node_events=self.node_events, epoch=self.epoch)
         self.dirty_jobs = {}
+        batch.crontabs, self.crontab_records = self.crontab_records, []
         self.dirty_nodes = set()
         self.payloads = []
         self.next_id_dirty = False
@@ -221,6 +230,7 @@ class GroupCommitWriter:
             self.dirty_jobs.setdefault(job.job_id, job)
         self.dirty_nodes.update(n.name for n in batch.nodes)
         self.payloads[:0] = batch.payloads
+        self.crontab_records[:0] = batch.crontabs
         self.next_id_dirty = self.next_id_dirty or batch.next_job_id is not None
         if self.usage_state is None:
             self.usage_state = batch.usage_state

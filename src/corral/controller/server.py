@@ -254,6 +254,8 @@ class Api:
         r.add_delete("/v1/machines/{name}", self.revoke_machine)
         from corral.controller.api_accounts import add_routes as add_account_routes
         add_account_routes(r, self.ctl)  # sacctmgr
+        from corral.controller.crontab import add_routes as add_crontab_routes
+        add_crontab_routes(r, self.ctl)  # scrontab
         add_metric_routes(app, self)  # /metrics/*, sstat's and sdiag's routes
         from corral.controller.webui import add_routes as add_web_routes
         add_web_routes(app, self)  # /v1/events, /v1/why, /v1/web/login and the dashboard

@@ -53,7 +53,7 @@ GLOBAL_DEFAULTS: dict[str, str] = {
 # Keys accepted (and shown by `scontrol show config`) that Corral does not act on yet.
 NOT_ACTED_ON = ("PrologSlurmctld", "EpilogSlurmctld")
 # Keys Corral reads that have no default shown by `scontrol show config` when unset.
-OPTIONAL_KEYS = {"SchedulerParameters",
+OPTIONAL_KEYS = {"SchedulerParameters", "ScronParameters",
                  # agent.usage: how often each step's use is sampled (default 30 s)
                  "JobAcctGatherFrequency",
                  # controller.metrics: [HOST:]PORT of the plain-HTTP metrics listener

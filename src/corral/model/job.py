@@ -218,6 +218,10 @@ class Job:
     acctg_freq: str | None = None  # --acctg-freq: its steps' sampling interval (agent.usage)
     batch: bool = True
     submit_id: str | None = None  # the client's id of the submission (idempotent retries)
+    # scrontab (controller/crontab.py): requeued for its next time after each run while
+    # cron_job; cron_spec is the entry's times as scontrol shows them (CrontabSpec=)
+    cron_job: bool = False
+    cron_spec: str | None = None
 
     # where and how
     work_dir: str = "/"

@@ -132,6 +132,15 @@ class AuthState:
 
 
 @dataclass(slots=True)
+class CrontabRecord:
+    """One user's scrontab (controller/crontab.py): the file, its disabled lines, its jobs;
+    `record` None removes it."""
+
+    uid: int
+    record: dict[str, Any] | None
+
+
+@dataclass(slots=True)
 class WriteBatch:
     """Everything one commit writes, in one transaction."""
 
@@ -142,6 +151,7 @@ class WriteBatch:
     usage_state: dict[str, Any] | None = None  # fairshare state (UsageState.to_dict), replaced
     usage: list[UsageRecord] = field(default_factory=list)  # added to the hourly records
     accounting: AccountingChange = field(default_factory=AccountingChange)
+    crontabs: list[CrontabRecord] = field(default_factory=list)  # scrontab's, by user
     auth: list[AuthRecord] = field(default_factory=list)
     # node history, in order: an event opened, or a node's open event closed
     node_events: list[NodeEvent | NodeEventEnd] = field(default_factory=list)
@@ -150,6 +160,8 @@ class WriteBatch:
     epoch: int | None = None
 
     def __bool__(self) -> bool:
+        if self.crontabs:
+            return True
         return bool(self.jobs or self.payloads or self.nodes or self.next_job_id is not None
                     or self.usage_state is not None or self.usage or self.accounting
                     or self.auth or self.node_events)
@@ -177,6 +189,7 @@ def prepare_batch(batch: WriteBatch) -> PreparedBatch:
         rows.append((j["job_id"], j.get("array_job_id"), j["uid"], j["state"], j["submit_time"],
                      j.get("start_time"), j.get("end_time"), jsonio.dumps(j)))
     rest = WriteBatch(payloads=batch.payloads, nodes=batch.nodes, next_job_id=batch.next_job_id,
+                      crontabs=batch.crontabs,
                       usage_state=batch.usage_state, usage=batch.usage,
                       accounting=batch.accounting, auth=batch.auth,
                       node_events=batch.node_events, epoch=batch.epoch)
@@ -249,5 +262,8 @@ class Store(Protocol):
 
     # ---- the join-token and machine-key registry ----------------------------------
     def load_auth(self) -> AuthState: ...
+
+    def load_crontabs(self) -> dict[int, dict[str, Any]]:
+        """Every user's scrontab record by uid."""
 
     def close(self) -> None: ...

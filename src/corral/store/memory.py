@@ -43,6 +43,7 @@ class MemoryStore:
         self.usage_state: dict[str, Any] | None = None
         self.usage: dict[tuple[str, float, int], UsageRecord] = {}
         self.events: dict[tuple[str, str, float], NodeEvent] = {}
+        self.crontabs: dict[int, dict[str, Any]] = {}
 
     def take_epoch(self) -> int:
         self.epoch += 1
@@ -67,6 +68,11 @@ class MemoryStore:
             self.payloads[jid] = p
         for n in b.nodes:
             self.nodes[n.name] = n
+        for c in b.crontabs:
+            if c.record is None:
+                self.crontabs.pop(c.uid, None)
+            else:
+                self.crontabs[c.uid] = json.loads(json.dumps(c.record))
         if b.next_job_id is not None:
             self.meta_next_id = b.next_job_id
         if b.usage_state is not None:
@@ -213,6 +219,9 @@ class MemoryStore:
             elif kind == "key":
                 state.keys[key] = rec
         return state
+
+    def load_crontabs(self) -> dict[int, dict[str, Any]]:
+        return {k: json.loads(json.dumps(v)) for k, v in self.crontabs.items()}
 
     def close(self) -> None:
         pass

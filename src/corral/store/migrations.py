@@ -96,6 +96,15 @@ def _2_accounting(db: sqlite3.Connection, _path: str) -> None:
     )""")
 
 
+def _5_crontabs(db: sqlite3.Connection, _path: str) -> None:
+    """scrontab: each user's crontab file, disabled lines and cron job ids, as JSON."""
+    _run(db, """
+    CREATE TABLE crontabs (
+        uid INTEGER PRIMARY KEY,
+        record TEXT NOT NULL
+    )""")
+
+
 LEGACY_REGISTRY = os.path.join("auth", "registry.json")  # beside the database, until schema 3
 
 
@@ -140,6 +149,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "auth_records (the JSON registry imported), the writer's epoch", _3_auth_and_epoch),
     Migration(4, "node history: node_events.reason_user, .source, an index by node",
               _4_node_history),
+    Migration(5, "crontabs (scrontab)", _5_crontabs),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].number
 

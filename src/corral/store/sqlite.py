@@ -137,6 +137,12 @@ class SqliteStore:
                     db.executemany("INSERT OR REPLACE INTO auth_records VALUES (?,?,?)",
                                    [(r.kind, r.id, json.dumps(r.record, separators=(",", ":")))
                                     for r in b.auth])
+                for c in b.crontabs:
+                    if c.record is None:
+                        db.execute("DELETE FROM crontabs WHERE uid=?", (c.uid,))
+                    else:
+                        db.execute("INSERT OR REPLACE INTO crontabs VALUES (?,?)",
+                                   (c.uid, json.dumps(c.record, separators=(",", ":"))))
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -309,6 +315,11 @@ class SqliteStore:
             elif kind == "key":
                 state.keys[key] = rec
         return state
+
+    def load_crontabs(self) -> dict[int, dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute("SELECT uid, record FROM crontabs").fetchall()
+        return {int(uid): json.loads(text) for uid, text in rows}
 
     def close(self) -> None:
         with self._lock:
