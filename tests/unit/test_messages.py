@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from corral.model import messages as m
+from corral.model.launchplan import ContainerSpec, LaunchPlan, SignalSpec
 
 CHANNELS = [m.TO_CONTROLLER_FROM_CLIENT, m.TO_CLIENT, m.TO_AGENT, m.TO_CONTROLLER_FROM_AGENT,
             m.TO_STEPD, m.TO_AGENT_FROM_STEPD]
@@ -43,7 +44,9 @@ SAMPLES: list[tuple[m.Channel, m.Message]] = [
     (m.TO_CLIENT, m.AllocationEnded(state="CANCELLED")),
     (m.TO_CLIENT, m.UserMessage(message="disk full")),
     (m.TO_AGENT, m.Batch(messages=[{"type": "ack", "job_id": 1}])),
-    (m.TO_AGENT, m.LaunchJob(node="n1", launch={"job_id": 4, "script_text": "#!/bin/sh"})),
+    (m.TO_AGENT, m.LaunchJob(node="n1", launch=LaunchPlan(
+        job_id=4, uid=0, gid=0, script_text="#!/bin/sh", env={"A": "1"},
+        signal=SignalSpec(num=10), container=ContainerSpec(image="x.sqsh")))),
     (m.TO_AGENT, m.Control(job_id=4, control={"op": "signal", "signal": 15,
                                               "batch_only": True})),
     (m.TO_AGENT, m.LaunchTasks(job_id=4, step_id=1, uid=1000, gid=1000, user="a", cwd="/w",
@@ -168,6 +171,11 @@ BAD: list[tuple[m.Channel, Any, str]] = [
     (m.TO_AGENT, {"type": "control", "job_id": 1, "control": {"op": "explode"}},
      "unknown message op 'explode'"),
     (m.TO_AGENT, {"type": "launch", "launch": {"job_id": "4"}}, "launch.launch.job_id"),
+    (m.TO_AGENT, {"type": "launch", "launch": {"job_id": 4, "uid": 0, "gid": 0,
+                                               "step": "../x"}}, "is not a step name"),
+    (m.TO_AGENT, {"type": "launch", "launch": {"job_id": 4, "uid": 0, "gid": 0,
+                                               "container": {"mounts": []}}},
+     "a container needs an image or a name"),
     (m.TO_CONTROLLER_FROM_AGENT, {"type": "ended", "job_id": 1, "state": "RUNNING"},
      "ended.state: 'RUNNING' is not one of"),
     (m.TO_CONTROLLER_FROM_AGENT, {"type": "ended", "job_id": 1, "state": "COMPLETED",

@@ -776,11 +776,14 @@ def test_cgroup_conf_keys_and_defaults(tmp_path: Any) -> None:
 
 @pytest.mark.parametrize(("fields", "problem"), [
     ({"step": "../../escape"}, "is not a step name"),
-    ({"job_id": "1/../../x"}, "is not an integer"),
-    ({"uid": "0"}, "is not a user or group id"),
-    ({"gid": None}, "uid without gid"),
-    ({"groups": [0, "wheel"]}, "are not group ids"),
-    ({"stdout": ["/etc/passwd"]}, "stdout is not a path"),
+    ({"job_id": "1/../../x"}, "job_id: expected an integer"),
+    ({"uid": "0"}, "uid: expected an integer"),
+    ({"uid": -1}, "uid: -1 is out of range"),
+    ({"gid": None}, "missing field 'gid'"),
+    ({"groups": [0, "wheel"]}, "groups[1]: expected an integer"),
+    ({"stdout": ["/etc/passwd"]}, "stdout: expected a string"),
+    ({"env": {"PATH": 1}}, "expected a string"),
+    ({"time_limit": "soon"}, "time_limit: expected a number"),
 ])
 def test_launch_fields_that_name_identities_or_paths_are_checked(
         jobs: Jobs, fields: dict[str, Any], problem: str) -> None:

@@ -1,8 +1,24 @@
 """What a job step's process gets on its node before the user's program runs: its identity,
-its cgroup, its CPUs and its GPUs.
+its cgroup, its CPUs and its GPUs, its limits, and the container it runs in.
 
-One place for these pieces, shared by srun tasks (`agent.tasks`) and, once wired, batch steps
-(`agent.stepd`), so that containers, prolog/epilog and binding are each built once:
+One `prepare -> exec` pipeline, used by batch steps (`agent.stepd`) and srun tasks
+(`agent.tasks`) alike:
+
+- `ExecRequest`: what one process is to exec (argv, environment, working directory, identity,
+  CPUs, resource limits, container), built by the caller from its record (a batch step's
+  `model.launchplan.LaunchPlan`, an srun task's `LaunchTasks`/`TaskSpec`).
+- `prepare()` runs the ordered hooks of `HOOKS` on it: each hook is a function that shapes
+  the request (takes the SLURM_RLIMIT_* variables out into limits, wraps the program in the
+  container runtime, ...) or refuses it with a `LaunchFailure`.  A hook is written once and
+  applies to both kinds of step.
+- The exec itself has two back-ends, because the two callers start processes differently
+  for good reasons (docs/ARCHITECTURE.md): the batch supervisor forks and, in the child,
+  calls `enter()` (binding, limits, identity) then execs `request.command()`; the srun task
+  manager posix_spawns `request.command()` behind `setpriv` (no Python in the child, which
+  keeps srun fast) and applies binding and limits from outside before the task passes its
+  gate.  Both exec the same command line, so a wrapper added by a hook runs in both.
+
+The pieces the hooks and back-ends use:
 
 - `task_identity()` / `as_user()`: whose rights a task runs with, and a context that takes
   them for the agent's own checks (opening files, finding the program) so that root never
@@ -24,11 +40,15 @@ import errno
 import os
 import pwd
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from corral.agent.cgroup import V1_CONTROLLERS, CgroupError, StepCgroup
 from corral.model.jobenv import gpu_variables
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from corral.model.launchplan import ContainerSpec
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -177,6 +197,79 @@ def _resolve(name: str, path_env: str | None, cwd: str,
         return None, LaunchFailure(f"slurmstepd: error: execve(): {candidate}: not supported: "
                                    f"this agent cannot start a program whose path holds '='\n", 1)
     return candidate, None
+
+
+# ---- the pipeline -------------------------------------------------------------------------
+
+@dataclass
+class ExecRequest:
+    """What one process is to exec, as the hooks of `prepare()` shape it."""
+
+    argv: list[str]  # argv[0]: the program (resolved on the host unless in a container)
+    env: dict[str, str]
+    cwd: str
+    ident: Identity
+    job_id: int = 0
+    step: str = "batch"
+    cpus: list[int] | None = None
+    rlimits: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    container: ContainerSpec | None = None
+    container_dir: str | None = None  # where this node keeps its jobs' containers
+    image_cache: str | None = None  # this node's image cache (agent.images)
+    wrapper: list[str] = field(default_factory=list)  # run first, with argv as its arguments
+    notes: list[str] = field(default_factory=list)  # for the supervisor's log
+
+    def command(self) -> list[str]:
+        """The command line to exec: the wrappers the hooks added, then the program."""
+        return [*self.wrapper, *self.argv]
+
+    @property
+    def in_container(self) -> bool:
+        return self.container is not None
+
+
+Hook = Callable[[ExecRequest], None]
+
+
+def take_rlimits(request: ExecRequest) -> None:
+    """SLURM_RLIMIT_* (the submitting shell's limits) out of the environment, into limits."""
+    limits, request.env = rlimits_from_env(request.env)
+    request.rlimits.update(limits)
+
+
+def wrap_container(request: ExecRequest) -> None:
+    """Run the program inside its container (agent.container): the runtime's command line
+    comes first, the program is looked up in the image."""
+    if request.container is None:
+        return
+    from corral.agent import container  # only steps that ask for a container pay for it
+
+    container.wrap(request)
+
+
+HOOKS: tuple[Hook, ...] = (take_rlimits, wrap_container)
+
+
+def prepare(request: ExecRequest, hooks: Sequence[Hook] = HOOKS) -> ExecRequest:
+    """Run the hooks in order; LaunchFailure when one refuses the request."""
+    for hook in hooks:
+        hook(request)
+    return request
+
+
+def enter(request: ExecRequest, groups: list[int] | None = None) -> None:
+    """In the forked child of the exec (the batch back-end): bind CPUs and set the limits
+    while still root, then become the owner (`groups`, when given, replace the user's own).
+    OSError when the identity cannot be taken; the other problems go to `request.notes`."""
+    problem = bind_cpus(0, request.cpus)
+    if problem:
+        request.notes.append(problem)
+    request.notes.extend(apply_rlimits(0, request.rlimits))
+    ident = request.ident
+    if ident.switch:
+        os.setgroups(ident.groups if groups is None else groups)
+        os.setgid(ident.gid)
+        os.setuid(ident.uid)
 
 
 # ---- cgroups --------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from corral.agent.spawner import Spawner
 from corral.agent.tasks import TaskManager
 from corral.auth import join_token_path, parse_fingerprint
 from corral.model import messages
+from corral.model.launchplan import LaunchPlan
 
 log = logging.getLogger("corral.agent")
 
@@ -266,7 +267,7 @@ class Agent:
             return
         loop = asyncio.get_running_loop()
         if isinstance(msg, messages.LaunchJob):
-            jid = int(msg.launch["job_id"])
+            jid = msg.launch.job_id
             task = loop.create_task(self.launch(msg.launch))
             self.launching[jid] = task
             task.add_done_callback(functools.partial(self._launched, jid))
@@ -312,8 +313,8 @@ class Agent:
         self.reported.discard(job_id)
 
     # ---- launching -------------------------------------------------------
-    async def launch(self, spec: dict[str, Any]) -> None:
-        job_id = int(spec["job_id"])
+    async def launch(self, spec: LaunchPlan) -> None:
+        job_id = spec.job_id
         d = self.job_dir(job_id)
         acctg = spec.get("acctg_freq")
         if isinstance(acctg, str) and acctg:
@@ -325,7 +326,7 @@ class Agent:
                     log.warning("job %d is already running here; launch ignored", job_id)
                     return
                 shutil.rmtree(d)  # fd-based on Linux: does not follow links inside
-            uid, gid = int(spec["uid"]), int(spec["gid"])
+            uid, gid = spec.uid, spec.gid
             # The job directory is the supervisor's (status, control socket, environment):
             # ours, 0711.  The job reaches only its script, by name, read-only.
             os.mkdir(d, 0o711)
@@ -335,20 +336,20 @@ class Agent:
                 fd = os.open("script", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                              | os.O_CLOEXEC, 0o500, dir_fd=dir_fd)
                 with os.fdopen(fd, "wb") as f:
-                    f.write(str(spec["script_text"]).encode("utf-8", "surrogateescape"))
+                    f.write((spec.script_text or "").encode("utf-8", "surrogateescape"))
                     f.flush()
                     # the owner reads and runs it; no one else reads it (it may hold secrets)
                     if os.geteuid() == 0:
                         os.fchown(f.fileno(), uid, gid)
                     os.fchmod(f.fileno(), 0o500)
-                launch = {k: v for k, v in spec.items() if k != "script_text"}
-                cpus = int(spec.get("cpus_count") or 0)
-                bound = self._pick_cpus(job_id, cpus)
-                launch.update(script=os.path.join(d, "script"), notify_socket=self.notify_path,
-                              cgroup_root=self.cgroup_root, cgroup_cluster=self.cgroup_cluster,
-                              cpus=bound, **self._limits(spec))
+                bound = self._pick_cpus(job_id, spec.cpus_count)
+                launch = spec.node_side(
+                    script=os.path.join(d, "script"), notify_socket=self.notify_path,
+                    cgroup_root=self.cgroup_root, cgroup_cluster=self.cgroup_cluster,
+                    cpus=bound, **self._limits(spec))
                 # the job's whole environment: readable by root only
-                stepd.write_atomic(dir_fd, "launch.json", json.dumps(launch).encode(), 0o600)
+                stepd.write_atomic(dir_fd, "launch.json", json.dumps(launch.to_dict()).encode(),
+                                   0o600)
             finally:
                 os.close(dir_fd)
             if self.spawner is not None:
@@ -362,11 +363,11 @@ class Agent:
             log.exception("launch of job %d failed", job_id)
             self._send({"type": "launch_failed", "job_id": job_id, "error": str(e)})
 
-    def _limits(self, spec: dict[str, Any]) -> dict[str, Any]:
+    def _limits(self, spec: LaunchPlan) -> dict[str, Any]:
         """The cgroup limits of a job (cgroup.conf): its memory limit, a default for a job
         without --mem (the node's memory, as Slurm gives it the whole node), and its pids."""
-        mem = spec.get("mem_mb")
-        node_mem = spec.get("node_mem_mb")
+        mem = spec.mem_mb
+        node_mem = spec.node_mem_mb
         limit = self.cgroup_conf.memory_limit_mb(
             int(mem) if mem else None,
             int(node_mem) if node_mem else self.hw.memory_mb, self.hw.memory_mb)

@@ -47,6 +47,8 @@ from corral.agent import launch as launch_mod
 from corral.agent.cgroup import CgroupError, StepCgroup
 from corral.agent.usage import rusage_figures as usage_figures
 from corral.model import messages
+from corral.model.launchplan import LaunchPlan, PlanHead
+from corral.model.messages import MessageError
 
 LAUNCH_FILE = "launch.json"
 STATUS_FILE = "status.json"
@@ -548,7 +550,8 @@ class Supervisor:
         self.out_fd: int | None = None
         self.pending_lines: list[str] = []
         self.writers: list[int] = []  # forked writers of our lines into the job's stderr
-        self.launch: dict[str, Any] = {}
+        self.head: PlanHead | None = None  # whose step, where errors go (even from a bad plan)
+        self.plan: LaunchPlan | None = None  # None until launch.json has passed its checks
         self.ctl: socket.socket | None = None
         self.cgroup: StepCgroup | None = None
         self.job_pid = 0
@@ -590,10 +593,10 @@ class Supervisor:
         helper process that has become the job's user."""
         line = f"slurmstepd: error: {text}\n"
         if create and self.out_fd is None:
-            path = self.launch.get("stderr") or self.launch.get("stdout")
-            if path:
+            path = self.head and (self.head.stderr or self.head.stdout)
+            if path and self.head is not None:
                 flags = os.O_WRONLY | os.O_CREAT | (
-                    os.O_APPEND if self.launch.get("open_mode") == "append" else os.O_TRUNC)
+                    os.O_APPEND if self.head.open_mode == "append" else os.O_TRUNC)
                 self.out_fd = self._open_as_owner(str(path), flags)
         self.pending_lines.append(line)
         self._flush_job_lines()
@@ -666,9 +669,9 @@ class Supervisor:
     def _open_as_owner(self, path: str, flags: int) -> int | None:
         """Open `path` as the job's user (a forked helper switches identity, opens, and
         passes the descriptor back); None if that fails."""
-        uid = self.launch.get("uid")
-        if type(uid) is not int:
+        if self.head is None:
             return None
+        uid = self.head.uid
         flags |= os.O_NONBLOCK | os.O_CLOEXEC
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
@@ -707,17 +710,16 @@ class Supervisor:
 
     def _identity(self) -> launch_mod.Identity:
         """Who the job runs as: `launch.task_identity()`, as for srun tasks."""
-        launch = self.launch
-        return launch_mod.task_identity(int(launch.get("uid", os.getuid())),
-                                        int(launch.get("gid", os.getgid())),
-                                        str(launch.get("user") or ""), None)
+        assert self.head is not None
+        return launch_mod.task_identity(self.head.uid, self.head.gid, self.head.user, None)
 
     def _become_owner(self, ident: launch_mod.Identity | None = None) -> None:
         """Switch this (forked) process to the job's user and groups; OSError if impossible.
         The launch description's `groups`, when given, replace the user's own."""
         ident = ident or self._identity()
-        groups = self.launch.get("groups")
-        os.setgroups([int(g) for g in (ident.groups if groups is None else groups)])
+        assert self.head is not None
+        groups = self.head.groups
+        os.setgroups(ident.groups if groups is None else groups)
         os.setgid(ident.gid)
         os.setuid(ident.uid)
         _set_not_dumpable()
@@ -739,54 +741,35 @@ class Supervisor:
         self.ctl = sock
 
     def _load_launch(self) -> None:
-        launch = json.loads(read_private_file(LAUNCH_FILE, MAX_LAUNCH_FILE, dir_fd=self.dir_fd))
-        if not isinstance(launch, dict):
-            raise ValueError("not a JSON object")
-        self.launch = launch
-        # What decides identity, paths and cgroup names must have the right type.
-        if type(launch.get("job_id")) is not int:
-            raise ValueError(f"job_id {launch.get('job_id')!r} is not an integer")
-        for key in ("uid", "gid"):
-            if key in launch and (type(launch[key]) is not int or launch[key] < 0):
-                raise ValueError(f"{key} {launch[key]!r} is not a user or group id")
-        if "uid" in launch and "gid" not in launch:
-            raise ValueError("uid without gid")  # else the job would keep our group
-        groups = launch.get("groups")
-        if groups is not None and (not isinstance(groups, list)
-                                   or any(type(g) is not int or g < 0 for g in groups)):
-            raise ValueError(f"groups {str(groups)[:80]} are not group ids")
-        if not STEP_NAME.match(str(launch.get("step", "batch"))):
-            raise ValueError(f"step {launch.get('step')!r} is not a step name")
-        for key in ("script", "stdout", "stderr", "stdin", "work_dir"):
-            if launch.get(key) is not None and not isinstance(launch[key], str):
-                raise ValueError(f"{key} is not a path")
-        limit = launch.get("time_limit")
-        self.time_limit = -1.0 if limit is None else float(limit)
-        kill_wait = launch.get("kill_wait")
-        self.kill_wait = 30.0 if kill_wait is None else float(kill_wait)
-        spec = launch.get("signal")
-        if spec:
-            self.warn_signal = (int(spec["num"]), float(spec.get("secs", 60)),
-                                bool(spec.get("batch_only", False)))
+        """Read and check the plan (model.launchplan); ValueError naming the first bad field.
+        Its head (whose step, where errors go) is kept even when the rest fails its checks,
+        so the failure reaches the job's own stderr, opened as its user."""
+        data = json.loads(read_private_file(LAUNCH_FILE, MAX_LAUNCH_FILE, dir_fd=self.dir_fd))
+        try:
+            self.head = PlanHead.from_dict(data, LAUNCH_FILE)
+            plan = LaunchPlan.from_dict(data, LAUNCH_FILE)
+        except MessageError as e:
+            raise ValueError(str(e)) from None
+        self.plan = plan
+        self.time_limit = -1.0 if plan.time_limit is None else plan.time_limit
+        self.kill_wait = 30.0 if plan.kill_wait is None else plan.kill_wait
+        if plan.signal is not None and plan.signal.num:
+            self.warn_signal = (plan.signal.num, float(plan.signal.secs), plan.signal.batch_only)
 
     def _setup_cgroup(self) -> None:
-        root = self.launch.get("cgroup_root")
-        if not root:
+        plan = self.plan
+        assert plan is not None
+        if not plan.cgroup_root:
             return
         try:
-            cgroup = StepCgroup(root, self.launch["job_id"], str(self.launch.get("step", "batch")),
-                                str(self.launch.get("cgroup_cluster") or ""))
+            cgroup = StepCgroup(plan.cgroup_root, plan.job_id, plan.step, plan.cgroup_cluster)
             # mem_limit_mb: what the agent worked out from --mem and cgroup.conf (a default
             # for a job without --mem); mem_mb alone where no agent did (tests, debugging)
-            mem = self.launch.get("mem_limit_mb", self.launch.get("mem_mb"))
-            pids = self.launch.get("pids_max")
+            mem = plan.mem_limit_mb if plan.mem_limit_mb is not None else plan.mem_mb
             # the batch step sets the job's limits on the job's group: its srun steps,
             # siblings of this one (job_J/step_N), share them
-            job_limits = str(self.launch.get("step", "batch")) == "batch"
-            for note in cgroup.create(self.launch.get("cpus"),
-                                      int(mem) if mem is not None else None,
-                                      int(pids) if pids is not None else None,
-                                      job_limits=job_limits):
+            for note in cgroup.create(plan.cpus, mem, plan.pids_max,
+                                      job_limits=plan.step == "batch"):
                 self.note(f"cgroup: {note}")
         except OSError as e:
             self.note(f"cgroups not used ({e}); falling back to process tracking")
@@ -794,13 +777,30 @@ class Supervisor:
         self.cgroup = cgroup
 
     # -- the job process ----------------------------------------------------------------
+    def _exec_request(self) -> launch_mod.ExecRequest:
+        """The step's request for the launch pipeline (agent.launch), its hooks applied;
+        LaunchError when a hook refuses it (a bad container image, a mount the user may not
+        read)."""
+        plan = self.plan
+        assert plan is not None and plan.script is not None
+        request = launch_mod.ExecRequest(
+            argv=[plan.script, *plan.argv], env=dict(plan.env), cwd=plan.work_dir or "/tmp",
+            ident=self._identity(), job_id=plan.job_id, step=plan.step, cpus=plan.cpus or None,
+            container=plan.container)
+        try:
+            return launch_mod.prepare(request)
+        except launch_mod.LaunchFailure as e:
+            raise LaunchError(e.message.strip().removeprefix("slurmstepd: error: "),
+                              e.exit_code or 1) from None
+
     def _start_job(self) -> None:
-        launch = self.launch
-        uid = int(launch.get("uid", os.getuid()))
-        if os.geteuid() != 0 and uid != os.geteuid():
+        plan = self.plan
+        assert plan is not None
+        if os.geteuid() != 0 and plan.uid != os.geteuid():
             raise LaunchError(
-                f"cannot run job {launch.get('job_id')} as uid {uid}: this agent runs as uid "
+                f"cannot run job {plan.job_id} as uid {plan.uid}: this agent runs as uid "
                 f"{os.geteuid()}, not root, and can only run jobs of uid {os.geteuid()}")
+        request = self._exec_request()
         exec_r, exec_w = os.pipe()  # both ends close on exec: EOF on exec_r means exec worked
         # the job's process passes its stderr back through this (closed on its exec)
         fd_sock, fd_sock_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -811,7 +811,7 @@ class Supervisor:
             try:
                 os.close(exec_r)
                 fd_sock.close()
-                self._exec_job(exec_w, fd_sock_child)
+                self._exec_job(request, exec_w, fd_sock_child)
             finally:
                 os._exit(1)
         os.close(exec_w)
@@ -822,9 +822,11 @@ class Supervisor:
         self.exec_r = exec_r
         os.set_blocking(exec_r, False)
 
-    def _exec_job(self, exec_w: int, fd_sock: socket.socket) -> NoReturn:
+    def _exec_job(self, request: launch_mod.ExecRequest, exec_w: int,
+                  fd_sock: socket.socket) -> NoReturn:
         """In the forked job process: confine, become the owner, set up I/O, exec."""
-        launch = self.launch
+        plan = self.plan
+        assert plan is not None
 
         def fail(stage: str, err: int, message: str, code: int) -> NoReturn:
             report = {"stage": stage, "errno": err, "message": message}
@@ -844,36 +846,31 @@ class Supervisor:
                 self.cgroup.add_self()
             except CgroupError as e:
                 self.note(f"job not confined: {e}")
-        # the same launch pieces as an srun task's (agent/launch.py): CPUs, then identity
-        problem = launch_mod.bind_cpus(0, launch.get("cpus") or None)
-        if problem:
-            self.note(problem)
-        # the submitter's resource limits (SLURM_RLIMIT_*), set while still root
-        rlimits, env = launch_mod.rlimits_from_env(
-            {str(k): str(v) for k, v in (launch.get("env") or {}).items()})
-        for problem in launch_mod.apply_rlimits(0, rlimits):
-            self.note(problem)
-        uid = int(launch.get("uid", os.getuid()))
-        ident = self._identity()
+        ident = request.ident
         if ident.error:
             fail("identity", 0, ident.error, 1)
+        # the pipeline's exec side, as for an srun task: CPUs and limits, then identity
+        try:
+            launch_mod.enter(request, plan.groups)
+        except OSError as e:
+            fail("identity", e.errno or 0, f"cannot become uid {plan.uid}: {e.strerror}", 1)
+        finally:
+            for problem in request.notes:
+                self.note(problem)
         if ident.switch:
-            try:
-                self._become_owner(ident)
-            except OSError as e:
-                fail("identity", e.errno or 0, f"cannot become uid {uid}: {e.strerror}", 1)
-        umask = launch.get("umask")
+            _set_not_dumpable()
+        umask = plan.umask
         if umask is None:
-            env_umask = str((launch.get("env") or {}).get("SLURM_UMASK", ""))
+            env_umask = plan.env.get("SLURM_UMASK", "")
             umask = int(env_umask, 8) if re.fullmatch(r"[0-7]{1,4}", env_umask) else 0o022
-        os.umask(int(umask) & 0o777)
+        os.umask(umask & 0o777)
         self._open_job_io(fail)
         try:
             socket.send_fds(fd_sock, [b"e"], [2])
         except OSError as e:
             self.note(f"cannot pass the job's stderr to the supervisor: {e.strerror}")
         fd_sock.close()
-        work_dir = launch.get("work_dir") or "/tmp"
+        work_dir = request.cwd
         try:
             os.chdir(work_dir)
         except OSError as e:
@@ -884,15 +881,15 @@ class Supervisor:
             except OSError:
                 os.write(2, b"slurmstepd: error: couldn't chdir to /tmp either. dying.\n")
                 fail("chdir", e.errno or 0, f"couldn't chdir to {work_dir}", 1)
-        script = launch["script"]
-        argv = [script, *[str(a) for a in launch.get("argv") or []]]
+        script = request.argv[0]
+        argv = request.command()
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         try:
-            os.execve(script, argv, env)
+            os.execve(argv[0], argv, request.env)
         except OSError as e:
             err = e.errno or errno.ENOEXEC
-        message = f"execve(): {script}: {_strerror(err)}"
-        if err == errno.ENOENT:
+        message = f"execve(): {argv[0]}: {_strerror(err)}"
+        if err == errno.ENOENT and not request.wrapper:
             # The script exists but its #! interpreter does not: say which (as Slurm does).
             try:
                 with open(script, "rb") as f:
@@ -907,12 +904,13 @@ class Supervisor:
 
     def _open_job_io(self, fail: Any) -> None:
         """Open stdin/stdout/stderr as the owner (already switched to) and install them."""
-        launch = self.launch
-        append = launch.get("open_mode") == "append"
+        plan = self.plan
+        assert plan is not None
+        append = plan.open_mode == "append"
         flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-        stdout = launch.get("stdout") or os.devnull
-        stderr = launch.get("stderr") or stdout
-        stdin = launch.get("stdin") or os.devnull
+        stdout = plan.stdout or os.devnull
+        stderr = plan.stderr or stdout
+        stdin = plan.stdin or os.devnull
         fds: list[int] = []
         for name, path, mode in (("stdin", stdin, os.O_RDONLY), ("stdout", stdout, flags),
                                  ("stderr", stderr, flags)):
@@ -1177,8 +1175,8 @@ class Supervisor:
             return
         if self.reason is None:
             self.reason = reason
-            entity = f"JOB {self.launch.get('job_id')}"
-            node = self.launch.get("node_name") or os.uname().nodename.split(".")[0]
+            entity = f"JOB {self._job_id()}"
+            node = (self.head and self.head.node_name) or os.uname().nodename.split(".")[0]
             when = time.strftime("%Y-%m-%dT%H:%M:%S")
             suffix = {"TIMEOUT": " DUE TO TIME LIMIT", "REQUEUED": " DUE TO JOB REQUEUE"}
             self._job_stderr_message(
@@ -1240,7 +1238,7 @@ class Supervisor:
                 exit_code = os.WEXITSTATUS(status)
             oom_kills = self.cgroup.oom_kills() if self.cgroup is not None else 0
             if oom_kills:
-                step = f"StepId={self.launch.get('job_id')}.{self.launch.get('step', 'batch')}"
+                step = f"StepId={self._job_id()}.{self._step_name()}"
                 self._job_stderr_message(
                     f"Detected {oom_kills} oom-kill event(s) in {step}. Some of your processes"
                     " may have been killed by the cgroup out-of-memory handler.")
@@ -1257,8 +1255,8 @@ class Supervisor:
             else:
                 state = "FAILED"
         return {
-            "job_id": self.launch.get("job_id"),
-            "step": self.launch.get("step", "batch"),
+            "job_id": self.head.job_id if self.head is not None else None,
+            "step": self._step_name(),
             "state": state,
             "exit_code": exit_code,
             "signal": sig,
@@ -1294,14 +1292,13 @@ class Supervisor:
                 pass
 
     def _job_id(self) -> int:
-        jid = self.launch.get("job_id")
-        return jid if type(jid) is int and jid >= 0 else 0
+        return self.head.job_id if self.head is not None else 0
 
     def _step_name(self) -> str:
-        return str(self.launch.get("step", "batch"))
+        return self.head.step if self.head is not None else "batch"
 
     def _notify(self, event: messages.StepdStarted | messages.StepdExited) -> None:
-        path = self.launch.get("notify_socket")
+        path = self.head.notify_socket if self.head is not None else None
         if not path:
             return
         try:

@@ -52,6 +52,7 @@ from corral.agent.launch import Identity as _Identity
 from corral.agent.launch import LaunchFailure as _TaskFailure
 from corral.agent.launch import as_user as _as_user
 from corral.model import messages as m
+from corral.model.launchplan import ContainerSpec
 
 log = logging.getLogger("corral.agent.tasks")
 
@@ -223,6 +224,7 @@ class _Step:
     task_epilog: str = ""
     ident: _Identity | None = None
     cwd: str = "/tmp"
+    container: ContainerSpec | None = None  # the container its tasks run in (Pyxis)
 
 
 @dataclass
@@ -316,6 +318,7 @@ class TaskManager:
         ident = self._identity(msg)
         step.ident, step.cwd = ident, msg.cwd or "/tmp"
         step.task_prolog, step.task_epilog = msg.task_prolog or "", msg.task_epilog or ""
+        step.container = msg.container
         if not step.group_checked and specs and ident.error is None:
             self._join_job_group(step, msg, specs)
         cwd = msg.cwd or "/tmp"
@@ -574,9 +577,14 @@ class TaskManager:
                stdin_mode: str, files: dict[str, int | OSError], pty_slave: int | None,
                resolved: dict[tuple[str, str, str], tuple[str, None] | tuple[None, _TaskFailure]],
                ) -> None:
-        # the submitting shell's limits (SLURM_RLIMIT_*), set while the task waits at its gate
-        task.rlimits, env = launch_mod.rlimits_from_env(
-            {k: v for k, v in spec.env.items() if k != "SLURM_TASK_PID" and k and "=" not in k})
+        # the launch pipeline (agent.launch): its hooks take the submitting shell's limits
+        # (SLURM_RLIMIT_*, set while the task waits at its gate) out of the environment and
+        # wrap the program in the step's container
+        request = launch_mod.ExecRequest(
+            argv=list(spec.argv if spec.argv is not None else argv),
+            env={k: v for k, v in spec.env.items() if k != "SLURM_TASK_PID" and k and "=" not in k},
+            cwd=cwd, ident=ident, job_id=step.job_id, step=str(step.step_id), cpus=task.cpus,
+            container=step.container)
         child_fds: list[int] = []  # our copies of the child's ends, closed after the spawn
         gate_w: int | None = None
         try:
@@ -592,18 +600,22 @@ class TaskManager:
                 if isinstance(err, OSError):
                     raise _TaskFailure(f"slurmstepd: error: Could not open {name} file {path}: "
                                        f"{_strerror(err.errno or 0)}\n", 1)
-            if spec.argv is not None:  # --multi-prog: each task its own program
-                argv = spec.argv
-            if not argv:
+            if not request.argv:  # (--multi-prog gives each task its own program)
                 raise _TaskFailure("slurmstepd: error: execve(): : No such file or directory\n",
                                    errno.ENOENT)
-            rkey = (argv[0], env.get("PATH", ""), cwd)
-            if rkey not in resolved:
-                resolved[rkey] = launch_mod.resolve_program(argv[0], env.get("PATH"), cwd, ident)
-            program, failure = resolved[rkey]
-            if failure is not None:
-                raise failure
-            assert program is not None
+            launch_mod.prepare(request)
+            env = request.env
+            task.rlimits = request.rlimits
+            if not request.in_container:  # (in a container, the image's PATH finds it)
+                rkey = (request.argv[0], env.get("PATH", ""), cwd)
+                if rkey not in resolved:
+                    resolved[rkey] = launch_mod.resolve_program(request.argv[0], env.get("PATH"),
+                                                                cwd, ident)
+                program, failure = resolved[rkey]
+                if failure is not None:
+                    raise failure
+                assert program is not None
+                request.argv[0] = program
 
             # fd 0, 1, 2 of the child: ("fd", agent_fd), ("open", path, flags) or
             # ("dup", child_fd)
@@ -666,8 +678,7 @@ class TaskManager:
             pairs = [f"{k}={v}" for k, v in env.items()]
             cmd = [self._shell, "-c", _WRAPPER, self._env,
                    "" if umask is None else f"{umask:04o}", cwd, gate, step.task_prolog,
-                   str(len(pairs)), *pairs, program,
-                   *argv[1:]]
+                   str(len(pairs)), *pairs, *request.command()]
             self._spawn(task, ident, cmd, stdio, pty_slave is not None)
             if gate_w is not None:
                 self._place(step, task)

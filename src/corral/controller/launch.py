@@ -12,6 +12,8 @@ from corral.controller.lifecycle import JobLifecycle
 from corral.model.arrays import parse_array_spec
 from corral.model.job import Job
 from corral.model.jobenv import array_environment, batch_environment
+from corral.model.launchplan import LaunchPlan, SignalSpec
+from corral.model.messages import LaunchJob
 from corral.model.patterns import expand_pattern
 
 log = logging.getLogger("corral.controller")
@@ -50,6 +52,8 @@ def home_of(uid: int) -> str:
 
 class Launching(JobLifecycle):
     def launch_message(self, job: Job) -> dict[str, Any]:
+        """The `launch` message (model.messages.LaunchJob) of a job's batch step: its typed
+        plan (model.launchplan), as the wire carries it."""
         payload = self.store.load_payload(job.job_id)
         if payload is None and job.array_job_id is not None:
             payload = self.store.load_payload(job.array_job_id)
@@ -86,25 +90,22 @@ class Launching(JobLifecycle):
         signal = parse_signal_spec(job.signal)
         if signal is not None and not signal["batch_only"]:
             signal = None  # without B: the steps get it, not the batch shell (steps.py times it)
-        return {
-            "type": "launch",
-            "node": first.node,
-            "launch": {
-                "job_id": job.job_id, "step": "batch", "node_name": first.node,
-                "uid": job.uid, "gid": job.gid,
-                "user": job.user, "home": home, "script_text": payload.script,
-                "argv": payload.argv, "work_dir": job.work_dir, "stdout": stdout,
-                "stderr": stderr, "stdin": path(job.stdin, "/dev/null"),
-                "open_mode": payload.open_mode, "env": env, "time_limit": job.time_limit,
-                "kill_wait": self.kill_wait, "signal": signal,
-                "gpus": first.gpus, "cpus_count": first.cpus, "mem_mb": first.mem_mb or None,
-                # the default memory limit of a job without --mem is its node's RealMemory
-                "node_mem_mb": node.real_memory if node is not None else None,
-                "cpu_ids": list(first.cpu_ids) if first.cpu_ids is not None else None,
-                "restart_count": job.restart_count,
-                "acctg_freq": job.acctg_freq,  # its steps' sampling interval (agent.usage)
-            },
-        }
+        plan = LaunchPlan(
+            job_id=job.job_id, step="batch", node_name=first.node,
+            restart_count=job.restart_count,
+            uid=job.uid, gid=job.gid, user=job.user, home=home,
+            script_text=payload.script, argv=list(payload.argv), env=env,
+            work_dir=job.work_dir, stdout=stdout, stderr=stderr,
+            stdin=path(job.stdin, "/dev/null"), open_mode=payload.open_mode,
+            time_limit=job.time_limit, kill_wait=self.kill_wait,
+            signal=SignalSpec(**signal) if signal is not None else None,
+            cpus_count=first.cpus, gpus=list(first.gpus), mem_mb=first.mem_mb or None,
+            # the default memory limit of a job without --mem is its node's RealMemory
+            node_mem_mb=node.real_memory if node is not None else None,
+            cpu_ids=list(first.cpu_ids) if first.cpu_ids is not None else None,
+            acctg_freq=job.acctg_freq,  # its steps' sampling interval (agent.usage)
+        )
+        return LaunchJob(node=first.node, launch=plan).to_dict()
 
     def _launch(self, job: Job) -> None:
         """Send the job's launch once its start is committed (never before: a crash between

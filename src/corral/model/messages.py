@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, ClassVar, TypeVar, dataclass_transform
 
+    from corral.model.launchplan import ContainerSpec, LaunchPlan
+
     M = TypeVar("M", bound="Message")
 else:
     def dataclass_transform(**_kw: object) -> object:
@@ -548,14 +550,11 @@ class Batch(Message):
 
 @_A.add
 class LaunchJob(Message):
+    """Start a job's batch step: its typed plan (model.launchplan)."""
+
     TYPE = "launch"
     node: str = ""
-    launch: dict[str, Any]
-
-    def validate(self, where: str) -> None:
-        jid = self.launch.get("job_id")
-        if type(jid) is not int or not 0 <= jid <= MAX_ID:
-            raise MessageError(f"{where}.launch.job_id: expected a job id")
+    launch: LaunchPlan
 
 
 @_A.add
@@ -633,6 +632,8 @@ class LaunchTasks(Message):
     # srun --task-prolog / --task-epilog: run as the user around each task
     task_prolog: str | None = field(default=None, omit_none=True, maxlen=4096)
     task_epilog: str | None = field(default=None, omit_none=True, maxlen=4096)
+    # the container the tasks run in (Pyxis' --container-* options; model.launchplan)
+    container: ContainerSpec | None = field(default=None, omit_none=True)
 
     def validate(self, where: str) -> None:
         _check_stdin(self.stdin, where)
@@ -889,3 +890,8 @@ class StepdExited(Message):
     state: str = field(choices=JOB_END_STATES)
     exit_code: int = field(default=0, lo=0, hi=255)
     signal: int = field(default=0, lo=0, hi=127)
+
+
+# The launch plan's records (LaunchJob.launch) live in their own module; importing it here
+# registers them for decoding whichever module is imported first.
+import corral.model.launchplan  # noqa: E402,F401
