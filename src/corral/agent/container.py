@@ -1,11 +1,388 @@
-"""Containers for job steps (Pyxis' options): the launch pipeline's container hook."""
+"""Containers for job steps, as Pyxis runs them: the launch pipeline's container hook.
+
+`wrap(request)` (called by `agent.launch.wrap_container` for batch steps and srun tasks alike)
+turns a request whose plan names a container into one that runs the same program inside it:
+
+- the image: a squashfs file (`--container-image=PATH.sqsh`, opened as the job's user, so a
+  file the user cannot read is refused) or an image of this node's cache (`corral image
+  import`, agent.images), mounted read-only with squashfuse once per job on this node
+  (`<home>/containers/<node>/job_<id>/images/<key>`) and shared by the job's tasks;
+- the container's file system: a kernel overlay of that mount and a writable layer per
+  container (`.../c/<name>`), made once and reused by the job's later steps when named
+  (`--container-name`), removed at the step's end when not;
+- the runtime: bubblewrap (Debian's `bubblewrap`), started as the job's user after it has
+  joined the job's cgroup and taken its CPUs and limits, exactly like a task without a
+  container: an unprivileged user namespace and a mount namespace, the user's own uid (or
+  0 inside with --container-remap-root, which maps to the user's uid outside and gives no
+  host privilege), no new privileges (setuid files in the image do not elevate), the
+  host's /dev (the job's GPUs; the job's cgroup still governs which devices it may open),
+  /proc and /sys;
+- the user's mounts (`--container-mounts`): each source checked as the job's user before
+  the step starts (a path the user cannot read is refused with Pyxis' wording), and bound
+  by bubblewrap running as that user, so the kernel checks it again.
+
+Why bubblewrap and not crun: crun 1.8 (Debian 12) refuses to start on a node whose cgroups
+are mixed v1/v2 even with its cgroup manager disabled, and a job's processes must stay in
+the cgroup the agent put them in; bubblewrap needs no cgroup, no per-task config file and
+no daemon, and runs rootless (docs/CONTAINERS.md).
+"""
 
 from __future__ import annotations
 
-from corral.agent.launch import ExecRequest, LaunchFailure
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterator
 
+from corral.agent import images
+from corral.agent.launch import ExecRequest, LaunchFailure, as_user
+from corral.model.launchplan import ContainerSpec, parse_mount
+
+SQUASHFS_MAGIC = b"hsqs"
+BATCH_SCRIPT = "/run/corral-batch-script"  # where a batch script is seen inside
+MOUNT_TIMEOUT = 30.0  # seconds for squashfuse to mount an image
+ENV_FILE_MAX = 1 << 20
+# MASTER_PORT as Enroot's PyTorch hook derives it from the job id
+MASTER_PORT_BASE, MASTER_PORT_RANGE = 49152, 16384
+
+
+def _fail(message: str) -> LaunchFailure:
+    return LaunchFailure(f"slurmstepd: error: pyxis: {message}\n", 1)
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise _fail(f"{name} is not installed on this node (see docs/CONTAINERS.md)")
+    return path
+
+
+# ---- the job's container directory ----------------------------------------------------------
+
+def job_dir(base: str, job_id: int) -> str:
+    return os.path.join(base, f"job_{job_id}")
+
+
+@contextlib.contextmanager
+def _locked(directory: str) -> Iterator[None]:
+    """One set-up at a time per job on this node (the agent's srun tasks and a batch step's
+    supervisor are different processes)."""
+    fd = os.open(os.path.join(directory, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _mkdir(path: str, mode: int = 0o711) -> None:
+    os.makedirs(path, mode=mode, exist_ok=True)
+
+
+# ---- the image ----------------------------------------------------------------------------
+
+def is_image_path(image: str) -> bool:
+    """A squashfs file rather than an image name (Pyxis: a path, or a name ending .sqsh)."""
+    return image.startswith(("/", "./", "../")) or image.endswith((".sqsh", ".squashfs"))
+
+
+def _open_image_file(path: str, request: ExecRequest) -> int:
+    """The image file opened as the job's user (refused where the user cannot read it)."""
+    full = path if os.path.isabs(path) else os.path.join(request.cwd, path)
+    try:
+        with as_user(request.ident):
+            fd = os.open(full, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise _fail(f"image {path}: {e.strerror}") from None
+    try:
+        if os.pread(fd, 4, 0) != SQUASHFS_MAGIC:
+            raise _fail(f"image {path} is not a squashfs file")
+    except OSError as e:
+        os.close(fd)
+        raise _fail(f"image {path}: {e.strerror}") from None
+    except LaunchFailure:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _mount_image(jdir: str, spec: ContainerSpec, request: ExecRequest,
+                 cache: str) -> tuple[str, dict[str, str]]:
+    """The image's read-only mount for this job (made once) and the image's environment."""
+    image = spec.image
+    assert image is not None
+    fd: int | None = None
+    meta: dict[str, str] = {}
+    if is_image_path(image):
+        fd = _open_image_file(image, request)
+        st = os.fstat(fd)
+        key = hashlib.sha256(f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}:{st.st_size}"
+                             .encode()).hexdigest()[:32]
+        source = f"/dev/fd/{fd}"
+    else:
+        try:
+            found = images.lookup(cache, image)
+        except ValueError as e:
+            raise _fail(str(e)) from None
+        if found is None:
+            raise _fail(f"image {image} is not in this node's image cache "
+                        f"(import it with: corral image import)")
+        source, key, meta = found.path, found.digest.replace(":", "-"), found.env
+    target = os.path.join(jdir, "images", key)
+    try:
+        if not os.path.ismount(target):
+            _mkdir(target, 0o755)
+            squashfuse = _tool("squashfuse")
+            # root's FUSE mount, readable by the job's user; nothing in it may elevate
+            proc = subprocess.run(
+                [squashfuse, "-o", "allow_other,nosuid,nodev,ro", source, target],
+                pass_fds=(fd,) if fd is not None else (), capture_output=True,
+                timeout=MOUNT_TIMEOUT, check=False)
+            if proc.returncode != 0 or not os.path.ismount(target):
+                why = proc.stderr.decode(errors="replace").strip().splitlines()
+                raise _fail(f"cannot mount image {image}: {why[-1] if why else 'squashfuse failed'}")
+    except subprocess.TimeoutExpired:
+        raise _fail(f"cannot mount image {image}: squashfuse timed out") from None
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return target, meta
+
+
+# ---- the container's file system --------------------------------------------------------------
+
+def _container_name(spec: ContainerSpec, request: ExecRequest) -> str:
+    if spec.name:
+        return "n-" + hashlib.sha256(spec.name.encode()).hexdigest()[:24]
+    return f"s-{request.step}"
+
+
+def _rootfs(jdir: str, spec: ContainerSpec, request: ExecRequest, cache: str,
+            ) -> tuple[str, dict[str, str]]:
+    cdir = os.path.join(jdir, "c", _container_name(spec, request))
+    merged = os.path.join(cdir, "rootfs")
+    meta_file = os.path.join(cdir, "image")
+    exists = os.path.ismount(merged)
+    flag = spec.name_flag if spec.name else "auto"
+    if spec.name and flag == "exec" and not exists:
+        raise _fail(f"container {spec.name} does not exist")
+    if exists and (flag != "create" or not spec.image):
+        return merged, images.read_env_file(meta_file)
+    if exists:  # "create" with an image: a fresh container
+        remove_container(cdir)
+    if not spec.image:
+        raise _fail(f"container {spec.name} does not exist and no --container-image was given")
+    lower, env = _mount_image(jdir, spec, request, cache)
+    if not spec.writable and not spec.name:
+        return lower, env  # --container-readonly: the image's own read-only mount
+    upper, work = os.path.join(cdir, "upper"), os.path.join(cdir, "work")
+    for d in (cdir, upper, work, merged):
+        _mkdir(d, 0o755)
+    options = f"lowerdir={lower},upperdir={upper},workdir={work},nosuid,nodev"
+    proc = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, merged],
+                          capture_output=True, timeout=MOUNT_TIMEOUT, check=False)
+    if proc.returncode != 0:
+        why = proc.stderr.decode(errors="replace").strip()
+        raise _fail(f"cannot create the container's file system: {why or 'mount failed'}")
+    images.write_env_file(meta_file, env)
+    return merged, env
+
+
+def _unmount(path: str) -> None:
+    if os.path.ismount(path):
+        subprocess.run(["umount", "-l", path], capture_output=True, check=False, timeout=30)
+
+
+def remove_container(cdir: str) -> None:
+    _unmount(os.path.join(cdir, "rootfs"))
+    shutil.rmtree(cdir, ignore_errors=True)
+
+
+def release_step(base: str, job_id: int, step: str) -> None:
+    """The step has ended on this node: its unnamed container goes (Pyxis removes unnamed
+    containers at the task's end; a job's named ones stay for its later steps)."""
+    cdir = os.path.join(job_dir(base, job_id), "c", f"s-{step}")
+    if os.path.isdir(cdir):
+        remove_container(cdir)
+
+
+def release_job(base: str, job_id: int) -> None:
+    """The job has ended: its containers and image mounts go."""
+    jdir = job_dir(base, job_id)
+    if not os.path.isdir(jdir):
+        return
+    for sub in ("c", "images"):
+        d = os.path.join(jdir, sub)
+        with contextlib.suppress(OSError):
+            for name in os.listdir(d):
+                path = os.path.join(d, name)
+                if sub == "c":
+                    remove_container(path)
+                else:
+                    _unmount(path)
+    shutil.rmtree(jdir, ignore_errors=True)
+
+
+# ---- mounts ---------------------------------------------------------------------------------
+
+def _check_source(source: str, request: ExecRequest) -> str:
+    """The mount source as an absolute path, after checking as the job's user that it may
+    read it (a link is followed with the user's rights too)."""
+    full = os.path.normpath(os.path.join(request.cwd, source))
+    try:
+        with as_user(request.ident):
+            st = os.stat(full)
+            mode = os.R_OK | (os.X_OK if os.path.isdir(full) else 0)
+            if not os.access(full, mode, effective_ids=True):
+                raise PermissionError(13, "Permission denied")
+    except OSError as e:
+        raise _fail(f"--container-mounts: {source}: {e.strerror}") from None
+    del st
+    return full
+
+
+def make_mountpoint(rootfs: str, target: str, directory: bool) -> None:
+    """Create `target` inside the container's file system where it is missing (Pyxis'
+    x-create=auto), as root but never through a link of the image: each component is opened
+    with O_NOFOLLOW below the root, so a link cannot lead the agent out of it."""
+    parts = [p for p in os.path.normpath("/" + target).split("/") if p and p != ".."]
+    if not parts:
+        return
+    fd = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            try:
+                st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                if last and not directory:
+                    os.close(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                                     | os.O_CLOEXEC, 0o644, dir_fd=fd))
+                    return
+                os.mkdir(part, 0o755, dir_fd=fd)
+                st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                raise _fail(f"--container-mounts: {target}: a symbolic link in the image")
+            if last:
+                return
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                          dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except OSError as e:
+        raise _fail(f"--container-mounts: cannot create {target}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def _mount_args(spec: ContainerSpec, request: ExecRequest, rootfs: str,
+                writable: bool) -> list[str]:
+    args: list[str] = []
+
+    def target_in(target: str, source: str | None) -> str:
+        inside = target if target.startswith("/") else "/" + target
+        if writable:
+            make_mountpoint(rootfs, inside, source is None or os.path.isdir(source))
+        return inside
+
+    if spec.mount_home:
+        home = request.env.get("HOME")
+        if home and os.path.isabs(home):
+            source = _check_source(home, request)
+            args += ["--bind", source, target_in(home, source)]
+    for entry in spec.mounts:
+        try:
+            source, target, flags = parse_mount(entry)
+        except ValueError as e:
+            raise _fail(str(e)) from None
+        if source == "tmpfs":
+            args += ["--tmpfs", target_in(target, None)]
+            continue
+        if source == "umount":
+            continue  # nothing of the host is mounted unless asked: nothing to detach
+        full = _check_source(source, request)
+        ro = "ro" in flags
+        args += ["--ro-bind" if ro else "--bind", full, target_in(target, full)]
+    return args
+
+
+# ---- the hook -------------------------------------------------------------------------------
 
 def wrap(request: ExecRequest) -> None:
-    """Refuse: this agent runs no containers yet."""
-    raise LaunchFailure("slurmstepd: error: pyxis: containers are not supported on this node\n",
-                        1)
+    """Run `request` in its container (see the module docstring); LaunchFailure with Pyxis'
+    kind of message when it cannot."""
+    spec = request.container
+    if spec is None:
+        return
+    if request.container_dir is None:
+        raise _fail("containers are not set up on this node")
+    if spec.save:
+        raise _fail("--container-save is not supported by Corral yet")
+    bwrap = _tool("bwrap")
+    jdir = job_dir(request.container_dir, request.job_id)
+    _mkdir(jdir)
+    _mkdir(os.path.join(jdir, "c"))
+    _mkdir(os.path.join(jdir, "images"))
+    with _locked(jdir):
+        rootfs, image_env = _rootfs(jdir, spec, request, request.image_cache or "")
+    ident = request.ident
+    inside_uid = 0 if spec.remap_root else ident.uid
+    inside_gid = 0 if spec.remap_root else ident.gid
+    argv = [bwrap]
+    if ident.uid != 0:
+        argv += ["--unshare-user", "--uid", str(inside_uid), "--gid", str(inside_gid)]
+    for ns in spec.unshare:
+        argv.append(f"--unshare-{ns}")
+    bind = "--ro-bind" if not spec.writable else "--bind"
+    # as Enroot: the host's /dev, a new /proc, /sys read-only, a private /run
+    argv += [bind, rootfs, "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
+             "--ro-bind", "/sys", "/sys", "--tmpfs", "/run"]
+    if request.carry_program:  # the batch script, from the agent's spool, read-only
+        argv += ["--ro-bind", request.argv[0], BATCH_SCRIPT]
+        request.argv[0] = BATCH_SCRIPT
+    # (an overlay, where missing mount points can be made, unless read-only and unnamed)
+    argv += _mount_args(spec, request, rootfs, writable=spec.writable or bool(spec.name))
+    workdir = spec.workdir or image_env.pop("CORRAL_WORKDIR", "") or "/"
+    argv += ["--chdir", workdir, "--"]
+    request.wrapper = argv + request.wrapper
+    request.env = container_environment(request.env, image_env, spec)
+
+
+def container_environment(job_env: dict[str, str], image_env: dict[str, str],
+                          spec: ContainerSpec) -> dict[str, str]:
+    """Pyxis' rule: the job's variables, but the image's values take precedence, except for
+    those named by --container-env; plus what its PyTorch hook sets from the task's ranks."""
+    env = dict(job_env)
+    keep = set(spec.env)
+    for k, v in image_env.items():
+        if k not in keep and not k.startswith("CORRAL_"):
+            env[k] = v
+    if "SLURM_PROCID" in env:
+        env.setdefault("RANK", env["SLURM_PROCID"])
+    if "SLURM_LOCALID" in env:
+        env.setdefault("LOCAL_RANK", env["SLURM_LOCALID"])
+    ntasks = env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS")
+    if ntasks:
+        env.setdefault("WORLD_SIZE", ntasks)
+    nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
+    if nodes:
+        env.setdefault("MASTER_ADDR", _first_host(nodes))
+    job_id = env.get("SLURM_JOB_ID", "")
+    if job_id.isdigit():
+        env.setdefault("MASTER_PORT", str(MASTER_PORT_BASE + int(job_id) % MASTER_PORT_RANGE))
+    return env
+
+
+def _first_host(nodelist: str) -> str:
+    """The first host of a Slurm node list ("n[3-5],m1" -> "n3")."""
+    from corral.model import hostlists
+
+    try:
+        hosts = hostlists.expand(nodelist)
+    except hostlists.HostlistError:
+        return nodelist.split(",")[0]
+    return hosts[0] if hosts else nodelist

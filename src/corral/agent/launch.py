@@ -216,6 +216,8 @@ class ExecRequest:
     container: ContainerSpec | None = None
     container_dir: str | None = None  # where this node keeps its jobs' containers
     image_cache: str | None = None  # this node's image cache (agent.images)
+    # argv[0] is a file of the host's to take into a container (a batch script)
+    carry_program: bool = False
     wrapper: list[str] = field(default_factory=list)  # run first, with argv as its arguments
     notes: list[str] = field(default_factory=list)  # for the supervisor's log
 

@@ -25,7 +25,7 @@ import aiohttp
 from yarl import URL
 
 from corral import paths
-from corral.agent import gpu, hw, stepd, usage
+from corral.agent import gpu, hw, images, stepd, usage
 from corral.agent import remote as remote_mod
 from corral.agent.cgroup import CgroupConf, cluster_group_name
 from corral.agent.health import HealthMonitor
@@ -65,8 +65,11 @@ class Agent:
         self.cgroup_root = _cgroup_root()
         # one cgroup subtree per agent home: clusters side by side never share a job's group
         self.cgroup_cluster = cluster_group_name(home)
+        self.container_dir = os.path.join(home, "containers")  # agent.container's
         self.tasks = TaskManager(self._send, cgroup_root=self.cgroup_root,
-                                 cgroup_cluster=self.cgroup_cluster)
+                                 cgroup_cluster=self.cgroup_cluster,
+                                 container_dir=self.container_dir,
+                                 image_cache=images.cache_dir(home))
         self.cgroup_conf = CgroupConf.load(os.path.join(home, "cgroup.conf"))
         for note in self.cgroup_conf.notes:
             log.warning("%s", note)
@@ -310,14 +313,19 @@ class Agent:
     def _forget(self, job_id: int) -> None:
         shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
         self.usage.forget_job(job_id)
+        if os.path.isdir(self.container_dir):  # the job's containers on this node go too
+            from corral.agent import container
+
+            for node in self.nodes:
+                container.release_job(os.path.join(self.container_dir, node), job_id)
         self.reported.discard(job_id)
 
     # ---- launching -------------------------------------------------------
     async def launch(self, spec: LaunchPlan) -> None:
         job_id = spec.job_id
         d = self.job_dir(job_id)
-        acctg = spec.get("acctg_freq")
-        if isinstance(acctg, str) and acctg:
+        acctg = spec.acctg_freq
+        if acctg:
             self.usage.set_job_frequency(job_id, acctg)
             self._usage_wake.set()
         try:
@@ -346,7 +354,9 @@ class Agent:
                 launch = spec.node_side(
                     script=os.path.join(d, "script"), notify_socket=self.notify_path,
                     cgroup_root=self.cgroup_root, cgroup_cluster=self.cgroup_cluster,
-                    cpus=bound, **self._limits(spec))
+                    cpus=bound, **self._limits(spec),
+                    container_dir=os.path.join(self.container_dir, spec.node_name or "node"),
+                    image_cache=images.cache_dir(self.home))
                 # the job's whole environment: readable by root only
                 stepd.write_atomic(dir_fd, "launch.json", json.dumps(launch.to_dict()).encode(),
                                    0o600)

@@ -786,7 +786,8 @@ class Supervisor:
         request = launch_mod.ExecRequest(
             argv=[plan.script, *plan.argv], env=dict(plan.env), cwd=plan.work_dir or "/tmp",
             ident=self._identity(), job_id=plan.job_id, step=plan.step, cpus=plan.cpus or None,
-            container=plan.container)
+            container=plan.container, container_dir=plan.container_dir,
+            image_cache=plan.image_cache, carry_program=True)
         try:
             return launch_mod.prepare(request)
         except launch_mod.LaunchFailure as e:
@@ -1281,6 +1282,10 @@ class Supervisor:
                                           signal=status["signal"]))
         if self.cgroup is not None and not self.cgroup.remove():
             self.note("could not remove the step's cgroup")
+        if self.plan is not None and self.plan.container is not None and self.plan.container_dir:
+            from corral.agent import container  # its unnamed container goes with the step
+
+            container.release_step(self.plan.container_dir, self.plan.job_id, self.plan.step)
 
     def _close_control(self) -> None:
         if self.ctl is not None:

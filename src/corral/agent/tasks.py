@@ -66,6 +66,7 @@ KILL_SETTLE = 10.0  # after SIGKILL: how long kill() waits for the step to end
 EARLY_LIMIT = 256 * 1024  # input that arrives before its step's launch, per step
 EARLY_STEPS = 64
 EARLY_TTL = 60.0
+CONTAINER_IDLE = 600.0  # seconds a job's named containers outlive its last step here
 ENDED_MEMORY = 256
 POLL_INTERVAL = 0.02  # child polling where pidfd_open is missing (Linux < 5.3)
 EPILOG_TIMEOUT = 5.0  # srun --task-epilog: "killed if it does not end within a few seconds"
@@ -225,6 +226,7 @@ class _Step:
     ident: _Identity | None = None
     cwd: str = "/tmp"
     container: ContainerSpec | None = None  # the container its tasks run in (Pyxis)
+    container_dirs: set[str] = field(default_factory=set)  # its nodes' container dirs
 
 
 @dataclass
@@ -241,8 +243,14 @@ class _Early:
 
 class TaskManager:
     def __init__(self, send: Callable[[dict[str, Any]], None], *, kill_wait: float = 30.0,
-                 cgroup_root: str | None = None, cgroup_cluster: str = "") -> None:
+                 cgroup_root: str | None = None, cgroup_cluster: str = "",
+                 container_dir: str | None = None, image_cache: str | None = None) -> None:
         self.send = send
+        # containers (agent.container): per node under container_dir; a job's named ones
+        # are removed once none of its steps has run here for CONTAINER_IDLE seconds
+        self.container_dir = container_dir
+        self.image_cache = image_cache
+        self._container_timers: dict[int, asyncio.TimerHandle] = {}
         self.kill_wait = kill_wait
         # cgroup_root None: no cgroups (process groups only), as in unit tests
         self._cgroup_arg: tuple[str | None, str] = (cgroup_root, cgroup_cluster)
@@ -319,6 +327,12 @@ class TaskManager:
         step.ident, step.cwd = ident, msg.cwd or "/tmp"
         step.task_prolog, step.task_epilog = msg.task_prolog or "", msg.task_epilog or ""
         step.container = msg.container
+        if msg.container is not None:
+            step.container_dirs = {os.path.join(self.container_dir, t.node or "node")
+                                   for t in specs} if self.container_dir else set()
+            timer = self._container_timers.pop(job_id, None)
+            if timer is not None:
+                timer.cancel()
         if not step.group_checked and specs and ident.error is None:
             self._join_job_group(step, msg, specs)
         cwd = msg.cwd or "/tmp"
@@ -584,7 +598,9 @@ class TaskManager:
             argv=list(spec.argv if spec.argv is not None else argv),
             env={k: v for k, v in spec.env.items() if k != "SLURM_TASK_PID" and k and "=" not in k},
             cwd=cwd, ident=ident, job_id=step.job_id, step=str(step.step_id), cpus=task.cpus,
-            container=step.container)
+            container=step.container, image_cache=self.image_cache,
+            container_dir=(os.path.join(self.container_dir, spec.node or "node")
+                           if self.container_dir else None))
         child_fds: list[int] = []  # our copies of the child's ends, closed after the spawn
         gate_w: int | None = None
         try:
@@ -909,7 +925,35 @@ class TaskManager:
         if self.on_step_end is not None:
             self.on_step_end(step.job_id, step.step_id, step.group.dirs if step.group else None)
         self._release_group(step)
+        if step.container is not None:
+            self._release_containers(step)
         step.done.set()
+
+    def _release_containers(self, step: _Step) -> None:
+        """The step's unnamed containers go now; the job's named ones once no step of the
+        job has run here for CONTAINER_IDLE seconds (a node that is not the batch host hears
+        of no job end)."""
+        from corral.agent import container
+
+        for base in step.container_dirs:
+            container.release_step(base, step.job_id, str(step.step_id))
+        if any(k[0] == step.job_id for k in self._steps):
+            return
+        old = self._container_timers.pop(step.job_id, None)
+        if old is not None:
+            old.cancel()
+        dirs = set(step.container_dirs)
+
+        def release() -> None:
+            self._container_timers.pop(step.job_id, None)
+            if any(k[0] == step.job_id for k in self._steps):
+                return
+            for base in dirs:
+                container.release_job(base, step.job_id)
+
+        with contextlib.suppress(RuntimeError):  # no loop (unit tests): left to the agent
+            self._container_timers[step.job_id] = asyncio.get_running_loop().call_later(
+                CONTAINER_IDLE, release)
 
     def _run_epilog(self, step: _Step, task: _Task) -> None:
         """srun --task-epilog: as the user, with the task's environment and SLURM_TASK_PID,

@@ -259,6 +259,23 @@ _TABLE: tuple[tuple[str, int, str | None, str, str | None], ...] = (
     ("whole", _N, None, "s", None),
     ("wrap", _R, None, "b", None),
     ("x11", _O, None, "as", None),
+    # Pyxis' options (a SPANK plugin's, so after Slurm's own): model.launchplan reads them
+    ("container-image", _R, None, "abs", None),
+    ("container-mounts", _R, None, "abs", None),
+    ("container-workdir", _R, None, "abs", None),
+    ("container-name", _R, None, "abs", None),
+    ("container-save", _R, None, "abs", None),
+    ("container-mount-home", _N, None, "abs", None),
+    ("no-container-mount-home", _N, None, "abs", None),
+    ("container-remap-root", _N, None, "abs", None),
+    ("no-container-remap-root", _N, None, "abs", None),
+    ("container-entrypoint", _N, None, "abs", None),
+    ("no-container-entrypoint", _N, None, "abs", None),
+    ("container-entrypoint-log", _N, None, "abs", None),
+    ("container-writable", _N, None, "abs", None),
+    ("container-readonly", _N, None, "abs", None),
+    ("container-env", _R, None, "abs", None),
+    ("container-unshare", _R, None, "abs", None),
 )
 
 _COMMAND_LETTER = {"salloc": "a", "sbatch": "b", "srun": "s"}

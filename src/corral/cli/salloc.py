@@ -40,6 +40,7 @@ from corral.cli.options import (
     read_hostfile,
     spec_problem,
 )
+from corral.model.launchplan import container_from_options, pyxis_environment
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -183,6 +184,12 @@ def parse_salloc(argv: list[str], env: dict[str, str], cwd: str, now: float, *,
     job_env["SLURM_UMASK"] = f"0{umask >> 6 & 7}{umask >> 3 & 7}{umask & 7}"
     req.env = job_env
     req.shell_env = gpu_option_environment(v)
+    try:  # Pyxis' options: the allocation's srun steps run in the container (PYXIS_*)
+        container = container_from_options(v, env)
+    except ValueError as e:
+        fail(PROG, f"pyxis: {e}")
+    if container is not None:
+        req.shell_env.update(pyxis_environment(container))
     if req.verbose:
         for opt_name in dict.fromkeys(req.ignored):
             req.messages.append(f"{PROG}: --{opt_name} has no effect under Corral")

@@ -59,6 +59,7 @@ from corral.cli.options import (
     spec_problem,
     verify_hint,
 )
+from corral.model.launchplan import container_from_options
 
 TYPE_CHECKING = False  # annotations only: `typing` would cost every submission ~3 ms
 if TYPE_CHECKING:
@@ -572,6 +573,12 @@ def _finish(sub: Submission, req: _Request, env: dict[str, str], script_path: st
         exc_nodes=exc_nodes, min_nodes=min_nodes, max_nodes=max_nodes, ntasks=ntasks,
         gpus=gpus, nodes_given=nodes_set,
         batch=(stdout, stderr, stdin, script_path))
+    try:  # Pyxis' options: the batch script runs in the container
+        container = container_from_options(v, env)
+    except ValueError as e:
+        fail(PROG, f"pyxis: {e}")
+    if container is not None:
+        sub.spec["container"] = container.to_dict()
     _check_spec(sub.spec)
     sub.array = array
     sub.open_mode = v.get("open-mode", "truncate")

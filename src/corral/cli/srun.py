@@ -48,6 +48,7 @@ from corral.cli.options import (
     step_gpu_options,
 )
 from corral.model import messages as m
+from corral.model.launchplan import container_from_options
 
 TYPE_CHECKING = False  # annotations only: `typing` would cost every srun ~3 ms
 if TYPE_CHECKING:
@@ -342,7 +343,12 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         per_node_gpus = step_gpus[1]
     elif "gpus" in step_gpu:
         total_gpus = step_gpus[0]
+    try:  # Pyxis' options (and their PYXIS_* variables): the tasks run in the container
+        container = container_from_options(v, env)
+    except ValueError as e:
+        fail(PROG, f"pyxis: {e}")
     req.step = {
+        "container": container.to_dict() if container is not None else None,
         "name": v["job-name"] if req.src.get("job-name") == "cli" else
         os.path.basename(req.argv[0]),
         "argv": list(req.argv),

@@ -12,7 +12,7 @@ from corral.controller.lifecycle import JobLifecycle
 from corral.model.arrays import parse_array_spec
 from corral.model.job import Job
 from corral.model.jobenv import array_environment, batch_environment
-from corral.model.launchplan import LaunchPlan, SignalSpec
+from corral.model.launchplan import ContainerSpec, LaunchPlan, SignalSpec
 from corral.model.messages import LaunchJob
 from corral.model.patterns import expand_pattern
 
@@ -104,6 +104,7 @@ class Launching(JobLifecycle):
             node_mem_mb=node.real_memory if node is not None else None,
             cpu_ids=list(first.cpu_ids) if first.cpu_ids is not None else None,
             acctg_freq=job.acctg_freq,  # its steps' sampling interval (agent.usage)
+            container=ContainerSpec.from_dict(job.container) if job.container else None,
         )
         return LaunchJob(node=first.node, launch=plan).to_dict()
 

@@ -699,6 +699,7 @@ class StepManager:
                 node_cpus={n: step.cpus.get(n, 0) for n in step.nodes},
                 node_mem_mb={n: alloc[n].mem_mb if has_mem else 0 for n in step.nodes},
                 task_prolog=req.task_prolog, task_epilog=req.task_epilog,
+                container=req.container,
             ).to_dict())
         self._maybe_finish(step)
 

@@ -222,6 +222,7 @@ class Job:
     # cron_job; cron_spec is the entry's times as scontrol shows them (CrontabSpec=)
     cron_job: bool = False
     cron_spec: str | None = None
+    container: dict[str, Any] | None = None  # Pyxis' options (model.launchplan.ContainerSpec)
 
     # where and how
     work_dir: str = "/"

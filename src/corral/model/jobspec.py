@@ -35,7 +35,7 @@ TOO_LONG = "Pathname of a file, directory or other parameter too long"
 class Field:
     """One field of a job spec.
 
-    `kind`: int, opt_int, signed_int, time_limit, str, bool, nodes, time or hold.
+    `kind`: int, opt_int, signed_int, time_limit, str, bool, nodes, time, hold or container.
     `options`: the sbatch/srun/salloc options that set it; `option_key` is the first long
     one without its dashes, the key the commands' option parsers store its value under.
     `max_len`: the longest string Slurm accepts.
@@ -104,6 +104,9 @@ FIELDS: tuple[Field, ...] = (
     # client-generated id of one submission: a request resent after a lost connection
     # returns the job it already created (sbatch riding out a controller restart)
     Field("submit_id", "str", (), 64),
+    # Pyxis' --container-* options of sbatch (model.launchplan.ContainerSpec, as a dict):
+    # the batch script runs in this container
+    Field("container", "container", ()),
 )
 BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
 FIELD_NAMES = frozenset(BY_NAME)
@@ -157,6 +160,14 @@ def validate_spec(spec: dict[str, Any]) -> dict[str, Any]:
             if isinstance(v, bool) or not isinstance(v, int | float) or not _finite(v):
                 raise JobSpecError(f"Invalid value for {k}: {v!r}")
             v = float(v)
+        elif kind == "container":
+            from corral.model.launchplan import ContainerSpec  # only the controller checks it
+            from corral.model.messages import MessageError
+
+            try:
+                v = ContainerSpec.from_dict(v, "container").to_dict()
+            except MessageError as e:
+                raise JobSpecError(f"Invalid container: {e}") from None
         elif kind == "hold":
             if v not in ("user", "admin"):
                 raise JobSpecError("Invalid hold value")

@@ -122,6 +122,8 @@ class LaunchPlan(PlanHead):
     cgroup_cluster: str = ""
     mem_limit_mb: int | None = None
     pids_max: int | None = None
+    container_dir: str | None = None  # where this node keeps its jobs' containers
+    image_cache: str | None = None  # this node's image cache (agent.images)
     # the container the step runs in (Pyxis' options), None for the host's file system
     container: ContainerSpec | None = field(default=None, omit_none=True)
 

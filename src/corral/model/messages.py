@@ -371,6 +371,7 @@ class StepSpec(Message):
     mem_per_cpu: int | None = field(default=None, lo=0, hi=1 << 40, omit_none=True)
     task_prolog: str | None = field(default=None, omit_none=True, maxlen=4096)
     task_epilog: str | None = field(default=None, omit_none=True, maxlen=4096)
+    container: ContainerSpec | None = field(default=None, omit_none=True)  # Pyxis' options
     pty: bool = False
     window: Window | None = None
     stdin: str = field(default="0", maxlen=16)
