@@ -96,8 +96,9 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     subprocess.run(["umoci", "repack", "--image", f"{layout}:t", str(base / "bundle")],
                    check=True, capture_output=True)
     subprocess.run(["umoci", "config", "--image", f"{layout}:t", "--config.env",
-                    "IMAGE_GREETING=from-the-image", "--config.env", "PATH=/bin"], check=True,
-                   capture_output=True)
+                    "IMAGE_GREETING=from-the-image", "--config.env", "PATH=/bin",
+                    "--config.entrypoint", "/bin/env", "--config.entrypoint", "ENTERED=yes"],
+                   check=True, capture_output=True)
     subprocess.run(["skopeo", "copy", "--quiet", f"oci:{layout}:t",
                     f"oci-archive:{base / 'image.tar'}"], check=True, capture_output=True)
     try:
@@ -227,6 +228,8 @@ def test_bad_inputs_get_clear_errors_and_leave_the_node_usable(
          'pyxis: --container-name: flag must be "auto", "create", "exec" or "no_exec"'),
         (["--container-image=x.sqsh", "--container-writable", "--container-readonly"],
          "pyxis: both --container-writable and --container-readonly were specified"),
+        (["--container-image=x.sqsh", "--container-save=/tmp/x.sqsh"],
+         "pyxis: --container-save is not supported by Corral"),
     ]
     for args, problem in cases:
         r = c.run("srun", "-N1", "-w", "node-1", *args, "true", timeout=120)
@@ -253,6 +256,17 @@ def test_image_import_into_the_cache_and_run_by_name(
     run = c.ok("srun", "-N1", "--container-image=registry.example.org#lab/test:1", "sh", "-c",
                "cat /etc/os-release; echo $IMAGE_GREETING", timeout=120)
     assert "ID=corraltest" in run and "from-the-image" in run
+    # the image's entrypoint runs only when asked (Pyxis' default)
+    for flag, seen in (("--container-entrypoint", "yes"), ("--no-container-entrypoint", "")):
+        out = c.ok("srun", "-N1", "--container-image=registry.example.org#lab/test:1", flag,
+                   "sh", "-c", "echo entered=$ENTERED", timeout=120)
+        assert out == f"entered={seen}\n"
+    # a second step on the node uses the cached image as it is: no import, no unpacking
+    before = os.stat(path).st_mtime
+    c.ok("srun", "-N1", "--container-image=registry.example.org#lab/test:1", "true",
+         timeout=120)
+    assert os.stat(path).st_mtime >= before and len(c.ok("corral", "image", "list")
+                                                       .splitlines()) == 2
     # the same name written Docker's way, and by an ordinary user
     r = _as(c, user, "srun", "-N1", "--container-image=registry.example.org/lab/test:1",
             "cat", "/etc/os-release")

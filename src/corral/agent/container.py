@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -346,8 +347,12 @@ def wrap(request: ExecRequest) -> None:
         request.argv[0] = BATCH_SCRIPT
     # (an overlay, where missing mount points can be made, unless read-only and unnamed)
     argv += _mount_args(spec, request, rootfs, writable=spec.writable or bool(spec.name))
-    workdir = spec.workdir or image_env.pop("CORRAL_WORKDIR", "") or "/"
+    workdir = spec.workdir or image_env.get(images.WORKDIR_KEY) or "/"
     argv += ["--chdir", workdir, "--"]
+    entrypoint = image_env.get(images.ENTRYPOINT_KEY)
+    if spec.entrypoint and entrypoint:  # --container-entrypoint: the image's, then ours
+        with contextlib.suppress(ValueError, TypeError):
+            request.argv = [str(a) for a in json.loads(entrypoint)] + request.argv
     request.wrapper = argv + request.wrapper
     request.env = container_environment(request.env, image_env, spec)
 
@@ -359,7 +364,7 @@ def container_environment(job_env: dict[str, str], image_env: dict[str, str],
     env = dict(job_env)
     keep = set(spec.env)
     for k, v in image_env.items():
-        if k not in keep and not k.startswith("CORRAL_"):
+        if k not in keep and not k.startswith(":"):
             env[k] = v
     if "SLURM_PROCID" in env:
         env.setdefault("RANK", env["SLURM_PROCID"])

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from corral.model.launchplan import image_key
 
 DEFAULT_MAX_BYTES = 100 * 1024**3
+WORKDIR_KEY = ":workdir"  # the image's WorkingDir, kept with its environment
+ENTRYPOINT_KEY = ":entrypoint"  # its Entrypoint (a JSON list)
 IMPORT_TIMEOUT = 3600.0
 ENV_FILE_MAX = 1 << 20
 
@@ -206,6 +208,25 @@ def archive_transport(source: str) -> str:
     raise ImageError(f"{source}: not an OCI archive or a docker-archive tar")
 
 
+def _blob(layout: str, digest: str) -> bytes:
+    algo, _, hexdigest = digest.partition(":")
+    if algo != "sha256" or not hexdigest.isalnum():
+        raise ImageError(f"unsupported digest {digest}")
+    with open(os.path.join(layout, "blobs", algo, hexdigest), "rb") as f:
+        data = f.read()
+    if hashlib.sha256(data).hexdigest() != hexdigest:
+        raise ImageError(f"blob {digest} does not match its digest")
+    return data
+
+
+def _image_config(layout: str) -> dict[str, object]:
+    """The image config's "config" object (Env, WorkingDir, Entrypoint, ...)."""
+    with open(os.path.join(layout, "index.json")) as f:
+        manifest = json.loads(_blob(layout, json.load(f)["manifests"][0]["digest"]))
+    config = json.loads(_blob(layout, manifest["config"]["digest"])).get("config") or {}
+    return config if isinstance(config, dict) else {}
+
+
 def _verified_digest(layout: str) -> str:
     with open(os.path.join(layout, "index.json")) as f:
         index = json.load(f)
@@ -231,11 +252,19 @@ def import_archive(cache: str, source: str, names: list[str],
         digest = _verified_digest(layout)
         bundle = os.path.join(work, "bundle")
         _run(["umoci", "unpack", "--image", f"{layout}:image", bundle], "umoci unpack")
-        with open(os.path.join(bundle, "config.json")) as f:
-            process = json.load(f).get("process", {})
-        env = dict(e.split("=", 1) for e in process.get("env", []) if "=" in e)
-        if process.get("cwd"):
-            env["CORRAL_WORKDIR"] = str(process["cwd"])
+        config = _image_config(layout)
+        variables = config.get("Env")
+        env: dict[str, str] = {}
+        for entry in variables if isinstance(variables, list) else []:
+            name, eq, value = str(entry).partition("=")
+            if eq:
+                env[name] = value
+        # (keys no environment variable has: what agent.container reads besides the variables)
+        if config.get("WorkingDir"):
+            env[WORKDIR_KEY] = str(config["WorkingDir"])
+        entrypoint = config.get("Entrypoint")
+        if isinstance(entrypoint, list) and entrypoint:
+            env[ENTRYPOINT_KEY] = json.dumps([str(a) for a in entrypoint])
         target = os.path.join(cache, _stem(digest) + ".sqsh")
         if not os.path.exists(target):
             tmp = os.path.join(work, "image.sqsh")

@@ -40,7 +40,7 @@ from corral.cli.options import (
     read_hostfile,
     spec_problem,
 )
-from corral.model.launchplan import container_from_options, pyxis_environment
+from corral.model.launchplan import PYXIS_HELP, container_from_options, pyxis_environment
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def _set(req: SallocRequest, option: Option, arg: str | None, now: float, cwd: s
     key = option.key
     try:
         if key == "help":
-            raise CliExit(0, stdout=HELP_TEXT)
+            raise CliExit(0, stdout=HELP_TEXT.replace("\nHelp options:", PYXIS_HELP + "\nHelp options:", 1))
         if key == "usage":
             raise CliExit(0, stdout=USAGE_TEXT)
         if key == "version":

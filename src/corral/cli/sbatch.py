@@ -59,7 +59,7 @@ from corral.cli.options import (
     spec_problem,
     verify_hint,
 )
-from corral.model.launchplan import container_from_options
+from corral.model.launchplan import PYXIS_HELP, container_from_options
 
 TYPE_CHECKING = False  # annotations only: `typing` would cost every submission ~3 ms
 if TYPE_CHECKING:
@@ -431,7 +431,7 @@ def parse_sbatch(argv: list[str], env: dict[str, str],
     verbose = quiet = 0
     for option, arg in first:
         if option.key == "help":
-            raise CliExit(0, stdout=HELP_TEXT)
+            raise CliExit(0, stdout=HELP_TEXT.replace("\nHelp options:", PYXIS_HELP + "\nHelp options:", 1))
         if option.key == "usage":
             raise CliExit(0, stdout=USAGE_TEXT)
         if option.key == "version":

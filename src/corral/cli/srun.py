@@ -48,7 +48,7 @@ from corral.cli.options import (
     step_gpu_options,
 )
 from corral.model import messages as m
-from corral.model.launchplan import container_from_options
+from corral.model.launchplan import PYXIS_HELP, container_from_options
 
 TYPE_CHECKING = False  # annotations only: `typing` would cost every srun ~3 ms
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
     name = option.name
     try:
         if key == "help":
-            raise CliExit(0, stdout=HELP_TEXT)
+            raise CliExit(0, stdout=HELP_TEXT.replace("\nHelp options:", PYXIS_HELP + "\nHelp options:", 1))
         if key == "usage":
             raise CliExit(0, stdout=USAGE_TEXT)
         if key == "version":

@@ -250,6 +250,8 @@ def container_from_options(values: dict[str, object], env: dict[str, str],
 
     image = text("container-image")
     name_arg = text("container-name")
+    if text("container-save") is not None:  # (checked before it could be ignored)
+        raise ValueError("--container-save is not supported by Corral")
     if image is None and name_arg is None:
         ignored = sorted(k for k in given if k not in ("container-image", "container-name"))
         if ignored:
@@ -315,3 +317,50 @@ def pyxis_environment(spec: ContainerSpec) -> dict[str, str]:
     if spec.unshare:
         out["PYXIS_CONTAINER_UNSHARE"] = ",".join(spec.unshare)
     return out
+
+
+# What sbatch, srun and salloc --help print for Pyxis' options (Slurm prints a SPANK plugin's
+# options under this heading, before "Help options:").
+PYXIS_HELP = """\
+
+Options provided by plugins:
+      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH
+                              [pyxis] the image to use for the container
+                              filesystem: an image of this node's cache
+                              (corral image import) or a squashfs file
+      --container-mounts=SRC:DST[:FLAGS][,SRC:DST...]
+                              [pyxis] bind mount[s] inside the container. Mount
+                              flags are separated with "+", e.g. "ro+rprivate"
+      --container-workdir=PATH
+                              [pyxis] working directory inside the container
+      --container-name=NAME   [pyxis] name to use for saving and loading the
+                              container on the host. Unnamed containers are
+                              removed after the slurm task is complete; named
+                              containers are not.
+      --container-save=PATH   [pyxis] not supported by Corral (refused)
+      --container-mount-home  [pyxis] bind mount the user's home directory
+      --no-container-mount-home
+                              [pyxis] do not bind mount the user's home
+                              directory (the default)
+      --container-remap-root  [pyxis] ask to be remapped to root inside the
+                              container. Does not grant elevated system
+                              permissions, despite appearances.
+      --no-container-remap-root
+                              [pyxis] do not remap to root inside the container
+      --container-entrypoint  [pyxis] execute the entrypoint from the container
+                              image
+      --no-container-entrypoint
+                              [pyxis] do not execute the entrypoint from the
+                              container image
+      --container-entrypoint-log
+                              [pyxis] print the output of the entrypoint script
+                              (no effect under Corral: it is the task's output)
+      --container-writable    [pyxis] make the container filesystem writable
+      --container-readonly    [pyxis] make the container filesystem read-only
+      --container-env=NAME[,NAME...]
+                              [pyxis] names of environment variables to override
+                              with the host environment
+      --container-unshare=NS[,NS...]
+                              [pyxis] create new namespaces for the container.
+                              Supported: net, ipc, uts.
+"""
