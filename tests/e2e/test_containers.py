@@ -188,7 +188,12 @@ def test_named_container_keeps_a_file_between_steps(
         r = c.run("srun", f"--jobid={jid}", image, "cat", "/tmp/state", timeout=120)
         assert r.returncode != 0
         r = c.run("srun", f"--jobid={jid}", "--container-name=never:exec", "true", timeout=120)
-        assert r.returncode != 0 and "container never does not exist" in r.stderr
+        assert r.returncode != 0 and '"exec" flag was passed' in r.stderr
+        r = c.run("srun", f"--jobid={jid}", image, "--container-name=keep:create", "true",
+                  timeout=120)
+        assert r.returncode != 0 and "the container already exists" in r.stderr
+        r = c.run("srun", f"--jobid={jid}", "--container-name=other", "true", timeout=120)
+        assert r.returncode != 0 and "--container-image is not set" in r.stderr
     finally:
         c.run("scancel", str(jid))
     c.wait_state(jid, {"CANCELLED"})

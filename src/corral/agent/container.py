@@ -168,15 +168,21 @@ def _rootfs(jdir: str, spec: ContainerSpec, request: ExecRequest, cache: str,
     merged = os.path.join(cdir, "rootfs")
     meta_file = os.path.join(cdir, "image")
     exists = os.path.ismount(merged)
+    # Pyxis' flags: auto and no_exec reuse the container if it exists (its image then
+    # ignored), create insists on a new one, exec on an existing one (Corral keeps a named
+    # container's file system, not running namespaces: exec joins the file system)
     flag = spec.name_flag if spec.name else "auto"
-    if spec.name and flag == "exec" and not exists:
-        raise _fail(f"container {spec.name} does not exist")
-    if exists and (flag != "create" or not spec.image):
+    if flag == "create" and exists:
+        raise _fail('error: "create" flag was passed to --container-name but the container '
+                    'already exists')
+    if flag == "exec" and not exists:
+        raise _fail('error: "exec" flag was passed to --container-name but the container is '
+                    'not running')
+    if exists:
         return merged, images.read_env_file(meta_file)
-    if exists:  # "create" with an image: a fresh container
-        remove_container(cdir)
     if not spec.image:
-        raise _fail(f"container {spec.name} does not exist and no --container-image was given")
+        raise _fail(f'error: a container with name "{spec.name}" does not exist, and '
+                    f'--container-image is not set')
     lower, env = _mount_image(jdir, spec, request, cache)
     if not spec.writable and not spec.name:
         return lower, env  # --container-readonly: the image's own read-only mount
