@@ -215,6 +215,18 @@ def test_sbatch_runs_the_whole_script_in_the_container(
     assert "ID=corraltest" in text and text.endswith("0\n"), text
 
 
+def test_salloc_gives_its_container_to_the_allocations_steps(
+        user_cluster: tuple[Cluster, pwd.struct_passwd], images: Path) -> None:
+    c, _ = user_cluster
+    data = c.workdir / "salloc-data"
+    data.mkdir(exist_ok=True)
+    (data / "note").write_text("from salloc\n")
+    out = c.ok("salloc", "-N1", f"--container-image={images / 'test.sqsh'}",
+               f"--container-mounts={data}:/data", "srun", "cat", "/etc/os-release",
+               "/data/note", timeout=120)
+    assert "ID=corraltest" in out and out.endswith("from salloc\n"), out
+
+
 def test_bad_inputs_get_clear_errors_and_leave_the_node_usable(
         user_cluster: tuple[Cluster, pwd.struct_passwd], images: Path) -> None:
     c, _ = user_cluster
