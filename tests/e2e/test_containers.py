@@ -121,16 +121,21 @@ def user_cluster(images: Path) -> Iterator[tuple[Cluster, pwd.struct_passwd]]:
     home = Path(tempfile.mkdtemp(prefix="corral-ctrc-"))
     home.chmod(0o755)
     c = Cluster(home / "c")
+    left: list[str] = []
     try:
         c.start()
         yield c, pwd.getpwnam(USER)
     finally:
         c.stop()
+        left = _mounts_of(c)
+        for line in reversed(left):  # a leak must not outlive the test
+            subprocess.run(["umount", "-l", line.split()[4]], capture_output=True)
         shutil.rmtree(home, ignore_errors=True)
         if made:
             subprocess.run(["userdel", "--remove", USER], capture_output=True)
         for d, mode in restore:
             os.chmod(d, mode)
+    assert not left, f"mounts left after the cluster stopped: {left}"
 
 
 def _as(c: Cluster, user: pwd.struct_passwd, *args: str,
@@ -170,6 +175,8 @@ def test_step_sees_the_image_its_mounts_and_rank_variables(
     r = c.run("srun", "-N1", f"--container-image={images / 'test.sqsh'}", "cat",
               "/etc/debian_version", timeout=120)
     assert r.returncode != 0 and "No such file" in r.stderr
+    # the steps' jobs have ended: nothing of theirs stays mounted
+    c.wait_for(lambda: not _mounts_of(c), 30, "the containers' mounts to go")
 
 
 def test_named_container_keeps_a_file_between_steps(

@@ -205,8 +205,10 @@ def _unmount(path: str) -> None:
 
 
 def remove_container(cdir: str) -> None:
-    _unmount(os.path.join(cdir, "rootfs"))
-    shutil.rmtree(cdir, ignore_errors=True)
+    rootfs = os.path.join(cdir, "rootfs")
+    _unmount(rootfs)
+    if not os.path.ismount(rootfs):  # never remove files through a live mount
+        shutil.rmtree(cdir, ignore_errors=True)
 
 
 def release_step(base: str, job_id: int, step: str) -> None:
@@ -217,11 +219,39 @@ def release_step(base: str, job_id: int, step: str) -> None:
         remove_container(cdir)
 
 
+def release_job_if_idle(base: str, job_id: int) -> bool:
+    """The job's image mounts go once it has no container left on this node (its named
+    containers and a running batch step's keep them); whether they went."""
+    jdir = job_dir(base, job_id)
+    if not os.path.isdir(jdir):
+        return True
+    with _locked(jdir):  # not while another step sets up its container
+        with contextlib.suppress(OSError):
+            if os.listdir(os.path.join(jdir, "c")):
+                return False
+        _release(jdir)
+    return True
+
+
 def release_job(base: str, job_id: int) -> None:
     """The job has ended: its containers and image mounts go."""
     jdir = job_dir(base, job_id)
-    if not os.path.isdir(jdir):
-        return
+    if os.path.isdir(jdir):
+        _release(jdir)
+
+
+def release_stale(base: str, live: set[int]) -> None:
+    """Every job's containers under `base` (one node's) but those of `live` jobs: after an
+    agent restart or at its stop, nothing of an ended job stays mounted."""
+    with contextlib.suppress(OSError):
+        for node in os.listdir(base):
+            node_dir = os.path.join(base, node)
+            for name in os.listdir(node_dir):
+                if name.startswith("job_") and name[4:].isdigit() and int(name[4:]) not in live:
+                    release_job(node_dir, int(name[4:]))
+
+
+def _release(jdir: str) -> None:
     for sub in ("c", "images"):
         d = os.path.join(jdir, sub)
         with contextlib.suppress(OSError):
@@ -231,6 +261,10 @@ def release_job(base: str, job_id: int) -> None:
                     remove_container(path)
                 else:
                     _unmount(path)
+    with contextlib.suppress(OSError):
+        if any(os.path.ismount(os.path.join(jdir, sub, name)) for sub in ("c", "images")
+               for name in os.listdir(os.path.join(jdir, sub))):
+            return  # something would not unmount: left for the next attempt
     shutil.rmtree(jdir, ignore_errors=True)
 
 

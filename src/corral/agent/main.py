@@ -125,6 +125,7 @@ class Agent:
         loop.add_reader(self._dgram.fileno(), self._on_notify)
         scan = loop.create_task(self._scan_loop())
         sampling = loop.create_task(self._usage_loop())
+        self.release_stale_containers()
         delay = 0.05
         while not self.stop.is_set():
             try:
@@ -309,6 +310,16 @@ class Agent:
             self.tasks.suspend_job(job_id, op.get("op") == "resume")
         if not stepd.send_control(self.job_dir(job_id), op):
             log.info("job %s: supervisor gone; control %s dropped", job_id, op)
+
+    def release_stale_containers(self) -> None:
+        """Unmount and remove the containers of jobs that no longer run here (at start, after
+        a crash; at stop): a job whose batch step lives on keeps its own."""
+        if not os.path.isdir(self.container_dir):
+            return
+        from corral.agent import container
+
+        live = {jid for jid in self.job_ids() if stepd.is_alive(self.job_dir(jid))}
+        container.release_stale(self.container_dir, live | self.tasks.live_jobs())
 
     def _forget(self, job_id: int) -> None:
         shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
@@ -567,6 +578,7 @@ async def _run(args: argparse.Namespace, home: str, nodes: list[str],
             pass
         # srun tasks are the agent's children (batch jobs have their own supervisors)
         await agent.tasks.shutdown()
+        agent.release_stale_containers()
         return 0
     finally:
         if proxy is not None:

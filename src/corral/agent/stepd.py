@@ -1286,6 +1286,7 @@ class Supervisor:
             from corral.agent import container  # its unnamed container goes with the step
 
             container.release_step(self.plan.container_dir, self.plan.job_id, self.plan.step)
+            container.release_job_if_idle(self.plan.container_dir, self.plan.job_id)
 
     def _close_control(self) -> None:
         if self.ctl is not None:

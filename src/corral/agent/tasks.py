@@ -328,8 +328,9 @@ class TaskManager:
         step.task_prolog, step.task_epilog = msg.task_prolog or "", msg.task_epilog or ""
         step.container = msg.container
         if msg.container is not None:
-            step.container_dirs = {os.path.join(self.container_dir, t.node or "node")
-                                   for t in specs} if self.container_dir else set()
+            if self.container_dir:  # (one message per node this agent serves)
+                step.container_dirs |= {os.path.join(self.container_dir, t.node or "node")
+                                        for t in specs}
             timer = self._container_timers.pop(job_id, None)
             if timer is not None:
                 timer.cancel()
@@ -929,6 +930,10 @@ class TaskManager:
             self._release_containers(step)
         step.done.set()
 
+    def live_jobs(self) -> set[int]:
+        """The jobs with a step running here."""
+        return {job_id for job_id, _ in self._steps}
+
     def _release_containers(self, step: _Step) -> None:
         """The step's unnamed containers go now; the job's named ones once no step of the
         job has run here for CONTAINER_IDLE seconds (a node that is not the batch host hears
@@ -938,6 +943,9 @@ class TaskManager:
         for base in step.container_dirs:
             container.release_step(base, step.job_id, str(step.step_id))
         if any(k[0] == step.job_id for k in self._steps):
+            return
+        if all([container.release_job_if_idle(base, step.job_id)
+                for base in step.container_dirs]):
             return
         old = self._container_timers.pop(step.job_id, None)
         if old is not None:
