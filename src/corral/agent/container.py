@@ -72,9 +72,18 @@ def job_dir(base: str, job_id: int) -> str:
 def _locked(directory: str) -> Iterator[None]:
     """One set-up at a time per job on this node (the agent's srun tasks and a batch step's
     supervisor are different processes)."""
-    fd = os.open(os.path.join(directory, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
+    while True:
+        _mkdir(directory)
+        try:
+            fd = os.open(os.path.join(directory, ".lock"),
+                         os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:
+            continue  # removed by the job's release meanwhile: make it again
         fcntl.flock(fd, fcntl.LOCK_EX)
+        if os.fstat(fd).st_nlink > 0:
+            break
+        os.close(fd)  # the directory went while we waited (a release): start again
+    try:
         yield
     finally:
         os.close(fd)
@@ -365,10 +374,9 @@ def wrap(request: ExecRequest) -> None:
         raise _fail("--container-save is not supported by Corral yet")
     bwrap = _tool("bwrap")
     jdir = job_dir(request.container_dir, request.job_id)
-    _mkdir(jdir)
-    _mkdir(os.path.join(jdir, "c"))
-    _mkdir(os.path.join(jdir, "images"))
     with _locked(jdir):
+        _mkdir(os.path.join(jdir, "c"))
+        _mkdir(os.path.join(jdir, "images"))
         rootfs, image_env = _rootfs(jdir, spec, request, request.image_cache or "")
     ident = request.ident
     inside_uid = 0 if spec.remap_root else ident.uid

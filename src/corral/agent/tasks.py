@@ -940,28 +940,40 @@ class TaskManager:
         of no job end)."""
         from corral.agent import container
 
-        for base in step.container_dirs:
-            container.release_step(base, step.job_id, str(step.step_id))
-        if any(k[0] == step.job_id for k in self._steps):
-            return
-        if all([container.release_job_if_idle(base, step.job_id)
-                for base in step.container_dirs]):
-            return
-        old = self._container_timers.pop(step.job_id, None)
-        if old is not None:
-            old.cancel()
-        dirs = set(step.container_dirs)
+        job_id, step_name, dirs = step.job_id, str(step.step_id), set(step.container_dirs)
+        last = not any(k[0] == job_id for k in self._steps)
 
-        def release() -> None:
-            self._container_timers.pop(step.job_id, None)
-            if any(k[0] == step.job_id for k in self._steps):
-                return
+        def release_now() -> bool:
+            """(In a thread: unmounting must not stall the event loop.)  Whether nothing of
+            the job is left here."""
             for base in dirs:
-                container.release_job(base, step.job_id)
+                container.release_step(base, job_id, step_name)
+            return last and all([container.release_job_if_idle(base, job_id)
+                                 for base in dirs])
 
-        with contextlib.suppress(RuntimeError):  # no loop (unit tests): left to the agent
-            self._container_timers[step.job_id] = asyncio.get_running_loop().call_later(
-                CONTAINER_IDLE, release)
+        def release_later() -> None:
+            self._container_timers.pop(job_id, None)
+            if job_id not in self.live_jobs():
+                for base in dirs:
+                    container.release_job(base, job_id)
+
+        def released(done: asyncio.Future[bool]) -> None:
+            if not done.cancelled() and done.exception() is not None:
+                log.warning("job %d: containers not released: %s", job_id, done.exception())
+                return
+            if not last or done.cancelled() or done.result():
+                return
+            old = self._container_timers.pop(job_id, None)
+            if old is not None:
+                old.cancel()
+            self._container_timers[job_id] = loop.call_later(CONTAINER_IDLE, release_later)
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (unit tests)
+            release_now()
+            return
+        loop.run_in_executor(None, release_now).add_done_callback(released)
 
     def _run_epilog(self, step: _Step, task: _Task) -> None:
         """srun --task-epilog: as the user, with the task's environment and SLURM_TASK_PID,
