@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from corral.agent import images
-from corral.model.launchplan import image_key
+from corral.model.pyxis import image_key
 
 
 def _plant(cache: Path, hexdigit: str, size: int, names: list[str], used: float) -> str:

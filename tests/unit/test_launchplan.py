@@ -11,10 +11,8 @@ import pytest
 from corral.agent import container
 from corral.agent.launch import ExecRequest, Identity, LaunchFailure, prepare
 from corral.model import messages as m
-from corral.model.launchplan import (
-    ContainerSpec,
-    LaunchPlan,
-    PlanHead,
+from corral.model.launchplan import ContainerSpec, LaunchPlan, PlanHead
+from corral.model.pyxis import (
     container_from_options,
     image_key,
     parse_image_ref,
@@ -83,23 +81,26 @@ def test_bad_mount_specs(entry: str, problem: str) -> None:
 
 def test_options_and_their_pyxis_variables() -> None:
     assert container_from_options({}, {}) is None
-    spec = container_from_options(
+    found = container_from_options(
         {"container-image": "nvcr.io/nvidia/x", "container-mounts": "/a:/a,/b:/c:ro",
          "container-name": "train:exec", "no-container-remap-root": "",
          "container-readonly": "", "container-unshare": "net,uts"}, {})
-    assert spec is not None
+    assert found is not None
+    spec = ContainerSpec.from_dict(found)  # what the controller checks it as
     assert (spec.mounts, spec.name, spec.name_flag, spec.remap_root, spec.writable,
             spec.unshare) == (["/a:/a", "/b:/c:ro"], "train", "exec", False, False,
                               ["net", "uts"])
     # the variables fill in what the command line left out; the command line wins
     env = {"PYXIS_CONTAINER_IMAGE": "/img.sqsh", "PYXIS_CONTAINER_MOUNT_HOME": "1",
            "PYXIS_CONTAINER_READONLY": "yes", "PYXIS_CONTAINER_WORKDIR": "/w"}
-    spec = container_from_options({"container-writable": ""}, env)
-    assert spec is not None and (spec.image, spec.mount_home, spec.writable, spec.workdir) \
+    found = container_from_options({"container-writable": ""}, env)
+    assert found is not None
+    spec = ContainerSpec.from_dict(found)
+    assert (spec.image, spec.mount_home, spec.writable, spec.workdir) \
         == ("/img.sqsh", True, True, "/w")
     # salloc hands its options to the allocation's steps through the same variables
-    again = container_from_options({}, pyxis_environment(spec))
-    assert again == spec
+    again = container_from_options({}, pyxis_environment(found))
+    assert again == found
 
 
 @pytest.mark.parametrize(("values", "problem"), [

@@ -42,7 +42,8 @@ from collections.abc import Iterator
 
 from corral.agent import images
 from corral.agent.launch import ExecRequest, LaunchFailure, as_user
-from corral.model.launchplan import ContainerSpec, parse_mount
+from corral.model.launchplan import ContainerSpec
+from corral.model.pyxis import parse_mount
 
 SQUASHFS_MAGIC = b"hsqs"
 BATCH_SCRIPT = "/run/corral-batch-script"  # where a batch script is seen inside

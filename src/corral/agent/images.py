@@ -27,7 +27,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass, field
 
-from corral.model.launchplan import image_key
+from corral.model.pyxis import image_key
 
 DEFAULT_MAX_BYTES = 100 * 1024**3
 WORKDIR_KEY = ":workdir"  # the image's WorkingDir, kept with its environment

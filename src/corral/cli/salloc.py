@@ -40,7 +40,7 @@ from corral.cli.options import (
     read_hostfile,
     spec_problem,
 )
-from corral.model.launchplan import PYXIS_HELP, container_from_options, pyxis_environment
+from corral.model.pyxis import PYXIS_HELP, container_from_options, pyxis_environment
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -59,7 +59,6 @@ from corral.cli.options import (
     spec_problem,
     verify_hint,
 )
-from corral.model.launchplan import PYXIS_HELP, container_from_options
 
 TYPE_CHECKING = False  # annotations only: `typing` would cost every submission ~3 ms
 if TYPE_CHECKING:
@@ -431,6 +430,8 @@ def parse_sbatch(argv: list[str], env: dict[str, str],
     verbose = quiet = 0
     for option, arg in first:
         if option.key == "help":
+            from corral.model.pyxis import PYXIS_HELP
+
             raise CliExit(0, stdout=HELP_TEXT.replace("\nHelp options:", PYXIS_HELP + "\nHelp options:", 1))
         if option.key == "usage":
             raise CliExit(0, stdout=USAGE_TEXT)
@@ -573,12 +574,18 @@ def _finish(sub: Submission, req: _Request, env: dict[str, str], script_path: st
         exc_nodes=exc_nodes, min_nodes=min_nodes, max_nodes=max_nodes, ntasks=ntasks,
         gpus=gpus, nodes_given=nodes_set,
         batch=(stdout, stderr, stdin, script_path))
-    try:  # Pyxis' options: the batch script runs in the container
-        container = container_from_options(v, env)
-    except ValueError as e:
-        fail(PROG, f"pyxis: {e}")
-    if container is not None:
-        sub.spec["container"] = container.to_dict()
+    # Pyxis' options: the batch script runs in the container (read only when given: one
+    # more module costs every submission)
+    if any(k.startswith(("container-", "no-container-")) for k in v) \
+            or any(k.startswith("PYXIS_") for k in env):
+        from corral.model.pyxis import container_from_options
+
+        try:
+            container = container_from_options(v, env)
+        except ValueError as e:
+            fail(PROG, f"pyxis: {e}")
+        if container is not None:
+            sub.spec["container"] = container
     _check_spec(sub.spec)
     sub.array = array
     sub.open_mode = v.get("open-mode", "truncate")

@@ -48,7 +48,7 @@ from corral.cli.options import (
     step_gpu_options,
 )
 from corral.model import messages as m
-from corral.model.launchplan import PYXIS_HELP, container_from_options
+from corral.model.pyxis import PYXIS_HELP, container_from_options
 
 TYPE_CHECKING = False  # annotations only: `typing` would cost every srun ~3 ms
 if TYPE_CHECKING:
@@ -348,7 +348,7 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
     except ValueError as e:
         fail(PROG, f"pyxis: {e}")
     req.step = {
-        "container": container.to_dict() if container is not None else None,
+        "container": container,
         "name": v["job-name"] if req.src.get("job-name") == "cli" else
         os.path.basename(req.argv[0]),
         "argv": list(req.argv),
