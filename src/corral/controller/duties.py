@@ -7,6 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from corral.controller.health import tick as health_tick
+from corral.controller.reclaim import tick as reclaim_tick
 
 if TYPE_CHECKING:
     from corral.controller.state import Controller
@@ -43,4 +44,5 @@ def periodic_duties(ctl: Controller, now: float) -> None:
     drop_silent_agents(ctl, now)
     ctl.check_node_health(now)
     health_tick(ctl, now)  # HealthCheckProgram where HealthCheckInterval says it is due
+    reclaim_tick(ctl, now)  # idle-GPU reclaim: notices and actions that are due
     ctl.expire_finished(now)

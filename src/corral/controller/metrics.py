@@ -25,8 +25,10 @@ from aiohttp import web
 
 from corral.controller.errors import SlurmError
 from corral.controller.jobs import JobEvent, JobEventKind
+from corral.controller.reclaim import reclaimer
 from corral.controller.usage import UsageBook
 from corral.model.job import JobState
+from corral.model.reclaim import IDLE_GPU_UTIL
 
 if TYPE_CHECKING:
     from corral.controller.server import Api
@@ -34,7 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("corral.controller")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-IDLE_GPU_UTIL = 1.0  # percent: a GPU below this, with no process, counts as idle
 
 # Slurm's job-state gauges: (metric suffix, HELP, the states counted)
 JOB_STATES: list[tuple[str, str, tuple[JobState, ...]]] = [
@@ -464,6 +465,25 @@ class Metrics:
                            "Utilisation summed over the GPUs of its running jobs", (label,))
             gutil.rows = [((k,), v) for k, v in sorted(totals.items())]
             yield gutil
+        yield from self.reclaim_families()
+
+    def reclaim_families(self) -> Iterator[Family]:
+        """Idle-GPU reclaim (controller/reclaim.py): counters since the controller started."""
+        rec = reclaimer(self.ctl)
+        labels = ("username", "account")
+        hours = Family("corral_gpu_hours_reclaimed_total",
+                       "GPU-hours of allocations ended by idle-GPU reclaim (GPUs x time idle "
+                       "before the action)", labels)
+        hours.rows = [(k, v) for k, v in sorted(rec.hours.items())]
+        count = Family("corral_gpu_reclaims_total", "Jobs requeued or cancelled by idle-GPU "
+                       "reclaim", (*labels, "action"))
+        count.rows = [(k, v) for k, v in sorted(rec.reclaims.items())]
+        notices = Family("corral_gpu_idle_notices_total",
+                         "Idle-GPU notices sent to job owners", labels)
+        notices.rows = [(k, v) for k, v in sorted(rec.notices.items())]
+        yield hours
+        yield count
+        yield notices
 
     # ---- /metrics/scheduler --------------------------------------------------------------
     def scheduler(self) -> Iterator[Family]:

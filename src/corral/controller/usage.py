@@ -12,6 +12,7 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
+from corral.controller.reclaim import reclaimer
 from corral.model.hostlists import expand
 from corral.model.job import Job, Step
 
@@ -134,6 +135,7 @@ class UsageBook:
         n = self.ctl.nodes.get(node)
         if n is None:
             return
+        reclaimer(self.ctl).observe(node, samples, self.ctl.clock())  # idle-since tracking
         for job in list(self.ctl.running.values()):
             held = [i for a in job.alloc if a.node == node for i in a.gpus]
             if not held:

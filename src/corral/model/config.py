@@ -10,7 +10,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from corral.model import hostlists
+from corral.model import hostlists, reclaim
 from corral.model.node import Node, Partition
 from corral.model.timefmt import TimeFormatError, parse_time_limit
 
@@ -71,7 +71,9 @@ OPTIONAL_KEYS = {"SchedulerParameters", "ScronParameters",
                  # controller.health: which nodes, the program's limit, the resume gate
                  "HealthCheckNodeState", "HealthCheckTimeout", "CorralHealthCheckResume",
                  # controller.prolog, agent.prolog
-                 "PrologFlags", "PrologEpilogTimeout", "PrologSlurmctld", "EpilogSlurmctld"}
+                 "PrologFlags", "PrologEpilogTimeout", "PrologSlurmctld", "EpilogSlurmctld",
+                 # controller.reclaim: the idle-GPU reclaim policy (model/reclaim.py)
+                 *reclaim.KEYS}
 # Keys accepted from real slurm.conf files that Corral has no use for; quietly ignored.
 IGNORED_KEYS = {
     "SlurmctldHost", "ControlMachine", "SlurmctldPort", "SlurmdPort", "AuthType",
@@ -189,6 +191,10 @@ def parse_config(text: str) -> ClusterConfig:
                 elif k not in IGNORED_KEYS:
                     cfg.options[k] = v
                     cfg.unknown.append(k)
+    try:
+        reclaim.parse_policy(cfg.options)
+    except reclaim.ReclaimPolicyError as e:
+        raise ConfigError(str(e)) from None
     names = {n.name for n in cfg.nodes}
     for p in cfg.partitions:
         for n in p.nodes:
