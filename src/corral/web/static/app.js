@@ -168,6 +168,8 @@ const views = {
       return `<tr><td>${esc(s.step)}</td><td>${esc(s.name)}</td><td>${esc(s.state)}</td>` +
              `<td>${use || '<span class="muted">not sampled yet</span>'}</td></tr>`;
     }).join('');
+    // `scontrol notify` messages and idle-GPU reclaim's notices (controller/reclaim.py)
+    const notes = (j.notices || []).map((t) => `<li>${esc(t)}</li>`).join('');
     const why = j.state === 'PENDING' ? `<dt>Why it waits</dt><dd class="why">${esc(j.why)}` +
       ` (${esc(j.reason)})${j.place ? `; ${ordinal(j.place)} of ${j.in_line} in line` : ''}` +
       `; estimated start ${j.estimated_start ? when(j.estimated_start) : 'not known'}</dd>` : '';
@@ -180,6 +182,7 @@ const views = {
       <dt>Exit code</dt><dd>${esc(j.exit_code)}</dd>
       <dt>Working directory</dt><dd>${esc(j.work_dir)}</dd>
       <dt>Output</dt><dd>${esc(j.stdout)}</dd></dl>
+      ${notes ? `<h2>Notices</h2><ul class="notices">${notes}</ul>` : ''}
       <h2>Timeline</h2><ul>${tl}</ul>
       <h2>Resources</h2><table><thead><tr><th>Node</th><th>CPUs</th><th>Memory</th>
       <th>GPUs</th><th>GPU use</th></tr></thead><tbody>${alloc}</tbody></table>
