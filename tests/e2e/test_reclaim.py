@@ -33,7 +33,7 @@ MinJobAge=600
 SchedulerInterval=1
 JobAcctGatherFrequency=1
 CorralMetricsListen=127.0.0.1:{METRICS_PORT}
-CorralIdleGpuReclaim=notice=2s,after=3s,batch_after=12s,action=requeue
+CorralIdleGpuReclaim=notice=2s,after=3s,batch_after=15s,action=requeue
 CorralIdleGpuReclaimPartitions=cut:cancel
 NodeName=node-[1-4] CPUs=2 RealMemory=2000 Gres=gpu:1
 PartitionName=debug Nodes=node-[1-2] Default=YES MaxTime=INFINITE State=UP
