@@ -686,6 +686,20 @@ def _column_values(key: str, records: Sequence[Job], now: float) -> list[Value]:
     if key == "D":  # _num_nodes
         return [str(len(j["nodes"])) if j.get("nodes") and j.get("state") != "PENDING"
                 else str(pending_node_count(j)) for j in records]
+    if key == "R":  # _reason_list: a reason depends on the state and reason alone
+        reasons: dict[tuple[Any, Any], str] = {}
+        texts: list[Value] = []
+        for j in records:
+            state = j.get("state")
+            if state in REASON_STATES:
+                pair = (state, j.get("reason"))
+                text = reasons.get(pair)
+                if text is None:
+                    text = reasons[pair] = f"({job_reason(j)})"
+                texts.append(text)
+            else:
+                texts.append(Whole(_nodes_text(j.get("nodes"))))
+        return texts
     value = COLUMNS[key].value
     return [value(j, now) for j in records]
 
