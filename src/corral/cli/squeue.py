@@ -685,7 +685,9 @@ def _column_values(key: str, records: Sequence[Job], now: float) -> list[Value]:
         return times
     if key == "D":  # _num_nodes
         return [str(len(j["nodes"])) if j.get("nodes") and j.get("state") != "PENDING"
-                else str(pending_node_count(j)) for j in records]
+                else str(max(int(j.get("num_nodes") or 1), int(j.get("node_cnt_wag") or 0),
+                             len(j.get("sched_nodes") or ())))  # pending_node_count
+                for j in records]
     if key == "R":  # _reason_list: a reason depends on the state and reason alone
         reasons: dict[tuple[Any, Any], str] = {}
         texts: list[Value] = []
