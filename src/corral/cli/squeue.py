@@ -552,8 +552,8 @@ def sort_jobs(jobs: list[Job], sort: str, now: float) -> list[Job]:
     """
     positions = _list_positions(jobs)
     indexed = list(enumerate(jobs))
-    active = [(i, j) for i, j in indexed if not _pending(j)]
-    pending = [(i, j) for i, j in indexed if _pending(j)]
+    active = [(i, j) for i, j in indexed if j.get("state") != "PENDING"]  # not _pending(j)
+    pending = [(i, j) for i, j in indexed if j.get("state") == "PENDING"]
     active.sort(key=lambda ij: (-(ij[1].get("start_time") or 0), positions[ij[0]]))
     pending.sort(key=lambda ij: -positions[ij[0]])
     order = active + pending
@@ -690,6 +690,7 @@ def _column_values(key: str, records: Sequence[Job], now: float) -> list[Value]:
                 for j in records]
     if key == "R":  # _reason_list: a reason depends on the state and reason alone
         reasons: dict[tuple[Any, Any], str] = {}
+        lists: dict[tuple[str, ...], str] = {}
         texts: list[Value] = []
         for j in records:
             state = j.get("state")
@@ -699,8 +700,13 @@ def _column_values(key: str, records: Sequence[Job], now: float) -> list[Value]:
                 if text is None:
                     text = reasons[pair] = f"({job_reason(j)})"
                 texts.append(text)
-            else:
-                texts.append(Whole(_nodes_text(j.get("nodes"))))
+            else:  # a node list: compressed once per distinct list
+                nodes = j.get("nodes")
+                names = tuple(nodes) if nodes else ()
+                text = lists.get(names)
+                if text is None:
+                    text = lists[names] = Whole(_nodes_text(nodes))
+                texts.append(text)
         return texts
     value = COLUMNS[key].value
     return [value(j, now) for j in records]
