@@ -10,7 +10,8 @@ the polling load: a scheduling pass and a submission with and without 16 clients
 the controller for squeue's job table in a loop (10,000 jobs).
 
 DIR defaults to this interpreter's bin directory.  --before DIR2 also times the commands
-installed in DIR2 (an older Corral), run by run alongside, in a column of its own.  Measure an installed copy (`pip install
+installed in DIR2 (an older Corral), run by run alongside, in a column of its own (and
+DIR2's squeue beside DIR's on the curve).  Measure an installed copy (`pip install
 .` into a fresh venv) rather than an editable checkout: an editable install's launchers
 fall back to a plain `python` start (launchers/corral-launch).  Commands alternate run by
 run, so a busy machine slows them alike; the medians still move with the machine's load,
@@ -159,13 +160,19 @@ def bench_squeue_curve(c: BenchCluster, sizes: tuple[int, ...], header: bool = T
         if n > have:
             fill_held(c, n - have)
             have = n
-        sq, fl = [], []
+        sq, fl, old = [], [], []
         for _ in range(max(5, RUNS // 3)):
             sq.append(_wall([squeue], env, c.work))
             fl.append(_wall(floor_cmd, env, c.work))
+            if BEFORE is not None:
+                old.append(_wall([os.path.join(BEFORE, "squeue")], env, c.work))
         d = statistics.median(sq) - statistics.median(fl)
-        print(f"  {n:6d} jobs: squeue {_ms(statistics.median(sq))}, floor {_ms(statistics.median(fl))}, "
-              f"difference {_ms(d)}")
+        line = (f"  {n:6d} jobs: squeue {_ms(statistics.median(sq))}, floor "
+                f"{_ms(statistics.median(fl))}, difference {_ms(d)}")
+        if old:
+            line += (f"; before {_ms(statistics.median(old))}, difference "
+                     f"{_ms(statistics.median(old) - statistics.median(fl))}")
+        print(line)
 
 
 def _diag(sock_path: str) -> dict[str, object]:

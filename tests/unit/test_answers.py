@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import random
+from typing import Any
 
 import pytest
 
@@ -42,3 +44,39 @@ def test_answer_is_the_json_the_controller_built_with_a_fresh_now() -> None:
     prefix = answers.rows_prefix(b'["job_id","name"]', b'[[1,"a"],[2,"b"]]')
     assert json.loads(answers.with_now(prefix, 1700000000.25)) == {
         "fields": ["job_id", "name"], "rows": [[1, "a"], [2, "b"]], "now": 1700000000.25}
+
+
+def _jobs() -> list[Any]:
+    from corral.model.job import Job, JobState, NodeAlloc, Reason
+
+    out = []
+    for i in range(1, 40):
+        kw: dict[str, Any] = {}
+        if i % 3 == 0:
+            kw.update(state=JobState.RUNNING, reason=Reason.NONE, nodes=["n1", "n2"],
+                      alloc=[NodeAlloc("n1", 2, 1024), NodeAlloc("n2", 2, 1024)],
+                      start_time=1000.0 + i)
+        if i % 5 == 0:
+            kw.update(array_job_id=5, array_tasks=[1, 2, 3], array_max_running=2)
+        if i % 7 == 0:
+            kw.update(array_job_id=7, array_task_id=i)
+        out.append(Job(job_id=i, name=f"j{i}", user="alice", uid=1000, gid=1000,
+                       partition="debug", submit_time=900.0, **kw))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_row_builder_reads_what_each_field_getter_reads(seed: int) -> None:
+    from corral.controller import server
+    from corral.model.job import Job
+
+    rng = random.Random(seed)
+    names = sorted(Job.__dataclass_fields__) + sorted(server._DERIVED) + [
+        "state", "alloc", "steps", "no_such_field"]
+    fields = rng.sample(names, rng.randint(0, 12)) + rng.sample(names, rng.randint(0, 2))
+    build = answers.row_builder(fields, server._field_getter,
+                                server._DERIVED | Job.__dataclass_fields__.keys())
+    for job in _jobs():
+        row = build(job)
+        assert isinstance(row, list)
+        assert row == [server._field_getter(f)(job) for f in fields], fields

@@ -8,10 +8,10 @@ factors, -w the weights, -o a format of Slurm's %-letters.
 
 from __future__ import annotations
 
-import getopt
 import sys
 
 from corral.cli import client
+from corral.cli import gnugetopt as getopt
 from corral.cli.common_opts import answer_info_option
 
 TYPE_CHECKING = False

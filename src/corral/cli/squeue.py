@@ -530,6 +530,18 @@ def _sort_value(key: str, j: Job, now: float, pos: float) -> Any:
     return 0  # keys Slurm accepts but does not sort on
 
 
+# The -S keys whose value is the record's alone: what _sort_value returns for them.
+_SIMPLE_SORT: dict[str, Callable[[Job], Any]] = {
+    "P": lambda j: j.get("partition", ""),
+    "t": _code,
+    "T": lambda j: str(j.get("state", "")),
+    "p": lambda j: j.get("priority", 0),
+    "Q": lambda j: j.get("priority", 0),
+    "j": lambda j: j.get("name", ""),
+    "u": lambda j: j.get("user", ""),
+}
+
+
 def sort_jobs(jobs: list[Job], sort: str, now: float) -> list[Job]:
     """Order records as squeue does.
 
@@ -540,8 +552,8 @@ def sort_jobs(jobs: list[Job], sort: str, now: float) -> list[Job]:
     """
     positions = _list_positions(jobs)
     indexed = list(enumerate(jobs))
-    active = [(i, j) for i, j in indexed if not _pending(j)]
-    pending = [(i, j) for i, j in indexed if _pending(j)]
+    active = [(i, j) for i, j in indexed if j.get("state") != "PENDING"]  # not _pending(j)
+    pending = [(i, j) for i, j in indexed if j.get("state") == "PENDING"]
     active.sort(key=lambda ij: (-(ij[1].get("start_time") or 0), positions[ij[0]]))
     pending.sort(key=lambda ij: -positions[ij[0]])
     order = active + pending
@@ -549,6 +561,12 @@ def sort_jobs(jobs: list[Job], sort: str, now: float) -> list[Job]:
     for spec in reversed(keys):
         reverse = spec.startswith("-")
         key = spec.lstrip("+-")
+        simple = _SIMPLE_SORT.get(key)
+        if simple is not None:  # needs neither the time nor the list position
+            def simple_key(ij: tuple[int, Job], f: Callable[[Job], Any] = simple) -> Any:
+                return f(ij[1])
+            order.sort(key=simple_key, reverse=reverse)
+            continue
         def sort_key(ij: tuple[int, Job], k: str = key) -> Any:
             return _sort_value(k, ij[1], now, positions[ij[0]])
         order.sort(key=sort_key, reverse=reverse)
@@ -622,35 +640,122 @@ def format_jobs(jobs: list[Job], now: float, opts: Options) -> str:
         lines.append(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)))
     letters = opts.letters
 
-    def column(f: Field) -> Column:
-        return COLUMNS[letters.get(f.key, f.key)]
-
     if opts.header:
         def header_of(f: Field) -> Getter:
             if opts.long_spec:
                 letter, alt = LONG_FIELDS[f.key]
                 text = alt or COLUMNS[letter].header
             else:
-                text = column(f).header
+                text = COLUMNS[letters.get(f.key, f.key)].header
             return lambda _record: text
         lines.append(renderer(opts.fmt, header_of)(None))
-
-    def getter(f: Field) -> Getter:
-        col = column(f)
-        value = col.value
-        if col.no_cut:
-            return lambda j: _whole(value(j, now))
-        return lambda j: value(j, now)
-
-    line = renderer(opts.fmt, getter)
     records = expand_arrays(jobs, None if opts.array else opts.only_tasks) \
         if (opts.array or opts.only_tasks) else jobs
-    lines.extend(line(j) for j in sort_jobs(records, opts.sort, now))
-    return "".join(text + "\n" for text in lines)
+    head = "".join(text + "\n" for text in lines)
+    return head + render_rows(opts.fmt, letters, sort_jobs(records, opts.sort, now), now)
 
 
-def _whole(v: Value) -> Value:
-    return None if v is None else Whole(v)
+# Columns that print one field of the record as it is (with its default): read straight
+# from the records, without a call per record.
+_PLAIN: dict[str, tuple[str, str]] = {"j": ("name", ""), "u": ("user", ""),
+                                      "P": ("partition", "")}
+
+
+def _column_values(key: str, records: Sequence[Job], now: float) -> list[Value]:
+    if key in _PLAIN:
+        name, default = _PLAIN[key]
+        return [j.get(name, default) for j in records]
+    if key == "i":
+        return [j["display_id"] for j in records]
+    if key == "t":
+        codes = _CODES
+        return [codes.get(s, s) for s in [str(j.get("state", "PENDING")) for j in records]]
+    if key == "M":  # format_duration(_run_seconds(j, now)), once per distinct second
+        durations: dict[int, str] = {0: format_duration(0)}
+        times: list[Value] = []
+        for j in records:
+            if j.get("state") == "PENDING" or j.get("start_time") is None:
+                times.append(durations[0])
+                continue
+            secs = int(_run_seconds(j, now))
+            text = durations.get(secs)
+            if text is None:
+                text = durations[secs] = format_duration(secs)
+            times.append(text)
+        return times
+    if key == "D":  # _num_nodes
+        return [str(len(j["nodes"])) if j.get("nodes") and j.get("state") != "PENDING"
+                else str(max(int(j.get("num_nodes") or 1), int(j.get("node_cnt_wag") or 0),
+                             len(j.get("sched_nodes") or ())))  # pending_node_count
+                for j in records]
+    if key == "R":  # _reason_list: a reason depends on the state and reason alone
+        reasons: dict[tuple[Any, Any], str] = {}
+        lists: dict[tuple[str, ...], str] = {}
+        texts: list[Value] = []
+        for j in records:
+            state = j.get("state")
+            if state in REASON_STATES:
+                pair = (state, j.get("reason"))
+                text = reasons.get(pair)
+                if text is None:
+                    text = reasons[pair] = f"({job_reason(j)})"
+                texts.append(text)
+            else:  # a node list: compressed once per distinct list
+                nodes = j.get("nodes")
+                names = tuple(nodes) if nodes else ()
+                text = lists.get(names)
+                if text is None:
+                    text = lists[names] = Whole(_nodes_text(nodes))
+                texts.append(text)
+        return texts
+    value = COLUMNS[key].value
+    return [value(j, now) for j in records]
+
+
+# Columns whose values are never anything but printable ASCII (numbers, state codes,
+# durations): padded without checking for characters to escape.
+_PRINTABLE = frozenset("itMDTlLCQpAyUG")
+
+
+def _fit_column(values: list[Value], width: int, right: bool,
+                printable: bool = False) -> list[str]:
+    """fit() over a column: plain printable strings padded here, the rest (None, Whole,
+    text to escape) through fit()."""
+    if printable and width and all(v.__class__ is str for v in values):
+        if right:
+            return [v.rjust(width)[:width] for v in values]  # type: ignore[union-attr]
+        return [v[:width].ljust(width) for v in values]  # type: ignore[index]
+    if width == 0:
+        return [v if v.__class__ is str and v.isprintable() else fit(v, 0, right)
+                for v in values]
+    if right:
+        return [v.rjust(width)[:width] if v.__class__ is str and v.isprintable()
+                else fit(v, width, True) for v in values]
+    return [v[:width].ljust(width) if v.__class__ is str and v.isprintable()
+            else fit(v, width, False) for v in values]
+
+
+def render_rows(fmt: Format, letters: dict[str, str], records: Sequence[Job],
+                now: float) -> str:
+    """One line of `fmt` per record, built a column at a time (squeue prints 10,000 lines
+    within its time budget): each column's values, then their padding, then one %-template
+    filled per line.  Prints exactly what fit() prints cell by cell."""
+    template = [fmt.prefix.replace("%", "%%")]
+    columns: list[list[str]] = []
+    for f in fmt.fields:
+        if f.literal is not None:
+            template.append(f.literal.replace("%", "%%"))
+            continue
+        key = letters.get(f.key, f.key)
+        values = _column_values(key, records, now)
+        if COLUMNS[key].no_cut:  # node lists: printed whole, as fit() prints a Whole
+            values = [None if v is None else Whole(v) for v in values]
+        columns.append(_fit_column(values, f.width, f.right, key in _PRINTABLE))
+        template.append("%s" + f.suffix.replace("%", "%%"))
+    line = "".join(template) + "\n"
+    if not columns:
+        return (line % ()) * len(records)
+    return "".join([line % cells for cells in zip(*columns, strict=True)])
 
 
 # ---- options --------------------------------------------------------------

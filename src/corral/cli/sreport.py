@@ -12,12 +12,12 @@ The window defaults to yesterday (midnight to midnight) and is rounded to the ho
 
 from __future__ import annotations
 
-import getopt
 import pwd
 import sys
 import time
 
 from corral.cli import client
+from corral.cli import gnugetopt as getopt
 from corral.cli.common_opts import answer_info_option
 
 TYPE_CHECKING = False

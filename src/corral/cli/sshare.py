@@ -8,11 +8,11 @@ accounts, -P/-p print `|`-separated fields, -n drops the header, -o picks the co
 
 from __future__ import annotations
 
-import getopt
 import os
 import sys
 
 from corral.cli import client
+from corral.cli import gnugetopt as getopt
 from corral.cli.common_opts import answer_info_option
 
 TYPE_CHECKING = False

@@ -13,6 +13,8 @@ the time of each request, as when it is built afresh.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Container
+from operator import attrgetter
 from typing import Any, Protocol
 
 MAX_AGE_S = 1.0
@@ -35,6 +37,49 @@ class RowsCache:
         if len(self._entries) >= MAX_ENTRIES and query not in self._entries:
             self._entries.pop(next(iter(self._entries)))
         self._entries[query] = (generation, time.monotonic(), prefix)
+
+
+# Fields whose value is not the attribute of the same name (server._field_getter's).
+_COMPUTED = frozenset({"display_id", "alloc", "steps"})
+
+
+def row_builder(fields: list[str], getter_for: Callable[[str], Callable[[Any], Any]],
+                attributes: Container[str]) -> Callable[[Any], list[Any]]:
+    """A function job → its row: `[getter_for(f)(job) for f in fields]`, with every field
+    that is a plain attribute (named in `attributes`; "state" as its value) read by one
+    attrgetter, in C, and only the computed ones called: a table of 10,000 jobs is rebuilt
+    on the controller's loop after every change while clients poll it."""
+    paths: list[str] = []
+    computed: list[tuple[int, Callable[[Any], Any]]] = []
+    for i, f in enumerate(fields):
+        if f == "state":
+            paths.append("state.value")
+        elif f in attributes and f not in _COMPUTED:
+            paths.append(f)
+        else:
+            computed.append((i, getter_for(f)))
+            paths.append("__class__")  # a placeholder, replaced by the computed value
+    if len(paths) < 2:
+        getters = [getter_for(f) for f in fields]
+        return lambda job: [g(job) for g in getters]
+    read = attrgetter(*paths)
+    if not computed:
+        return lambda job: list(read(job))
+    if len(computed) == 1:
+        ((at, compute),) = computed
+
+        def build_one(job: Any) -> list[Any]:
+            row = list(read(job))
+            row[at] = compute(job)
+            return row
+        return build_one
+
+    def build(job: Any) -> list[Any]:
+        row = list(read(job))
+        for i, g in computed:
+            row[i] = g(job)
+        return row
+    return build
 
 
 def rows_prefix(fields_json: bytes, rows_json: bytes) -> bytes:

@@ -351,12 +351,13 @@ class Api:
                 raise _invalid_job()
         if q.get("rows") == "1" and fields is not None:
             # compact form for big listings (squeue): one list per job, in `fields` order
-            getters = [_field_getter(f) for f in fields]
+            build_row = answers.row_builder(fields, _field_getter,
+                                            _DERIVED | Job.__dataclass_fields__.keys())
             private = [i for i, f in enumerate(fields) if f in privacy.PRIVATE_JOB_FIELDS]
             steps = fields.index("steps") if "steps" in fields else None
             rows = []
             for j in out:
-                row = [g(j) for g in getters]
+                row = build_row(j)
                 if j.job_id not in mine:
                     for i in private:
                         row[i] = ""
