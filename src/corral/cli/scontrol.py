@@ -447,6 +447,8 @@ def format_node(node: dict[str, Any], *, one_liner: bool = False, tres_gpu: bool
         if node.get("reason_user"):
             reason += f" [{node['reason_user']}@{stamp(node.get('reason_time'), now)}]"
         lines.append(reason)
+    if node.get("comment"):
+        lines.append(f"Comment={node['comment']}")
     sep = " " if one_liner else "\n   "
     lines = [escape(line) for line in lines]  # user-given names, comments, reasons
     return sep.join(lines) + ("\n" if one_liner else "\n\n")
@@ -702,7 +704,7 @@ _JOB_UPDATE_KEYS = {"timelimit": "TimeLimit", "partition": "Partition", "numnode
                     "dependency": "Dependency", "name": "Name", "jobname": "Name",
                     "nice": "Nice", "comment": "Comment", "priority": "Priority",
                     "starttime": "StartTime", "begintime": "StartTime",
-                    "eligibletime": "StartTime"}
+                    "eligibletime": "StartTime", "arraytaskthrottle": "ArrayTaskThrottle"}
 _NODE_STATES = ("drain", "resume", "down", "idle", "undrain")
 
 
@@ -805,6 +807,8 @@ scontrol [<OPTION>] [<COMMAND>]
   in interactive mode (not supported by Corral).
 
     Valid <COMMAND> values are:
+     create <SPECIFICATIONS>  create a new partition.
+     delete <SPECIFICATIONS>  delete the specified partition.
      details                  evoke additional details with the "show" command
      hold <job_list>          prevent specified job from starting.
      notify <job_id> msg      send message to specified job
@@ -830,7 +834,8 @@ scontrol [<OPTION>] [<COMMAND>]
   input for the update keyword, editing as needed.
 
   Corral updates jobs (TimeLimit, Partition, NumNodes, Dependency, Name, Nice,
-  Comment, Priority, StartTime) and nodes (State=DRAIN|RESUME|DOWN|IDLE|UNDRAIN, Reason).
+  Comment, Priority, StartTime), nodes (State=DRAIN|RESUME|DOWN|IDLE|UNDRAIN, Reason,
+  Features, Weight, Comment) and partitions (create, update and delete; operators only).
 """
 
 _ACTIONS = ("hold", "uhold", "release", "requeue", "requeuehold", "suspend", "resume")
@@ -1111,6 +1116,12 @@ def _update(args: list[str]) -> int:
         sys.stderr.write("scontrol: error: too few arguments for keyword:update\n")
         return 1
     keys = {a.partition("=")[0].lower() for a in args}
+    if keys & {"partitionname", "nodename", "node"} and not keys & {"jobid", "job"}:
+        from corral.cli import scontrol_admin  # partitions and node features: admin only
+        if "partitionname" in keys:
+            return scontrol_admin.partition_command("update", args)
+        if scontrol_admin.wants_node_attrs(args):
+            return scontrol_admin.node_command(args)
     try:
         if keys & {"jobid", "job"}:
             ids, body = parse_update_job(args)
@@ -1133,8 +1144,8 @@ def _update(args: list[str]) -> int:
     except UsageError as e:
         sys.stderr.write(f"{e}\n")
         return 1
-    if keys & {"partitionname", "reservationname", "frontendname", "stepid"}:
-        sys.stderr.write("scontrol: error: Corral can update jobs and nodes only\n")
+    if keys & {"reservationname", "frontendname", "stepid"}:
+        sys.stderr.write("scontrol: error: Corral can update jobs, nodes and partitions only\n")
         return 1
     sys.stderr.write("No valid entity in update command\n"
                      "Input line must include \"NodeName\", \"PartitionName\", "
@@ -1213,6 +1224,9 @@ def _main(argv: list[str]) -> int:
         return _top(rest)
     if command in ("reconfigure", "reconfig"):
         return _reconfigure(rest)
+    if command in ("create", "delete"):
+        from corral.cli import scontrol_admin
+        return scontrol_admin.partition_command(command, rest)
     sys.stderr.write(f"invalid keyword: {words[0]}\n")
     return 1
 

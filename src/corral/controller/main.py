@@ -83,6 +83,8 @@ async def serve(home: str, config_path: str, listen: str | None = None) -> int:
     store = SqliteStore(paths.db_path(home))
     ctl = Controller(config, store, config_path=config_path, home=home)
     ctl.recover()
+    from corral.controller import partitions
+    partitions.restore(ctl)  # partitions changed at runtime (scontrol update PartitionName=)
     stop = asyncio.Event()
     api = Api(ctl, stop.set)
     app = api.app()

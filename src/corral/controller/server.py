@@ -259,6 +259,8 @@ class Api:
         add_metric_routes(app, self)  # /metrics/*, sstat's and sdiag's routes
         from corral.controller.webui import add_routes as add_web_routes
         add_web_routes(app, self)  # /v1/events, /v1/why, /v1/web/login and the dashboard
+        from corral.controller.partitions import add_routes as add_partition_routes
+        add_partition_routes(r, self.ctl)  # scontrol create|update|delete PartitionName=
         return app
 
     async def _body(self, request: web.Request) -> dict[str, Any]:

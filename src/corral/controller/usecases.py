@@ -510,8 +510,7 @@ class UseCases(Scheduling):
     def hold(self, who: Identity, jobs: list[Job], kind: str) -> None:
         for job in jobs:
             self._check_owner_uid(who, job)
-            if job.state != JobState.PENDING:
-                raise SlurmError("Job is no longer pending execution", ESLURM_JOB_PENDING)
+        jobs = self._array_pending(jobs)
         for job in jobs:
             # a coordinator's hold is an admin hold: the job's owner cannot release it
             op = self.as_job_operator(who, job).operator
@@ -519,6 +518,17 @@ class UseCases(Scheduling):
             job.priority = 0
             job.reason = Reason.HELD_ADMIN if job.held == "admin" else Reason.HELD_USER
             self.mark(job)
+
+    @staticmethod
+    def _array_pending(jobs: list[Job]) -> list[Job]:
+        """The records a hold acts on.  Named as an array (or a range of its tasks), the
+        pending tasks are held and the running or finished ones left alone, as Slurm does;
+        a plain job, or an array with nothing pending, must be pending."""
+        pending = [j for j in jobs if j.state == JobState.PENDING]
+        if not pending or any(j.array_job_id is None and j.state != JobState.PENDING
+                              for j in jobs):
+            raise SlurmError("Job is no longer pending execution", ESLURM_JOB_PENDING)
+        return pending
 
     def release(self, who: Identity, jobs: list[Job]) -> None:
         for job in jobs:
@@ -536,6 +546,10 @@ class UseCases(Scheduling):
     def requeue(self, who: Identity, jobs: list[Job], hold: bool) -> None:
         for job in jobs:
             self.check_job_control(who, job)
+        if len(jobs) > 1 and any(j.state != JobState.PENDING for j in jobs):
+            # an array: its tasks that ran are requeued, the pending ones stay as they are
+            jobs = [j for j in jobs if j.state != JobState.PENDING]
+        for job in jobs:
             if job.state == JobState.PENDING or (job.state.finished and job.state not in (
                     JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED,
                     JobState.NODE_FAIL, JobState.OUT_OF_MEMORY, JobState.PREEMPTED)):
@@ -584,6 +598,10 @@ class UseCases(Scheduling):
         self._check_owner_uid(who, job)
         who = self.as_job_operator(who, job)
         if job.state.finished:
+            if job.array_job_id is not None and any(
+                    j.array_job_id == job.array_job_id and not j.state.finished
+                    for j in self.jobs.values()):
+                return  # an array's finished task: the update is for the others
             raise SlurmError("Job has already finished", ESLURM_ALREADY_DONE)
         pending_only = {"partition", "numnodes", "dependency", "name", "jobname"}
         for key, value in changes.items():
@@ -643,6 +661,8 @@ class UseCases(Scheduling):
                     job.priority = self.priority_now(job)
             elif k == "comment":
                 job.comment = str(value)
+            elif k == "arraytaskthrottle":
+                self._update_throttle(job, value)
             elif k == "priority":
                 self._update_priority(who, job, value)
             elif k in ("starttime", "begintime", "eligibletime"):
@@ -659,6 +679,22 @@ class UseCases(Scheduling):
                 raise SlurmError(f"Update of {key} is not supported", 0)
         self.mark(job)
         self.request_schedule()
+
+    def _update_throttle(self, job: Job, value: Any) -> None:
+        """ArrayTaskThrottle=N (0: no limit) on every record of the job's array: the tasks
+        still in the array record and those split off it."""
+        if job.array_job_id is None:
+            raise SlurmError("Invalid job array specification", ESLURM_INVALID_ARRAY)
+        try:
+            limit = int(value)
+        except (TypeError, ValueError):
+            limit = -1
+        if isinstance(value, bool) or not 0 <= limit < 2**31:
+            raise SlurmError("Invalid job array specification", ESLURM_INVALID_ARRAY)
+        for j in self.jobs.values():
+            if j.array_job_id == job.array_job_id:
+                j.array_max_running = limit or None
+                self.mark(j)
 
     def _update_priority(self, who: Identity, job: Job, value: Any) -> None:
         """Priority=: operators set it (it stays); 0 holds the job; a user may only lower
@@ -888,6 +924,8 @@ class UseCases(Scheduling):
         self._idle_views.clear()
         for n in self.nodes.values():
             self.mark_node(n)
+        from corral.controller import partitions
+        partitions.forget(self)  # slurm.conf's partitions win over runtime changes
         log.info("reconfigured by %s: %s", who.user, "; ".join(changes) or "no node or "
                  "partition added or removed")
         self.request_schedule()

@@ -24,6 +24,7 @@ class Node:
     hostname: str = ""
     arch: str = ""
     os: str = ""
+    comment: str = ""  # `scontrol update NodeName=… Comment=`
 
     # state
     admin_state: str = "up"  # "up", "drain", "down"

@@ -49,6 +49,8 @@ class SchedJob(sched_deps.DepJob, Protocol):
     @property
     def array_max_running(self) -> int | None: ...
     @property
+    def array_job_id(self) -> int | None: ...
+    @property
     def num_nodes(self) -> int: ...
     @property
     def max_nodes(self) -> int | None: ...
@@ -141,12 +143,22 @@ def partition_reason(job: SchedJob, part: Partition | None,
     if part.min_nodes and job.num_nodes < part.min_nodes:  # MinNodes=
         return reason(ReasonCode.PARTITION_NODE_LIMIT, requested=(("nodes", job.num_nodes),),
                       available=(("nodes", part.min_nodes),), per_node=False)
-    if job.array_tasks is not None and job.array_max_running:
-        running = running_per_array.get(job.job_id, 0)
+    if job.array_max_running and (job.array_tasks is not None or job.array_job_id is not None):
+        # every running task counts, whether it started from the array record or from a
+        # task split off it (held and released, requeued)
+        running = running_per_array.get(job.array_job_id or job.job_id, 0)
         if running >= job.array_max_running:
             return reason(ReasonCode.ARRAY_LIMIT, requested=(("tasks", job.array_max_running),),
                           used=(("tasks", running),), per_node=False)
     return None
+
+
+def _throttled(job: SchedJob, running_per_array: Mapping[int, int],
+               offered: Mapping[int, int]) -> PendingReason:
+    aid = job.array_job_id or job.job_id
+    return reason(ReasonCode.ARRAY_LIMIT, requested=(("tasks", job.array_max_running or 0),),
+                  used=(("tasks", running_per_array.get(aid, 0) + offered.get(aid, 0)),),
+                  per_node=False)
 
 
 def view_of(job: SchedJob, job_id: int | None = None) -> PendingView:
@@ -188,12 +200,29 @@ def eligibility(pending: Iterable[SchedJob], now: float, partitions: Mapping[str
                 tasks_per_pass: int,
                 reservations: Mapping[str, Reservation] | None = None) -> Eligible:
     out = Eligible()
+    # tasks of each throttled array offered this pass: with those running, never more
+    # than its % limit, however many records its pending tasks are spread over
+    offered: dict[int, int] = {}
+
+    def throttle_room(job: SchedJob) -> int | None:
+        if not job.array_max_running:
+            return None
+        aid = job.array_job_id or job.job_id
+        return job.array_max_running - running_per_array.get(aid, 0) - offered.get(aid, 0)
+
     for job in pending:
         if job.state is not JobState.PENDING:
             continue
         why = check_job(job, now, partitions, index, running_per_array)
         if why is None and (reservations or getattr(job, "reservation", None)):
             why = reservation_reason(job, now, reservations or {}, partitions)
+        if why is None and job.array_tasks is None and job.array_job_id is not None:
+            room = throttle_room(job)  # a task split off its array record
+            if room is not None:
+                if room <= 0:
+                    why = _throttled(job, running_per_array, offered)
+                else:
+                    offered[job.array_job_id] = offered.get(job.array_job_id, 0) + 1
         if why is not None:
             out.reasons[job.job_id] = why
             continue
@@ -218,8 +247,14 @@ def eligibility(pending: Iterable[SchedJob], now: float, partitions: Mapping[str
             continue
         # an array record: one candidate per task that may start now, in task order
         room = len(tasks)
-        if job.array_max_running:
-            room = min(room, job.array_max_running - running_per_array.get(job.job_id, 0))
+        left = throttle_room(job)
+        if left is not None and left <= 0:  # tasks split off this pass took the room
+            out.reasons[job.job_id] = _throttled(job, running_per_array, offered)
+            continue
+        if left is not None:
+            room = min(room, left)
+            aid = job.array_job_id or job.job_id
+            offered[aid] = offered.get(aid, 0) + min(room, tasks_per_pass)
         choices: list[str | None] = list(parts) or [None]
         for task_id in tasks[:min(room, tasks_per_pass)]:
             for choice in choices:
