@@ -24,10 +24,10 @@ def test_tasks_split_off_their_array_count_against_its_throttle() -> None:
 
 
 def test_a_split_task_waits_while_the_throttle_is_used_by_running_tasks() -> None:
+    import dataclasses
+
     from corral.model.job import NodeAlloc
     from corral.sched.snapshot import INFINITE_TIME, RunningView
-
-    import dataclasses
 
     snap = dataclasses.replace(_cluster([_task(8, 1, 1)]), running=[
         RunningView(10, INFINITE_TIME, [NodeAlloc(node="node-1", cpus=1, mem_mb=100)], False, 7)])
