@@ -113,7 +113,7 @@ def test_gpu_limit_submit_limit_and_unknown_user(
 def test_sshare_and_sprio_show_why(c: Cluster) -> None:
     out = c.ok(*SSHARE, "-a")
     lines = out.splitlines()
-    assert lines[0] == ("             Account       User  RawShares  NormShares    RawUsage  "
+    assert lines[0] == ("Account                    User  RawShares  NormShares    RawUsage  "
                         "EffectvUsage  FairShare ")
     assert lines[1].startswith("-------------------- ---------- ---------- ----------- ")
     assert any(ln.startswith(" lab ") for ln in lines)

@@ -44,7 +44,7 @@ def test_sshare_default_shows_accounts_and_the_callers_lines(
         answers: None, capsys: pytest.CaptureFixture[str]) -> None:
     assert sshare.main([]) == 0
     assert capsys.readouterr().out == (
-        "             Account       User  RawShares  NormShares    RawUsage  EffectvUsage"
+        "Account                    User  RawShares  NormShares    RawUsage  EffectvUsage"
         "  FairShare \n"
         "-------------------- ---------- ---------- ----------- ----------- ------------- "
         "---------- \n"

@@ -187,8 +187,8 @@ def _run(args: list[str]) -> int:
     else:
         def line(cells: list[tuple[str, int, bool]]) -> str:
             return " ".join(t[:w].ljust(w) if left else t[:w].rjust(w) for t, w, left in cells) + " "
-        if header:  # headers are right-aligned whatever the column (print_fields_header)
-            out.append(line([(h, w, False) for _, w, _, h in cols]))
+        if header:  # each header aligned as its column is (print_fields_header)
+            out.append(line([(h, w, left) for _, w, left, h in cols]))
             out.append(" ".join("-" * w for _, w, _, _ in cols) + " ")
         out += [line([(r[k], w, left) for k, w, left, _ in cols]) for r in rows]
     sys.stdout.write("".join(x + "\n" for x in out))
