@@ -43,17 +43,28 @@ WEIGHT_OF = {"age": "age", "assoc": "assoc", "fairshare": "fairshare", "job_size
 # the factor columns, in Slurm's order, with their default widths
 FACTORS = (("A", 10), ("B", 10), ("F", 10), ("J", 10), ("P", 10), ("Q", 10))
 
-USAGE = ("Usage: sprio [-j jid[s]] [-u user_name[s]] [-p partition[s]] [-o format] "
-         "[--federation] [--local] [--sibling] [--usage] [-hlnvw]\n")
-HELP = USAGE + """
+# Slurm 22.05's texts (src/sprio/opts.c)
+USAGE = ("Usage: sprio [-j jid[s]] [-u user_name[s]] [-o format] [-p partitions]\n"
+         "   [--federation] [--local] [--sibling] [--usage] [-hlnvVw]\n")
+HELP = """\
+Usage: sprio [OPTIONS]
+      --federation                display jobs in federation if a member of one
   -h, --noheader                  no headers on output
-  -j, --jobs                      comma separated list of jobs to view, default is all
+  -j, --jobs                      comma separated list of jobs
+                                  to view, default is all
+      --local                     display jobs on local cluster only
   -l, --long                      long report
+  -M, --cluster=cluster_name      cluster to issue commands to.  Default is
+                                  current cluster.  cluster with no name will
+                                  reset to default.
+                                  NOTE: SlurmDBD must be up.
   -n, --norm                      display normalized values
   -o, --format=format             format specification
-  -p, --partition=partition_name  comma separated list of partitions to view, default is all
+      --sibling                   display job records separately for each federation cluster
+  -p, --partition=partition_name  comma separated list of partitions
   -u, --user=user_name            comma separated list of users to view
-  -v, --verbose                   display more information
+  -v, --verbose                   verbosity level
+  -V, --version                   output version information and exit
   -w, --weights                   show the weights for each priority factor
 
 Help options:
