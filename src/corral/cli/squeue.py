@@ -917,7 +917,7 @@ def check_clusters(prog: str, names: str | None, from_env: bool) -> str | None:
 
 class Query:
     __slots__ = ("params", "states", "no_users", "clusters", "clusters_env", "show_hidden",
-                 "accounts")
+                 "accounts", "qos")
 
     def __init__(self) -> None:
         # Jobs in Hidden partitions are listed with -a, or when named by -p or -j.
@@ -931,6 +931,7 @@ class Query:
         # -A: the accounts to list, lower-cased (Slurm compares them without case); the
         # controller does not filter on them, the records are filtered here.
         self.accounts: set[str] | None = None
+        self.qos: set[str] | None = None  # -q: the same, for QoS names
 
 
 def parse_args(argv: Sequence[str]) -> tuple[Options, Query] | int:
@@ -1011,7 +1012,9 @@ def parse_args(argv: Sequence[str]) -> tuple[Options, Query] | int:
                 q.clusters, q.clusters_env = val, False
             elif opt in ("-A", "--accounts"):  # --account too: a prefix, as in Slurm
                 q.accounts = {a.lower() for a in val.split(",") if a}
-            elif opt in ("--json", "--yaml", "-q", "--qos", "-R",
+            elif opt in ("-q", "--qos"):
+                q.qos = {x.lower() for x in val.split(",") if x}
+            elif opt in ("--json", "--yaml", "-R",
                          "--reservation", "-L", "--licenses"):
                 # filters Corral cannot apply yet: refuse rather than list every job
                 sys.stderr.write(f"squeue: error: {opt} is not supported by Corral\n")
@@ -1148,6 +1151,8 @@ def _main(argv: list[str]) -> int:
     fields = needed_fields(opts)
     if q.accounts is not None and "account" not in fields:
         fields.append("account")
+    if q.qos is not None and "qos" not in fields:
+        fields.append("qos")
     params["fields"] = ",".join(fields)
     if q.states is not None:
         params["states"] = ",".join(q.states)
@@ -1169,6 +1174,8 @@ def _main(argv: list[str]) -> int:
     jobs = [] if q.no_users else select_states(answer.get("jobs", []), q.states)
     if q.accounts is not None:
         jobs = select_accounts(jobs, q.accounts)
+    if q.qos is not None:
+        jobs = [j for j in jobs if (j.get("qos") or "").lower() in q.qos]
     if jobs and not q.show_hidden:
         hidden = {p["name"] for p in client.get("/v1/partitions").get("partitions", [])
                   if p.get("hidden")}
