@@ -671,3 +671,22 @@ def test_a_revoked_key_is_shut_out_alone(jc: JoinedCluster, tmp_path: Path) -> N
         c.wait_state(job, "COMPLETED")
     finally:
         login.run("corral", "down")
+
+
+def test_a_machine_named_like_a_node_is_told_to_use_name(jc: JoinedCluster, tmp_path: Path) -> None:
+    """Issue 18: a machine whose host name is already a node of the cluster is told why it
+    cannot join and what to do (--name), and its token is not spent."""
+    twin = Machine(jc.c, NS_JOIN, tmp_path / "twin", hostname="local1")
+    token = jc.new_token()
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
+    r = twin.run("corral", "join", URL, "--token-file", str(token_file),
+                 "--fingerprint", jc.fingerprint)
+    assert r.returncode == 1, r
+    assert "local1, this machine's host name, is already a node of the cluster: join under " \
+        "another name with --name NAME" in r.stderr, r.stderr
+    token_id = token.split(".")[0]
+    listed = jc.c.ok("corral", "token", "list")
+    assert re.search(rf"^{re.escape(token_id)}\b.*\bvalid\b", listed, re.M), listed
+    jc.c.ok("corral", "token", "revoke", token_id)

@@ -218,11 +218,21 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"  accepted but not acted on: {', '.join(inert)}")
     print("  try:    sbatch --wrap 'hostname' && squeue")
     if args.listen:
+        answer = None
         try:
-            answer = client.post("/v1/tokens", {"scope": "node", "ttl": 3600, "uses": 1})
+            live = [t for t in live_tokens() if t["scope"] == "node"]
+            # a restart must not pile up live join tokens: mint one only when none is live
+            answer = None if live else \
+                client.post("/v1/tokens", {"scope": "node", "ttl": 3600, "uses": 1})
         except (client.NotRunning, client.ApiError) as e:
             print(f"corral: warning: no join token: {e}", file=sys.stderr)
         else:
+            if answer is None:
+                where = client.get("/v1/config").get("listen") or {}
+                print(f"  listen: {where.get('url')} (certificate {where.get('fingerprint')})")
+                print(f"  join tokens: {len(live)} still valid ({', '.join(t['id'] for t in live)};"
+                      " none minted; a new one: corral token create)")
+        if answer is not None:
             where = answer.get("listen") or {}
             print(f"  listen: {where.get('url')} (certificate {where.get('fingerprint')})")
             print("  a join token for one node, valid 1 h (more: corral token create):")
@@ -234,6 +244,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.foreground and ctl is not None:
         return _foreground(ctl, agent, home)
     return 0
+
+
+def live_tokens() -> list[dict[str, Any]]:
+    """The join tokens that may still be spent (valid, unused, unrevoked)."""
+    answer = client.get("/v1/tokens")
+    return [t for t in answer.get("tokens", []) if t.get("status") == "valid"]
 
 
 def _is_local_address(addr: str) -> bool:
@@ -372,6 +388,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     listen = cfg.get("listen")
     if listen:
         print(f"  listen: {listen['url']} (certificate {listen['fingerprint']})")
+        try:
+            live = live_tokens()
+        except client.ApiError:  # only root on the controller's machine may list them
+            live = None
+        if live is not None:
+            print(f"  join tokens: {len(live)} valid"
+                  + "".join(f"\n    {t['id']}  {t['scope']:<5}  {t['uses_left']} use(s) left, "
+                            f"until {time.strftime('%Y-%m-%d %H:%M', time.localtime(t['expires']))}"
+                            + (f", node {t['node']}" if t.get("node") else "")
+                            for t in live))
     print(f"  nodes:  {up}/{len(nodes['nodes'])} responding")
     width = max([4, *(len(n["name"]) for n in nodes["nodes"])])
     print(f"    {'NODE':<{width}}  {'STATE':<14} {'CPUS(A/T)':>9} {'GPUS(A/T)':>9}  REASON")

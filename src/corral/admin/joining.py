@@ -78,6 +78,12 @@ def _read_token(args: argparse.Namespace) -> str | None:
     return token
 
 
+def _name_taken(why: str) -> bool:
+    """The controller refused the node's name: another machine has it (controller/auth.py's
+    enroll and the join route's `busy`)."""
+    return " already joined (key " in why or "is served by a connected agent" in why
+
+
 def cmd_join(args: argparse.Namespace) -> int:
     """Start an agent here that serves this machine as a node of a remote controller."""
     home = paths.corral_home()
@@ -165,6 +171,10 @@ def cmd_join(args: argparse.Namespace) -> int:
             cred = asyncio.run(enroll(url, digest, token, role, name))
         except JoinError as e:
             print(f"corral: error: cannot join: {e}", file=sys.stderr)
+            if role == KIND_NODE and not args.name and _name_taken(str(e)):
+                print(f"corral: error: {name}, this machine's host name, is already a node of "
+                      "the cluster: join under another name with --name NAME (the token was "
+                      "not spent)", file=sys.stderr)
             return 1
         except OSError as e:
             print(f"corral: error: cannot reach {url}: {e}", file=sys.stderr)
