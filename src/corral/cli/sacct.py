@@ -312,6 +312,10 @@ def _state(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> st
     if step is not None:
         return str(step.get("state", ""))
     state = str(job.get("state", ""))
+    if state == "COMPLETING" and job.get("kill_reason") == "CANCELLED":
+        # Slurm records a cancelled job CANCELLED at once, while its steps still end
+        # (squeue shows CG until they are gone)
+        state = "CANCELLED"
     if state == "CANCELLED" and job.get("cancelled_by") is not None:
         return f"CANCELLED by {job['cancelled_by']}"
     return state
@@ -363,6 +367,11 @@ def _derived_exit(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context
     worst = max(((int(s.get("exit_code") or 0), int(s.get("signal") or 0))
                  for s in job.get("steps") or []), default=(0, 0))
     return f"{worst[0]}:{worst[1]}"
+
+
+def _submit_line(job: dict[str, Any], step: dict[str, Any] | None, ctx: Context) -> str:
+    """The job's submission; an srun step's own command line (batch and extern: none)."""
+    return str((job if step is None else step).get("submit_line") or "")
 
 
 def _job_only(key: str, fmt: Callable[[Any], str] = str) -> Getter:
@@ -442,7 +451,7 @@ GETTERS: dict[str, Getter] = {
     "Group": _job_only("group"),
     "GID": _job_only("gid"),
     "WorkDir": _job_only("work_dir"),
-    "SubmitLine": _job_only("submit_line"),
+    "SubmitLine": _submit_line,
     "Comment": _job_only("comment"),
     "Priority": _job_only("priority"),
     "QOS": _job_only("qos"),

@@ -385,6 +385,7 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         # --open-mode, else what the batch job was given (sbatch exports SLURM_OPEN_MODE)
         "open_mode": "append" if str(v.get("open-mode") or env.get("SLURM_OPEN_MODE", "t"))
         .startswith("a") else "truncate",
+        "submit_line": " ".join([PROG, *argv])[:1 << 16],
     }
     if req.job_id is None and not no_alloc:
         if "job-name" in v:

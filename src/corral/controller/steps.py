@@ -568,7 +568,8 @@ class StepManager:
         now = time.time()
         record = Step(str(step_id), name, JobState.RUNNING.value, start_time=now,
                       cpus=sum(a.cpus for a in job.alloc if a.node in nodes) if not cpus else sum(cpus.values()),
-                      nodes=hostlists.compress(nodes), ntasks=sum(counts))
+                      nodes=hostlists.compress(nodes), ntasks=sum(counts),
+                      submit_line=req.submit_line)
         job.steps.append(record)
         self.ctl.mark(job)
         step = LiveStep(job.job_id, step_id, send, nodes, counts, cpus, gpus, record,

@@ -151,6 +151,7 @@ class Step:
     ntasks: int = 1
     # measured use, node -> figures (model.usage): set from the agents' samples
     usage: dict[str, Any] | None = None
+    submit_line: str = ""  # an srun step's command line (sacct -o submitline)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

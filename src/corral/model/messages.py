@@ -381,6 +381,8 @@ class StepSpec(Message):
     kill_on_bad_exit: bool = False
     time_limit: int | None = field(default=None, lo=1)
     open_mode: str = field(default="truncate", choices=OPEN_MODES)
+    # srun's command line, for `sacct -o submitline` of the step
+    submit_line: str = field(default="", maxlen=1 << 16)
 
     def validate(self, where: str) -> None:
         _check_stdin(self.stdin, where)
