@@ -375,6 +375,7 @@ class UseCases(Scheduling):
     def _partition_defaults(self, job: Job, part: Partition, spec: dict[str, Any]) -> None:
         """DefMemPerGPU and DefCpuPerGPU of the partition the job is submitted to, for a
         job with GPUs that names no memory (no --mem/--mem-per-cpu) or no CPU count."""
+        self._whole_cores(job, part)
         if not (part.def_mem_per_gpu or part.def_cpu_per_gpu):
             return
         nodes = max(1, job.num_nodes)
@@ -393,6 +394,16 @@ class UseCases(Scheduling):
             job.mem_per_node = part.def_mem_per_gpu * per_node
         if part.def_cpu_per_gpu and "cpus_per_task" not in spec:
             job.cpus_per_task = max(1, -(-(gpus * part.def_cpu_per_gpu) // job.num_tasks))
+
+    def _whole_cores(self, job: Job, part: Partition) -> None:
+        """--hint=nomultithread under SelectTypeParameters=CR_Core*: each CPU asked for is
+        a whole core, so a job gets every thread of its cores (-c48 on 2-thread cores
+        holds 96 CPUs), as Slurm allocates it."""
+        params = self.config.options.get("SelectTypeParameters", "CR_Core_Memory").upper()
+        if "nomultithread" not in (job.hint or "") or "CR_CORE" not in params:
+            return
+        job.core_threads = max([self.nodes[n].threads_per_core for n in part.nodes
+                                if n in self.nodes] or [1])
 
     def _check_features(self, job: Job) -> None:
         """--constraint that does not parse or names features no node has, and a GPU type

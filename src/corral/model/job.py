@@ -210,6 +210,9 @@ class Job:
     begin_time: float | None = None
     signal: str | None = None  # "[B:]SIG[@secs]" as given
     hint: str | None = None
+    # CPUs allocated per CPU asked for: a core's threads, for --hint=nomultithread on
+    # nodes with several threads per core under CR_Core (Slurm allocates whole cores)
+    core_threads: int = 1
     constraint: str | None = None  # --constraint, as given (features a node must have)
     priority_set: int | None = None  # set by an operator (sbatch --priority, update Priority=)
     mail_type: str | None = None

@@ -163,13 +163,16 @@ def _throttled(job: SchedJob, running_per_array: Mapping[int, int],
 
 def view_of(job: SchedJob, job_id: int | None = None) -> PendingView:
     """The candidate node selection and backfill work on."""
+    threads = getattr(job, "core_threads", 1) or 1  # whole cores: --hint=nomultithread
+    min_cpus = getattr(job, "min_cpus", None)
     return PendingView(
         job.job_id if job_id is None else job_id, 0, job.submit_time, job.partition, job.user,
-        job.num_nodes, job.max_nodes, job.num_tasks, job.ntasks_per_node, job.cpus_per_task,
+        job.num_nodes, job.max_nodes, job.num_tasks, job.ntasks_per_node,
+        job.cpus_per_task * threads,
         job.mem_per_node, job.mem_per_cpu, job.gpus, job.gpus_per_node, job.gpus_per_task,
         job.exclusive, tuple(job.req_nodes), tuple(job.exc_nodes), job.time_limit,
         getattr(job, "nodes_fixed", True), getattr(job, "constraint", None),
-        getattr(job, "min_cpus", None), getattr(job, "gpu_type", None),
+        min_cpus * threads if min_cpus else min_cpus, getattr(job, "gpu_type", None),
         getattr(job, "min_tmp_disk", None) or 0, getattr(job, "reservation", None))
 
 
