@@ -807,8 +807,8 @@ scontrol [<OPTION>] [<COMMAND>]
   in interactive mode (not supported by Corral).
 
     Valid <COMMAND> values are:
-     create <SPECIFICATIONS>  create a new partition.
-     delete <SPECIFICATIONS>  delete the specified partition.
+     create <SPECIFICATIONS>  create a new partition or reservation.
+     delete <SPECIFICATIONS>  delete the specified partition or reservation.
      details                  evoke additional details with the "show" command
      hold <job_list>          prevent specified job from starting.
      notify <job_id> msg      send message to specified job
