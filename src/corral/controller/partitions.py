@@ -3,8 +3,9 @@ PartitionName=…` and `scontrol update NodeName=… Features=|Weight=|Comment=`
 
 Operators only.  A change acts at once (the next scheduling pass sees it) and is durable:
 the whole runtime table (every partition, and the node attributes changed by hand) is one
-record in the store (`RUNTIME_KEY`), written before the caller is answered and applied after
-the controller's recovery on the next start.  `scontrol reconfigure` returns partitions and
+record, kept through the group-commit writer as the payload of job id `RECORD_ID` tagged
+`RECORD_TAG` (as reservations keep theirs under id 0), committed before the caller is
+answered and applied after the controller's recovery on the next start.  `scontrol reconfigure` returns partitions and
 nodes to slurm.conf's definitions and forgets the record, as Slurm does."""
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from corral.controller.errors import (
 from corral.model import hostlists
 from corral.model.node import Node, Partition
 from corral.model.partspec import PartSpecError, parse_fields
+from corral.store.base import JobPayload
 
 log = logging.getLogger("corral.controller")
 
-RUNTIME_KEY = "runtime_partitions"
+RECORD_ID = -1  # no job has it; reservations use 0
+RECORD_TAG = "corral-partitions-v1"
 ESLURM_PARTITION_IN_USE = 2046  # slurm_errno.h: "Partition is in use"
 NODE_KEYS = {"features": "features", "availablefeatures": "features",
              "activefeatures": "features", "weight": "weight", "comment": "comment"}
@@ -154,27 +157,36 @@ def _changed(ctl: Any, who: Any, what: str) -> None:
 
 # ---- the durable record ---------------------------------------------------------------
 def save(ctl: Any) -> None:
-    """Write the runtime table; durable when it returns (a rare admin action)."""
+    """Queue the runtime table for the writer (the caller awaits durability)."""
     nodes = {name: {"features": list(n.features), "weight": n.weight, "comment": n.comment}
              for name, n in ctl.nodes.items()}
-    record = {"partitions": [p.to_dict() for p in ctl.partitions.values()], "nodes": nodes}
-    ctl.store.save_setting(RUNTIME_KEY, json.dumps(record, separators=(",", ":")))
+    _write(ctl, {"partitions": [p.to_dict() for p in ctl.partitions.values()], "nodes": nodes})
+
+
+def _write(ctl: Any, record: dict[str, Any]) -> None:
+    """Queue the record for the writer; `await ctl.durable()` makes it durable."""
+    text = json.dumps(record, separators=(",", ":"))
+    ctl.writer.payload(RECORD_ID, JobPayload(text, {}, [RECORD_TAG]))
+    ctl.writer.kick()
 
 
 def forget(ctl: Any) -> None:
     """`scontrol reconfigure`: slurm.conf's partitions, features and weights win again;
     node comments stay (they are not slurm.conf's)."""
     comments = {name: {"comment": n.comment} for name, n in ctl.nodes.items() if n.comment}
-    ctl.store.save_setting(RUNTIME_KEY, json.dumps({"nodes": comments}) if comments else None)
+    _write(ctl, {"nodes": comments})
 
 
 def restore(ctl: Any) -> None:
     """After recovery: the partition table and node attributes as last changed at runtime."""
-    text = ctl.store.load_setting(RUNTIME_KEY)
-    if not text:
+    try:
+        payload = ctl.store.load_payload(RECORD_ID)
+    except Exception:  # a store that refuses an id no job has: nothing was saved
+        payload = None
+    if payload is None or payload.argv[:1] != [RECORD_TAG]:
         return
     try:
-        record = json.loads(text)
+        record = json.loads(payload.script)
         parts = None if "partitions" not in record else \
             [Partition(**p) for p in record["partitions"]]
         node_attrs = dict(record.get("nodes") or {})
