@@ -51,7 +51,9 @@ def test_validate_passes(cluster: Cluster) -> None:
                      ("network", "node-1<>node-2"): "ok",
                      ("allreduce", "node-1<>node-2"): "ok"}, r.stdout
     assert "no GPUs" in r.stdout
-    assert re.search(r"allreduce +node-1<>node-2 +ok +busbw \d+ MB/s", r.stdout), r.stdout
+    # torch.distributed (gloo: no GPUs here) where torch is installed, plain sockets otherwise
+    assert re.search(r"allreduce +node-1<>node-2 +ok +busbw \d+ MB/s \(16 MiB, "
+                     r"(torch\.distributed gloo|plain sockets)\)", r.stdout), r.stdout
     assert re.search(r"network .* latency \d+ us, bandwidth \d+ MB/s", r.stdout), r.stdout
     assert "validate: all 6 checks passed on node-[1-2]" in r.stdout
     assert "6/6 checks" in r.stderr  # the progress line
@@ -106,3 +108,26 @@ def test_disk_check_reports_an_unwritable_directory(tmp_path: os.PathLike[str]) 
     assert ok and "MB/s" in detail
     ok, detail = check_disk(os.path.join(str(tmp_path), "missing"), 4)
     assert not ok and "cannot write in" in detail
+
+
+def test_plain_socket_allreduce_and_network() -> None:
+    """The all-reduce used where torch is not installed, and the network measurement, between
+    two threads of this process."""
+    import socket
+    import threading
+
+    from corral.admin.validate_job import measure_network, serve_peer, socket_allreduce
+
+    details = []
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        addr = listener.getsockname()
+        for measure in (lambda: socket_allreduce(addr, 0, 1, 1),
+                        lambda: measure_network(addr, 4)):
+            t = threading.Thread(target=lambda: serve_peer(listener.accept()[0]))
+            t.start()
+            ok, detail = measure()
+            t.join(timeout=30)
+            assert ok, detail
+            details.append(detail)
+    assert re.fullmatch(r"busbw \d+ MB/s \(1 MiB, plain sockets\)", details[0]), details
+    assert re.fullmatch(r"latency \d+ us, bandwidth \d+ MB/s", details[1]), details

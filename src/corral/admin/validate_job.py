@@ -282,8 +282,65 @@ def follow(listener: socket.socket, coord: tuple[str, int], hello: dict[str, Any
                 send_msg(s, {"served": True})
             elif op["op"] == "lead":
                 send_msg(s, lead(op))
+            elif op["op"] == "torch":
+                torch_pairs(int(hello["rank"]), len(op["nodes"]), op)
+                send_msg(s, {"done": True})
             else:
                 return 0
+
+
+def torch_usable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
+def torch_pairs(rank: int, ranks: int, op: dict[str, Any]) -> None:
+    """The all-reduce through torch.distributed (NCCL with GPUs, gloo otherwise), one pair of
+    ranks at a time; the pair's lower rank reports it."""
+    from datetime import timedelta
+
+    nodes = op["nodes"]
+    pairs = [(i, j) for i in range(ranks) for j in range(i + 1, ranks)]
+    done: set[tuple[int, int]] = set()
+    try:
+        import torch
+        import torch.distributed as dist
+
+        nccl = torch.cuda.is_available() and dist.is_nccl_available()
+        backend = "nccl" if nccl else "gloo"
+        device = "cuda" if nccl else "cpu"
+        dist.init_process_group(backend, init_method=f"tcp://{op['addr']}:{op['port']}",
+                                rank=rank, world_size=ranks, timeout=timedelta(seconds=120))
+        n = op["mib"] * MB // 4
+        for i, j in pairs:
+            group = dist.new_group([i, j])  # every rank makes every group, in one order
+            if rank in (i, j):
+                t = torch.full((n,), float(rank + 1), device=device)
+                dist.all_reduce(t, group=group)  # warm-up: connections, buffers
+                t.fill_(float(rank + 1))
+                if nccl:
+                    torch.cuda.synchronize()
+                t0 = time.monotonic()
+                dist.all_reduce(t, group=group)
+                if nccl:
+                    torch.cuda.synchronize()
+                seconds = time.monotonic() - t0
+                ok = bool((t == float(i + j + 2)).all())
+                if rank == i:
+                    # nccl-tests' bus bandwidth: size / time * 2 * (ranks - 1) / ranks
+                    emit("allreduce", f"{nodes[i]}<>{nodes[j]}", ok,
+                         f"busbw {op['mib'] / max(seconds, 1e-6):.0f} MB/s "
+                         f"({op['mib']} MiB, torch.distributed {backend})" if ok
+                         else f"wrong sum (torch.distributed {backend})")
+                    done.add((i, j))
+            dist.barrier()
+        dist.destroy_process_group()
+    except Exception as e:  # any failure of the library is this check's failure
+        for i, j in pairs:
+            if i == rank and (i, j) not in done:
+                emit("allreduce", f"{nodes[i]}<>{nodes[j]}", False,
+                     f"torch.distributed: {type(e).__name__}: {e}"[:300])
 
 
 def lead(op: dict[str, Any]) -> dict[str, Any]:
@@ -310,7 +367,18 @@ def coordinate(listener: socket.socket, coord: tuple[str, int], hello: dict[str,
         peers[int(info["rank"])] = (info, conn)
     server.close()
     order = sorted(peers)
-    for what, mib in (("network", net_mib), ("allreduce", ar_mib)):
+    kinds = [("network", net_mib)]
+    if torch_usable():
+        torch_op = {"op": "torch", "mib": ar_mib, "addr": coord[0], "port": coord[1] + 1,
+                    "nodes": [peers[r][0]["node"] for r in order]}
+        for r in order[1:]:
+            send_msg(_conn(peers, r), torch_op)
+        torch_pairs(0, ranks, torch_op)
+        for r in order[1:]:
+            recv_msg(_conn(peers, r))
+    else:
+        kinds.append(("allreduce", ar_mib))
+    for what, mib in kinds:
         for i in order:
             for j in order:
                 if j <= i:
