@@ -80,7 +80,9 @@ def gpu_load(level: int) -> str:
             n += 1
         torch.cuda.synchronize(dev)
         flops += 2 * 4096 ** 3 * n
-    return f"load {flops / seconds / 1e12:.1f} TFLOP/s over {torch.cuda.device_count()} GPUs"
+    # the GPUs run one after the other, so this is their mean rate
+    return (f"matmul load {flops / seconds / 1e12:.1f} TFLOP/s per GPU "
+            f"({torch.cuda.device_count()} GPUs)")
 
 
 def check_disk(directory: str, mib: int) -> tuple[bool, str]:
