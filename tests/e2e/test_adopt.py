@@ -173,3 +173,16 @@ def test_session_joins_the_jobs_cgroup(cluster: Cluster, user: pwd.struct_passwd
     c.wait_for(lambda: not os.path.exists(f"/proc/{pid}") or
                open(f"/proc/{pid}/stat").read().split()[2] == "Z", timeout=30,
                what="the adopted session to be killed with its job")
+
+
+def test_options_parse_as_pam_slurm_adopts() -> None:
+    from corral.admin.adopt import OptionError, parse_options
+
+    assert parse_options([]) == {"action_no_jobs": "deny", "action_unknown": "newest",
+                                 "action_adopt_failure": "allow",
+                                 "action_generic_failure": "ignore"}
+    opts = parse_options(["action_unknown=deny", "nodename=gpu-7", "log_level=debug5"])
+    assert opts["action_unknown"] == "deny" and opts["nodename"] == "gpu-7"
+    for bad in (["action_no_jobs"], ["frobnicate=1"], ["action_adopt_failure=ignore"]):
+        with pytest.raises(OptionError):
+            parse_options(bad)
