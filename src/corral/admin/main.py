@@ -10,8 +10,8 @@ import os
 import sys
 
 from corral import paths
+from corral.admin import adopt, sim, validate, web, why
 from corral.admin import images as images_cmd
-from corral.admin import sim, web, why
 from corral.admin.cluster import cmd_down, cmd_status, cmd_up
 from corral.admin.joining import cmd_join, cmd_node, cmd_token
 from corral.cli import client
@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     why.add_parser(sub)  # corral why JOBID: a pending reason with its numbers
     sim.add_parser(sub)  # corral sim TRACE: replay a trace on the scheduler in virtual time
     images_cmd.add_parser(sub)  # corral image: the node's container image cache
+    adopt.add_parser(sub)  # corral pam-adopt: pam_slurm_adopt's check, for pam_exec
+    validate.add_parser(sub)  # corral validate [NODES]: GPU, all-reduce, network, disk checks
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     if args.cmd in ("up", "down", "join"):
         # these start and stop this user's own cluster, never the machine's (root's)
