@@ -158,7 +158,8 @@ def view_of(job: SchedJob, job_id: int | None = None) -> PendingView:
         job.exclusive, tuple(job.req_nodes), tuple(job.exc_nodes), job.time_limit,
         getattr(job, "nodes_fixed", True), getattr(job, "constraint", None),
         getattr(job, "min_cpus", None), getattr(job, "gpu_type", None),
-        getattr(job, "min_tmp_disk", None) or 0, getattr(job, "reservation", None))
+        getattr(job, "min_tmp_disk", None) or 0, getattr(job, "reservation", None),
+        getattr(job, "qos", None) or "")
 
 
 def reservation_reason(job: SchedJob, now: float, reservations: Mapping[str, Reservation],
