@@ -5,6 +5,7 @@ partition-priority preemption between two partitions on the same node."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,6 +55,12 @@ def c(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with running(tmp_path_factory, QOS_CONFIG, "preempt") as cl:
         cl.ok("sacctmgr", "-i", "add", "qos", "high", "Preempt=normal")
         yield cl
+
+
+def test_scontrol_shows_the_preemption_settings(c: Cluster) -> None:
+    config = c.ok("scontrol", "show", "config")
+    assert re.search(r"^PreemptMode\s+= REQUEUE$", config, re.M), config
+    assert re.search(r"^PreemptType\s+= preempt/qos$", config, re.M), config
 
 
 def sacct(c: Cluster, job: int, fields: str) -> str:

@@ -365,6 +365,10 @@ class JobLifecycle(ControllerBase):
         self.check_ending(now)
         self.check_preempted(now)
         for job in list(self.running.values()):
+            if job.kill_reason in PREEMPT_KILLS and job.state == JobState.RUNNING \
+                    and job.job_id not in self.preempt_deadlines:
+                self._kill_preempted(job, now)  # its grace time was lost with a restart
+                continue
             if job.time_limit <= 0 or job.start_time is None or job.state != JobState.RUNNING:
                 continue
             if now < job.start_time + job.time_limit + job.suspended_secs:
@@ -435,10 +439,19 @@ class JobLifecycle(ControllerBase):
             job.kill_reason = None  # an allocation is never requeued: it ends PREEMPTED
             self.end_allocation(job, "PREEMPTED")
             return
-        self.set_state(job, JobState.COMPLETING, now)
-        self._send_control(job, {"op": "requeue" if job.kill_reason == "REQUEUE_PREEMPT"
-                                 else "cancel"})
+        self.stop_running(job, job.kill_reason or "PREEMPTED",
+                          "requeue" if job.kill_reason == "REQUEUE_PREEMPT" else "cancel", now)
         self.request_schedule()
+
+    def stop_running(self, job: Job, kill_reason: str, op: str, now: float) -> None:
+        """Kill a running batch job (its node is told `op`: "cancel" or "requeue"); it is
+        COMPLETING until the node reports its end, which `kill_reason` then decides
+        (`_finish_ended`).  No authorization here: scancel and scontrol requeue check
+        theirs first (controller/usecases.py); preemption is decided by the pass."""
+        job.kill_reason = kill_reason
+        if job.state != JobState.COMPLETING:
+            self.set_state(job, JobState.COMPLETING, now)
+        self._send_control(job, {"op": op})
 
     def requeue_job(self, job: Job, now: float, hold: bool, held: str | None = "admin",
                     keep_age: bool = False) -> None:
