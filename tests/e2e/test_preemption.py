@@ -118,6 +118,34 @@ def test_no_requeue_victim_is_cancelled(c: Cluster) -> None:
     assert sacct(c, low, "Restarts") == "0"
 
 
+def test_policy_guide_preemption_as_written(c: Cluster) -> None:
+    """docs/POLICY.md's Preemption block, run as written on this cluster (its slurm.conf
+    lines are QOS_CONFIG's), sets what it says; with shorter times, a deadline job then
+    requeues a normal one."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "POLICY.md").read_text()
+    section = doc.split("## Preemption", 1)[1]
+    conf = section.split("```\n", 1)[1].split("```", 1)[0]
+    assert all(line in QOS_CONFIG.splitlines() for line in conf.splitlines()), conf
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    c.ok("sacctmgr", "-i", "add", "qos", "deadline")  # made in the guide's section 2
+    for line in block.splitlines():
+        words = line.split()
+        assert words[0] == "sacctmgr", line
+        c.ok(*words)
+    rows = c.ok("sacctmgr", "-nP", "show", "qos",
+                "format=name,preempt,gracetime,preemptexempttime").splitlines()
+    assert "deadline|normal||" in rows or any(r.startswith("deadline|normal|") for r in rows), rows
+    assert "normal||00:02:00|00:10:00" in rows, rows
+    c.ok("sacctmgr", "-i", "modify", "qos", "normal", "set", "GraceTime=2",
+         "PreemptExemptTime=0")
+    low, marker = victim(c, "guide", "--requeue")
+    high = c.sbatch("--qos=deadline", "--gres=gpu:2", "-o", "/dev/null", "--wrap", "sleep 1")
+    assert c.wait_state(high, "COMPLETED", timeout=60) == "COMPLETED"
+    assert c.wait_state(low, "COMPLETED", timeout=60) == "COMPLETED"
+    assert sacct(c, low, "State,Restarts") == "COMPLETED|1"
+    assert "TERM 0" in marker.read_text()
+
+
 def test_partition_priority_preemption(tmp_path_factory: pytest.TempPathFactory) -> None:
     with running(tmp_path_factory, PART_CONFIG, "prio") as c:
         low, _ = victim(c, "student")

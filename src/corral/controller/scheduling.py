@@ -57,6 +57,12 @@ def running_view(j: Job, now: float) -> RunningView:
                        j.kill_reason in PREEMPT_KILLS)
 
 
+def _base_mode(mode: str) -> str:
+    """A QoS's PreemptMode without GANG/WITHIN ("requeue,gang" is "requeue")."""
+    base = [m for m in mode.split(",") if m and m not in ("gang", "within")]
+    return base[0] if base else "cluster"
+
+
 class PassDriver(Protocol):
     """Where the cadence's times live and how a pass is armed for one: the event loop in
     real time (`LoopPasses`), a test's hand (`controller.harness`), the simulator's event
@@ -243,7 +249,7 @@ class Scheduling(Launching):
         kind, mode, exempt = preempt_settings(self.config.options)
         if kind == "preempt/none" or mode == "off":
             return None
-        qos = {name: QosPreempt(frozenset(q.preempt), q.preempt_mode, q.grace_time,
+        qos = {name: QosPreempt(frozenset(q.preempt), _base_mode(q.preempt_mode), q.grace_time,
                                 q.preempt_exempt_time)
                for name, q in self.accounts.db.qos.items()}
         return PreemptPolicy(kind, mode, exempt, qos,
