@@ -29,7 +29,7 @@ from corral.model.node import Partition
 from corral.model.reasons import PendingReason, ReasonCode, reason
 
 from .features import Constraint, ConstraintError, parse_constraint
-from .preempt import Candidate, Victim, choose_on_node
+from .preempt import Candidate, PreemptPolicy, Victim, choose_on_node
 from .select import (
     NodeLike,
     Request,
@@ -366,6 +366,13 @@ class _Pass:
         self.preempt = snap.preempt if snap.preempt is not None and snap.preempt.active \
             else None
         self.running_on: dict[str, list[RunningView]] = {}
+        self._victims: dict[int, tuple[Victim, tuple[float, float]]] = {}
+        # (preemptor QoS, partition) -> node -> its running jobs as candidates
+        self._node_candidates: dict[tuple[str, str],
+                                    dict[str, list[tuple[Candidate, bool, bool]]]] = {}
+        # request shapes (with the QoS) for which no victims made room: the pass only
+        # takes resources, so they will not later in it either
+        self._preempt_failed: set[tuple[Any, ...]] = set()
         if self.preempt is not None:
             for r in snap.running:
                 for a in r.alloc:
@@ -428,19 +435,27 @@ class _Pass:
         node.key = new
 
     # ---- preemption (sched/preempt.py) ------------------------------------------
-    def try_preempt(self, job: PendingView, req: Request,
-                    end: float) -> tuple[list[NodeAlloc], list[int]] | None:
+    def try_preempt(self, job: PendingView, req: Request, end: float,
+                    prune: bool = True) -> tuple[list[NodeAlloc], list[int]] | None:
         """Where `job` would start now if some running jobs it may preempt were gone, and
         which: per node the cheapest victims that make room (`choose_on_node`), the nodes
         whose victims cost least first.  The victims' resources go to `job` in this pass
-        (no later job takes them); holds of planned jobs are not protected from it."""
+        (no later job takes them); holds of planned jobs are not protected from it.
+        For a one-node job, a node whose cheapest possible set cannot beat the best found
+        is skipped (`prune`); if the best then does not take the job, all are tried."""
         policy = self.preempt
         assert policy is not None
         now = self.now
         k = req.num_nodes
         per_node = req.tasks_per_node or -(-req.tasks // k)
-        options: list[tuple[tuple[float, float], int, NodeView, list[int]]] = []
+        options: list[tuple[tuple[float, float], int, _Node, list[int]]] = []
         con = _constraint(req)
+        key = (job.qos, job.partition)
+        per_node_cands = self._node_candidates.get(key)
+        if per_node_cands is None:
+            per_node_cands = self._node_candidates[key] = {}
+        best: tuple[float, float] | None = None
+        pruned = False
         for node in self.part_nodes.get(job.partition, ()):
             if not node.usable or node.name in req.exc_nodes \
                     or (con is not None and not con.node_may(node.features)) \
@@ -450,23 +465,24 @@ class _Pass:
                 else req.demand(node, per_node)
             if need[0] > node.cpus or need[1] > node.mem or need[2] > node.gpus:
                 continue
+            here = per_node_cands.get(node.name)
+            if here is None:
+                here = per_node_cands[node.name] = self._candidates_on(node, job, policy, now)
             cands: list[Candidate] = []
             forced: list[Candidate] = []
             stuck = False  # a job that must go (exclusive, or any for a whole node) may not
-            for r in self.running_on.get(node.name, ()):
-                a = next(x for x in r.alloc if x.node == node.name)
-                v = Victim(r.job_id, r.qos, r.partition, r.start_time,
-                           sum(len(x.gpus) for x in r.alloc), sum(x.cpus for x in r.alloc),
-                           r.stopping)
-                may = policy.may_preempt(job.qos, job.partition, v, now)
-                item: Candidate = (v.cost(now), a.cpus, a.mem_mb, len(a.gpus), r.job_id)
-                must = r.exclusive or req.exclusive
+            for item, may, exclusive in here:
+                must = exclusive or req.exclusive
                 if must and not may:
                     stuck = True
                     break
                 if may:
                     (forced if must else cands).append(item)
-            if stuck:
+            if stuck or (not cands and not forced):
+                continue
+            if prune and k == 1 and best is not None and cands and not forced \
+                    and min(x[0] for x in cands) >= best:
+                pruned = True  # even its cheapest victim costs as much as the best node
                 continue
             free = (0 if node.exclusive and not forced else node.free_cpus,
                     0 if node.exclusive and not forced else node.free_mem,
@@ -478,23 +494,49 @@ class _Pass:
             got = choose_on_node(free, need, cands, forced)
             if got is None or not got[1]:
                 continue
-            cost, ids = got
-            options.append((cost, node.rank, self._freed_view(node, ids), ids))
+            options.append((got[0], node.rank, node, got[1]))
+            if best is None or got[0] < best:
+                best = got[0]
         if len(options) < k:
-            return None
+            return self.try_preempt(job, req, end, prune=False) if pruned else None
         options.sort(key=lambda o: (o[0], o[1]))
-        for n in range(k, len(options) + 1):
-            views = [o[2] for o in options[:n]]
+        n = k
+        while True:  # the cheapest k nodes almost always do; more only if they do not
+            chosen = options[:n]
+            views = [self._freed_view(node, ids) for _, _, node, ids in chosen]
             allocs = allocate(req, [v for v in views if v.name in req.req_nodes],
                               [v for v in views if v.name not in req.req_nodes])
-            if allocs is None:
-                continue
-            used = {a.node for a in allocs}
-            victims = list(dict.fromkeys(i for o in options[:n] if o[2].name in used
-                                         for i in o[3]))
-            self._remove_victims(victims)
-            return allocs, victims
-        return None
+            if allocs is not None:
+                used = {a.node for a in allocs}
+                victims = list(dict.fromkeys(i for _, _, node, ids in chosen
+                                             if node.name in used for i in ids))
+                self._remove_victims(victims)
+                return allocs, victims
+            if n >= len(options):
+                return self.try_preempt(job, req, end, prune=False) if pruned else None
+            n = min(2 * n, len(options))
+
+    def _candidates_on(self, node: _Node, job: PendingView, policy: PreemptPolicy,
+                       now: float) -> list[tuple[Candidate, bool, bool]]:
+        """The running jobs on `node` as (candidate, may `job`'s QoS and partition preempt
+        it, exclusive); kept for the pass until a victim leaves the node."""
+        out: list[tuple[Candidate, bool, bool]] = []
+        for r in self.running_on.get(node.name, ()):
+            victim, cost = self._victim(r)
+            may = policy.may_preempt(job.qos, job.partition, victim, now)
+            a = next(x for x in r.alloc if x.node == node.name)
+            out.append(((cost, a.cpus, a.mem_mb, len(a.gpus), r.job_id), may, r.exclusive))
+        return out
+
+    def _victim(self, r: RunningView) -> tuple[Victim, tuple[float, float]]:
+        """A running job as preemption weighs it, and its cost (made once per pass)."""
+        found = self._victims.get(r.job_id)
+        if found is None:
+            v = Victim(r.job_id, r.qos, r.partition, r.start_time,
+                       sum(len(x.gpus) for x in r.alloc), sum(x.cpus for x in r.alloc),
+                       r.stopping)
+            found = self._victims[r.job_id] = (v, v.cost(self.now))
+        return found
 
     def _freed_view(self, node: _Node, victim_ids: list[int]) -> NodeView:
         c, m, g = node.free_cpus, node.free_mem, list(node.free_gpus)
@@ -547,6 +589,13 @@ class _Pass:
                 node.fit_cache.clear()
                 node.sorted_releases = None
                 self._reindex(node)
+                self._started_on.append(node)  # its lower bounds are refreshed
+                for cands in self._node_candidates.values():
+                    cands.pop(a.node, None)
+        # what a victim frees beyond the preemptor's need may let a failed shape fit now
+        self.failed_now.clear()
+        self._preempt_failed.clear()
+        self._most_free.clear()
 
     # ---- planning (holds) ----------------------------------------------------
     def plan(self, req: Request, part: str, duration: float) -> tuple[float, list[_Node]] | None:
@@ -884,10 +933,12 @@ class _Pass:
                         self.gate.started(job.job_id)
                     continue
                 self.failed_now[shape] = duration
-            if self.preempt is not None \
+            if self.preempt is not None and (shape, job.qos) not in self._preempt_failed \
                     and self.preempt.preempts_anyone(job.qos, job.partition):
                 placed = self.try_preempt(job, req, end)
-                if placed is not None:
+                if placed is None:
+                    self._preempt_failed.add((shape, job.qos))
+                else:
                     allocs, victims = placed
                     self.commit(allocs, end, req.exclusive)
                     self._most_free.pop(job.partition, None)

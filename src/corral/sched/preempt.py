@@ -13,7 +13,7 @@ since it started (a requeued job starts over unless it checkpoints), so a victim
 elapsed GPU-seconds (GPUs held x seconds run), then its elapsed CPU-seconds to break ties
 between CPU-only jobs.  Per node, the victims are the cheapest set whose resources, with
 what is free, cover the preemptor's demand there: found exactly (every subset) when the
-node runs at most `EXACT_VICTIMS` preemptable jobs, else greedily (cheapest first, then the
+node runs at most `EXACT_VICTIMS` preemptable jobs (a branch-and-bound search), else greedily (cheapest first, then the
 most expensive ones not needed dropped).  A multi-node preemptor takes the nodes whose sets
 cost least.  Jobs already being preempted cost nothing: a preemptor that waits for its
 victims to stop picks the same ones again.
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import combinations
 
 PREEMPT_TYPES = ("preempt/none", "preempt/qos", "preempt/partition_prio")
 # modes acted on; SUSPEND (with GANG) is refused in slurm.conf (see model/config.py)
@@ -148,16 +147,10 @@ def choose_on_node(free: tuple[int, int, int], need: tuple[int, int, int],
     if _covers(free, need, base):
         return _total(base), [x[4] for x in base]
     pool = sorted(candidates, key=lambda x: (x[0], x[4]))
-    best: list[Candidate] | None = None
     if len(pool) <= exact_limit:
-        best_cost: tuple[float, float] | None = None
-        for k in range(1, len(pool) + 1):
-            for combo in combinations(pool, k):
-                cost = _total(combo)
-                if best_cost is not None and cost >= best_cost:
-                    continue
-                if _covers(free, need, base + list(combo)):
-                    best, best_cost = list(combo), cost
+        got = _cheapest_cover(free, need, base, pool)
+        assert got is not None  # every candidate together covers the need
+        best = got
     else:
         chosen: list[Candidate] = []
         for x in pool:
@@ -169,6 +162,45 @@ def choose_on_node(free: tuple[int, int, int], need: tuple[int, int, int],
             if _covers(free, need, base + rest):
                 chosen = rest
         best = chosen
-    assert best is not None
     picked = base + best
     return _total(picked), [x[4] for x in picked]
+
+
+def _cheapest_cover(free: tuple[int, int, int], need: tuple[int, int, int],
+                    base: Sequence[Candidate], pool: Sequence[Candidate]
+                    ) -> list[Candidate] | None:
+    """The exact search: include or skip each candidate (cheapest first), pruning a branch
+    that already costs as much as the best set found or that cannot cover the need even
+    with everything left (costs are never negative, so neither can improve)."""
+    c0, m0, g0 = free
+    for _, dc, dm, dg, _ in base:
+        c0, m0, g0 = c0 + dc, m0 + dm, g0 + dg
+    n = len(pool)
+    left = [(0, 0, 0)] * (n + 1)  # resources of pool[i:]
+    for i in range(n - 1, -1, -1):
+        x = pool[i]
+        nxt = left[i + 1]
+        left[i] = (nxt[0] + x[1], nxt[1] + x[2], nxt[2] + x[3])
+    best: list[Candidate] | None = None
+    best_cost: tuple[float, float] | None = None
+    chosen: list[Candidate] = []
+
+    def search(i: int, c: int, m: int, g: int, cost: tuple[float, float]) -> None:
+        nonlocal best, best_cost
+        if c >= need[0] and m >= need[1] and g >= need[2]:
+            if best_cost is None or cost < best_cost:
+                best, best_cost = list(chosen), cost
+            return
+        if i == n or c + left[i][0] < need[0] or m + left[i][1] < need[1] \
+                or g + left[i][2] < need[2]:
+            return
+        x = pool[i]
+        with_x = (cost[0] + x[0][0], cost[1] + x[0][1])
+        if best_cost is None or with_x < best_cost:
+            chosen.append(x)
+            search(i + 1, c + x[1], m + x[2], g + x[3], with_x)
+            chosen.pop()
+        search(i + 1, c, m, g, cost)
+
+    search(0, c0, m0, g0, (0.0, 0.0))
+    return best
