@@ -150,3 +150,21 @@ def test_suspend_is_refused_in_slurm_conf() -> None:
         parse_config(CONF.replace("preempt/qos", "preempt/bogus"))
     p = parse_config(CONF + "PartitionName=x Nodes=n1 PreemptMode=cancel\n")
     assert p.partitions[-1].preempt_mode == "cancel"
+
+
+def test_a_grace_time_lost_with_a_restart_ends_at_once(h: Harness) -> None:
+    with_qos(h, grace=300)
+    low, high = victim_and_preemptor(h)
+    assert h.job(low).state == JobState.RUNNING and h.controls(low) == ["signal"]
+    h.ctl.preempt_deadlines.clear()  # what a controller restart forgets
+    h.advance(1)
+    assert h.controls(low)[-1] == "requeue" and h.job(low).state == JobState.COMPLETING
+
+
+def test_slurm_conf_preempt_exempt_time_is_the_default() -> None:
+    with Harness(CONF + "PreemptExemptTime=00:05:00\n") as h:
+        with_qos(h)
+        low, high = victim_and_preemptor(h)  # ran 60 s
+        assert h.controls(low) == []
+        h.advance(241)
+        assert h.controls(low) == ["requeue"]
