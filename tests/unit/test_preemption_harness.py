@@ -168,3 +168,9 @@ def test_slurm_conf_preempt_exempt_time_is_the_default() -> None:
         assert h.controls(low) == []
         h.advance(241)
         assert h.controls(low) == ["requeue"]
+
+
+def test_gang_alone_is_named_as_not_acted_on() -> None:
+    cfg = parse_config(CONF.replace("PreemptMode=REQUEUE", "PreemptMode=GANG"))
+    assert "PreemptMode=GANG" in cfg.inert_settings()
+    assert "PreemptMode=GANG" not in parse_config(CONF).inert_settings()

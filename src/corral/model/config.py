@@ -110,9 +110,12 @@ class ClusterConfig:
     def inert_settings(self) -> list[str]:
         """The settings this configuration makes that Corral accepts but does not act on
         (for `corral up` to name in one line): nothing may look in effect that is not."""
-        return [k for k in NOT_ACTED_ON
-                if self.options.get(k, GLOBAL_DEFAULTS.get(k, "")) not in ("", "0",
-                                                                           GLOBAL_DEFAULTS.get(k))]
+        inert = [k for k in NOT_ACTED_ON
+                 if self.options.get(k, GLOBAL_DEFAULTS.get(k, "")) not in ("", "0",
+                                                                            GLOBAL_DEFAULTS.get(k))]
+        if "GANG" in self.options.get("PreemptMode", "").upper().split(","):
+            inert.append("PreemptMode=GANG")  # gang scheduling: no time-slicing in Corral
+        return inert
 
     def default_partition(self) -> Partition | None:
         for p in self.partitions:
