@@ -1,7 +1,7 @@
 """Time one full scheduling pass of the controller, as it runs in production.
 
     python bench/bench_sched.py [--runs N] [--jobs N] [--nodes N] [--running N] [--curve]
-                                [--no-policy]
+                                [--no-policy] [--preempt]
 
 One pass = build the snapshot from the controller's state, eligibility (holds, begin
 times, dependencies through the per-pass index), priority/multifactor for every pending
@@ -20,6 +20,9 @@ Policy (on unless --no-policy): AccountingStorageEnforce=associations,limits and
 PriorityWeightFairshare, 500 users in 50 accounts (GrpTRES on every account, MaxJobs
 and GrpTRES on users), decayed usage on every association: every candidate goes through
 the limits gate and every job gets its fairshare factor.
+With --preempt: PreemptType=preempt/qos, PreemptMode=REQUEUE, every tenth pending job in
+a QoS that may preempt the running jobs' (`normal`): each of those that does not fit goes
+through backfill's preemption check (sched/preempt.py) over the nodes of its partition.
 Budget: < 1 s for the 10,000-job pass on the project's slow 2-core machine.
 """
 
@@ -38,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from corral.controller.accounts import Caller  # noqa: E402
 from corral.controller.harness import FakeClock, harness_controller  # noqa: E402
 from corral.controller.state import Controller  # noqa: E402
+from corral.model.assoc import Qos  # noqa: E402
 from corral.model.config import ClusterConfig  # noqa: E402
 from corral.model.job import Job, JobState, NodeAlloc  # noqa: E402
 from corral.model.node import Node, Partition  # noqa: E402
@@ -90,7 +94,7 @@ def account_of(user: str) -> str:
 
 
 def build(n_nodes: int, n_pending: int, n_running: int, seed: int = 1,
-          policy: bool = True) -> Controller:
+          policy: bool = True, preempt: bool = False) -> Controller:
     rng = random.Random(seed)
     names = [f"gpu{i:04d}" for i in range(n_nodes)]
     config = ClusterConfig()
@@ -102,10 +106,15 @@ def build(n_nodes: int, n_pending: int, n_running: int, seed: int = 1,
                     for n in names]
     config.partitions = [Partition(name="gpu", nodes=list(names), default=True),
                          Partition(name="cpu", nodes=list(names[: n_nodes // 4]))]
+    if preempt:
+        config.options.update({"PreemptType": "preempt/qos", "PreemptMode": "REQUEUE"})
     store = MemoryStore()
     ctl = harness_controller(config, store, FakeClock(NOW))
     if policy:
         policy_setup(ctl, rng)
+    if preempt:
+        ctl.accounts.db.qos.setdefault("normal", Qos("normal", 1))
+        ctl.accounts.db.qos["deadline"] = Qos("deadline", 2, preempt=("normal",))
     for n in ctl.nodes.values():
         n.responding = n.registered = True
         n.last_contact = NOW
@@ -158,7 +167,8 @@ def build(n_nodes: int, n_pending: int, n_running: int, seed: int = 1,
                   gid=2000, submit_time=NOW - rng.randint(0, 86_400),
                   eligible_time=None if dep else NOW - rng.randint(0, 86_400),
                   time_limit=rng.choice([600, 3600, 4 * 3600, 86_400]), dependency=dep,
-                  work_dir="/tmp", **shape)  # type: ignore[arg-type]
+                  work_dir="/tmp", qos="deadline" if preempt and i % 10 == 0 else "normal",
+                  **shape)  # type: ignore[arg-type]
         ctl.table.load(job)
         store.payloads[job_id] = payload
         job_id += 1
@@ -186,11 +196,12 @@ def one_pass(ctl: Controller) -> tuple[float, Decision | None]:
 
 
 def median_pass(n_nodes: int, n_pending: int, n_running: int, runs: int,
-                policy: bool = True) -> tuple[float, Decision]:
+                policy: bool = True, preempt: bool = False) -> tuple[float, Decision]:
     times = []
     dec: Decision | None = None
     for _ in range(runs):
-        ctl = build(n_nodes, n_pending, n_running, seed=1, policy=policy)  # same state each run
+        ctl = build(n_nodes, n_pending, n_running, seed=1, policy=policy,
+                    preempt=preempt)  # same state each run
         elapsed, dec = one_pass(ctl)
         times.append(elapsed)
     assert dec is not None
@@ -206,9 +217,11 @@ def main() -> int:
     ap.add_argument("--curve", action="store_true", help="also time 1,000 to 100,000 pending jobs")
     ap.add_argument("--no-policy", action="store_true",
                     help="without accounts, limits and fairshare")
+    ap.add_argument("--preempt", action="store_true",
+                    help="with preempt/qos: every tenth pending job may preempt")
     args = ap.parse_args()
     policy = not args.no_policy
-    t, dec = median_pass(args.nodes, args.jobs, args.running, args.runs, policy)
+    t, dec = median_pass(args.nodes, args.jobs, args.running, args.runs, policy, args.preempt)
     waiting: dict[str, int] = {}
     for why in dec.reasons.values():
         waiting[why.text()] = waiting.get(why.text(), 0) + 1
@@ -221,11 +234,14 @@ def main() -> int:
           f"planned {len(dec.planned)}, waiting {len(dec.reasons)}: "
           + ", ".join(f"{k} {v}" for k, v in sorted(waiting.items(), key=lambda kv: -kv[1])[:5])
           + ")")
+    if args.preempt:
+        print(f"preemptions: {len(dec.preemptions)} jobs placed over "
+              f"{sum(len(p.victims) for p in dec.preemptions)} victims")
     if args.curve:
         print(f"{'pending':>8} {'ms':>8} {'us/job':>7} {'ratio':>6}")
         prev: tuple[int, float] | None = None
         for n in (1_000, 3_000, 10_000, 30_000, 100_000):
-            tn, _ = median_pass(args.nodes, n, args.running, 3, policy)
+            tn, _ = median_pass(args.nodes, n, args.running, 3, policy, args.preempt)
             ratio = "" if prev is None else f"{(tn / prev[1]) / (n / prev[0]):.2f}"
             print(f"{n:>8} {tn * 1000:>8.0f} {tn / n * 1e6:>7.1f} {ratio:>6}")
             prev = (n, tn)

@@ -6,6 +6,7 @@ state machine); resources are charged and released through the cluster's ledger.
 from __future__ import annotations
 
 import logging
+import signal as signal_module
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -88,12 +89,31 @@ DEFAULT_UNKILLABLE_STEP_TIMEOUT = 60
 KILL_TASK_FAILED = "Kill task failed"
 
 
+# kill reasons of a preempted job: requeued, or ended PREEMPTED
+PREEMPT_KILLS = ("REQUEUE_PREEMPT", "PREEMPTED")
+
+
+def _signal_number(spec: str | None) -> int | None:
+    """The signal of a --signal "[B:]SIG[@secs]" (None if it names none we know)."""
+    if not spec:
+        return None
+    name = spec.split(":", 1)[-1].split("@", 1)[0].strip().upper()
+    if name.isdigit():
+        return int(name)
+    try:
+        return int(signal_module.Signals["SIG" + name.removeprefix("SIG")])
+    except (KeyError, ValueError):
+        return None
+
+
 class JobLifecycle(ControllerBase):
     step_table: StepTable = _NoSteps()
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.ending: dict[int, _Ending] = {}
+        # preempted jobs in their GraceTime: job id -> when they are killed
+        self.preempt_deadlines: dict[int, float] = {}
         # what starting a batch job does on the node side: build and send its launch record
         # (the simulator puts its own runtime model here: no records, no agents)
         self.launch_batch: Callable[[Job], None] = self._launch
@@ -271,6 +291,11 @@ class JobLifecycle(ControllerBase):
         self.cluster.release(job, self.clock())
         reason = job.kill_reason
         job.kill_reason = None
+        if reason == "REQUEUE_PREEMPT":
+            self.requeue_job(job, max(end_time, self.clock()), hold=False, keep_age=True)
+            self.mark(job)
+            self.request_schedule()
+            return job
         if reason in ("REQUEUE", "REQUEUE_HOLD", "REQUEUE_UHOLD") or (
                 reason == "NODE_FAIL" and job.requeue):
             # BeginTime counts from when the job is pending again, after its steps are gone
@@ -338,7 +363,12 @@ class JobLifecycle(ControllerBase):
         so it ends here; a batch job's supervisor enforces the limit on its node as well, and
         whichever comes first, the job ends TIMEOUT once (see `time_out_batch`)."""
         self.check_ending(now)
+        self.check_preempted(now)
         for job in list(self.running.values()):
+            if job.kill_reason in PREEMPT_KILLS and job.state == JobState.RUNNING \
+                    and job.job_id not in self.preempt_deadlines:
+                self._kill_preempted(job, now)  # its grace time was lost with a restart
+                continue
             if job.time_limit <= 0 or job.start_time is None or job.state != JobState.RUNNING:
                 continue
             if now < job.start_time + job.time_limit + job.suspended_secs:
@@ -364,9 +394,70 @@ class JobLifecycle(ControllerBase):
         self.set_state(job, JobState.COMPLETING, now)
         self._send_control(job, {"op": "time_limit", "seconds": job.time_limit})
 
-    def requeue_job(self, job: Job, now: float, hold: bool, held: str | None = "admin") -> None:
+    # ---------------------------------------------------------- preemption
+    def preempt_job(self, job: Job, now: float, mode: str, grace: int) -> None:
+        """Stop a running job for a preemptor, without any authorization check (the
+        scheduling pass decided it).  REQUEUE (a batch job that may be requeued) puts it
+        back in the queue with its age kept; CANCEL, or a --no-requeue job, ends it
+        PREEMPTED.  With a GraceTime its processes get SIGTERM (and its --signal) first
+        and are killed when the grace time is over, or earlier if they exit."""
+        if job.state != JobState.RUNNING or job.kill_reason is not None:
+            return
+        requeue = mode == "requeue" and job.batch and job.requeue
+        job.kill_reason = "REQUEUE_PREEMPT" if requeue else "PREEMPTED"
+        self.mark(job)
+        if grace <= 0:
+            self._kill_preempted(job, now)
+            return
+        self.preempt_deadlines[job.job_id] = now + grace
+        signals = [int(signal_module.SIGTERM)]
+        asked = _signal_number(job.signal)
+        if asked is not None and asked not in signals:
+            signals.insert(0, asked)
+        for signum in signals:
+            if job.batch:
+                self._send_control(job, {"op": "signal", "signal": signum,
+                                         "batch_only": False})
+            step_signal = getattr(self, "signal_job_steps", None)
+            if step_signal is not None:
+                step_signal(job.job_id, signum)
+
+    def check_preempted(self, now: float) -> None:
+        """Preempted jobs whose GraceTime is over are killed (requeued or cancelled)."""
+        for job_id, deadline in list(self.preempt_deadlines.items()):
+            job = self.jobs.get(job_id)
+            if job is None or job.state != JobState.RUNNING \
+                    or job.kill_reason not in PREEMPT_KILLS:
+                del self.preempt_deadlines[job_id]
+                continue
+            if now >= deadline:
+                del self.preempt_deadlines[job_id]
+                self._kill_preempted(job, now)
+
+    def _kill_preempted(self, job: Job, now: float) -> None:
+        if not job.batch:
+            job.kill_reason = None  # an allocation is never requeued: it ends PREEMPTED
+            self.end_allocation(job, "PREEMPTED")
+            return
+        self.stop_running(job, job.kill_reason or "PREEMPTED",
+                          "requeue" if job.kill_reason == "REQUEUE_PREEMPT" else "cancel", now)
+        self.request_schedule()
+
+    def stop_running(self, job: Job, kill_reason: str, op: str, now: float) -> None:
+        """Kill a running batch job (its node is told `op`: "cancel" or "requeue"); it is
+        COMPLETING until the node reports its end, which `kill_reason` then decides
+        (`_finish_ended`).  No authorization here: scancel and scontrol requeue check
+        theirs first (controller/usecases.py); preemption is decided by the pass."""
+        job.kill_reason = kill_reason
+        if job.state != JobState.COMPLETING:
+            self.set_state(job, JobState.COMPLETING, now)
+        self._send_control(job, {"op": op})
+
+    def requeue_job(self, job: Job, now: float, hold: bool, held: str | None = "admin",
+                    keep_age: bool = False) -> None:
         """Back to PENDING (its resources, if any, are released by the caller); `hold`
-        holds it, as `held` ("admin", or "user": an owner's requeuehold)."""
+        holds it, as `held` ("admin", or "user": an owner's requeuehold); `keep_age`
+        (a preempted job) keeps its eligible time, so its priority age."""
         job.restart_count += 1
         # a new run: its steps are numbered from 0 again (Slurm's batch_requeue_fini resets
         # next_step_id); the old run's steps are gone with it, as sacct shows only the last run
@@ -377,7 +468,8 @@ class JobLifecycle(ControllerBase):
         job.nodes = []
         job.batch_host = None
         job.exit_code = job.term_signal = 0
-        job.eligible_time = None  # it ages again from when it may start again
+        if not keep_age:
+            job.eligible_time = None  # it ages again from when it may start again
         # Slurm waits before a requeued job may start again; keep a short delay
         job.begin_time = now + 1
         job.reason = Reason.BEGIN_TIME

@@ -16,9 +16,11 @@ from typing import Any, Protocol
 from corral.controller.cadence import Cadence, CadenceParams
 from corral.controller.jobs import JobEvent, JobEventKind
 from corral.controller.launch import Launching
+from corral.controller.lifecycle import PREEMPT_KILLS
 from corral.controller.reservations import scheduling_reservations
 from corral.model.assoc import AssocIndex
-from corral.model.job import Job
+from corral.model.config import preempt_settings
+from corral.model.job import Job, JobState
 from corral.model.node import Node
 from corral.sched import fairshare as fs
 from corral.sched.limits import PolicySnapshot
@@ -26,11 +28,13 @@ from corral.sched.limits_check import job_request
 from corral.sched.pipeline import (
     ClusterSnapshot,
     Decision,
+    Preemption,
     SchedParams,
     assoc_factor_of,
     fairshare_of,
     run_pass,
 )
+from corral.sched.preempt import PreemptPolicy, QosPreempt
 from corral.sched.priority import pass_priorities
 from corral.sched.snapshot import INFINITE_TIME, NodeView, RunningView
 from corral.store.base import UsageRecord
@@ -48,7 +52,15 @@ def node_view(n: Node) -> NodeView:
 
 def running_view(j: Job, now: float) -> RunningView:
     end = (j.start_time or now) + j.time_limit if j.time_limit > 0 else INFINITE_TIME
-    return RunningView(j.job_id, end, j.alloc, j.exclusive, j.array_job_id)
+    return RunningView(j.job_id, end, j.alloc, j.exclusive, j.array_job_id,
+                       j.qos or "normal", j.partition, j.start_time or now,
+                       j.kill_reason in PREEMPT_KILLS)
+
+
+def _base_mode(mode: str) -> str:
+    """A QoS's PreemptMode without GANG/WITHIN ("requeue,gang" is "requeue")."""
+    base = [m for m in mode.split(",") if m and m not in ("gang", "within")]
+    return base[0] if base else "cluster"
 
 
 class PassDriver(Protocol):
@@ -230,10 +242,27 @@ class Scheduling(Launching):
         self._save_usage()
         self._usage_saved = now
 
+    def preempt_policy(self) -> PreemptPolicy | None:
+        """PreemptType/PreemptMode of slurm.conf, the partitions' PriorityTier and
+        PreemptMode, the QoS's Preempt/PreemptMode/GraceTime/PreemptExemptTime; None
+        when preemption is off."""
+        kind, mode, exempt = preempt_settings(self.config.options)
+        if kind == "preempt/none" or mode == "off":
+            return None
+        qos = {name: QosPreempt(frozenset(q.preempt), _base_mode(q.preempt_mode), q.grace_time,
+                                q.preempt_exempt_time)
+               for name, q in self.accounts.db.qos.items()}
+        return PreemptPolicy(kind, mode, exempt, qos,
+                             {p.name: p.preempt_mode for p in self.partitions.values()},
+                             {p.name: p.priority_tier for p in self.partitions.values()})
+
     def pass_params(self) -> SchedParams:
         """slurm.conf's parameters plus what sacctmgr sets: QoS priorities (for
-        PriorityWeightQOS, normalised by the largest)."""
+        PriorityWeightQOS, normalised by the largest) and preemption settings."""
         params = self.sched_params
+        policy = self.preempt_policy()
+        if policy is not None:
+            params = replace(params, preempt=policy)
         if not params.priority.weights.qos:
             return params
         qos = {name: q.priority for name, q in self.accounts.db.qos.items()}
@@ -307,8 +336,26 @@ class Scheduling(Launching):
             if waiting is not None:
                 waiting.sched_start = start_at
                 waiting.sched_nodes = list(names)
+        for p in decision.preemptions:
+            self.apply_preemption(p, now)
         if more:  # array records with tasks left get another pass
             self.request_schedule()
+
+    def apply_preemption(self, p: Preemption, now: float) -> None:
+        """Stop the victims of a preemptor placed in this pass (each in its mode, after
+        its QoS's GraceTime; see JobLifecycle.preempt_job); the preemptor waits."""
+        policy = self.pass_params().preempt
+        if policy is None:
+            return
+        for vid in p.victims:
+            victim = self.running.get(vid)
+            if victim is None or victim.kill_reason is not None \
+                    or victim.state != JobState.RUNNING:
+                continue  # already being stopped (preempted, cancelled, timed out)
+            qos = victim.qos or "normal"
+            log.info("job %d preempts job %d", p.job_id, vid)
+            self.preempt_job(victim, now, policy.mode_of(qos, victim.partition),
+                             policy.grace_of(qos))
 
     def priority_now(self, job: Job) -> int:
         """The job's priority as the next pass will compute it (for a new or changed job)."""

@@ -502,11 +502,8 @@ class UseCases(Scheduling):
                 job.cancelled_by = who.uid
                 self.end_allocation(job, "CANCELLED")
             elif cancel:
-                job.kill_reason = "CANCELLED"
                 job.cancelled_by = who.uid
-                if job.state != JobState.COMPLETING:
-                    self.set_state(job, JobState.COMPLETING, now)
-                self._send_control(job, {"op": "cancel"})
+                self.stop_running(job, "CANCELLED", "cancel", now)
             elif batch_only or full:
                 self._send_control(job, {"op": "signal", "signal": signum, "batch_only": batch_only})
             self.mark(job)
@@ -576,11 +573,8 @@ class UseCases(Scheduling):
             kind = ("admin" if self.as_job_operator(who, job).operator else "user") \
                 if hold else None
             if job.state.active:
-                job.kill_reason = {"admin": "REQUEUE_HOLD", "user": "REQUEUE_UHOLD"}.get(
-                    kind or "", "REQUEUE")
-                if job.state != JobState.COMPLETING:
-                    self.set_state(job, JobState.COMPLETING, now)
-                self._send_control(job, {"op": "requeue"})
+                self.stop_running(job, {"admin": "REQUEUE_HOLD", "user": "REQUEUE_UHOLD"}.get(
+                    kind or "", "REQUEUE"), "requeue", now)
             elif job.state.finished:
                 self.requeue_job(job, now, hold, held=kind)
             self.mark(job)

@@ -73,7 +73,9 @@ OPTIONAL_KEYS = {"SchedulerParameters", "ScronParameters",
                  # controller.prolog, agent.prolog
                  "PrologFlags", "PrologEpilogTimeout", "PrologSlurmctld", "EpilogSlurmctld",
                  # controller.reclaim: the idle-GPU reclaim policy (model/reclaim.py)
-                 *reclaim.KEYS}
+                 *reclaim.KEYS,
+                 # preemption (sched/preempt.py, docs/POLICY.md)
+                 "PreemptType", "PreemptMode", "PreemptExemptTime"}
 # Keys accepted from real slurm.conf files that Corral has no use for; quietly ignored.
 IGNORED_KEYS = {
     "SlurmctldHost", "ControlMachine", "SlurmctldPort", "SlurmdPort", "AuthType",
@@ -108,9 +110,12 @@ class ClusterConfig:
     def inert_settings(self) -> list[str]:
         """The settings this configuration makes that Corral accepts but does not act on
         (for `corral up` to name in one line): nothing may look in effect that is not."""
-        return [k for k in NOT_ACTED_ON
-                if self.options.get(k, GLOBAL_DEFAULTS.get(k, "")) not in ("", "0",
-                                                                           GLOBAL_DEFAULTS.get(k))]
+        inert = [k for k in NOT_ACTED_ON
+                 if self.options.get(k, GLOBAL_DEFAULTS.get(k, "")) not in ("", "0",
+                                                                            GLOBAL_DEFAULTS.get(k))]
+        if "GANG" in self.options.get("PreemptMode", "").upper().split(","):
+            inert.append("PreemptMode=GANG")  # gang scheduling: no time-slicing in Corral
+        return inert
 
     def default_partition(self) -> Partition | None:
         for p in self.partitions:
@@ -204,6 +209,7 @@ def parse_config(text: str) -> ClusterConfig:
     for p in cfg.partitions:
         for n in p.nodes:
             by_name[n].partitions.append(p.name)
+    preempt_settings(cfg.options)
     if cfg.partitions and not any(p.default for p in cfg.partitions):
         cfg.partitions[0].default = True
     return cfg
@@ -294,8 +300,45 @@ def _add_partition(cfg: ClusterConfig, name: str, a: dict[str, str], lineno: int
         root_only=a.get("RootOnly", "NO").upper() == "YES",
         hidden=a.get("Hidden", "NO").upper() == "YES",
         exclusive_user=a.get("ExclusiveUser", "NO").upper() == "YES",
+        preempt_mode=_preempt_mode(a["PreemptMode"], f"line {lineno}")
+        if "PreemptMode" in a else "",
     )
     cfg.partitions.append(p)
+
+
+PREEMPT_TYPES = ("preempt/none", "preempt/qos", "preempt/partition_prio")
+
+
+def _preempt_mode(text: str, where: str) -> str:
+    """PreemptMode=OFF|CANCEL|REQUEUE, lower case.  SUSPEND (with GANG) is refused:
+    Corral cannot yet suspend a victim and lend its resources."""
+    modes = [m.strip().upper() for m in text.split(",") if m.strip()]
+    base = [m for m in modes if m != "GANG"]
+    if len(base) > 1 or any(m not in ("OFF", "CANCEL", "REQUEUE", "SUSPEND", "GANG")
+                            for m in modes):
+        raise ConfigError(f"{where}: invalid PreemptMode={text}")
+    mode = base[0] if base else "OFF"
+    if mode == "SUSPEND":
+        raise ConfigError(f"{where}: PreemptMode=SUSPEND is not supported by Corral "
+                          "(use CANCEL or REQUEUE)")
+    return mode.lower()
+
+
+def preempt_settings(options: dict[str, str]) -> tuple[str, str, int]:
+    """(PreemptType, PreemptMode, PreemptExemptTime in seconds) of slurm.conf, checked.
+    GANG alone (gang scheduling without preemption) is accepted and not acted on."""
+    kind = options.get("PreemptType", "preempt/none").strip().lower()
+    if kind not in PREEMPT_TYPES:
+        raise ConfigError(f"invalid PreemptType={options.get('PreemptType')}")
+    mode = _preempt_mode(options.get("PreemptMode", "OFF"), "slurm.conf")
+    exempt_text = options.get("PreemptExemptTime", "").strip()
+    exempt = 0
+    if exempt_text and exempt_text.upper() not in ("-1", "NONE", "UNLIMITED"):
+        try:
+            exempt = parse_time_limit(exempt_text)
+        except TimeFormatError:
+            raise ConfigError(f"invalid PreemptExemptTime={exempt_text}") from None
+    return kind, mode, max(0, exempt)
 
 
 def render_config(cfg_options: dict[str, str], node_lines: list[str], partition_lines: list[str]) -> str:

@@ -151,6 +151,7 @@ class Partition:
     root_only: bool = False
     hidden: bool = False
     exclusive_user: bool = False
+    preempt_mode: str = ""  # PreemptMode= (lower case); "" = the cluster's
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -29,6 +29,7 @@ from corral.model.node import Partition
 from corral.model.reasons import PendingReason, ReasonCode, reason
 
 from .features import Constraint, ConstraintError, parse_constraint
+from .preempt import Candidate, PreemptPolicy, Victim, choose_on_node
 from .select import (
     NodeLike,
     Request,
@@ -38,7 +39,7 @@ from .select import (
     natural_key,
     select_nodes,
 )
-from .snapshot import INFINITE_TIME, NodeView, PendingView, Placement, Snapshot
+from .snapshot import INFINITE_TIME, NodeView, PendingView, Placement, RunningView, Snapshot
 
 PARTITION_INACTIVE = ReasonCode.PARTITION_INACTIVE
 PARTITION_CONFIG = ReasonCode.PARTITION_CONFIG
@@ -361,6 +362,21 @@ class _Pass:
         self._plan_members: dict[tuple[str, Request, int], list[tuple[_Node, int, int, int]]] = {}
         # nodes a job started on in this pass, in order: the lower bounds to refresh
         self._started_on: list[_Node] = []
+        # [preemption hook] running jobs by node, when preemption is on (sched/preempt.py)
+        self.preempt = snap.preempt if snap.preempt is not None and snap.preempt.active \
+            else None
+        self.running_on: dict[str, list[RunningView]] = {}
+        self._victims: dict[int, tuple[Victim, tuple[float, float]]] = {}
+        # (preemptor QoS, partition) -> node -> its running jobs as candidates
+        self._node_candidates: dict[tuple[str, str],
+                                    dict[str, list[tuple[Candidate, bool, bool]]]] = {}
+        # request shapes (with the QoS) for which no victims made room: the pass only
+        # takes resources, so they will not later in it either
+        self._preempt_failed: set[tuple[Any, ...]] = set()
+        if self.preempt is not None:
+            for r in snap.running:
+                for a in r.alloc:
+                    self.running_on.setdefault(a.node, []).append(r)
         # plans' candidates in order of lower bound, per member list (kept alive in
         # _plan_members, so its id is stable); see _bounds_of
         self._bounds: dict[int, _Bounds] = {}
@@ -417,6 +433,169 @@ class _Pass:
             if new is not None:
                 idx.add(new)
         node.key = new
+
+    # ---- preemption (sched/preempt.py) ------------------------------------------
+    def try_preempt(self, job: PendingView, req: Request, end: float,
+                    prune: bool = True) -> tuple[list[NodeAlloc], list[int]] | None:
+        """Where `job` would start now if some running jobs it may preempt were gone, and
+        which: per node the cheapest victims that make room (`choose_on_node`), the nodes
+        whose victims cost least first.  The victims' resources go to `job` in this pass
+        (no later job takes them); holds of planned jobs are not protected from it.
+        For a one-node job, a node whose cheapest possible set cannot beat the best found
+        is skipped (`prune`); if the best then does not take the job, all are tried."""
+        policy = self.preempt
+        assert policy is not None
+        now = self.now
+        k = req.num_nodes
+        per_node = req.tasks_per_node or -(-req.tasks // k)
+        options: list[tuple[tuple[float, float], int, _Node, list[int]]] = []
+        con = _constraint(req)
+        key = (job.qos, job.partition)
+        per_node_cands = self._node_candidates.get(key)
+        if per_node_cands is None:
+            per_node_cands = self._node_candidates[key] = {}
+        best: tuple[float, float] | None = None
+        pruned = False
+        for node in self.part_nodes.get(job.partition, ()):
+            if not node.usable or node.name in req.exc_nodes \
+                    or (con is not None and not con.node_may(node.features)) \
+                    or (req.filters_nodes and not req.node_may(node)):
+                continue
+            need = (node.cpus, node.mem, node.gpus) if req.exclusive \
+                else req.demand(node, per_node)
+            if need[0] > node.cpus or need[1] > node.mem or need[2] > node.gpus:
+                continue
+            here = per_node_cands.get(node.name)
+            if here is None:
+                here = per_node_cands[node.name] = self._candidates_on(node, job, policy, now)
+            cands: list[Candidate] = []
+            forced: list[Candidate] = []
+            stuck = False  # a job that must go (exclusive, or any for a whole node) may not
+            for item, may, exclusive in here:
+                must = exclusive or req.exclusive
+                if must and not may:
+                    stuck = True
+                    break
+                if may:
+                    (forced if must else cands).append(item)
+            if stuck or (not cands and not forced):
+                continue
+            if prune and k == 1 and best is not None and cands and not forced \
+                    and min(x[0] for x in cands) >= best:
+                pruned = True  # even its cheapest victim costs as much as the best node
+                continue
+            free = (0 if node.exclusive and not forced else node.free_cpus,
+                    0 if node.exclusive and not forced else node.free_mem,
+                    0 if node.exclusive and not forced else len(node.free_gpus))
+            if node.exclusive and forced:
+                free = (node.cpus - sum(x[1] for x in forced),
+                        node.mem - sum(x[2] for x in forced),
+                        node.gpus - sum(x[3] for x in forced))
+            got = choose_on_node(free, need, cands, forced)
+            if got is None or not got[1]:
+                continue
+            options.append((got[0], node.rank, node, got[1]))
+            if best is None or got[0] < best:
+                best = got[0]
+        if len(options) < k:
+            return self.try_preempt(job, req, end, prune=False) if pruned else None
+        options.sort(key=lambda o: (o[0], o[1]))
+        n = k
+        while True:  # the cheapest k nodes almost always do; more only if they do not
+            chosen = options[:n]
+            views = [self._freed_view(node, ids) for _, _, node, ids in chosen]
+            allocs = allocate(req, [v for v in views if v.name in req.req_nodes],
+                              [v for v in views if v.name not in req.req_nodes])
+            if allocs is not None:
+                used = {a.node for a in allocs}
+                victims = list(dict.fromkeys(i for _, _, node, ids in chosen
+                                             if node.name in used for i in ids))
+                self._remove_victims(victims)
+                return allocs, victims
+            if n >= len(options):
+                return self.try_preempt(job, req, end, prune=False) if pruned else None
+            n = min(2 * n, len(options))
+
+    def _candidates_on(self, node: _Node, job: PendingView, policy: PreemptPolicy,
+                       now: float) -> list[tuple[Candidate, bool, bool]]:
+        """The running jobs on `node` as (candidate, may `job`'s QoS and partition preempt
+        it, exclusive); kept for the pass until a victim leaves the node."""
+        out: list[tuple[Candidate, bool, bool]] = []
+        for r in self.running_on.get(node.name, ()):
+            victim, cost = self._victim(r)
+            may = policy.may_preempt(job.qos, job.partition, victim, now)
+            a = next(x for x in r.alloc if x.node == node.name)
+            out.append(((cost, a.cpus, a.mem_mb, len(a.gpus), r.job_id), may, r.exclusive))
+        return out
+
+    def _victim(self, r: RunningView) -> tuple[Victim, tuple[float, float]]:
+        """A running job as preemption weighs it, and its cost (made once per pass)."""
+        found = self._victims.get(r.job_id)
+        if found is None:
+            v = Victim(r.job_id, r.qos, r.partition, r.start_time,
+                       sum(len(x.gpus) for x in r.alloc), sum(x.cpus for x in r.alloc),
+                       r.stopping)
+            found = self._victims[r.job_id] = (v, v.cost(self.now))
+        return found
+
+    def _freed_view(self, node: _Node, victim_ids: list[int]) -> NodeView:
+        c, m, g = node.free_cpus, node.free_mem, list(node.free_gpus)
+        jobs, exclusive = node.job_count, node.exclusive
+        for r in self.running_on.get(node.name, ()):
+            if r.job_id not in victim_ids:
+                continue
+            for a in r.alloc:
+                if a.node == node.name:
+                    if r.exclusive:
+                        exclusive = False
+                        c, m, g = node.cpus, node.mem, list(range(node.gpus))
+                    else:
+                        c, m, g = c + a.cpus, m + a.mem_mb, g + list(a.gpus)
+                    jobs -= 1
+        if exclusive:
+            c, m, g = 0, 0, []
+        return NodeView(node.name, node.cpus, node.mem, node.gpus, c, m, sorted(g), True,
+                        node.weight, tuple(node.part_names), tuple(node.features), jobs,
+                        exclusive, node.gpu_type, node.tmp_disk)
+
+    def _remove_victims(self, victim_ids: list[int]) -> None:
+        """The pass goes on as if the victims were gone (their resources free now)."""
+        gone = set(victim_ids)
+        for r in self.snap.running:
+            if r.job_id not in gone:
+                continue
+            for a in r.alloc:
+                node = self.nodes.get(a.node)
+                if node is None:
+                    continue
+                self.running_on[a.node] = [x for x in self.running_on.get(a.node, ())
+                                           if x.job_id != r.job_id]
+                if r.exclusive:
+                    node.exclusive = False
+                    node.free_cpus, node.free_mem = node.cpus, node.mem
+                    node.free_gpus = list(range(node.gpus))
+                else:
+                    node.free_cpus += a.cpus
+                    node.free_mem += a.mem_mb
+                    node.free_gpus = sorted(set(node.free_gpus) | set(a.gpus))
+                node.job_count -= 1
+                if r.end_time != INFINITE_TIME:
+                    ev = (r.end_time, a.cpus, a.mem_mb, len(a.gpus), -1,
+                          -1 if r.exclusive else 0)
+                    if ev in node.releases:
+                        node.releases.remove(ev)
+                node.events = None
+                node.plan_cache.clear()
+                node.fit_cache.clear()
+                node.sorted_releases = None
+                self._reindex(node)
+                self._started_on.append(node)  # its lower bounds are refreshed
+                for cands in self._node_candidates.values():
+                    cands.pop(a.node, None)
+        # what a victim frees beyond the preemptor's need may let a failed shape fit now
+        self.failed_now.clear()
+        self._preempt_failed.clear()
+        self._most_free.clear()
 
     # ---- planning (holds) ----------------------------------------------------
     def plan(self, req: Request, part: str, duration: float) -> tuple[float, list[_Node]] | None:
@@ -754,6 +933,20 @@ class _Pass:
                         self.gate.started(job.job_id)
                     continue
                 self.failed_now[shape] = duration
+            if self.preempt is not None and (shape, job.qos) not in self._preempt_failed \
+                    and self.preempt.preempts_anyone(job.qos, job.partition):
+                placed = self.try_preempt(job, req, end)
+                if placed is None:
+                    self._preempt_failed.add((shape, job.qos))
+                else:
+                    allocs, victims = placed
+                    self.commit(allocs, end, req.exclusive)
+                    self._most_free.pop(job.partition, None)
+                    dec.preemptions.append((job.job_id, allocs, victims))
+                    dec.reasons[job.job_id] = self.resources_reason(req, job.partition)
+                    if self.gate is not None:
+                        self.gate.started(job.job_id)
+                    continue
             if shape not in self.static:
                 self.static[shape] = self.static_reason(job, req, part)
             why = self.static[shape]

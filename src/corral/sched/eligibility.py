@@ -173,7 +173,8 @@ def view_of(job: SchedJob, job_id: int | None = None) -> PendingView:
         job.exclusive, tuple(job.req_nodes), tuple(job.exc_nodes), job.time_limit,
         getattr(job, "nodes_fixed", True), getattr(job, "constraint", None),
         min_cpus * threads if min_cpus else min_cpus, getattr(job, "gpu_type", None),
-        getattr(job, "min_tmp_disk", None) or 0, getattr(job, "reservation", None))
+        getattr(job, "min_tmp_disk", None) or 0, getattr(job, "reservation", None),
+        getattr(job, "qos", None) or "")
 
 
 def reservation_reason(job: SchedJob, now: float, reservations: Mapping[str, Reservation],

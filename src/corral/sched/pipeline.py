@@ -14,7 +14,9 @@ which jobs start with exactly which allocation (for an array record, which task)
 pending job's priority and typed reason, and the expected starts of the jobs backfill
 planned.  Nothing here reads a clock, the store or the network, and nothing in the
 snapshot is changed, so the controller, the test harness and a trace simulator drive the
-same code.  Preemption, when it comes, is a stage after backfill.
+same code.  Preemption happens inside backfill, where a job fails to fit: a job that may
+preempt is placed as if its victims were gone (sched/preempt.py), and the `Decision`
+carries them (`Decision.preemptions`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from .backfill import DEFAULT_MAX_PLANNED, schedule
 from .eligibility import SchedJob, eligibility
 from .fairshare import FairshareView
 from .limits import LimitGate, PolicySnapshot, limit_gate
+from .preempt import PreemptPolicy
 from .priority import Fairshare, PriorityParams, pass_priorities
 from .reserved import schedule_reserved
 from .snapshot import NodeView, RunningView, Snapshot
@@ -50,6 +53,7 @@ class SchedParams:
     backfill: bool = True
     max_planned: int = DEFAULT_MAX_PLANNED
     array_tasks_per_pass: int = ARRAY_TASKS_PER_PASS
+    preempt: PreemptPolicy | None = None  # PreemptType and the QoS/partition settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,17 @@ class Start:
 
 
 @dataclass(slots=True)
+class Preemption:
+    """A pending job placed as if `victims` were gone: the controller stops them (each in
+    its mode, after its QoS's GraceTime); the job waits (reason Resources) and starts in a
+    later pass, on the freed resources."""
+
+    job_id: int
+    victims: list[int]
+    alloc: list[NodeAlloc]
+
+
+@dataclass(slots=True)
 class Decision:
     starts: list[Start] = field(default_factory=list)
     priorities: dict[int, int] = field(default_factory=dict)  # every pending job
@@ -86,6 +101,7 @@ class Decision:
     # `scontrol show job` Dependency= of every pending job with a dependency ("" once
     # satisfied), with each entry's state as this pass sees it
     dependency_texts: dict[int, str] = field(default_factory=dict)
+    preemptions: list[Preemption] = field(default_factory=list)
 
     @property
     def reason_texts(self) -> dict[int, str]:
@@ -207,7 +223,8 @@ def run_pass(snap: ClusterSnapshot) -> Decision:
     # 4+5. select/cons_tres and sched/backfill (around advanced reservations, if any)
     view = Snapshot(now=now, nodes=snap.nodes, partitions=snap.partitions,
                     running=snap.running, pending=candidates,
-                    def_mem_per_cpu=params.def_mem_per_cpu, backfill=params.backfill)
+                    def_mem_per_cpu=params.def_mem_per_cpu, backfill=params.backfill,
+                    preempt=params.preempt)
     if snap.reservations:
         placed = schedule_reserved(view, snap.reservations, max_planned=params.max_planned,
                                    priorities=order, gate=gate)
@@ -225,6 +242,9 @@ def run_pass(snap: ClusterSnapshot) -> Decision:
             started_keys.add(task)
             if task[1] is not None:
                 started_tasks[task[0]] = started_tasks.get(task[0], 0) + 1
+    for cid, alloc, victims in placed.preemptions:
+        task = tasks.get(cid)
+        dec.preemptions.append(Preemption(cid if task is None else task[0], victims, alloc))
     # An array record waits with the reason of its first task that did not start (a
     # job that started in one of its partitions has no reason from the others).
     for cid in sorted(placed.reasons):

@@ -15,6 +15,8 @@ from corral.model.job import NodeAlloc
 from corral.model.node import Partition
 from corral.model.reasons import PendingReason
 
+from .preempt import PreemptPolicy
+
 INFINITE_TIME = float("inf")
 
 
@@ -44,6 +46,11 @@ class RunningView:
     alloc: list[NodeAlloc]
     exclusive: bool = False
     array_job_id: int | None = None  # counts against the array's % throttle
+    # what preemption weighs (sched/preempt.py)
+    qos: str = ""
+    partition: str = ""
+    start_time: float = 0.0
+    stopping: bool = False  # already being preempted: its resources are on their way back
 
 
 @dataclass(slots=True)
@@ -75,6 +82,7 @@ class PendingView:
     gpu_type: str | None = None  # --gres=gpu:TYPE:N: only nodes with that type
     min_tmp_disk: int = 0  # --tmp: MB; only nodes with at least that TmpDisk
     reservation: str | None = None  # --reservation: only its nodes, only while active
+    qos: str = ""  # preempt/qos: whom it may preempt
 
 
 @dataclass(slots=True)
@@ -89,6 +97,7 @@ class Snapshot:
     max_backfill_jobs: int = 10_000
     # (node, start, end): windows held whole by advanced reservations (sched/reserved.py)
     blocked: tuple[tuple[str, float, float], ...] = ()
+    preempt: PreemptPolicy | None = None  # None or inactive: no preemption
 
 
 @dataclass(slots=True)
@@ -100,6 +109,9 @@ class Placement:
     reasons: dict[int, PendingReason] = field(default_factory=dict)
     # backfill's plan: expected start time and nodes for jobs that wait
     planned: dict[int, tuple[float, list[str]]] = field(default_factory=dict)
+    # jobs placed as if running jobs were gone: (job id, where it will run, the victims);
+    # it waits (reason Resources) until they have stopped
+    preemptions: list[tuple[int, list[NodeAlloc], list[int]]] = field(default_factory=list)
 
     @property
     def reason_texts(self) -> dict[int, str]:
