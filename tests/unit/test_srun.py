@@ -311,7 +311,11 @@ def test_io_options_and_export() -> None:
     (["-n"], 1,
      "srun: option requires an argument -- 'n'\nTry \"srun --help\" for more information\n"),
     (["--mpi=pmix", "true"], 1,
-     "srun: error: --mpi=pmix is not supported by Corral (only --mpi=none)\n"),
+     "srun: error: --mpi=pmix: PMIx is not supported by Corral (use pmi2 or none)\n"),
+    (["--mpi=pmix_v4", "true"], 1,
+     "srun: error: --mpi=pmix_v4: PMIx is not supported by Corral (use pmi2 or none)\n"),
+    (["--mpi=bogus", "true"], 1,
+     "srun: error: --mpi=bogus: unknown MPI type (Corral offers: none, pmi2)\n"),
     (["-t", "bogus", "true"], 255, "srun: error: Invalid --time specification\n"),
     (["--gres=fpga:1", "true"], 1,
      "srun: error: Invalid generic resource (gres) specification\n"),
@@ -330,7 +334,7 @@ def test_main_prints_help_version_and_errors(capsys: pytest.CaptureFixture[str])
     assert srun.main(["--help", "--bogus"]) == 0
     assert capsys.readouterr().out.startswith("Usage: srun [OPTIONS...]")
     assert srun.main(["--mpi=list"]) == 0
-    assert "none" in capsys.readouterr().out
+    assert capsys.readouterr().out == "MPI plugin types are...\n\tnone\n\tpmi2\n"
 
 
 # --------------------------------------------------------------------------

@@ -212,12 +212,42 @@ def _gpu_bind(arg: str) -> str:
 
 
 def _mpi(arg: str) -> str:
-    kind = arg.strip().lower()
-    if kind == "list":
-        raise CliExit(0, stdout="MPI plugin types are...\n\tnone\n")
-    if kind != "none":
-        fail(PROG, f"--mpi={arg} is not supported by Corral (only --mpi=none)")
-    return kind
+    from corral.model.mpi import LIST_TEXT, MpiTypeError, parse_mpi_type
+
+    if arg.strip().lower() == "list":
+        raise CliExit(0, stdout=LIST_TEXT)
+    try:
+        return parse_mpi_type(arg)
+    except MpiTypeError as e:
+        fail(PROG, f"--mpi={arg}: {e}")
+
+
+def _step_mpi_type(v: dict[str, Any]) -> str:
+    """--mpi (or SLURM_MPI_TYPE), else slurm.conf's MpiDefault, checked the same way."""
+    if "mpi" in v:
+        return str(v["mpi"])
+    from corral.model.mpi import MpiTypeError, parse_mpi_type
+
+    default = configured_mpi_default()
+    try:
+        return parse_mpi_type(default)
+    except MpiTypeError as e:
+        fail(PROG, f"MpiDefault={default}: {e}")
+
+
+def configured_mpi_default() -> str:
+    """slurm.conf's MpiDefault (srun reads it as Slurm's srun does); none when unset."""
+    from corral import paths
+
+    try:
+        with open(paths.config_path(), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, eq, value = line.split("#", 1)[0].partition("=")
+                if eq and key.strip().lower() == "mpidefault":
+                    return value.strip().lower() or "none"
+    except OSError:
+        pass
+    return "none"
 
 
 def _apply_env(req: SrunRequest, env: dict[str, str], now: float, cwd: str) -> None:
@@ -322,6 +352,9 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
     if "cpus-per-task" in v:  # the tasks see -c (Slurm's srun sets it when -c is given)
         step_env["SLURM_CPUS_PER_TASK"] = str(v["cpus-per-task"])
     step_env.update(rlimit_environment(v.get("propagate")))
+    mpi_type = _step_mpi_type(v)
+    if mpi_type != "none" or "mpi" in v:
+        step_env["SLURM_MPI_TYPE"] = mpi_type
     # the tasks' umask: the submitting shell's, unless the allocation set one (Slurm's srun
     # sets SLURM_UMASK only where it is not set yet)
     step_env["SLURM_UMASK"] = env.get("SLURM_UMASK") or \
@@ -1232,7 +1265,7 @@ Usage: srun [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [-t minutes]
             [-J jobname] [-w hosts] [-x hosts] [--jobid=id] [--overlap] [--pty]
             [-o out] [-e err] [-i in] [-l] [-u] [-K[0|1]] [-W sec] [-I[sec]]
             [--export=names] [--mem=MB] [--mem-per-cpu=MB] [--gres=list]
-            [--gpus=n] [--gpus-per-node=n] [--gpus-per-task=n] [--mpi=none]
+            [--gpus=n] [--gpus-per-node=n] [--gpus-per-task=n] [--mpi=type]
             [-v] [-Q] executable [args...]
 """
 
@@ -1253,7 +1286,7 @@ Parallel run options:
   -K, --kill-on-bad-exit      kill the job if any task terminates with a
                               non-zero exit code
   -l, --label                 prepend task number to lines of stdout/err
-      --mpi=type              type of MPI being used (Corral: none)
+      --mpi=type              type of MPI being used (none, pmi2)
       --multi-prog            if set the program name specified is the
                               configuration specification for multiple programs
   -n, --ntasks=ntasks         number of tasks to run

@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from corral.model import hostlists, reclaim
+from corral.model.mpi import MpiTypeError, parse_mpi_type
 from corral.model.node import Node, Partition
 from corral.model.timefmt import TimeFormatError, parse_time_limit
 
@@ -210,6 +211,10 @@ def parse_config(text: str) -> ClusterConfig:
         for n in p.nodes:
             by_name[n].partitions.append(p.name)
     preempt_settings(cfg.options)
+    try:  # MpiDefault: none or pmi2 (model/mpi.py); PMIx is refused here, not at each srun
+        parse_mpi_type(cfg.options.get("MpiDefault", "none"))
+    except MpiTypeError as e:
+        raise ConfigError(f"MpiDefault={cfg.options['MpiDefault']}: {e}") from None
     if cfg.partitions and not any(p.default for p in cfg.partitions):
         cfg.partitions[0].default = True
     return cfg

@@ -1,0 +1,270 @@
+"""The PMI server of an `srun --mpi=pmi2` step whose tasks all run under this agent.
+
+Each task gets one end of a socketpair as PMI_FD (with PMI_RANK, PMI_SIZE, PMI_JOBID) and
+speaks the simple PMI wire protocol on it, as MPICH's PMI client does: a first line
+`cmd=init pmi_version=V ...` picks PMI-1 (lines of space-separated `key=value`, one per
+message) or PMI-2 (each message a 6-character decimal length, then `key=value;` pairs, `;`
+doubled inside a value). Written from the protocol's description (MPICH's pmi docs and the
+behaviour of Slurm's mpi/pmi2 plugin); no code is taken from either.
+
+The key-value space is the step's: a put is seen by every rank after the next fence (PMI-1's
+barrier). Only steps served wholly by one agent are offered a server (agent/tasks.py decides):
+a fence across agents would need the controller to relay each node's puts, not built yet.
+
+`Pmi2Session` is pure (bytes in, replies out) so it can be tested without processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+LENGTH_FIELD = 6  # PMI-2: the decimal length before each message
+MAX_MESSAGE = 1 << 20  # a longer message (or line) ends the connection: not a PMI client
+KVS_LIMITS = {"kvsname_max": 256, "keylen_max": 256, "vallen_max": 1024}
+
+
+def process_mapping(node_of_rank: list[int]) -> str:
+    """MPICH's PMI_process_mapping: `(vector,(first node,node count,ranks per node),...)`,
+    each block a run of nodes holding consecutive ranks, the same number on each."""
+    runs: list[tuple[int, int]] = []  # (node, ranks on it in a row)
+    for node in node_of_rank:
+        if runs and runs[-1][0] == node:
+            runs[-1] = (node, runs[-1][1] + 1)
+        else:
+            runs.append((node, 1))
+    blocks: list[list[int]] = []
+    for node, count in runs:
+        last = blocks[-1] if blocks else None
+        if last is not None and last[2] == count and last[0] + last[1] == node:
+            last[1] += 1
+        else:
+            blocks.append([node, 1, count])
+    return "(vector," + ",".join(f"({a},{b},{c})" for a, b, c in blocks) + ")"
+
+
+def encode2(pairs: list[tuple[str, str]]) -> bytes:
+    body = "".join(f"{k}={v.replace(';', ';;')};" for k, v in pairs).encode()
+    return f"{len(body):<{LENGTH_FIELD}d}".encode() + body
+
+
+def decode2(body: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    i, n = 0, len(body)
+    while i < n:
+        eq = body.find("=", i)
+        if eq < 0:
+            break
+        key = body[i:eq]
+        j, value = eq + 1, []
+        while j < n:
+            if body[j] == ";":
+                if j + 1 < n and body[j + 1] == ";":
+                    value.append(";")
+                    j += 2
+                    continue
+                break
+            value.append(body[j])
+            j += 1
+        out[key] = "".join(value)
+        i = j + 1
+    return out
+
+
+def decode1(line: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for word in line.split():
+        key, _, value = word.partition("=")
+        out[key] = value
+    return out
+
+
+def encode1(pairs: list[tuple[str, str]]) -> bytes:
+    return (" ".join(f"{k}={v}" for k, v in pairs) + "\n").encode()
+
+
+@dataclass(slots=True)
+class _Conn:
+    rank: int
+    buf: bytes = b""
+    version: int = 0  # 0 until the init line, then 1 or 2
+    closed: bool = False
+
+
+@dataclass(slots=True)
+class Pmi2Session:
+    """One step's PMI service on this node: `feed` takes what rank `rank`'s connection sent
+    and returns the replies, as (rank, bytes), that are due (a fence answers every rank)."""
+
+    jobid: str  # the KVS name, as Slurm's: JOBID.STEPID
+    node_of_rank: list[int]  # the step's node index of each rank
+    kvs: dict[str, str] = field(default_factory=dict)
+    node_attrs: dict[str, str] = field(default_factory=dict)
+    pending_puts: dict[str, str] = field(default_factory=dict)
+    fenced: set[int] = field(default_factory=set)
+    conns: dict[int, _Conn] = field(default_factory=dict)
+    finalized: set[int] = field(default_factory=set)
+    aborted: str | None = None
+
+    def __post_init__(self) -> None:
+        self.kvs["PMI_process_mapping"] = process_mapping(self.node_of_rank)
+
+    @property
+    def size(self) -> int:
+        return len(self.node_of_rank)
+
+    def feed(self, rank: int, data: bytes) -> list[tuple[int, bytes]]:
+        conn = self.conns.setdefault(rank, _Conn(rank))
+        conn.buf += data
+        out: list[tuple[int, bytes]] = []
+        while not conn.closed:
+            message = self._next(conn)
+            if message is None:
+                break
+            out += self._handle(conn, message)
+        return out
+
+    def _next(self, conn: _Conn) -> dict[str, str] | None:
+        if conn.version == 2:
+            if len(conn.buf) < LENGTH_FIELD:
+                return None
+            try:
+                length = int(conn.buf[:LENGTH_FIELD].decode())
+            except ValueError:
+                length = -1
+            if not 0 <= length <= MAX_MESSAGE:
+                conn.closed = True
+                return None
+            if len(conn.buf) < LENGTH_FIELD + length:
+                return None
+            body = conn.buf[LENGTH_FIELD:LENGTH_FIELD + length]
+            conn.buf = conn.buf[LENGTH_FIELD + length:]
+            return decode2(body.decode(errors="replace"))
+        nl = conn.buf.find(b"\n")
+        if nl < 0:
+            if len(conn.buf) > MAX_MESSAGE:
+                conn.closed = True
+            return None
+        line, conn.buf = conn.buf[:nl], conn.buf[nl + 1:]
+        return decode1(line.decode(errors="replace"))
+
+    def _handle(self, conn: _Conn, msg: dict[str, str]) -> list[tuple[int, bytes]]:
+        cmd = msg.get("cmd", "")
+        if conn.version == 0:
+            if cmd != "init":
+                conn.closed = True
+                return []
+            version = 2 if msg.get("pmi_version") == "2" else 1
+            conn.version = version
+            sub = "0" if version == 2 else "1"
+            return [(conn.rank, encode1([("cmd", "response_to_init"),
+                                         ("pmi_version", str(version)),
+                                         ("pmi_subversion", sub), ("rc", "0")]))]
+        if conn.version == 2:
+            return self._handle2(conn, cmd, msg)
+        return self._handle1(conn, cmd, msg)
+
+    def _reply(self, conn: _Conn, pairs: list[tuple[str, str]]) -> list[tuple[int, bytes]]:
+        data = encode2(pairs) if conn.version == 2 else encode1(pairs)
+        return [(conn.rank, data)]
+
+    def _fence(self, conn: _Conn) -> list[tuple[int, bytes]]:
+        self.fenced.add(conn.rank)
+        if len(self.fenced) < self.size:
+            return []
+        self.kvs.update(self.pending_puts)
+        self.pending_puts.clear()
+        self.fenced.clear()
+        out: list[tuple[int, bytes]] = []
+        for other in sorted(self.conns.values(), key=lambda c: c.rank):
+            if other.closed:
+                continue
+            if other.version == 2:
+                out += self._reply(other, [("cmd", "kvs-fence-response"), ("rc", "0")])
+            else:
+                out += self._reply(other, [("cmd", "barrier_out")])
+        return out
+
+    def _handle1(self, conn: _Conn, cmd: str, msg: dict[str, str]) -> list[tuple[int, bytes]]:
+        if cmd == "get_maxes":
+            return self._reply(conn, [("cmd", "maxes"),
+                                      *((k, str(v)) for k, v in KVS_LIMITS.items())])
+        if cmd == "get_appnum":
+            return self._reply(conn, [("cmd", "appnum"), ("appnum", "0")])
+        if cmd == "get_my_kvsname":
+            return self._reply(conn, [("cmd", "my_kvsname"), ("kvsname", self.jobid)])
+        if cmd == "get_universe_size":
+            return self._reply(conn, [("cmd", "universe_size"), ("size", str(self.size))])
+        if cmd == "put":
+            self.pending_puts[msg.get("key", "")] = msg.get("value", "")
+            return self._reply(conn, [("cmd", "put_result"), ("rc", "0")])
+        if cmd == "barrier_in":
+            return self._fence(conn)
+        if cmd == "get":
+            value = self.kvs.get(msg.get("key", ""))
+            if value is None:
+                return self._reply(conn, [("cmd", "get_result"), ("rc", "-1"),
+                                          ("msg", "key_not_found")])
+            return self._reply(conn, [("cmd", "get_result"), ("rc", "0"), ("value", value)])
+        if cmd == "finalize":
+            self.finalized.add(conn.rank)
+            return self._reply(conn, [("cmd", "finalize_ack")])
+        if cmd == "abort":
+            self.aborted = msg.get("msg", "") or "abort"
+            conn.closed = True
+            return []
+        return self._reply(conn, [("cmd", cmd or "unknown"), ("rc", "-1"),
+                                  ("msg", "unknown_command")])
+
+    def _handle2(self, conn: _Conn, cmd: str, msg: dict[str, str]) -> list[tuple[int, bytes]]:
+        if cmd == "fullinit":
+            return self._reply(conn, [
+                ("cmd", "fullinit-response"), ("rc", "0"), ("pmi-version", "2"),
+                ("pmi-subversion", "0"), ("rank", str(conn.rank)), ("size", str(self.size)),
+                ("appnum", "0"), ("debugged", "FALSE"), ("pmiverbose", "FALSE")])
+        if cmd == "job-getid":
+            return self._reply(conn, [("cmd", "job-getid-response"), ("rc", "0"),
+                                      ("jobid", self.jobid)])
+        if cmd == "info-getjobattr":
+            value = self.kvs.get(msg.get("key", ""))
+            if value is None and msg.get("key") == "universeSize":
+                value = str(self.size)
+            return self._reply(conn, [("cmd", "info-getjobattr-response"), ("rc", "0"),
+                                      *self._found(value)])
+        if cmd == "info-putnodeattr":
+            self.node_attrs[msg.get("key", "")] = msg.get("value", "")
+            return self._reply(conn, [("cmd", "info-putnodeattr-response"), ("rc", "0")])
+        if cmd == "info-getnodeattr":
+            value = self.node_attrs.get(msg.get("key", ""))
+            return self._reply(conn, [("cmd", "info-getnodeattr-response"), ("rc", "0"),
+                                      *self._found(value)])
+        if cmd == "kvs-put":
+            self.pending_puts[msg.get("key", "")] = msg.get("value", "")
+            return self._reply(conn, [("cmd", "kvs-put-response"), ("rc", "0")])
+        if cmd == "kvs-fence":
+            return self._fence(conn)
+        if cmd == "kvs-get":
+            value = self.kvs.get(msg.get("key", ""))
+            return self._reply(conn, [("cmd", "kvs-get-response"), ("rc", "0"),
+                                      *self._found(value)])
+        if cmd == "finalize":
+            self.finalized.add(conn.rank)
+            return self._reply(conn, [("cmd", "finalize-response"), ("rc", "0")])
+        if cmd == "abort":
+            self.aborted = msg.get("msg", "") or "abort"
+            conn.closed = True
+            return []
+        return self._reply(conn, [("cmd", f"{cmd}-response"), ("rc", "-1"),
+                                  ("errmsg", "unknown command")])
+
+    @staticmethod
+    def _found(value: str | None) -> list[tuple[str, str]]:
+        if value is None:
+            return [("found", "FALSE")]
+        return [("found", "TRUE"), ("value", value)]
+
+
+def task_environment(fd: int, rank: int, size: int, jobid: str) -> dict[str, str]:
+    """What Slurm's mpi/pmi2 plugin gives each task (PMI_FD is the task's end of its
+    socketpair, as the task sees it)."""
+    return {"PMI_FD": str(fd), "PMI_RANK": str(rank), "PMI_SIZE": str(size),
+            "PMI_JOBID": jobid, "PMI_SPAWNED": "0", "SLURM_MPI_TYPE": "pmi2"}
