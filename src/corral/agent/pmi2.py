@@ -16,7 +16,12 @@ a fence across agents would need the controller to relay each node's puts, not b
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import socket
 from dataclasses import dataclass, field
+
+from corral.model.messages import TaskSpec
 
 LENGTH_FIELD = 6  # PMI-2: the decimal length before each message
 MAX_MESSAGE = 1 << 20  # a longer message (or line) ends the connection: not a PMI client
@@ -268,3 +273,74 @@ def task_environment(fd: int, rank: int, size: int, jobid: str) -> dict[str, str
     socketpair, as the task sees it)."""
     return {"PMI_FD": str(fd), "PMI_RANK": str(rank), "PMI_SIZE": str(size),
             "PMI_JOBID": jobid, "PMI_SPAWNED": "0", "SLURM_MPI_TYPE": "pmi2"}
+
+
+class StepPmiServer:
+    """The I/O around a `Pmi2Session`: one socketpair per task, read on the agent's loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, session: Pmi2Session) -> None:
+        self.loop = loop
+        self.session = session
+        self.socks: dict[int, socket.socket] = {}
+
+    def task_end(self, rank: int) -> int:
+        """A new fd for rank `rank`'s end (the caller passes it to the task and closes it)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = self.socks.pop(rank, None)
+        if old is not None:
+            self._drop(rank, old)
+        self.socks[rank] = ours
+        self.loop.add_reader(ours.fileno(), self._readable, rank, ours)
+        return theirs.detach()
+
+    def environment(self, fd: int, rank: int) -> dict[str, str]:
+        return task_environment(fd, rank, self.session.size, self.session.jobid)
+
+    def _readable(self, rank: int, sock: socket.socket) -> None:
+        try:
+            data = sock.recv(65536)
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(rank, sock)
+            return
+        for to, reply in self.session.feed(rank, data):
+            peer = self.socks.get(to)
+            if peer is None:
+                continue
+            try:
+                peer.sendall(reply)  # small replies; a peer that does not read is dropped
+            except OSError:
+                self._drop(to, peer)
+        conn = self.session.conns.get(rank)
+        if conn is not None and conn.closed:
+            self._drop(rank, sock)
+
+    def _drop(self, rank: int, sock: socket.socket) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            self.loop.remove_reader(sock.fileno())
+        sock.close()
+        if self.socks.get(rank) is sock:
+            del self.socks[rank]
+
+    def close(self) -> None:
+        for rank, sock in list(self.socks.items()):
+            self._drop(rank, sock)
+
+
+def server_for(loop: asyncio.AbstractEventLoop, job_id: int, step_id: int,
+               specs: list[TaskSpec], first_launch: bool) -> tuple[StepPmiServer | None, str]:
+    """The PMI server of an `--mpi=pmi2` step, or None and why not ("" when no MPI asked).
+
+    Served when this launch holds all of the step's tasks (its nodes all under this agent)."""
+    if not specs or specs[0].env.get("SLURM_MPI_TYPE") != "pmi2":
+        return None, ""
+    env = specs[0].env
+    size = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or len(specs))
+    ranks = sorted(s.task_id for s in specs)
+    if not first_launch or ranks != list(range(size)):
+        return None, ("srun: error: --mpi=pmi2: this step's tasks span several agents; "
+                      "Corral serves PMI only to steps run under one agent (no PMI_FD)\n")
+    by_rank = {s.task_id: int(s.env.get("SLURM_NODEID") or 0) for s in specs}
+    session = Pmi2Session(f"{job_id}.{step_id}", [by_rank[r] for r in range(size)])
+    return StepPmiServer(loop, session), ""

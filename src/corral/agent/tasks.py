@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.agent import launch as launch_mod
+from corral.agent import pmi2
 from corral.agent.cgroup import StepCgroup
 from corral.agent.launch import Identity as _Identity
 from corral.agent.launch import LaunchFailure as _TaskFailure
@@ -227,6 +228,7 @@ class _Step:
     cwd: str = "/tmp"
     container: ContainerSpec | None = None  # the container its tasks run in (Pyxis)
     container_dirs: set[str] = field(default_factory=set)  # its nodes' container dirs
+    pmi: pmi2.StepPmiServer | None = None  # srun --mpi=pmi2 (agent/pmi2.py)
 
 
 @dataclass
@@ -337,6 +339,12 @@ class TaskManager:
         if not step.group_checked and specs and ident.error is None:
             self._join_job_group(step, msg, specs)
         cwd = msg.cwd or "/tmp"
+        # MPI hook (agent/pmi2.py): an --mpi=pmi2 step gets a PMI server; each task an fd
+        pmi_first = not step.tasks and step.pmi is None
+        if pmi_first:
+            step.pmi, pmi_notice = pmi2.server_for(loop, job_id, step_id, specs, pmi_first)
+            if pmi_notice and specs:
+                specs[0].notice = (specs[0].notice or "") + pmi_notice
         argv = list(msg.argv)
         stdin_mode = msg.stdin
         pty_spec = msg.pty and any(t.task_id == 0 for t in specs)
@@ -690,6 +698,13 @@ class TaskManager:
                 if ident.switch and not ident.prefix:
                     gate = str(gate_r)
                     os.fchown(gate_r, ident.uid, ident.gid)
+            if step.pmi is not None:  # MPI hook: the task's end of its PMI socketpair
+                pmi_fd = step.pmi.task_end(task.task_id)
+                child_fds.append(pmi_fd)
+                # posix_spawn numbers it by its place; subprocess keeps its number
+                shown = pmi_fd if (ident.switch and not ident.prefix) else len(stdio)
+                stdio.append(("fd", pmi_fd))
+                env.update(step.pmi.environment(shown, task.task_id))
             umask = _umask_of(env)
             task.env = env
             pairs = [f"{k}={v}" for k, v in env.items()]
@@ -917,6 +932,9 @@ class TaskManager:
         if step.pty_master is not None:
             os.close(step.pty_master)
             step.pty_master = None
+        if step.pmi is not None:  # MPI hook
+            step.pmi.close()
+            step.pmi = None
         key = (step.job_id, step.step_id)
         if self._steps.get(key) is step:
             del self._steps[key]
