@@ -339,7 +339,7 @@ def server_for(loop: asyncio.AbstractEventLoop, job_id: int, step_id: int,
     size = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or len(specs))
     ranks = sorted(s.task_id for s in specs)
     if not first_launch or ranks != list(range(size)):
-        return None, ("srun: error: --mpi=pmi2: this step's tasks span several agents; "
+        return None, ("slurmstepd: error: mpi/pmi2: this step's tasks span several agents; "
                       "Corral serves PMI only to steps run under one agent (no PMI_FD)\n")
     by_rank = {s.task_id: int(s.env.get("SLURM_NODEID") or 0) for s in specs}
     session = Pmi2Session(f"{job_id}.{step_id}", [by_rank[r] for r in range(size)])
