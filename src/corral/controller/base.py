@@ -30,6 +30,7 @@ from corral.model.node import Node, Partition
 from corral.model.reasons import PendingReason
 from corral.model.timefmt import parse_time_limit
 from corral.sched import deps as sched_deps
+from corral.sched.backfill import DEFAULT_MAX_PLANNED
 from corral.sched.fairshare import FairshareParams, UsageState, parse_billing_weights
 from corral.sched.limits_check import parse_enforce
 from corral.sched.pipeline import SchedParams
@@ -94,7 +95,22 @@ def sched_params(config: ClusterConfig) -> SchedParams:
             favor_small=config.options.get("PriorityFavorSmall", "NO").upper() in ("YES", "1"),
             totals=totals),
         def_mem_per_cpu=config.get_int("DefMemPerCPU"),
+        # [simcmp] scheduling-policy knobs (corral sim compares them): sched/builtin is
+        # strict priority order, no backfill; bf_job_part_count_reserve=N holds resources
+        # for the N highest-priority blocked jobs only (1: EASY backfill; 0: Slurm's "all")
+        backfill=config.options.get("SchedulerType", "sched/backfill") != "sched/builtin",
+        max_planned=_bf_reserve(config.options.get("SchedulerParameters", "")),
     )
+
+
+def _bf_reserve(params: str) -> int:
+    """SchedulerParameters=bf_job_part_count_reserve=N as the pass's planning budget (the
+    first blocked job is always planned, so N-1 more)."""
+    for item in params.split(","):
+        key, _, value = item.strip().partition("=")
+        if key == "bf_job_part_count_reserve" and value.strip().isdigit() and int(value) > 0:
+            return int(value) - 1
+    return DEFAULT_MAX_PLANNED
 
 
 def fairshare_params(config: ClusterConfig) -> FairshareParams:

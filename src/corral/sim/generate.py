@@ -6,6 +6,7 @@ them)."""
 from __future__ import annotations
 
 import csv
+import math
 import random
 from pathlib import Path
 
@@ -38,6 +39,46 @@ def gpu_jobs(count: int, *, nodes: int = 64, gpus_per_node: int = 8, load: float
                             time_limit=max(60.0, round(limit / 60) * 60),
                             cpus=4 * g, gpus=g, mem_mb=16_000 * g, user=f"u{user}",
                             account=f"lab{user % 4}", partition=""))
+    return out
+
+
+# Lab users' habits: (sizes they ask for, mean run time in s, how generous their limits are
+# (a range of limit / run time), weight in the mix).
+HABITS = (
+    ((1, 1, 2), 1200.0, (3.0, 5.0), 4),  # students: short 1-2 GPU runs, round-number limits
+    ((1, 2, 4), 3600.0, (1.5, 3.0), 3),  # researchers tuning models
+    ((4, 8), 5400.0, (1.2, 2.0), 2),  # a group that knows its run times well
+    ((8, 16, 16), 7200.0, (1.5, 4.0), 1),  # large training runs, the 16-GPU ones on 2 nodes
+)
+
+
+def lab_mix(count: int, *, nodes: int = 4, gpus_per_node: int = 8, load: float = 1.0,
+            seed: int = 1, users: int = 12) -> list[TraceJob]:
+    """A lab's GPU workload of 1, 2, 4, 8 and 16-GPU jobs: each user has a habit (the sizes
+    they ask for, how long their jobs run, how generous their time limits are, 1.2 to 5
+    times the run time), arrivals are Poisson scaled to the offered load `load`."""
+    if count <= 0:
+        return []
+    rng = random.Random(seed)
+    pool = [h for h in HABITS for _ in range(h[3])]  # every habit, in its weight
+    rng.shuffle(pool)
+    habit_of = [pool[u % len(pool)] for u in range(users)]
+    picks = []
+    for _ in range(count):
+        u = rng.randrange(users)
+        sizes, mean_run, (lo, hi), _ = habit_of[u]
+        run = min(mean_run * 6, rng.expovariate(1 / mean_run) + 60)
+        picks.append((u, rng.choice(sizes), run, rng.uniform(lo, hi)))
+    work = sum(g * r for _, g, r, _ in picks)
+    rate = count / (work / (nodes * gpus_per_node * load))
+    t = 0.0
+    out = []
+    for u, g, run, ratio in picks:
+        t += rng.expovariate(rate)
+        out.append(TraceJob(submit=round(t, 3), run_time=round(run, 1),
+                            time_limit=max(60.0, math.ceil(run * ratio / 60) * 60),
+                            cpus=4 * g, gpus=g, mem_mb=16_000 * g, user=f"user{u:02d}",
+                            account=f"lab{u % 3}", partition=""))
     return out
 
 

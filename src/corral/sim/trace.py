@@ -1,4 +1,5 @@
-"""Workload traces for the simulator: the Standard Workload Format and a GPU-job CSV.
+"""Workload traces for the simulator: the Standard Workload Format, a GPU-job CSV and a
+`sacct --parsable2` export (corral.sim.sacct).
 
 Both become a list of `TraceJob`s, in submission order, with times in seconds from the
 trace's start.  A malformed line is a `TraceError` naming the file and line.
@@ -185,6 +186,15 @@ def read_trace(path: Path) -> tuple[list[TraceJob], SwfHeader | None]:
     name = path.name.lower()
     if name.endswith(".swf") or name.endswith(".swf.gz"):
         return read_swf(path)
+    from corral.sim.sacct import is_sacct, read_sacct
+
+    with _open_text(path) as f:
+        try:
+            first = f.readline()
+        except (OSError, EOFError, UnicodeError) as e:
+            raise TraceError(f"{path}: cannot read: {e}") from None
+    if is_sacct(first):
+        return read_sacct(path), None
     return read_csv(path), None
 
 

@@ -1,0 +1,126 @@
+"""Several scheduling policies on one trace, side by side.
+
+A policy is a slurm.conf: `fcfs` is the given cluster with `SchedulerType=sched/builtin`
+(strict priority order, no backfill), `easy` adds `SchedulerParameters=
+bf_job_part_count_reserve=1` (backfill that protects only the top blocked job's start),
+`default` is the cluster as given (Corral's default: every blocked job planned, up to the
+pass's budget), and `conf:PATH` is any slurm.conf file (its own cluster).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from corral.sim.engine import SimResult
+from corral.sim.metrics import Summary
+from corral.sim.trace import TraceJob
+
+BUILTIN = ("fcfs", "easy", "default")
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    name: str
+    conf_text: str
+
+
+def _with_option(text: str, key: str, value: str) -> str:
+    """slurm.conf text with `key` set to `value` (SchedulerParameters: one item added)."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        k, sep, v = line.partition("=")
+        if sep and k.strip() == key:
+            if key == "SchedulerParameters" and v.strip():
+                lines[i] = f"{key}={v.strip()},{value}"
+            else:
+                lines[i] = f"{key}={value}"
+            return "\n".join(lines) + "\n"
+    return f"{key}={value}\n" + text
+
+
+def policy_conf(name: str, base: str) -> str:
+    if name == "fcfs":
+        return _with_option(base, "SchedulerType", "sched/builtin")
+    if name == "easy":
+        return _with_option(base, "SchedulerParameters", "bf_job_part_count_reserve=1")
+    return base
+
+
+def compress(jobs: Sequence[TraceJob], total_gpus: int, load: float) -> list[TraceJob]:
+    """The same jobs with submit times scaled so that the offered load (GPU-seconds asked
+    for over GPU-seconds available between the first and last submission) is `load`."""
+    if not jobs or total_gpus <= 0 or load <= 0:
+        return list(jobs)
+    first = min(j.submit for j in jobs)
+    span = max(j.submit for j in jobs) - first
+    work = sum(j.gpus * min(j.run_time, j.time_limit) for j in jobs)
+    if span <= 0 or work <= 0:
+        return list(jobs)
+    factor = work / (total_gpus * load) / span
+    return [replace(j, submit=round((j.submit - first) * factor, 3)) for j in jobs]
+
+
+def busy_series(result: SimResult) -> list[tuple[float, int]]:
+    """(time, GPUs busy from then on), a step function over the run."""
+    changes: dict[float, int] = defaultdict(int)
+    for r in result.records:
+        if r.start is None:
+            continue
+        changes[r.start] += r.gpus
+        if r.end is not None:
+            changes[r.end] -= r.gpus
+    out: list[tuple[float, int]] = []
+    busy = 0
+    for t in sorted(changes):
+        busy += changes[t]
+        out.append((t, busy))
+    return out
+
+
+def _fmt_row(cells: Sequence[str], widths: Sequence[int]) -> str:
+    return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                     for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join(_fmt_row(r, widths) for r in [header, *rows]) + "\n"
+
+
+def render_summaries(names: Sequence[str], sums: Sequence[Summary]) -> str:
+    header = ["policy", "util %", "wait mean s", "median s", "p95 s", "mean bsld",
+              "idle GPU-s pending", "makespan s", "started", "timeouts"]
+    rows = [[n, f"{s.utilisation * 100:.1f}", f"{s.mean_wait:.0f}", f"{s.median_wait:.0f}",
+             f"{s.p95_wait:.0f}", f"{s.mean_bounded_slowdown:.2f}",
+             f"{s.idle_gpu_seconds_while_pending:.0f}", f"{s.makespan:.0f}",
+             f"{s.started}/{s.jobs}", str(s.timed_out)] for n, s in zip(names, sums, strict=True)]
+    return table(header, rows)
+
+
+def mean_waits(result: SimResult, jobs: Sequence[TraceJob], key: str) -> dict[str, float]:
+    """Mean wait of the jobs that started, by user (from the trace) or by GPUs requested."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for r, j in zip(result.records, jobs, strict=True):
+        if r.start is None:
+            continue
+        groups[j.user if key == "user" else str(r.gpus)].append(r.start - r.submit)
+    return {k: statistics.fmean(v) for k, v in groups.items()}
+
+
+def render_groups(names: Sequence[str], results: Sequence[SimResult],
+                  jobs: Sequence[TraceJob]) -> str:
+    """Mean waits per size (GPUs requested) and per user, one column per policy."""
+    out = []
+    for key, title in (("gpus", "GPUs"), ("user", "user")):
+        per = [mean_waits(r, jobs, key) for r in results]
+        counts: dict[str, int] = defaultdict(int)
+        for j in jobs:
+            counts[j.user if key == "user" else str(j.gpus)] += 1
+        ks = sorted(counts, key=lambda k: (int(k) if key == "gpus" else 0, k))
+        rows = [[k, str(counts[k]), *(f"{p[k]:.0f}" if k in p else "-" for p in per)]
+                for k in ks]
+        out.append(table([title, "jobs", *(f"{n} wait s" for n in names)], rows))
+    return "\n".join(out)
