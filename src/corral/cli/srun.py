@@ -1240,6 +1240,7 @@ HELP_TEXT = """\
 Usage: srun [OPTIONS...] executable [args...]
 
 Parallel run options:
+  -b, --begin=time            defer job until HH:MM MM/DD/YY
   -c, --cpus-per-task=ncpus   number of cpus required per task
   -D, --chdir=path            change remote current working directory
   -e, --error=err             location of stderr redirection
@@ -1268,6 +1269,7 @@ Parallel run options:
   -p, --partition=partition   partition requested
       --propagate[=rlimits]   propagate all [or specific list of] rlimits
       --pty                   run task zero in pseudo terminal
+  -q, --qos=qos               quality of service
   -Q, --quiet                 quiet mode (suppress informational messages)
   -t, --time=minutes          time limit
   -u, --unbuffered            do not line-buffer stdout/err
