@@ -1,5 +1,7 @@
 """Slurm commands Corral does not provide yet: one line saying so, exit status 1.
 
+`--help` and `--usage` (where Slurm 22.05 has them) print Slurm's texts and exit 0.
+
 Installed under Slurm's names so that, with Corral's commands first on PATH, a user
 typing `sprio` learns where they are instead of reaching another Slurm's client (and
 its DNS errors).  One entry function per command, for [project.scripts].
@@ -34,6 +36,13 @@ def message(name: str) -> str:
 
 
 def run(name: str) -> int:
+    if any(a.startswith("-") for a in sys.argv[1:]):  # help/usage print Slurm's texts
+        from corral.cli.missing_help import help_or_usage
+
+        text = help_or_usage(name, sys.argv[1:])
+        if text is not None:
+            sys.stdout.write(text)
+            return 0
     sys.stderr.write(message(name))
     return 1
 
@@ -119,4 +128,5 @@ def sview() -> int:
 
 
 if __name__ == "__main__":  # python -m corral.cli.missing NAME
-    sys.exit(run(sys.argv[1] if len(sys.argv) > 1 else "?"))
+    name = sys.argv.pop(1) if len(sys.argv) > 1 else "?"
+    sys.exit(run(name))

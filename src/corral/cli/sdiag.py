@@ -15,7 +15,21 @@ import time
 from corral.cli import client
 
 PROG = "sdiag"
-USAGE = "Usage: sdiag [-M cluster] [-aritT] \n"
+USAGE = "Usage: sdiag [-M cluster] [-aritT]\n"
+HELP = """\
+Usage: sdiag [OPTIONS]
+  -a, --all           all statistics
+  -r, --reset         reset statistics
+  -M, --cluster       direct the request to a specific cluster
+  -i, --sort-by-id    sort RPCs by id
+  -t, --sort-by-time  sort RPCs by total run time
+  -T, --sort-by-time2 sort RPCs by average run time
+  -V, --version       display current version number
+
+Help options:
+  --help          show this help message
+  --usage         display brief usage message
+"""
 
 
 def _when(t: float) -> str:
@@ -63,7 +77,7 @@ def render(s: dict[str, int | float]) -> str:
 def _main(argv: list[str]) -> int:
     for a in argv:
         if a in ("-h", "--help", "--usage"):
-            sys.stdout.write(USAGE)
+            sys.stdout.write(USAGE if a == "--usage" else HELP)
             return 0
         if a in ("-r", "--reset"):
             sys.stderr.write(f"{PROG}: error: resetting the statistics is not supported by "

@@ -293,7 +293,30 @@ def parse_srun(argv: list[str], env: dict[str, str], cwd: str, now: float, *,
         fail(PROG, "No command given to execute.")
     req.argv = operands
     _finish(req, env, cwd, now, argv, submit_host, umask, is_tty, window)
+    if req.verbose:
+        req.messages[:0] = defined_options(found)
     return req
+
+
+def defined_options(found: list[tuple[Option, str | None]]) -> list[str]:
+    """srun -v's list of the options set on the command line (Slurm's
+    slurm_print_set_options): one line per option, in Slurm's table order, last value
+    wins; a flag shows "set", -v its count.  Values are as given, not Slurm's
+    normalised forms."""
+    order = {o.name: i for i, o in enumerate(option_table(PROG).options)}
+    values: dict[str, str] = {}
+    verbose = 0
+    for option, arg in found:
+        if option.key == "verbose":
+            verbose += 1
+            values[option.name] = str(verbose)
+        else:
+            values[option.name] = arg if arg is not None else "set"
+    rule = f"{PROG}: {'-' * 20} {'-' * 20}"
+    lines = [f"{PROG}: defined options", rule]
+    for name in sorted(values, key=lambda n: order.get(n, len(order))):
+        lines.append(f"{PROG}: {name:<20}: {values[name]}")
+    return [*lines, rule, f"{PROG}: end of defined options"]
 
 
 def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: list[str],
@@ -1273,6 +1296,7 @@ HELP_TEXT = """\
 Usage: srun [OPTIONS...] executable [args...]
 
 Parallel run options:
+  -b, --begin=time            defer job until HH:MM MM/DD/YY
   -c, --cpus-per-task=ncpus   number of cpus required per task
   -D, --chdir=path            change remote current working directory
   -e, --error=err             location of stderr redirection
@@ -1301,6 +1325,7 @@ Parallel run options:
   -p, --partition=partition   partition requested
       --propagate[=rlimits]   propagate all [or specific list of] rlimits
       --pty                   run task zero in pseudo terminal
+  -q, --qos=qos               quality of service
   -Q, --quiet                 quiet mode (suppress informational messages)
   -t, --time=minutes          time limit
   -u, --unbuffered            do not line-buffer stdout/err
