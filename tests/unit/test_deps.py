@@ -159,7 +159,7 @@ def test_singleton() -> None:
 
 
 def test_format_matches_scontrol() -> None:
-    # /work/shared/slurm-reference/C17: Dependency=afterok:1(unfulfilled)
+    # ../shared/slurm-reference/C17: Dependency=afterok:1(unfulfilled)
     lk = table({1: [(None, "RUNNING", 0, 1.0)]})
     assert format_dependency(parse_dependency("afterok:1"), lk, NOW) == "afterok:1(unfulfilled)"
     assert format_dependency(parse_dependency("afterok:1")) == "afterok:1(unfulfilled)"
