@@ -177,16 +177,13 @@ class Reclaimer:
                     "since %s, %.2f GPU-hours reclaimed", job.job_id, job.user, job.account,
                     done, job.alloc_gpus, _stamp(since), event.gpu_hours)
         ctl = self.ctl
-        # the transitions the requeue and cancel use cases make, without their user checks
+        # the lifecycle's internal transitions, the ones scancel and requeue use after
+        # their user checks (and preemption after the pass)
         if action == "requeue":
-            job.kill_reason = "REQUEUE"
-            ctl.set_state(job, JobState.COMPLETING, now)
-            ctl._send_control(job, {"op": "requeue"})
+            ctl.stop_running(job, "REQUEUE", "requeue", now)
         elif job.batch:
-            job.kill_reason = "CANCELLED"
             job.cancelled_by = 0
-            ctl.set_state(job, JobState.COMPLETING, now)
-            ctl._send_control(job, {"op": "cancel"})
+            ctl.stop_running(job, "CANCELLED", "cancel", now)
         else:
             job.cancelled_by = 0
             ctl.end_allocation(job, "CANCELLED")
