@@ -97,7 +97,9 @@ class LaunchPlan(PlanHead):
 
     restart_count: int = 0
     # program and environment
-    script_text: str | None = field(default=None, omit_none=True)
+    # the batch script: as long as SchedulerParameters=max_script_size= lets it be (4 MB by
+    # default, at most 512 MB as in Slurm), not the 1 MiB of an ordinary text field
+    script_text: str | None = field(default=None, omit_none=True, maxlen=512 << 20)
     script: str | None = None
     argv: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
