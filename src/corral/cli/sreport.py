@@ -193,9 +193,11 @@ def report(kind: str, params: dict[str, str], data: dict[str, Any], *, tres: lis
                    ("Reserved", 9, False), ("Reported", 13, False)], sep, trailing, header,
                   params.get("format"))
         for name in tres:
-            rep = float(data["reported"].get(name, 0.0))
-            alloc = min(rep, float(data["allocated"].get(name, 0.0)))
-            down = min(rep - alloc, float(data["down"].get(name, 0.0)))
+            # whole TRES-seconds, as Slurm's database keeps them, so that the parts add up
+            # to Reported exactly (rounding each float apart could lose a second)
+            rep = float(int(float(data["reported"].get(name, 0.0))))
+            alloc = min(rep, float(round(float(data["allocated"].get(name, 0.0)))))
+            down = min(rep - alloc, float(round(float(data["down"].get(name, 0.0)))))
             idle = max(0.0, rep - alloc - down)
             t.row([cluster, *([name] if tres_given else []),
                    *(value(x, rep, fmt) for x in (alloc, down, 0.0, idle, 0.0, rep))])
