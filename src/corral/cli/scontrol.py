@@ -1199,7 +1199,10 @@ def _main(argv: list[str]) -> int:
     if command == "help":
         sys.stdout.write(_HELP)
         return 0
-    if command in ("create", "update", "delete", "show"):  # reservations: scontrol_resv.py
+    # reservations: scontrol_resv.py (imported only when asked: `show job` stays light)
+    if command in ("create", "update", "delete") or (command == "show" and rest and (
+            "reservations".startswith(rest[0].lower())
+            or "reservationname".startswith(rest[0].lower()))):
         from corral.cli import scontrol_resv
         if scontrol_resv.names_reservation(command, rest):
             return scontrol_resv.run(command, rest, one_liner)
