@@ -197,8 +197,7 @@ def _check_enabled(ctl: Any) -> None:
 
 
 def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
-    from corral import jsonio
-    from corral.controller.server import json_response, peer_identity
+    from corral.controller.server import json_body, json_response, peer_identity
 
     book_of(ctl)  # loaded and subscribed at startup: a restart keeps the recurrences
 
@@ -213,10 +212,7 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
     async def update(request: web.Request) -> web.Response:
         who = peer_identity(request, ctl)
         _check_enabled(ctl)
-        raw = await request.read()
-        body = jsonio.loads(raw) if raw else {}
-        if not isinstance(body, dict):
-            raise SlurmError("Malformed request: expected a JSON object", 0)
+        body = await json_body(request)
         uid, gid = _target(ctl, who, body.get("user"), write=True)
         text = body.get("crontab")
         jobs = body.get("jobs") or []

@@ -214,16 +214,8 @@ def restore(ctl: Any) -> None:
 
 # ---- API ----------------------------------------------------------------------------------
 def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
+    from corral.controller.server import json_body as body_of
     from corral.controller.server import json_response, peer_identity
-
-    async def body_of(request: web.Request) -> dict[str, Any]:
-        from corral import jsonio
-
-        raw = await request.read()
-        data = jsonio.loads(raw) if raw else {}
-        if not isinstance(data, dict):
-            raise SlurmError("Malformed request: expected a JSON object", 0)
-        return data
 
     async def create(request: web.Request) -> web.Response:
         body = await body_of(request)

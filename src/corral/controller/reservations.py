@@ -393,17 +393,11 @@ def delete(ctl: Any, who: Any, name: str) -> None:
 
 # ---- the API --------------------------------------------------------------------------
 def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
-    from corral import jsonio
+    from corral.controller.server import json_body as body
     from corral.controller.server import json_response, peer_identity
 
     book_of(ctl)  # loaded at startup: the first pass after a restart sees them
 
-    async def body(request: web.Request) -> dict[str, Any]:
-        raw = await request.read()
-        data = jsonio.loads(raw) if raw else {}
-        if not isinstance(data, dict):
-            raise SlurmError("Malformed request: expected a JSON object", 0)
-        return data
 
     async def list_all(request: web.Request) -> web.Response:
         peer_identity(request, ctl)

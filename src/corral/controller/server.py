@@ -212,6 +212,17 @@ def check_hw(hw: Any) -> dict[str, Any]:
     return out
 
 
+async def json_body(request: web.Request) -> dict[str, Any]:
+    """A request's JSON object body ({} when empty); anything else is refused."""
+    raw = await request.read()
+    if not raw:
+        return {}
+    data = jsonio.loads(raw)
+    if not isinstance(data, dict):
+        raise SlurmError("Malformed request: expected a JSON object", 0)
+    return data
+
+
 class Api:
     def __init__(self, ctl: Controller, on_shutdown: Callable[[], None]) -> None:
         self.ctl = ctl
@@ -262,15 +273,6 @@ class Api:
         from corral.controller.partitions import add_routes as add_partition_routes
         add_partition_routes(r, self.ctl)  # scontrol create|update|delete PartitionName=
         return app
-
-    async def _body(self, request: web.Request) -> dict[str, Any]:
-        raw = await request.read()
-        if not raw:
-            return {}
-        data = jsonio.loads(raw)
-        if not isinstance(data, dict):
-            raise SlurmError("Malformed request: expected a JSON object", 0)
-        return data
 
     # ---- read endpoints -------------------------------------------------
     async def ping(self, request: web.Request) -> web.Response:
@@ -497,7 +499,7 @@ class Api:
     # ---- write endpoints -------------------------------------------------
     async def submit(self, request: web.Request) -> web.Response:
         who = peer_identity(request, self.ctl)
-        body = await self._body(request)
+        body = await json_body(request)
         array, open_mode = body.get("array"), body.get("open_mode", "truncate")
         if array is not None and not isinstance(array, str):
             raise SlurmError("Invalid job array specification", 0)
@@ -516,7 +518,7 @@ class Api:
 
     async def signal(self, request: web.Request) -> web.Response:
         who = peer_identity(request, self.ctl)
-        body = await self._body(request)
+        body = await json_body(request)
         spec = request.match_info["id"]
         head, dot, step_part = spec.partition(".")
         signum = body.get("signal", 15)
@@ -559,7 +561,7 @@ class Api:
         elif action == "top":
             ctl.top(who, jobs)
         elif action == "notify":
-            message = (await self._body(request)).get("message")
+            message = (await json_body(request)).get("message")
             if not isinstance(message, str):
                 raise SlurmError("No message given", 0)
             for job in jobs:
@@ -571,7 +573,7 @@ class Api:
 
     async def update_job(self, request: web.Request) -> web.Response:
         who = peer_identity(request, self.ctl)
-        body = await self._body(request)
+        body = await json_body(request)
         for job in self._jobs_for(request.match_info["id"]):
             self.ctl.update_job(who, job, body)
         await self.ctl.durable()
@@ -579,7 +581,7 @@ class Api:
 
     async def update_nodes(self, request: web.Request) -> web.Response:
         who = peer_identity(request, self.ctl)
-        body = await self._body(request)
+        body = await json_body(request)
         try:
             names = hostlists.expand(request.match_info["names"])
         except hostlists.HostlistError:
@@ -608,7 +610,7 @@ class Api:
         """A machine spends a join token for its own key (over TLS, unsigned)."""
         reg = door.registry_of(request)
         token = bearer(request.headers.get("Authorization"))
-        body = await self._body(request)
+        body = await json_body(request)
         role, name = body.get("role"), body.get("name")
         if role not in (KIND_NODE, KIND_LOGIN) or not isinstance(name, str):
             raise SlurmError("Malformed join request: role must be node or login, name a string", 0)
@@ -634,7 +636,7 @@ class Api:
     async def create_token(self, request: web.Request) -> web.Response:
         door.require_local_admin(request, self.ctl)
         reg = door.registry_of(request)
-        body = await self._body(request)
+        body = await json_body(request)
         scope = body.get("scope", KIND_NODE)
         ttl, uses, node = body.get("ttl", 3600), body.get("uses", 1), body.get("node")
         if scope not in (KIND_NODE, KIND_LOGIN):
