@@ -144,15 +144,15 @@ def parse_fields(spec: str) -> list[Field]:
     return out
 
 
-def help_fields() -> str:
-    """--helpformat: the field names, four to a line."""
+def help_fields(names: list[str] | None = None) -> str:
+    """--helpformat: the field names (sacct's, or sstat's), four to a line."""
     out: list[str] = []
-    for i, f in enumerate(FIELDS):
+    for i, name in enumerate([f.name for f in FIELDS] if names is None else names):
         if i & 3:
             out.append(" ")
         elif i:
             out.append("\n")
-        out.append(f"{f.name:<19}")
+        out.append(f"{name:<19}")
     return "".join(out) + "\n"
 
 

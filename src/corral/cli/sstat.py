@@ -11,7 +11,16 @@ import getopt
 import sys
 
 from corral.cli import client
-from corral.cli.sacct import FIELDS, Context, Field, UsageError, _value, parse_fields, render
+from corral.cli.sacct import (
+    FIELDS,
+    Context,
+    Field,
+    UsageError,
+    _value,
+    help_fields,
+    parse_fields,
+    render,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -58,17 +67,6 @@ HELP = """sstat [<OPTION>] -j <job(.stepid)>
 """
 
 
-def _help_format() -> str:
-    out: list[str] = []
-    for i, name in enumerate(STAT_NAMES):
-        if i & 3:
-            out.append(" ")
-        elif i:
-            out.append("\n")
-        out.append(f"{name:<19}")
-    return "".join(out) + "\n"
-
-
 def _step_order(step: str) -> tuple[int, int | str]:
     return (0, int(step)) if step.isdigit() else (1, step)
 
@@ -91,7 +89,7 @@ def _main(argv: list[str]) -> int:
         if o in ("-a", "--allsteps"):
             allsteps = True
         elif o in ("-e", "--helpformat"):
-            sys.stdout.write(_help_format())
+            sys.stdout.write(help_fields(STAT_NAMES))
             return 0
         elif o in ("-h", "--help"):
             sys.stdout.write(HELP)
