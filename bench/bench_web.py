@@ -35,8 +35,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from corral import jsonio  # noqa: E402
-from corral.controller.base import Identity  # noqa: E402
 from corral.controller.harness import FakeClock, HarnessController  # noqa: E402
+from corral.controller.identity import Identity  # noqa: E402
 from corral.controller.webui import QUEUE_ROWS  # noqa: E402
 from corral.model.config import ClusterConfig  # noqa: E402
 from corral.model.job import Job, JobState, NodeAlloc  # noqa: E402

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from corral.controller.base import group_name
 from corral.controller.errors import (
     ESLURM_ACCESS_DENIED,
     ESLURM_INVALID_ACCOUNT,
@@ -20,6 +19,7 @@ from corral.controller.errors import (
     SlurmError,
 )
 from corral.controller.harness import Harness
+from corral.controller.identity import group_name
 from corral.model.job import JobState
 from corral.sched.features import ConstraintError, parse_constraint, satisfiable
 

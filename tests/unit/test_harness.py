@@ -374,7 +374,7 @@ def test_state_machine_refuses_impossible_transitions(h: Harness) -> None:
 
 
 def test_job_id_ranges_select_tasks_without_enumerating(h: Harness) -> None:
-    from corral.controller.base import task_ranges
+    from corral.controller.core import task_ranges
 
     assert task_ranges("1-5,7,10-20:5", 1001) == [(1, 5, 1), (7, 7, 1), (10, 20, 5)]
     for bad in ("", "5-1", "1-2000", "x", "1-3:0", "1-", "-3", "0-2147483646"):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from corral.admin.main import main as corral_main
-from corral.controller.base import sched_params
+from corral.controller.core.settings import sched_params
 from corral.model.config import parse_config
 from corral.sched.backfill import DEFAULT_MAX_PLANNED
 from corral.sim.compare import busy_series, compress, policy_conf

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from corral.controller.core.lifecycle import KILL_TASK_FAILED
 from corral.controller.harness import Harness
-from corral.controller.lifecycle import KILL_TASK_FAILED
 from corral.controller.steps import LiveStep, StepManager, _Busy
 from corral.model import messages as m
 from corral.model.job import JobState, Step

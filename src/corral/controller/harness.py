@@ -20,8 +20,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from corral.controller.base import Identity
 from corral.controller.duties import periodic_duties
+from corral.controller.identity import Identity
 from corral.controller.state import Controller
 from corral.model.config import ClusterConfig, parse_config
 from corral.model.job import Job
@@ -64,9 +64,7 @@ class HandPasses:
 
 def harness_controller(config: ClusterConfig, store: Store, clock: FakeClock) -> Controller:
     """The real controller, its passes run on demand (`HandPasses`)."""
-    ctl = Controller(config, store, clock=clock)
-    ctl.pass_driver = HandPasses(clock)
-    return ctl
+    return Controller(config, store, clock=clock, pass_driver=HandPasses(clock))
 
 
 class Harness:

@@ -79,7 +79,7 @@ class PrologEpilog:
 
     def environment(self, job: Job, nodes: list[str]) -> dict[str, str]:
         """Slurm's Prolog/Epilog environment (the node's own names are set on the agent)."""
-        from corral.controller.base import group_name
+        from corral.controller.identity import group_name
 
         ctl = self.ctl
         env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),

@@ -9,10 +9,13 @@ import asyncio
 import dataclasses
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
-from corral.controller.base import Identity, group_name, sched_params
 from corral.controller.cluster import NOT_RESPONDING_REASON, NodeEventKind
+from corral.controller.core import Core
+from corral.controller.core.effects import PersistPayload
+from corral.controller.core.settings import CoreSettings
 from corral.controller.errors import (
     ESLURM_ACCESS_DENIED,
     ESLURM_ALREADY_DONE,
@@ -39,18 +42,14 @@ from corral.controller.errors import (
     access_denied,
     invalid_user,
 )
+from corral.controller.health import HealthChecks
+from corral.controller.identity import Authority, Identity, group_name
 from corral.controller.logsafe import RateLimit
-from corral.controller.scheduling import Scheduling
+from corral.controller.shell import Shell
 from corral.model.arrays import ArraySpecError, parse_array_spec
 from corral.model.config import ConfigError, parse_config
 from corral.model.job import Job, JobState, Reason
-from corral.model.jobspec import (
-    DEFAULT_MAX_SCRIPT_SIZE,
-    JobSpecError,
-    max_script_size,
-    script_too_large,
-    validate_spec,
-)
+from corral.model.jobspec import JobSpecError, script_too_large, validate_spec
 from corral.model.node import Node, Partition, name_list, partition_access
 from corral.sched import deps as sched_deps
 from corral.sched.eligibility import view_of
@@ -107,12 +106,36 @@ _SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(PendingView)
                       if f.name not in ("job_id", "priority", "submit_time", "partition"))
 
 
-class UseCases(Scheduling):
-    _idle_views: dict[str, list[NodeView]]
-    # per partition: the idle views the answers were computed on, and per job shape the
-    # number of idle nodes it would run on (0: never fits); a flood of identical submissions
-    # runs node selection once, not per job
-    _fits_cache: dict[str, tuple[list[NodeView], dict[tuple[Any, ...], int]]]
+class UseCases:
+    """The requests of users and admins, each authorized here, then carried out by the
+    core's transitions (whose effects the shell executes)."""
+
+    def __init__(self, core: Core, shell: Shell, auth: Authority, accounts: Any,
+                 health: HealthChecks, notify: Callable[[str, Job], None], *,
+                 home: str = "", started: float = 0.0) -> None:
+        self.core = core
+        self.shell = shell
+        self.auth = auth
+        self.accounts = accounts  # controller/accounts.py (sacctmgr's association database)
+        self.health = health
+        self.notify = notify
+        self.home = home
+        self.started = started
+        self._idle_views: dict[str, list[NodeView]] = {}  # per partition, for feasibility
+        # per partition: the idle views the answers were computed on, and per job shape the
+        # number of idle nodes it would run on (0: never fits); a flood of identical
+        # submissions runs node selection once, not per job
+        self._fits_cache: dict[str, tuple[list[NodeView], dict[tuple[Any, ...], int]]] = {}
+        # submissions past the submit limits that are not pending yet (see `submitting`)
+        self._submitting: dict[int, Job] = {}
+        # set by the composition root (controller/state.py): the modules written against it
+        self.check_reservation: Callable[[Identity, Job], None] = lambda who, job: None
+        self.partitions_reset: Callable[[], None] = lambda: None
+
+    def forget_idle_views(self, partitions: list[str]) -> None:
+        """A node joined these partitions: their feasibility answers are stale."""
+        for name in partitions:
+            self._idle_views.pop(name, None)
 
     def check_partition_access(self, who: Identity, part: Partition, account: str,
                                qos: str) -> None:
@@ -123,7 +146,7 @@ class UseCases(Scheduling):
         else:
             groups = set()
         why = partition_access(part, uid=who.uid, groups=groups, account=account, qos=qos,
-                               super_user=who.uid in self.super_users)
+                               super_user=who.uid in self.auth.super_users)
         if why is not None:
             msg, errno = _ACCESS_ERRORS[why]
             raise SlurmError(msg, errno, 403 if errno == ESLURM_ACCESS_DENIED else 400)
@@ -138,12 +161,12 @@ class UseCases(Scheduling):
     def _submit_partition(self, pname: str | None) -> Partition:
         part: Partition | None
         if pname:
-            part = self.partitions.get(pname)
+            part = self.core.partitions.get(pname)
             if part is None:
                 raise SlurmError("Invalid partition name specified", ESLURM_INVALID_PARTITION_NAME,
                                  user_msg=f"invalid partition specified: {pname}")
         else:
-            part = self.config.default_partition()
+            part = self.core.config.default_partition()
             if part is None:
                 raise SlurmError("No partition specified or system default partition",
                                  ESLURM_INVALID_PARTITION_NAME)
@@ -160,11 +183,11 @@ class UseCases(Scheduling):
         allow is refused with Slurm's message; without it the job keeps what it asked
         for (the user's default account when they have one, else their name)."""
         db = self.accounts.db
-        enforced = "associations" in self.enforce
+        enforced = "associations" in self.core.settings.enforce
         if not enforced and who.user not in db.users:
             job.account = job.account or who.user
             return None
-        choice = resolve_submit(db, self.cluster_name, who.user,
+        choice = resolve_submit(db, self.core.settings.cluster_name, who.user,
                                 job.account if account_given and job.account else None,
                                 job.partition, job.qos if qos_given else None)
         if isinstance(choice, SubmitRefusal):
@@ -188,11 +211,11 @@ class UseCases(Scheduling):
         for x in db.chain(a) if a is not None else ():
             if x.user is None and x.limits.grp_submit_jobs is not None:
                 top = x.account
-        accounts = db.subaccounts(self.cluster_name, top) if top is not None else set()
+        accounts = db.subaccounts(self.core.settings.cluster_name, top) if top is not None else set()
         q = db.qos.get(job.qos) if job.qos else None
         qos_all = q is not None and q.limits.grp_submit_jobs is not None
         qos_user = q is not None and q.limits.max_submit_jobs_per_user is not None
-        part_qos = self.partition_qos()
+        part_qos = self.core.passes.partition_qos()
         # the partition QoS counts every job of the partitions that have it
         pq = db.qos.get(part_qos.get(job.partition, ""))
         pq_parts = {p for p, n in part_qos.items() if pq is not None and n == pq.name}
@@ -207,9 +230,9 @@ class UseCases(Scheduling):
                                            or (qos_user and j.qos == job.qos)
                                            or (pq_user and j.partition in pq_parts))
 
-        waiting = [*self.pending.values(), *self.submitting.values()]
-        led = build_ledger(db, self.cluster_name, part_qos=part_qos,
-                           running=[(job_request(j), None) for j in self.running.values()
+        waiting = [*self.core.pending.values(), *self.submitting.values()]
+        led = build_ledger(db, self.core.settings.cluster_name, part_qos=part_qos,
+                           running=[(job_request(j), None) for j in self.core.running.values()
                                     if counted(j)],
                            pending=[job_request(j) for j in waiting if counted(j)])
         refusal = led.check_submit(job_request(job))
@@ -225,19 +248,16 @@ class UseCases(Scheduling):
         """Submissions past the submit limits that are not pending yet (they wait for
         durability): counted as pending, so that concurrent submissions, each checked
         before the others are visible, cannot pass the same limit together."""
-        d: dict[int, Job] | None = self.__dict__.get("_submitting")
-        if d is None:
-            d = self.__dict__["_submitting"] = {}
-        return d
+        return self._submitting
 
     def _submitted(self, uid: int, sid: str) -> Job | None:
         """The job an earlier request with this submit id created, if memory holds it."""
-        jid = self.submit_ids.get((uid, sid))
+        jid = self.core.submit_ids.get((uid, sid))
         if jid is None:
             return None
-        job = self.jobs.get(jid)
+        job = self.core.jobs.get(jid)
         if job is None:  # an array record whose tasks were all split off: any of them
-            job = next((j for j in self.jobs.values() if j.array_job_id == jid), None)
+            job = next((j for j in self.core.jobs.values() if j.array_job_id == jid), None)
         return job
 
     async def submit(self, who: Identity, spec_in: dict[str, Any], script: str,
@@ -247,7 +267,7 @@ class UseCases(Scheduling):
             raise SlurmError("Invalid job description", 0)
         if not isinstance(script, str) or (not script and spec_in.get("batch", True)):
             raise SlurmError("Batch script is empty!", 0)
-        if script_too_large(script, self.max_script_size):
+        if script_too_large(script, self.core.settings.max_script_size):
             # slurmctld's limit (SchedulerParameters=max_script_size=, 4 MB by default)
             raise SlurmError("Pathname of a file, directory or other parameter too long",
                              ESLURM_PATHNAME_TOO_LONG)
@@ -262,9 +282,9 @@ class UseCases(Scheduling):
             done = self._submitted(who.uid, sid)
             if done is not None:
                 # the same request again (its answer was lost): the job it created
-                await self.durable()
+                await self.shell.durable()
                 return done
-        now = self.clock()
+        now = self.shell.clock()
         pname = spec.pop("partition", None)
         # -p a,b: the job may run in any of them (it starts where it can start first)
         names = list(dict.fromkeys(x for x in pname.split(",") if x)) \
@@ -298,7 +318,7 @@ class UseCases(Scheduling):
         job.submit_time = now
         if "time_limit" not in spec or job.time_limit is None:
             job.time_limit = part.default_time if part.default_time is not None else part.max_time
-            if assoc_id is not None and "limits" in self.enforce:
+            if assoc_id is not None and "limits" in self.core.settings.enforce:
                 # no --time: the smallest MaxWall that applies (Slurm's default)
                 wall = default_time_limit(self.accounts.db, assoc_id, job.qos or None)
                 if wall is not None and (job.time_limit < 0 or wall * 60 < job.time_limit):
@@ -308,7 +328,7 @@ class UseCases(Scheduling):
         if job.max_nodes is not None and job.max_nodes < job.num_nodes:
             raise SlurmError("Invalid node count specification", 0)
         for name in [*job.req_nodes, *job.exc_nodes]:
-            if name not in self.nodes:
+            if name not in self.core.nodes:
                 raise SlurmError("Invalid node name specified", ESLURM_INVALID_NODE_NAME)
         if job.req_nodes and not set(job.req_nodes) <= {n for p in [part, *others]
                                                          for n in p.nodes}:
@@ -321,18 +341,17 @@ class UseCases(Scheduling):
                 raise SlurmError("Job dependency problem", ESLURM_DEPENDENCY) from None
         self._check_features(job)
         if job.reservation:  # --reservation: it exists and admits the job
-            from corral.controller.reservations import check_job_reservation
-            check_job_reservation(self, who, job)
+            self.check_reservation(who, job)
         self._check_feasible_anywhere(job, [part, *others])
         if array:
             try:
-                ids, throttle = parse_array_spec(array, self.max_array_size)
+                ids, throttle = parse_array_spec(array, self.core.settings.max_array_size)
             except ArraySpecError:
                 raise SlurmError("Invalid job array specification", ESLURM_INVALID_ARRAY) from None
             job.array_tasks = ids
             job.array_max_running = throttle
             job.array_spec = array
-        if assoc_id is not None and "limits" in self.enforce:
+        if assoc_id is not None and "limits" in self.core.settings.enforce:
             # after the array is parsed: each of its tasks counts as a job (Slurm)
             self._check_submit_limits(job, assoc_id)
         # the job holds its place in the submit limits from here (before the first await)
@@ -347,29 +366,28 @@ class UseCases(Scheduling):
     async def _submit_accepted(self, who: Identity, job: Job, sid: Any, now: float,
                                script: str, env: dict[str, str], argv: list[str],
                                open_mode: str) -> Job:
-        unknown = self.unknown_dependencies([job])
+        unknown = self.core.unknown_dependencies([job])
         if unknown:  # named jobs gone from memory: their final state, read once, off the loop
             found = await asyncio.get_running_loop().run_in_executor(
-                None, lambda: self.store.query_jobs(ids=sorted(unknown), array_ids=sorted(unknown)))
-            self.gone_records(unknown, found)
-        job.job_id = self._new_job_id()
+                None, lambda: self.shell.store.query_jobs(ids=sorted(unknown), array_ids=sorted(unknown)))
+            self.core.gone_found(unknown, found)
+        job.job_id = self.core.new_job_id()
         if job.array_tasks is not None:
             job.array_job_id = job.job_id
         if sid:
-            self.submit_ids[(who.uid, sid)] = job.job_id
-        job.priority = self.priority_now(job)
+            self.core.submit_ids[(who.uid, sid)] = job.job_id
+        job.priority = self.core.passes.priority_now(job, self.shell.clock())
         if job.held:
             job.reason = Reason.HELD_ADMIN if job.held == "admin" else Reason.HELD_USER
-        self.writer.payload(job.job_id, JobPayload(script, env, argv, open_mode))
-        self.mark(job)
-        await self.durable()
+        self.core.out.emit(PersistPayload(job.job_id, JobPayload(script, env, argv, open_mode)))
+        self.core.out.job(job)
+        await self.shell.durable()
         # visible only once durable: a job the client was never told about must not run
-        self.set_state(job, JobState.PENDING, now)
-        self.stats["submitted"] += 1
+        self.core.set_state(job, JobState.PENDING, now)
         if job.mail_type:
             log.info("job %d asked for mail (%s); Corral does not send mail", job.job_id, job.mail_type)
         if not job.held:  # a held job changes nothing the scheduler could act on
-            self.request_schedule()
+            self.core.out.schedule()
         return job
 
     def _partition_defaults(self, job: Job, part: Partition, spec: dict[str, Any]) -> None:
@@ -388,7 +406,7 @@ class UseCases(Scheduling):
                 # a --gpus total that may spread: a node holds at most its own GPUs.  Memory
                 # is one amount per node here, so each node gets what its largest share
                 # needs (Slurm charges each node for the GPUs it got; a little more here).
-                most = max((self.nodes[n].gpus for n in part.nodes if n in self.nodes),
+                most = max((self.core.nodes[n].gpus for n in part.nodes if n in self.core.nodes),
                            default=per_node)
                 per_node = min(per_node, max(most, 1))
             job.mem_per_node = part.def_mem_per_gpu * per_node
@@ -399,11 +417,11 @@ class UseCases(Scheduling):
         """--hint=nomultithread under SelectTypeParameters=CR_Core*: each CPU asked for is
         a whole core, so a job gets every thread of its cores (-c48 on 2-thread cores
         holds 96 CPUs), as Slurm allocates it."""
-        params = self.config.options.get("SelectTypeParameters", "CR_Core_Memory").upper()
+        params = self.core.config.options.get("SelectTypeParameters", "CR_Core_Memory").upper()
         if "nomultithread" not in (job.hint or "") or "CR_CORE" not in params:
             return
-        job.core_threads = max([self.nodes[n].threads_per_core for n in part.nodes
-                                if n in self.nodes] or [1])
+        job.core_threads = max([self.core.nodes[n].threads_per_core for n in part.nodes
+                                if n in self.core.nodes] or [1])
 
     def _check_features(self, job: Job) -> None:
         """--constraint that does not parse or names features no node has, and a GPU type
@@ -413,10 +431,10 @@ class UseCases(Scheduling):
                 con = parse_constraint(job.constraint)
             except ConstraintError:
                 raise SlurmError("Invalid feature specification", ESLURM_INVALID_FEATURE) from None
-            if not satisfiable(con, (n.features for n in self.nodes.values())):
+            if not satisfiable(con, (n.features for n in self.core.nodes.values())):
                 raise SlurmError("Invalid feature specification", ESLURM_INVALID_FEATURE)
         if job.gpu_type and not any(n.gpu_type == job.gpu_type and n.gpus
-                                    for n in self.nodes.values()):
+                                    for n in self.core.nodes.values()):
             raise SlurmError("Invalid generic resource (gres) specification", ESLURM_INVALID_GRES)
         if job.min_cpus is not None and job.min_cpus < 0:
             raise SlurmError("Invalid mincpus value", 0)
@@ -434,7 +452,7 @@ class UseCases(Scheduling):
             raise first
 
     def _check_feasible(self, job: Job, part: Partition) -> None:
-        nodes = [self.nodes[n] for n in part.nodes]
+        nodes = [self.core.nodes[n] for n in part.nodes]
         if not nodes:
             raise SlurmError("Requested node configuration is not available",
                              ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
@@ -467,10 +485,10 @@ class UseCases(Scheduling):
         if cached is None or cached[0] is not views:  # the node set or a node changed
             cached = self._fits_cache[part.name] = (views, {})
         # everything of the view but the job's identity, priority and submit time
-        shape = (*(getattr(pv, f) for f in _SHAPE_FIELDS), self.def_mem_per_cpu)
+        shape = (*(getattr(pv, f) for f in _SHAPE_FIELDS), self.core.settings.def_mem_per_cpu)
         count = cached[1].get(shape)
         if count is None:
-            alloc = idle_allocation(pv, views, self.def_mem_per_cpu)
+            alloc = idle_allocation(pv, views, self.core.settings.def_mem_per_cpu)
             count = len(alloc) if alloc is not None else 0
             if len(cached[1]) >= 4096:  # bounded: many distinct shapes only cost the work
                 cached[1].clear()
@@ -488,31 +506,31 @@ class UseCases(Scheduling):
         """scancel: cancel, or deliver a signal (to the batch shell with -b, to every
         process of the batch step with -f; the job's srun steps are signalled by the caller
         through the step manager unless -b)."""
-        now = self.clock()
+        now = self.shell.clock()
         for job in jobs:
-            self.check_job_control(who, job)
+            self.auth.check_job_control(who, job)
         for job in jobs:
             if job.state.finished:
                 continue
             if job.state == JobState.PENDING:
                 if cancel:
-                    self.finish_pending(job, JobState.CANCELLED, now, by=who.uid)
+                    self.core.lifecycle.finish_pending(job, JobState.CANCELLED, now, by=who.uid)
                 continue
             if cancel and not job.batch:
                 job.cancelled_by = who.uid
-                self.end_allocation(job, "CANCELLED")
+                self.core.lifecycle.end_allocation(job, "CANCELLED", self.shell.clock())
             elif cancel:
                 job.cancelled_by = who.uid
-                self.stop_running(job, "CANCELLED", "cancel", now)
+                self.core.lifecycle.stop_running(job, "CANCELLED", "cancel", now)
             elif batch_only or full:
-                self._send_control(job, {"op": "signal", "signal": signum, "batch_only": batch_only})
-            self.mark(job)
-        self.request_schedule()
+                self.core.out.control(job, {"op": "signal", "signal": signum, "batch_only": batch_only})
+            self.core.out.job(job)
+        self.core.out.schedule()
 
     def _check_owner_uid(self, who: Identity, job: Job) -> None:
         """hold, release and update of another user's job: Slurm says "Invalid user id"
         (ESLURM_USER_ID_MISSING) unless the caller coordinates the job's account."""
-        if not who.operator and who.uid != job.uid and not self.is_coordinator_of(who, job):
+        if not who.operator and who.uid != job.uid and not self.auth.is_coordinator_of(who, job):
             raise invalid_user()
 
     def hold(self, who: Identity, jobs: list[Job], kind: str) -> None:
@@ -521,11 +539,11 @@ class UseCases(Scheduling):
         jobs = self._array_pending(jobs)
         for job in jobs:
             # a coordinator's hold is an admin hold: the job's owner cannot release it
-            op = self.as_job_operator(who, job).operator
+            op = self.auth.as_job_operator(who, job).operator
             job.held = "admin" if (kind == "hold" and op) else "user"
             job.priority = 0
             job.reason = Reason.HELD_ADMIN if job.held == "admin" else Reason.HELD_USER
-            self.mark(job)
+            self.core.out.job(job)
 
     @staticmethod
     def _array_pending(jobs: list[Job]) -> list[Job]:
@@ -541,19 +559,19 @@ class UseCases(Scheduling):
     def release(self, who: Identity, jobs: list[Job]) -> None:
         for job in jobs:
             self._check_owner_uid(who, job)
-            if job.held == "admin" and not self.as_job_operator(who, job).operator:
+            if job.held == "admin" and not self.auth.as_job_operator(who, job).operator:
                 raise access_denied()
         for job in jobs:
             if job.state == JobState.PENDING and job.held:
                 job.held = None
                 job.reason = Reason.NONE
-                job.priority = self.priority_now(job)
-                self.mark(job)
-        self.request_schedule()
+                job.priority = self.core.passes.priority_now(job, self.shell.clock())
+                self.core.out.job(job)
+        self.core.out.schedule()
 
     def requeue(self, who: Identity, jobs: list[Job], hold: bool) -> None:
         for job in jobs:
-            self.check_job_control(who, job)
+            self.auth.check_job_control(who, job)
         if len(jobs) > 1 and any(j.state != JobState.PENDING for j in jobs):
             # an array: its tasks that ran are requeued, the pending ones stay as they are
             jobs = [j for j in jobs if j.state != JobState.PENDING]
@@ -563,49 +581,49 @@ class UseCases(Scheduling):
                     JobState.NODE_FAIL, JobState.OUT_OF_MEMORY, JobState.PREEMPTED)):
                 raise SlurmError("Job is pending execution" if job.state == JobState.PENDING
                                  else "Requested operation is presently disabled", 0)
-        now = self.clock()
+        now = self.shell.clock()
         for job in jobs:
             if not job.batch:
                 raise SlurmError("Job is not a batch job: it cannot be requeued", 0)
         for job in jobs:
             # Slurm: an operator's requeuehold is an admin hold, the owner's a user hold
             # the owner may release
-            kind = ("admin" if self.as_job_operator(who, job).operator else "user") \
+            kind = ("admin" if self.auth.as_job_operator(who, job).operator else "user") \
                 if hold else None
             if job.state.active:
-                self.stop_running(job, {"admin": "REQUEUE_HOLD", "user": "REQUEUE_UHOLD"}.get(
+                self.core.lifecycle.stop_running(job, {"admin": "REQUEUE_HOLD", "user": "REQUEUE_UHOLD"}.get(
                     kind or "", "REQUEUE"), "requeue", now)
             elif job.state.finished:
-                self.requeue_job(job, now, hold, held=kind)
-            self.mark(job)
-        self.request_schedule()
+                self.core.lifecycle.requeue_job(job, now, hold, held=kind)
+            self.core.out.job(job)
+        self.core.out.schedule()
 
     def suspend(self, who: Identity, jobs: list[Job], resume: bool) -> None:
         if not who.operator:
             raise access_denied()
-        now = self.clock()
+        now = self.shell.clock()
         for job in jobs:
             if resume and job.state == JobState.SUSPENDED:
                 job.suspended_secs += now - (job.suspend_time or now)
                 job.suspend_time = None
-                self.set_state(job, JobState.RUNNING, now)
-                self._send_control(job, {"op": "resume"})
+                self.core.set_state(job, JobState.RUNNING, now)
+                self.core.out.control(job, {"op": "resume"})
             elif not resume and job.state == JobState.RUNNING:
                 job.suspend_time = now
-                self.set_state(job, JobState.SUSPENDED, now)
-                self._send_control(job, {"op": "suspend"})
+                self.core.set_state(job, JobState.SUSPENDED, now)
+                self.core.out.control(job, {"op": "suspend"})
             else:
                 raise SlurmError("Job state is not suitable for this operation"
                                  if not resume else "Job is not suspended", 0)
-            self.mark(job)
+            self.core.out.job(job)
 
     def update_job(self, who: Identity, job: Job, changes: dict[str, Any]) -> None:
         self._check_owner_uid(who, job)
-        who = self.as_job_operator(who, job)
+        who = self.auth.as_job_operator(who, job)
         if job.state.finished:
             if job.array_job_id is not None and any(
                     j.array_job_id == job.array_job_id and not j.state.finished
-                    for j in self.jobs.values()):
+                    for j in self.core.jobs.values()):
                 return  # an array's finished task: the update is for the others
             raise SlurmError("Job has already finished", ESLURM_ALREADY_DONE)
         pending_only = {"partition", "numnodes", "dependency", "name", "jobname"}
@@ -626,14 +644,14 @@ class UseCases(Scheduling):
                     raise access_denied()
                 job.time_limit = limit
                 if job.state.active:
-                    self._send_control(job, {"op": "time_limit", "seconds": limit})
+                    self.core.out.control(job, {"op": "time_limit", "seconds": limit})
             elif k == "partition":
-                part = self.partitions.get(str(value))
+                part = self.core.partitions.get(str(value))
                 if part is None:
                     raise SlurmError("Invalid partition name specified", ESLURM_INVALID_PARTITION_NAME)
                 if part.state in ("DRAIN", "INACTIVE"):
                     raise SlurmError(NOT_AVAILABLE, ESLURM_PARTITION_NOT_AVAIL)
-                owner = self.identity(job.uid, job.gid)
+                owner = self.auth.identity(job.uid, job.gid)
                 self.check_partition_access(owner, part, job.account, job.qos)
                 job.partition = part.name
             elif k == "numnodes":
@@ -651,7 +669,7 @@ class UseCases(Scheduling):
                 job.dependency = text or None
                 job.dependency_text = None  # rendered again by the next pass
                 # a rare admin action: the store is read here, never in a pass
-                self.remember_gone(self.unknown_dependencies([job]))
+                self.core.remember_gone(self.core.unknown_dependencies([job]))
             elif k in ("name", "jobname"):
                 job.name = str(value)
             elif k == "nice":
@@ -663,7 +681,7 @@ class UseCases(Scheduling):
                     raise access_denied()
                 job.nice = nice
                 if not job.held:
-                    job.priority = self.priority_now(job)
+                    job.priority = self.core.passes.priority_now(job, self.shell.clock())
             elif k == "comment":
                 job.comment = str(value)
             elif k == "arraytaskthrottle":
@@ -677,13 +695,13 @@ class UseCases(Scheduling):
                     raise SlurmError("Invalid time specification", 0)
                 # a requeued job waits a moment before it may start again; StartTime=now
                 # makes it eligible at once, as on Slurm
-                job.begin_time = float(value) if value > self.clock() else None
+                job.begin_time = float(value) if value > self.shell.clock() else None
                 if job.reason == Reason.BEGIN_TIME:
                     job.reason = Reason.NONE
             else:
                 raise SlurmError(f"Update of {key} is not supported", 0)
-        self.mark(job)
-        self.request_schedule()
+        self.core.out.job(job)
+        self.core.out.schedule()
 
     def _update_throttle(self, job: Job, value: Any) -> None:
         """ArrayTaskThrottle=N (0: no limit) on every record of the job's array: the tasks
@@ -696,10 +714,10 @@ class UseCases(Scheduling):
             limit = -1
         if isinstance(value, bool) or not 0 <= limit < 2**31:
             raise SlurmError("Invalid job array specification", ESLURM_INVALID_ARRAY)
-        for j in self.jobs.values():
+        for j in self.core.jobs.values():
             if j.array_job_id == job.array_job_id:
                 j.array_max_running = limit or None
-                self.mark(j)
+                self.core.out.job(j)
 
     def _update_priority(self, who: Identity, job: Job, value: Any) -> None:
         """Priority=: operators set it (it stays); 0 holds the job; a user may only lower
@@ -726,7 +744,7 @@ class UseCases(Scheduling):
         """`scontrol top`: these pending jobs ahead of the same user's other pending jobs
         in their partition, by taking the highest priorities among them (slurmctld's
         _set_top: the user's total priority stays the same, so nobody else loses)."""
-        params = self.config.options.get("SchedulerParameters", "").lower()
+        params = self.core.config.options.get("SchedulerParameters", "").lower()
         if not who.operator and "disable_user_top" in params:
             raise access_denied()
         for job in jobs:
@@ -742,7 +760,7 @@ class UseCases(Scheduling):
         for part in {j.partition for j in jobs}:
             top_jobs = [j for j in jobs if j.partition == part]
             uids = {j.uid for j in top_jobs}
-            others = [j for j in self.pending.values()
+            others = [j for j in self.core.pending.values()
                       if j.uid in uids and j.partition == part and not j.held
                       and j.job_id not in tops]
             group = sorted([*top_jobs, *others], key=lambda j: -self._prio_of(j))
@@ -758,11 +776,11 @@ class UseCases(Scheduling):
                     else:
                         j.nice -= delta
                     j.priority = p
-                    self.mark(j)
-        self.request_schedule()
+                    self.core.out.job(j)
+        self.core.out.schedule()
 
     def _prio_of(self, job: Job) -> int:
-        return job.priority if job.priority else self.priority_now(job)
+        return job.priority if job.priority else self.core.passes.priority_now(job, self.shell.clock())
 
     def notify_job(self, who: Identity, job: Job, message: str) -> None:
         """`scontrol notify`: a message for the job's user.  Slurm writes it to the job's
@@ -781,9 +799,9 @@ class UseCases(Scheduling):
         if logged:  # the line is escaped by the log's formatter (controller/logsafe.py)
             more = f" ({held} more notices not logged)" if held else ""
             log.info("job %d notified by %s: %.200s%s", job.job_id, who.user, text, more)
-        self._send_control(job, {"op": "notify", "message": text})
+        self.core.out.control(job, {"op": "notify", "message": text})
         self.notify("notified", job)
-        self.mark(job)
+        self.core.out.job(job)
 
     # --------------------------------------------------------- node admin
     def update_nodes(self, who: Identity, names: list[str], state: str, reason: str | None) -> None:
@@ -791,7 +809,7 @@ class UseCases(Scheduling):
             raise SlurmError("Access/permission denied", ESLURM_ACCESS_DENIED, 403)
         nodes = []
         for name in names:
-            n = self.nodes.get(name)
+            n = self.core.nodes.get(name)
             if n is None:
                 raise SlurmError("Invalid node name specified", ESLURM_INVALID_NODE_NAME, 404)
             nodes.append(n)
@@ -803,21 +821,21 @@ class UseCases(Scheduling):
             raise SlurmError("You must specify a reason when DOWNING or DRAINING a node. Request denied", 0)
         if st not in ("drain", "fail", "down", "resume", "idle", "undrain"):
             raise SlurmError(f"Invalid node state specified: {state}", 0)
-        now = self.clock()
+        now = self.shell.clock()
         for n in nodes:
             if st in ("drain", "fail"):
                 n.admin_state = "drain"
             elif st == "down":
                 n.admin_state = "down"
-                for job in list(self.running.values()):
+                for job in list(self.core.running.values()):
                     if n.name in job.nodes and not job.batch:
-                        self.end_allocation(job, "NODE_FAIL")
+                        self.core.lifecycle.end_allocation(job, "NODE_FAIL", self.shell.clock())
                     elif n.name in job.nodes and job.kill_reason is None:
                         job.kill_reason = "NODE_FAIL"
                         if job.state != JobState.COMPLETING:
-                            self.set_state(job, JobState.COMPLETING, now)
-                        self._send_control(job, {"op": "cancel"})
-                        self.mark(job)
+                            self.core.set_state(job, JobState.COMPLETING, now)
+                        self.core.out.control(job, {"op": "cancel"})
+                        self.core.out.job(job)
             else:
                 n.admin_state = "up"
             if n.admin_state == "up":
@@ -826,23 +844,23 @@ class UseCases(Scheduling):
                 n.reason_uid = n.reason_time = None
             else:
                 n.reason, n.reason_user, n.reason_uid, n.reason_time = reason, who.user, who.uid, now
-            self.node_event(n, {"drain": NodeEventKind.DRAINED, "down": NodeEventKind.DOWN}
-                            .get(n.admin_state, NodeEventKind.RESUMED))
-            self.mark_node(n)
-        self.request_schedule()
+            self.core.node_event(n, {"drain": NodeEventKind.DRAINED, "down": NodeEventKind.DOWN}
+                                 .get(n.admin_state, NodeEventKind.RESUMED), now)
+            self.core.out.node(n.name)
+        self.core.out.schedule()
 
     # ---- configuration ------------------------------------------------------------------
     def config_info(self) -> dict[str, Any]:
         """What /v1/config answers (`scontrol show config`): slurm.conf's options and the
         values Slurm computes (NEXT_JOB_ID, MaxNodeCount)."""
-        return {"cluster_name": self.cluster_name, "options": dict(self.config.options),
-                "config_path": self.config_path, "started": self.started, "home": self.home,
-                "next_job_id": self.next_id, "node_count": len(self.nodes)}
+        return {"cluster_name": self.core.settings.cluster_name, "options": dict(self.core.config.options),
+                "config_path": self.shell.config_path, "started": self.started, "home": self.home,
+                "next_job_id": self.core.next_id, "node_count": len(self.core.nodes)}
 
     def ping_info(self) -> dict[str, Any]:
         """What /v1/ping answers (`scontrol ping` prints the controller's host)."""
-        return {"ok": True, "cluster": self.cluster_name, "host": os.uname().nodename.split(".")[0],
-                "now": self.clock(), "started": self.started}
+        return {"ok": True, "cluster": self.core.settings.cluster_name, "host": os.uname().nodename.split(".")[0],
+                "now": self.shell.clock(), "started": self.started}
 
     def reconfigure(self, who: Identity, text: str | None = None) -> list[str]:
         """`scontrol reconfigure`: read slurm.conf again (or `text`) and apply it without a
@@ -853,47 +871,46 @@ class UseCases(Scheduling):
         if not who.operator:
             raise access_denied()
         if text is None:
-            if not self.config_path:
+            if not self.shell.config_path:
                 raise SlurmError("No configuration file to read", ESLURM_DISABLED)
             try:
-                with open(self.config_path, encoding="utf-8") as f:
+                with open(self.shell.config_path, encoding="utf-8") as f:
                     text = f.read()
             except OSError as e:
-                raise SlurmError(f"Cannot read {self.config_path}: {e.strerror}", 0) from None
+                raise SlurmError(f"Cannot read {self.shell.config_path}: {e.strerror}", 0) from None
         try:
             new = parse_config(text)
         except ConfigError as e:
             raise SlurmError(f"Invalid configuration: {e}", 0) from None
         new_nodes = {n.name: n for n in new.nodes}
-        for name, n in self.nodes.items():
+        for name, n in self.core.nodes.items():
             if name not in new_nodes and n.job_count and name not in self._dynamic_nodes():
                 raise SlurmError(f"Node {name} is gone from the configuration but runs jobs; "
                                  "restart the controller to remove it", 0)
         changes: list[str] = []
-        self.config.options = new.options
-        self.config.unknown = new.unknown
-        self.kill_wait = new.get_int("KillWait")
-        self.min_job_age = new.get_int("MinJobAge")
-        self.def_mem_per_cpu = new.get_int("DefMemPerCPU")
-        self.max_array_size = new.get_int("MaxArraySize")
-        self.max_script_size = max_script_size(new.options.get("SchedulerParameters", "")) \
-            or DEFAULT_MAX_SCRIPT_SIZE
-        self.sched_params = sched_params(new)
-        self.operators = self._operator_uids()
-        self.super_users = self._super_user_uids()
+        try:
+            settings = CoreSettings.from_config(new)
+        except ConfigError as e:
+            raise SlurmError(f"Invalid configuration: {e}", 0) from None
+        self.core.config.options = new.options
+        self.core.config.unknown = new.unknown
+        # the cluster's name is kept until a restart, as in Slurm
+        settings.cluster_name = self.core.settings.cluster_name
+        self.core.settings = settings
+        self.auth.reload(new)
         dynamic = self._dynamic_nodes()
-        for name in list(self.nodes):
+        for name in list(self.core.nodes):
             if name not in new_nodes and name not in dynamic:
-                del self.nodes[name]
-                self.agent_senders.pop(name, None)
+                del self.core.nodes[name]
+                self.shell.agent_senders.pop(name, None)
                 changes.append(f"node {name} removed")
         for name, fresh in new_nodes.items():
-            cur = self.nodes.get(name)
+            cur = self.core.nodes.get(name)
             if cur is None:
                 fresh.reason, fresh.reason_user, fresh.reason_uid, fresh.reason_time = \
-                    NOT_RESPONDING_REASON, "root", 0, self.clock()
+                    NOT_RESPONDING_REASON, "root", 0, self.shell.clock()
                 fresh.partitions = []
-                self.nodes[name] = fresh
+                self.core.nodes[name] = fresh
                 changes.append(f"node {name} added")
                 continue
             before = (cur.cpus, cur.real_memory, cur.gpus, cur.gpu_type, cur.weight,
@@ -908,34 +925,33 @@ class UseCases(Scheduling):
             if before != (cur.cpus, cur.real_memory, cur.gpus, cur.gpu_type, cur.weight,
                           cur.features, cur.tmp_disk):
                 changes.append(f"node {name} changed")
-        for n in self.nodes.values():
+        for n in self.core.nodes.values():
             n.partitions = []
-        old_parts = set(self.partitions)
-        self.partitions.clear()
+        old_parts = set(self.core.partitions)
+        self.core.partitions.clear()
         for p in new.partitions:
-            p.nodes = [x for x in p.nodes if x in self.nodes]
-            self.partitions[p.name] = p
+            p.nodes = [x for x in p.nodes if x in self.core.nodes]
+            self.core.partitions[p.name] = p
             for x in p.nodes:
-                self.nodes[x].partitions.append(p.name)
+                self.core.nodes[x].partitions.append(p.name)
         default = new.default_partition()
         for name in dynamic:  # joined nodes stay in the default partition
-            if default is not None and name in self.nodes and name not in default.nodes:
+            if default is not None and name in self.core.nodes and name not in default.nodes:
                 default.nodes.append(name)
-                self.nodes[name].partitions.append(default.name)
-        self.config.nodes = [self.nodes[n] for n in new_nodes if n in self.nodes]
-        self.config.partitions = list(self.partitions.values())
-        changes += [f"partition {p} removed" for p in sorted(old_parts - set(self.partitions))]
-        changes += [f"partition {p} added" for p in sorted(set(self.partitions) - old_parts)]
+                self.core.nodes[name].partitions.append(default.name)
+        self.core.config.nodes = [self.core.nodes[n] for n in new_nodes if n in self.core.nodes]
+        self.core.config.partitions = list(self.core.partitions.values())
+        changes += [f"partition {p} removed" for p in sorted(old_parts - set(self.core.partitions))]
+        changes += [f"partition {p} added" for p in sorted(set(self.core.partitions) - old_parts)]
         self._idle_views.clear()
-        for n in self.nodes.values():
-            self.mark_node(n)
-        from corral.controller import partitions
-        partitions.forget(self)  # slurm.conf's partitions win over runtime changes
+        for n in self.core.nodes.values():
+            self.core.out.node(n.name)
+        self.partitions_reset()  # slurm.conf's partitions win over runtime changes
         log.info("reconfigured by %s: %s", who.user, "; ".join(changes) or "no node or "
                  "partition added or removed")
-        self.request_schedule()
+        self.core.out.schedule()
         return changes
 
     def _dynamic_nodes(self) -> set[str]:
-        configured = {n.name for n in self.config.nodes}
-        return {name for name in self.nodes if name not in configured}
+        configured = {n.name for n in self.core.config.nodes}
+        return {name for name in self.core.nodes if name not in configured}

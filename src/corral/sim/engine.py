@@ -1,16 +1,18 @@
-"""A discrete-event simulator on the production controller.
+"""A discrete-event simulator on the production core.
 
-The real `Controller` (submission use case, scheduling pipeline, lifecycle, periodic
-duties) runs in virtual time over an in-memory store, with nothing written and no agents:
+The controller's core (lifecycle, scheduling pipeline, periodic duties) and its submission
+use case run in virtual time over an in-memory store; this engine, not the shell, executes
+the core's effects (`Controller(..., execute=)`), so nothing is written and there are no
+agents:
 
 - a trace job is submitted at its submit time through the submission use case;
 - passes run when the production cadence (controller/cadence.py) arms them, on this
   engine's event queue (`SimPasses`); the periodic tick runs the duty list
-  (controller/duties.py);
-- a started job ends at start + run time, COMPLETED, or at its time limit, TIMEOUT (the step
-  supervisor's part): the controller's `launch_batch` is this engine's runtime model, so no
-  launch record is built (no payload read, no user lookup);
-- every start and end is read from the job table's events.
+  (controller/duties.py), so the core decides time limits (TIMEOUT) as in production;
+- a `Launch` effect is the runtime model: the job ends at start + run time, COMPLETED, or
+  at its time limit, TIMEOUT (the step supervisor's part); no launch record is built;
+- a `Control` (cancel, requeue, time limit) stops the job at once;
+- every start and end is read from the job events among the effects.
 
 Two shortcuts keep month-long traces fast, both off with `exact=True`: a pass or a tick
 that nothing could have changed since the last one (no job event since) is skipped (it
@@ -30,15 +32,16 @@ from copy import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral.controller.base import Identity
+from corral.controller.core.effects import Control, Effect, Launch, ReadGoneJobs, ScheduleSoon
 from corral.controller.duties import periodic_duties
 from corral.controller.errors import SlurmError
+from corral.controller.identity import Identity
 from corral.controller.jobs import JobEvent, JobEventKind
 from corral.controller.state import Controller
 from corral.model.config import ClusterConfig
 from corral.model.job import Job, JobState
 from corral.sim.trace import TraceJob
-from corral.store.base import JobPayload, Store
+from corral.store.base import Store
 from corral.store.memory import MemoryStore
 
 EPOCH = 1_700_000_000.0  # virtual time of the trace's 0 (any fixed date)
@@ -47,42 +50,6 @@ SCRIPT = "#!/bin/sh\n"
 # at the same instant: submissions, then ends (the node reports a job that ran to its limit
 # before the controller's tick would), then the pass, then the tick
 _SUBMIT, _END, _PASS, _TICK = 0, 1, 2, 3
-
-
-class NoWriter:
-    """The group-commit writer's interface, writing nothing: a simulation keeps its state in
-    memory, and messages that wait for a commit go at once (there are no agents)."""
-
-    def job(self, job: Job) -> None:
-        pass
-
-    def node(self, name: str) -> None:
-        pass
-
-    def payload(self, job_id: int, payload: JobPayload) -> None:
-        pass
-
-    def next_job_id(self) -> None:
-        pass
-
-    def usage(self, state: dict[str, Any] | None, records: list[Any]) -> None:
-        pass
-
-    def auth(self, records: list[Any]) -> None:
-        pass
-
-    def after_commit(self, send: Callable[[dict[str, Any]], None], msg: dict[str, Any]) -> None:
-        send(msg)
-
-    def launch_after_commit(self, job: Job, build: Callable[[Job], dict[str, Any]],
-                            deliver: Callable[[dict[str, Any] | Exception], None]) -> None:
-        raise RuntimeError("the simulator builds no launch records")  # launch_batch is replaced
-
-    def reads_off_loop(self) -> bool:
-        return False
-
-    async def durable(self) -> None:
-        return None
 
 
 def run_now(coro: Any) -> Any:
@@ -157,11 +124,8 @@ class Simulator:
         self.queue: list[tuple[float, int, int, Any]] = []
         self._seq = 0
         self.ctl = Controller(sim_config(config, exact), store or MemoryStore(),
-                              clock=lambda: self.now)
-        self.ctl.writer = NoWriter()  # type: ignore[assignment]
-        self.ctl.pass_driver = SimPasses(self)
-        self.ctl.launch_batch = self._started
-        self.ctl.table.subscribe(self._event)
+                              clock=lambda: self.now, pass_driver=SimPasses(self),
+                              execute=self._execute)
         self.records = [JobRecord(i, (EPOCH + j.submit) - EPOCH, j.gpus, j.cpus, j.run_time)
                         for i, j in enumerate(jobs)]
         self.by_job: dict[int, JobRecord] = {}
@@ -202,8 +166,7 @@ class Simulator:
             if kind == _SUBMIT:
                 self._submit(what)
             elif kind == _END:
-                job_id, state = what
-                self.ctl.job_ended(job_id, state, 0, 15 if state == "TIMEOUT" else 0, at)
+                self._end(*what)
             elif kind == _PASS:
                 self._pass(what)
             elif queue:  # (running jobs have their ends queued: nothing else can change)
@@ -274,18 +237,49 @@ class Simulator:
         rec.job_id = job.job_id
         self.by_job[job.job_id] = rec
 
+    # ---- the core's effects, in virtual time -------------------------------------------
+    def _execute(self, effect: Effect) -> None:
+        """What the shell does in production, as the simulation models it: a launch is the
+        runtime model, a control stops the job at once, a pass request goes to the cadence;
+        nothing is written (the simulation keeps its state in memory)."""
+        if isinstance(effect, JobEvent):
+            self._event(effect)
+        elif isinstance(effect, Launch):
+            self._started(effect.job)
+        elif isinstance(effect, ScheduleSoon):
+            self.ctl.shell.request_schedule(effect.delay)
+        elif isinstance(effect, Control):
+            self._control(effect)
+        elif isinstance(effect, ReadGoneJobs):  # a trace names no job gone from memory
+            self.ctl.core.gone_found(effect.ids, [])
+
     def _started(self, job: Job) -> None:
         """The runtime model in place of a launch: the job ends after its run time, or at
-        its time limit as TIMEOUT."""
+        its time limit as TIMEOUT (the step supervisor's part)."""
         rec = self.by_job.get(job.job_id)
         if rec is None:
             return
         run = rec.run_time
         limit = job.time_limit
         if 0 < limit < run:
-            self.push(self.now + limit, _END, (job.job_id, "TIMEOUT"))
+            self.push(self.now + limit, _END, (job.job_id, job.restart_count, "TIMEOUT"))
         else:
-            self.push(self.now + run, _END, (job.job_id, "COMPLETED"))
+            self.push(self.now + run, _END, (job.job_id, job.restart_count, "COMPLETED"))
+
+    def _control(self, c: Control) -> None:
+        """The node's side of a control: killed at once (SIGTERM, no grace) for a cancel, a
+        requeue (preemption) or a time limit the core reached first; signals change nothing."""
+        op = c.control.get("op")
+        job = self.ctl.jobs.get(c.job_id)
+        if job is None or op not in ("cancel", "requeue", "time_limit"):
+            return
+        self.push(self.now, _END, (job.job_id, job.restart_count, "CANCELLED"))
+
+    def _end(self, job_id: int, run: int, state: str) -> None:
+        job = self.ctl.jobs.get(job_id)
+        if job is None or job.restart_count != run or not job.state.active:
+            return  # an earlier run's end (the job was requeued), or already over
+        self.ctl.job_ended(job_id, state, 0, 15 if state != "COMPLETED" else 0, self.now)
 
     def _event(self, ev: JobEvent) -> None:
         self.changed = self.ticked = True

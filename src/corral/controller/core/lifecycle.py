@@ -1,20 +1,26 @@
-"""The job lifecycle: starting, ending, requeueing and forgetting jobs.
+"""The job lifecycle, a part of the core: starting, ending, requeueing, preempting and
+forgetting jobs, and time limits.
 
-Every change of a job's state goes through `ControllerBase.set_state` (the job table's
-state machine); resources are charged and released through the cluster's ledger."""
+Every change of a job's state goes through the job table's state machine
+(`Core.set_state`); resources are charged and released through the cluster's ledger; what
+the world must do (persist, launch, control a job on its node, signal its steps, schedule
+a pass) is emitted as effects.  Time is a parameter (`now`)."""
 
 from __future__ import annotations
 
 import logging
 import signal as signal_module
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from corral.controller.base import ControllerBase
+from corral.controller.cluster import NodeEventKind
+from corral.controller.core.effects import Launch, SignalSteps
 from corral.model.job import FINISHED_STATES, Job, JobState, NodeAlloc, Reason, Step
 from corral.model.messages import JOB_END_STATES
 from corral.sched import deps as sched_deps
+
+if TYPE_CHECKING:
+    from corral.controller.core.core import Core
 
 log = logging.getLogger("corral.controller")
 
@@ -31,10 +37,8 @@ def end_reason(state: str, exit_code: int, signal: int, note: str | None = None)
         return "JobLaunchFailure"
     if state == "FAILED":
         if signal and not exit_code:
-            import signal as _signal
-
             try:
-                name = _signal.Signals(signal).name[3:]
+                name = signal_module.Signals(signal).name[3:]
             except ValueError:
                 name = str(signal)
             return f"RaisedSignal:{signal}({name})"
@@ -57,13 +61,20 @@ class StepTable(Protocol):
         the nodes where a step still lingered."""
         ...
 
+    def signal_job_steps(self, job_id: int, signum: int) -> None:
+        """Signal the job's running steps (preemption's SIGTERM before its grace time)."""
+        ...
 
-class _NoSteps:
+
+class NoSteps:
     def lingering_steps(self, job_id: int) -> list[str]:
         return []
 
     def forget_steps(self, job_id: int) -> list[str]:
         return []
+
+    def signal_job_steps(self, job_id: int, signum: int) -> None:
+        pass
 
 
 @dataclass(slots=True)
@@ -82,10 +93,6 @@ class _Ending:
     # change how it ends; a requeue asked meanwhile does)
 
 
-# A step whose tasks never report their end (an agent that lost them, an unkillable process)
-# must not keep its job COMPLETING forever: after KillWait + UnkillableStepTimeout the job ends
-# anyway and the step's nodes are drained, as slurmd drains a node whose step it cannot kill.
-DEFAULT_UNKILLABLE_STEP_TIMEOUT = 60
 KILL_TASK_FAILED = "Kill task failed"
 
 
@@ -106,29 +113,15 @@ def _signal_number(spec: str | None) -> int | None:
         return None
 
 
-class JobLifecycle(ControllerBase):
-    step_table: StepTable = _NoSteps()
+class Lifecycle:
+    """Starting, ending, requeueing, preempting and forgetting jobs (a part of `Core`)."""
 
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        super().__init__(*args, **kw)
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.out = core.out
         self.ending: dict[int, _Ending] = {}
         # preempted jobs in their GraceTime: job id -> when they are killed
         self.preempt_deadlines: dict[int, float] = {}
-        # what starting a batch job does on the node side: build and send its launch record
-        # (the simulator puts its own runtime model here: no records, no agents)
-        self.launch_batch: Callable[[Job], None] = self._launch
-
-    def _launch(self, job: Job) -> None:
-        raise NotImplementedError
-
-    def step_bound(self) -> float:
-        """Seconds a job waits in COMPLETING for steps that do not report their end."""
-        raw = self.config.options.get("UnkillableStepTimeout", "")
-        try:
-            unkillable = int(raw) if raw else DEFAULT_UNKILLABLE_STEP_TIMEOUT
-        except ValueError:
-            unkillable = DEFAULT_UNKILLABLE_STEP_TIMEOUT
-        return max(0, self.kill_wait) + max(0, unkillable)
 
     def start_job(self, job: Job, alloc: list[NodeAlloc], now: float) -> None:
         job.reason = Reason.NONE
@@ -145,35 +138,34 @@ class JobLifecycle(ControllerBase):
         job.sched_start = None
         job.sched_nodes = []
         job.kill_reason = None
-        self.pending_reasons.pop(job.job_id, None)
-        self.cluster.charge(job)
-        self.stats["started"] += 1
+        self.core.pending_reasons.pop(job.job_id, None)
+        self.core.cluster.charge(job)
         if job.batch:
             job.steps = [s for s in job.steps if s.step_id != "batch"]
             job.steps.append(Step("batch", "batch", JobState.RUNNING.value, start_time=now,
                                   cpus=alloc[0].cpus, nodes=alloc[0].node))
-        self.mark(job)
-        self.set_state(job, JobState.RUNNING, now)
+        self.out.job(job)
+        self.core.set_state(job, JobState.RUNNING, now)
         if job.batch and job.state == JobState.RUNNING:
-            self.launch_batch(job)
+            self.out.emit(Launch(job))
 
     # ---------------------------------------------------------- job endings
     def job_ended(self, job_id: int, state: str, exit_code: int, signal: int, end_time: float,
-                  note: str | None = None) -> Job | None:
+                  now: float, note: str | None = None) -> Job | None:
         """The agent says the batch step is over (or a launch failed).
 
         A report for a job that is not running (unknown, already ended: a duplicate) or
         with a state no batch step ends in changes nothing and never raises.  While srun
         steps of the job still run, the job stays COMPLETING with its resources held, and
         ends (or goes back to PENDING for a requeue) once they are gone."""
-        job = self.jobs.get(job_id)
+        job = self.core.jobs.get(job_id)
         if job is None or not job.state.active:
             return job
         if state not in AGENT_END_STATES:
             log.warning("job %d: end report with invalid state %r refused", job_id, state)
             return job
         if job_id in self.ending:  # already over, waiting for its steps
-            self.steps_changed(job_id)
+            self.steps_changed(job_id, now)
             return job
         for s in job.steps:
             if s.step_id == "batch" and s.end_time is None:
@@ -183,56 +175,56 @@ class JobLifecycle(ControllerBase):
                 if state in ("COMPLETED", "FAILED", "OUT_OF_MEMORY"):
                     s.state = state
         if self._wait_for_steps(job, _Ending(state, exit_code, signal, end_time, note,
-                                             self.clock(), job.kill_reason)):
+                                             now, job.kill_reason)):
             return job
-        return self._finish_ended(job, state, exit_code, signal, end_time, note)
+        return self._finish_ended(job, state, exit_code, signal, end_time, note, now)
 
     def _wait_for_steps(self, job: Job, ending: _Ending) -> bool:
         """True when steps of `job` still run: it stays (or becomes) COMPLETING, which kills
         them (the step manager hears the "ending" event), until `steps_changed` finds them
         gone or the bound passes."""
-        left = self.step_table.lingering_steps(job.job_id)
+        left = self.core.step_table.lingering_steps(job.job_id)
         if not left:
             return False
         self.ending[job.job_id] = ending
         log.info("job %d: waiting for step(s) %s to end before it %s", job.job_id,
                  ",".join(left), "is requeued" if (job.kill_reason or "").startswith("REQUEUE")
                  else "ends")
-        self.mark(job)
+        self.out.job(job)
         if job.state != JobState.COMPLETING:
-            self.set_state(job, JobState.COMPLETING, ending.end_time)
+            self.core.set_state(job, JobState.COMPLETING, ending.end_time)
         return True
 
-    def steps_changed(self, job_id: int) -> None:
+    def steps_changed(self, job_id: int, now: float) -> None:
         """A step of `job_id` ended (or its node stopped responding): a job waiting for its
         steps ends once none lingers."""
         ending = self.ending.get(job_id)
-        job = self.jobs.get(job_id)
+        job = self.core.jobs.get(job_id)
         if ending is None:
             return
         if job is None or not job.state.active:
             del self.ending[job_id]
             return
-        if not self.step_table.lingering_steps(job_id):
-            self._end_after_steps(job, ending)
+        if not self.core.step_table.lingering_steps(job_id):
+            self._end_after_steps(job, ending, now)
 
     def check_ending(self, now: float) -> None:
         """Jobs waiting for their steps: end those whose steps are gone, or whose steps did not
         report within the bound (logged; the nodes where they linger are drained).  A job left
         COMPLETING by a controller restart after its batch step ended is picked up again."""
-        for held in list(self.running.values()):
+        for held in list(self.core.running.values()):
             if held.state != JobState.COMPLETING or held.job_id in self.ending:
                 continue
             recovered = self._recovered_ending(held, now)
             if recovered is not None:
                 self.ending[held.job_id] = recovered
-        bound = self.step_bound()
+        bound = self.core.settings.step_bound()
         for job_id, ending in list(self.ending.items()):
-            job = self.jobs.get(job_id)
+            job = self.core.jobs.get(job_id)
             if job is None or not job.state.active:
                 self.ending.pop(job_id, None)
                 continue
-            left = self.step_table.lingering_steps(job_id)
+            left = self.core.step_table.lingering_steps(job_id)
             if left and now - ending.since < bound:
                 continue
             if left:
@@ -240,8 +232,8 @@ class JobLifecycle(ControllerBase):
                             "UnkillableStepTimeout); ending the job without them",
                             job_id, ",".join(left), int(bound))
                 del self.ending[job_id]  # forgetting the steps must not end it a second time
-                self._drain_unkillable(self.step_table.forget_steps(job_id), now)
-            self._end_after_steps(job, ending)
+                self._drain_unkillable(self.core.step_table.forget_steps(job_id), now)
+            self._end_after_steps(job, ending, now)
 
     def _recovered_ending(self, job: Job, now: float) -> _Ending | None:
         if not job.batch:
@@ -259,18 +251,16 @@ class JobLifecycle(ControllerBase):
                        job.kill_reason)
 
     def _drain_unkillable(self, nodes: list[str], now: float) -> None:
-        from corral.controller.cluster import NodeEventKind
-
         for name in dict.fromkeys(nodes):
-            n = self.nodes.get(name)
+            n = self.core.nodes.get(name)
             if n is None or n.admin_state != "up":
                 continue
             n.admin_state = "drain"
             n.reason, n.reason_user, n.reason_uid, n.reason_time = KILL_TASK_FAILED, "root", 0, now
-            self.node_event(n, NodeEventKind.DRAINED)
-            self.mark_node(n)
+            self.core.node_event(n, NodeEventKind.DRAINED, now)
+            self.out.node(n.name)
 
-    def _end_after_steps(self, job: Job, ending: _Ending) -> None:
+    def _end_after_steps(self, job: Job, ending: _Ending, now: float) -> None:
         self.ending.pop(job.job_id, None)
         if not (job.kill_reason or "").startswith("REQUEUE"):
             # a requeue asked meanwhile wins (Slurm requeues a completing job once it is
@@ -278,32 +268,32 @@ class JobLifecycle(ControllerBase):
             job.kill_reason = ending.reason
         if job.batch:
             self._finish_ended(job, ending.state, ending.exit_code, ending.signal,
-                               ending.end_time, ending.note)
+                               ending.end_time, ending.note, now)
         else:
             self._finish_allocation(job, ending.state, ending.exit_code, ending.signal,
-                                    ending.end_time)
+                                    ending.end_time, now)
 
     def _finish_ended(self, job: Job, state: str, exit_code: int, signal: int, end_time: float,
-                      note: str | None) -> Job:
+                      note: str | None, now: float) -> Job:
         # steps left only on nodes that stopped responding are given up with the job
-        self.step_table.forget_steps(job.job_id)
+        self.core.step_table.forget_steps(job.job_id)
         # released only now: no other job gets these resources while the old steps run
-        self.cluster.release(job, self.clock())
+        self.core.cluster.release(job, now)
         reason = job.kill_reason
         job.kill_reason = None
         if reason == "REQUEUE_PREEMPT":
-            self.requeue_job(job, max(end_time, self.clock()), hold=False, keep_age=True)
-            self.mark(job)
-            self.request_schedule()
+            self.requeue_job(job, max(end_time, now), hold=False, keep_age=True)
+            self.out.job(job)
+            self.out.schedule()
             return job
         if reason in ("REQUEUE", "REQUEUE_HOLD", "REQUEUE_UHOLD") or (
                 reason == "NODE_FAIL" and job.requeue):
             # BeginTime counts from when the job is pending again, after its steps are gone
-            self.requeue_job(job, max(end_time, self.clock()),
+            self.requeue_job(job, max(end_time, now),
                              hold=reason in ("REQUEUE_HOLD", "REQUEUE_UHOLD"),
                              held="user" if reason == "REQUEUE_UHOLD" else "admin")
-            self.mark(job)
-            self.request_schedule()
+            self.out.job(job)
+            self.out.schedule()
             return job
         job.end_time = end_time
         if reason in ("CANCELLED", "NODE_FAIL", "PREEMPTED", "TIMEOUT"):
@@ -318,44 +308,38 @@ class JobLifecycle(ControllerBase):
                 job.exit_code, job.term_signal = 0, 0
         job.reason = end_reason(final, job.exit_code, job.term_signal, note)
         job.dependency_text = None
-        self._count_end(final)
-        self.mark(job)
-        self.set_state(job, JobState(final), end_time)
-        self.request_schedule()
+        self.out.job(job)
+        self.core.set_state(job, JobState(final), end_time)
+        self.out.schedule()
         return job
 
-    def _count_end(self, state: str) -> None:
-        key = {"COMPLETED": "completed", "CANCELLED": "cancelled", "TIMEOUT": "timeout"}.get(state, "failed")
-        self.stats[key] += 1
-
-    def end_allocation(self, job: Job, state: str, exit_code: int = 0, signal: int = 0) -> None:
+    def end_allocation(self, job: Job, state: str, now: float, exit_code: int = 0,
+                       signal: int = 0) -> None:
         """A job without a batch script (salloc, srun) ends: released, cancelled, timed out.
         While steps of it still run it stays COMPLETING (kill_reason names the end it waits
         for, so a controller restart meanwhile still knows it)."""
         if not job.state.active:
             return
         if job.job_id in self.ending:
-            self.steps_changed(job.job_id)
+            self.steps_changed(job.job_id, now)
             return
-        now = self.clock()
         job.exit_code, job.term_signal = exit_code, signal
         job.kill_reason = state
         if self._wait_for_steps(job, _Ending(state, exit_code, signal, now, None, now, state)):
             return
-        self._finish_allocation(job, state, exit_code, signal, now)
+        self._finish_allocation(job, state, exit_code, signal, now, now)
 
     def _finish_allocation(self, job: Job, state: str, exit_code: int, signal: int,
-                           end_time: float) -> None:
-        self.step_table.forget_steps(job.job_id)
-        self.cluster.release(job, self.clock())
+                           end_time: float, now: float) -> None:
+        self.core.step_table.forget_steps(job.job_id)
+        self.core.cluster.release(job, now)
         job.kill_reason = None
         job.end_time = end_time
         job.exit_code, job.term_signal = exit_code, signal
         job.reason = end_reason(state, exit_code, signal)
-        self._count_end(state)
-        self.mark(job)
-        self.set_state(job, JobState(state), end_time)
-        self.request_schedule()
+        self.out.job(job)
+        self.core.set_state(job, JobState(state), end_time)
+        self.out.schedule()
 
     def check_time_limits(self, now: float) -> None:
         """Jobs past their time limit end TIMEOUT (the periodic tick; jobs waiting in
@@ -364,7 +348,7 @@ class JobLifecycle(ControllerBase):
         whichever comes first, the job ends TIMEOUT once (see `time_out_batch`)."""
         self.check_ending(now)
         self.check_preempted(now)
-        for job in list(self.running.values()):
+        for job in list(self.core.running.values()):
             if job.kill_reason in PREEMPT_KILLS and job.state == JobState.RUNNING \
                     and job.job_id not in self.preempt_deadlines:
                 self._kill_preempted(job, now)  # its grace time was lost with a restart
@@ -377,7 +361,7 @@ class JobLifecycle(ControllerBase):
                 self.time_out_batch(job, now)
             else:
                 log.info("allocation %d reached its time limit", job.job_id)
-                self.end_allocation(job, "TIMEOUT")
+                self.end_allocation(job, "TIMEOUT", now)
 
     def time_out_batch(self, job: Job, now: float) -> None:
         """A batch job reached its limit: COMPLETING as TIMEOUT (Slurm's state TIMEOUT +
@@ -390,9 +374,9 @@ class JobLifecycle(ControllerBase):
             return
         log.info("job %d reached its time limit", job.job_id)
         job.kill_reason = "TIMEOUT"
-        self.mark(job)
-        self.set_state(job, JobState.COMPLETING, now)
-        self._send_control(job, {"op": "time_limit", "seconds": job.time_limit})
+        self.out.job(job)
+        self.core.set_state(job, JobState.COMPLETING, now)
+        self.out.control(job, {"op": "time_limit", "seconds": job.time_limit})
 
     # ---------------------------------------------------------- preemption
     def preempt_job(self, job: Job, now: float, mode: str, grace: int) -> None:
@@ -405,7 +389,7 @@ class JobLifecycle(ControllerBase):
             return
         requeue = mode == "requeue" and job.batch and job.requeue
         job.kill_reason = "REQUEUE_PREEMPT" if requeue else "PREEMPTED"
-        self.mark(job)
+        self.out.job(job)
         if grace <= 0:
             self._kill_preempted(job, now)
             return
@@ -416,16 +400,14 @@ class JobLifecycle(ControllerBase):
             signals.insert(0, asked)
         for signum in signals:
             if job.batch:
-                self._send_control(job, {"op": "signal", "signal": signum,
+                self.out.control(job, {"op": "signal", "signal": signum,
                                          "batch_only": False})
-            step_signal = getattr(self, "signal_job_steps", None)
-            if step_signal is not None:
-                step_signal(job.job_id, signum)
+            self.out.emit(SignalSteps(job.job_id, signum))
 
     def check_preempted(self, now: float) -> None:
         """Preempted jobs whose GraceTime is over are killed (requeued or cancelled)."""
         for job_id, deadline in list(self.preempt_deadlines.items()):
-            job = self.jobs.get(job_id)
+            job = self.core.jobs.get(job_id)
             if job is None or job.state != JobState.RUNNING \
                     or job.kill_reason not in PREEMPT_KILLS:
                 del self.preempt_deadlines[job_id]
@@ -437,11 +419,11 @@ class JobLifecycle(ControllerBase):
     def _kill_preempted(self, job: Job, now: float) -> None:
         if not job.batch:
             job.kill_reason = None  # an allocation is never requeued: it ends PREEMPTED
-            self.end_allocation(job, "PREEMPTED")
+            self.end_allocation(job, "PREEMPTED", now)
             return
         self.stop_running(job, job.kill_reason or "PREEMPTED",
                           "requeue" if job.kill_reason == "REQUEUE_PREEMPT" else "cancel", now)
-        self.request_schedule()
+        self.out.schedule()
 
     def stop_running(self, job: Job, kill_reason: str, op: str, now: float) -> None:
         """Kill a running batch job (its node is told `op`: "cancel" or "requeue"); it is
@@ -450,8 +432,8 @@ class JobLifecycle(ControllerBase):
         theirs first (controller/usecases.py); preemption is decided by the pass."""
         job.kill_reason = kill_reason
         if job.state != JobState.COMPLETING:
-            self.set_state(job, JobState.COMPLETING, now)
-        self._send_control(job, {"op": op})
+            self.core.set_state(job, JobState.COMPLETING, now)
+        self.out.control(job, {"op": op})
 
     def requeue_job(self, job: Job, now: float, hold: bool, held: str | None = "admin",
                     keep_age: bool = False) -> None:
@@ -477,7 +459,7 @@ class JobLifecycle(ControllerBase):
             job.held = "user" if held == "user" else "admin"
             job.reason = Reason.HELD_USER if job.held == "user" else Reason.HELD_ADMIN
             job.priority = 0
-        self.set_state(job, JobState.PENDING, now)
+        self.core.set_state(job, JobState.PENDING, now)
 
     def finish_pending(self, job: Job, state: JobState, now: float, by: int | None = None) -> None:
         if job.state != JobState.PENDING:
@@ -486,24 +468,22 @@ class JobLifecycle(ControllerBase):
         job.reason = Reason.NONE
         if by is not None:
             job.cancelled_by = by
-        if state == JobState.CANCELLED:
-            self.stats["cancelled"] += 1
-        self.pending_reasons.pop(job.job_id, None)
-        self.mark(job)
-        self.set_state(job, state, now)
+        self.core.pending_reasons.pop(job.job_id, None)
+        self.out.job(job)
+        self.core.set_state(job, state, now)
 
     def expire_finished(self, now: float) -> None:
         """Forget finished jobs older than MinJobAge (they stay in the store for sacct).
 
         The final state of one that a pending job's dependency still names is kept in
         `gone`, so the scheduler never has to read it back from the store."""
-        cutoff = now - self.min_job_age
-        old = [j for j in self.jobs.values()
+        cutoff = now - self.core.settings.min_job_age
+        old = [j for j in self.core.jobs.values()
                if j.state in FINISHED_STATES and (j.end_time or 0) < cutoff]
         if not old:
             return
         named: set[int] = set()
-        for p in self.pending.values():
+        for p in self.core.pending.values():
             if p.dependency:
                 try:
                     named.update(sched_deps.parse_cached(p.dependency).job_ids())
@@ -511,13 +491,13 @@ class JobLifecycle(ControllerBase):
                     pass
         for j in old:
             if j.job_id in named or (j.array_job_id is not None and j.array_job_id in named):
-                self.gone.add(sched_deps.GoneRecord.of(j))
-            self.table.forget(j.job_id)
-            if j.submit_id and self.submit_ids.get((j.uid, j.submit_id)) == j.job_id:
-                del self.submit_ids[(j.uid, j.submit_id)]
-        if len(self.gone) > 2 * len(named) + 1024:  # drop what no dependency names any more
+                self.core.gone.add(sched_deps.GoneRecord.of(j))
+            self.core.table.forget(j.job_id)
+            if j.submit_id and self.core.submit_ids.get((j.uid, j.submit_id)) == j.job_id:
+                del self.core.submit_ids[(j.uid, j.submit_id)]
+        if len(self.core.gone) > 2 * len(named) + 1024:  # drop what no dependency names any more
             keep = sched_deps.GoneJobs()
-            for rec in self.gone.by_id.values():
+            for rec in self.core.gone.by_id.values():
                 if rec.job_id in named or rec.array_job_id in named:
                     keep.add(rec)
-            self.gone = keep
+            self.core.gone = keep

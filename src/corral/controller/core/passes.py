@@ -1,0 +1,229 @@
+"""The scheduling pass, a part of the core: the `ClusterSnapshot` the pure pipeline
+(sched.pipeline.run_pass) decides on, and applying its `Decision` back to the job table.
+
+No policy lives here: what starts where, in which order, why the others wait and who is
+preempted is decided by the pipeline; this module turns the core's memory into a snapshot
+and the decision into transitions and effects.  When passes run is the cadence's business
+(controller/cadence.py), in real time in the shell and in virtual time in the simulator."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from corral.controller.core.lifecycle import PREEMPT_KILLS
+from corral.model.config import preempt_settings
+from corral.model.job import Job, JobState
+from corral.model.node import Node
+from corral.sched.limits import PolicySnapshot
+from corral.sched.limits_check import job_request
+from corral.sched.pipeline import (
+    ClusterSnapshot,
+    Decision,
+    Preemption,
+    SchedParams,
+    assoc_factor_of,
+    fairshare_of,
+    run_pass,
+)
+from corral.sched.preempt import PreemptPolicy, QosPreempt
+from corral.sched.priority import pass_priorities
+from corral.sched.snapshot import INFINITE_TIME, NodeView, RunningView
+
+if TYPE_CHECKING:
+    from corral.controller.core.core import Core
+
+log = logging.getLogger("corral.controller")
+
+
+def node_view(n: Node) -> NodeView:
+    return NodeView(n.name, n.cpus, n.real_memory, n.gpus, n.free_cpus, n.free_mem_mb,
+                    n.free_gpu_ids, n.usable, n.weight, tuple(n.partitions),
+                    tuple(n.features), n.job_count, n.exclusive_job is not None,
+                    n.gpu_type, n.tmp_disk)
+
+
+def running_view(j: Job, now: float) -> RunningView:
+    end = (j.start_time or now) + j.time_limit if j.time_limit > 0 else INFINITE_TIME
+    return RunningView(j.job_id, end, j.alloc, j.exclusive, j.array_job_id,
+                       j.qos or "normal", j.partition, j.start_time or now,
+                       j.kill_reason in PREEMPT_KILLS)
+
+
+def _base_mode(mode: str) -> str:
+    """A QoS's PreemptMode without GANG/WITHIN ("requeue,gang" is "requeue")."""
+    base = [m for m in mode.split(",") if m and m not in ("gang", "within")]
+    return base[0] if base else "cluster"
+
+
+class Passes:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+
+    # ---- the pass ------------------------------------------------------------------
+    def run(self, now: float) -> Decision | None:
+        """One pass: usage charged, the pipeline run on a snapshot, its decision applied."""
+        usage = self.core.usage
+        if usage.accounting_on():
+            usage.charge(now)
+            usage.flush(now)
+        if not self.core.pending:
+            return None
+        decision = run_pass(self.snapshot(now))
+        self.apply(decision, now)
+        return decision
+
+    def snapshot(self, now: float) -> ClusterSnapshot:
+        core = self.core
+        return ClusterSnapshot(
+            now=now,
+            nodes={n.name: node_view(n) for n in core.nodes.values()},
+            partitions=core.partitions,
+            running=[running_view(j, now) for j in core.running.values()],
+            pending=list(core.pending.values()),
+            jobs=list(core.jobs.values()),
+            gone=core.gone,
+            params=self.params(),
+            policy=self.policy_snapshot(now),
+            reservations=core.reservations(now),
+        )
+
+    def apply(self, decision: Decision, now: float) -> None:
+        core = self.core
+        pending = core.pending
+        # Priority and reasons are derived each pass: kept in memory, not written out.
+        for job_id, prio in decision.priorities.items():
+            job = pending.get(job_id)
+            if job is not None:
+                job.priority = prio
+                if not job.held:
+                    job.last_sched_eval = now
+        for job_id in decision.became_eligible:
+            job = pending.get(job_id)
+            if job is not None and job.eligible_time is None:
+                job.eligible_time = now  # written once: a restart must not reset its age
+                core.out.job(job)
+        more = False
+        for start in decision.starts:
+            found = pending.get(start.job_id)
+            if found is None:
+                continue
+            job = found
+            if start.array_task_id is not None:
+                if not job.array_tasks or start.array_task_id not in job.array_tasks:
+                    continue
+                job = core.split_array_task(found, now, start.array_task_id)
+                more = more or bool(found.array_tasks)
+            if start.partition:  # -p a,b: it runs in the partition that could start it
+                job.partition = start.partition
+            core.lifecycle.start_job(job, start.alloc, now)
+        for job_id, why in decision.reasons.items():
+            waiting = pending.get(job_id)
+            if waiting is not None:
+                waiting.reason = why.text()
+                core.pending_reasons[job_id] = why
+        for job_id, text in decision.dependency_texts.items():
+            waiting = pending.get(job_id)
+            if waiting is not None:
+                waiting.dependency_text = text
+        for job_id, (start_at, names) in decision.planned.items():
+            waiting = pending.get(job_id)
+            if waiting is not None:
+                waiting.sched_start = start_at
+                waiting.sched_nodes = list(names)
+        for p in decision.preemptions:
+            self.apply_preemption(p, now)
+        if more:  # array records with tasks left get another pass
+            core.out.schedule()
+
+    def apply_preemption(self, p: Preemption, now: float) -> None:
+        """Stop the victims of a preemptor placed in this pass (each in its mode, after
+        its QoS's GraceTime; see Lifecycle.preempt_job); the preemptor waits."""
+        policy = self.params().preempt
+        if policy is None:
+            return
+        for vid in p.victims:
+            victim = self.core.running.get(vid)
+            if victim is None or victim.kill_reason is not None \
+                    or victim.state != JobState.RUNNING:
+                continue  # already being stopped (preempted, cancelled, timed out)
+            qos = victim.qos or "normal"
+            log.info("job %d preempts job %d", p.job_id, vid)
+            self.core.lifecycle.preempt_job(victim, now, policy.mode_of(qos, victim.partition),
+                                            policy.grace_of(qos))
+
+    # ---- the pass's parameters -----------------------------------------------------
+    def preempt_policy(self) -> PreemptPolicy | None:
+        """PreemptType/PreemptMode of slurm.conf, the partitions' PriorityTier and
+        PreemptMode, the QoS's Preempt/PreemptMode/GraceTime/PreemptExemptTime; None
+        when preemption is off."""
+        core = self.core
+        kind, mode, exempt = preempt_settings(core.config.options)
+        if kind == "preempt/none" or mode == "off":
+            return None
+        qos = {name: QosPreempt(frozenset(q.preempt), _base_mode(q.preempt_mode), q.grace_time,
+                                q.preempt_exempt_time)
+               for name, q in core.accounts.db.qos.items()}
+        return PreemptPolicy(kind, mode, exempt, qos,
+                             {p.name: p.preempt_mode for p in core.partitions.values()},
+                             {p.name: p.priority_tier for p in core.partitions.values()})
+
+    def params(self) -> SchedParams:
+        """slurm.conf's parameters plus what sacctmgr sets: QoS priorities (for
+        PriorityWeightQOS, normalised by the largest) and preemption settings."""
+        params = self.core.settings.sched_params
+        policy = self.preempt_policy()
+        if policy is not None:
+            params = replace(params, preempt=policy)
+        if not params.priority.weights.qos:
+            return params
+        qos = {name: q.priority for name, q in self.core.accounts.db.qos.items()}
+        if qos == params.priority.qos_priority:
+            return params
+        return replace(params, priority=replace(params.priority, qos_priority=qos))
+
+    def partition_qos(self) -> dict[str, str]:
+        """Each partition's QOS= (the partition QoS whose limits its jobs meet)."""
+        return {p.name: p.qos for p in self.core.partitions.values() if p.qos}
+
+    def policy_snapshot(self, now: float) -> PolicySnapshot | None:
+        """What the pass needs of accounting, or None when nothing uses it (no limits
+        enforced, no fairshare weight): existing clusters pay nothing."""
+        core = self.core
+        s = core.settings
+        limits = "limits" in s.enforce
+        w = s.sched_params.priority.weights
+        if not limits and not w.fairshare and not w.assoc:
+            return None
+        pending: dict[int, object] = {}
+        running: list[tuple[object, float | None]] = []
+        if limits:
+            pending = {j.job_id: job_request(j) for j in core.pending.values() if not j.held}
+            for j in core.running.values():
+                left = None
+                if j.time_limit > 0 and j.start_time is not None:
+                    left = max(0.0, (j.start_time + j.time_limit - now) / 60)
+                running.append((job_request(j), left))
+        return PolicySnapshot(
+            db=core.accounts.db, cluster=s.cluster_name, enforce=s.enforce,
+            pending=pending, running=tuple(running),  # type: ignore[arg-type]
+            used_tres_mins=core.usage.used_minutes() if limits else {},
+            usage=core.usage.state, fair_tree=s.fair_params.fair_tree,
+            part_qos=self.partition_qos())
+
+    def policy_snapshot_light(self) -> PolicySnapshot | None:
+        """Enough of the policy for one job's priority (fairshare only)."""
+        s = self.core.settings
+        w = s.sched_params.priority.weights
+        if not (w.fairshare or w.assoc):
+            return None
+        return PolicySnapshot(db=self.core.accounts.db, cluster=s.cluster_name,
+                              usage=self.core.usage.state, fair_tree=s.fair_params.fair_tree)
+
+    def priority_now(self, job: Job, now: float) -> int:
+        """The job's priority as the next pass will compute it (for a new or changed job)."""
+        light = self.policy_snapshot_light()
+        sp = self.core.settings.sched_params
+        return pass_priorities([job], now, self.params().priority, self.core.partitions,
+                               fairshare_of(light, sp), assoc_factor_of(light, sp))[job.job_id]
