@@ -14,9 +14,12 @@ agents:
 - a `Control` (cancel, requeue, time limit) stops the job at once;
 - every start and end is read from the job events among the effects.
 
-Two shortcuts keep month-long traces fast, both off with `exact=True`: a pass or a tick
+Three shortcuts keep month-long traces fast, all off with `exact=True`: a pass or a tick
 that nothing could have changed since the last one (no job event since) is skipped (it
-could only re-age priorities), and the agents never fall silent (SlurmdTimeout=0).
+could only re-age priorities); a pass after submissions alone is skipped when the free GPUs
+and CPUs add up to less than each new job asks (it could start nothing: the last pass
+started what the free resources allowed); and the agents never fall silent
+(SlurmdTimeout=0).
 A pass takes `pass_cost` seconds of virtual time (0 by default), which is what the
 cadence's coalescing sees.
 """
@@ -131,6 +134,8 @@ class Simulator:
         self.by_job: dict[int, JobRecord] = {}
         self.starts: list[int] = []
         self.changed = True  # a job event since the last pass
+        self.freed = True  # resources freed (a job ended or was requeued) since the last pass
+        self.arrived: list[JobRecord] = []  # submitted since the last pass
         self.ticked = True  # a job event since the last tick
         self._who: dict[str, Identity] = {}
         self._gpus_per_node = max((n.gpus for n in self.ctl.nodes.values()), default=0)
@@ -176,14 +181,29 @@ class Simulator:
                          self.ctl.sched_passes, time.perf_counter() - t0, self.starts)
 
     def _pass(self, run: Callable[[], None]) -> None:
-        if self.changed or self.exact:
+        if self.exact or (self.changed and (self.freed or self._may_start(self.arrived))):
             run()
             # the pass's own starts change nothing a pass would decide again
-            self.changed = False
+            self.changed = self.freed = False
+            self.arrived = []
             return
         cadence = self.ctl.cadence  # nothing to decide: the pass is skipped
         cadence.started(self.now)
         cadence.finished(self.now, 0.0)
+
+    def _may_start(self, arrived: list[JobRecord]) -> bool:
+        """Whether a pass could start anything when only submissions happened since the last
+        one: the last pass started what the free resources allowed, so only a new job can
+        start, and only if the free GPUs and CPUs add up to what it asks (a necessary
+        condition: a pass it fails would start nothing)."""
+        if not arrived:
+            return False
+        gpus = cpus = 0
+        for n in self.ctl.nodes.values():
+            if n.usable:
+                gpus += n.gpus - len(n.alloc_gpus)
+                cpus += n.cpus - n.alloc_cpus
+        return any(r.gpus <= gpus and r.cpus <= cpus for r in arrived)
 
     def _tick(self) -> None:
         if self.ticked or self.exact:
@@ -236,6 +256,7 @@ class Simulator:
             return
         rec.job_id = job.job_id
         self.by_job[job.job_id] = rec
+        self.arrived.append(rec)
 
     # ---- the core's effects, in virtual time -------------------------------------------
     def _execute(self, effect: Effect) -> None:
@@ -283,6 +304,8 @@ class Simulator:
 
     def _event(self, ev: JobEvent) -> None:
         self.changed = self.ticked = True
+        if ev.kind in (JobEventKind.ENDED, JobEventKind.REQUEUED):
+            self.freed = True
         rec = self.by_job.get(ev.job.job_id)
         if rec is None:
             return
