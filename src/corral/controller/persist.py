@@ -45,6 +45,9 @@ log = logging.getLogger("corral.controller")
 
 Send = Callable[[dict[str, Any]], None]
 RETRY_S = 1.0  # between tries of a failed commit
+# Job records are encoded on the loop (they are the loop's objects) this many at a time, the
+# loop running other work between chunks: a burst of 4,000 changed jobs must not stall it
+ENCODE_CHUNK = 256
 T = TypeVar("T")
 
 
@@ -248,7 +251,7 @@ class GroupCommitWriter:
             after, self.after = self.after, []
             built: list[tuple[Launch, dict[str, Any] | Exception]] = []
             try:
-                prepared = self.store.prepare(batch) if batch else None
+                prepared = await self._prepare(batch) if batch else None
                 if self._executor is None:
                     if prepared is not None:
                         self._commit(prepared)
@@ -285,6 +288,26 @@ class GroupCommitWriter:
         if self.fenced and self._flush_waiter is not None and not self._flush_waiter.done():
             self._flush_waiter.set_exception(SlurmError("state store write refused", 0, 500))
             self._flush_waiter = None
+
+    async def _prepare(self, batch: WriteBatch) -> PreparedBatch:
+        """The batch encoded for the store, its job records `ENCODE_CHUNK` at a time with the
+        loop let go in between.  A job changed after its chunk was encoded is marked dirty
+        again and goes in the next batch, so the store still ends with its latest record."""
+        jobs = batch.jobs
+        if len(jobs) <= ENCODE_CHUNK:
+            return self.store.prepare(batch)
+        batch.jobs = []
+        try:
+            rest = self.store.prepare(batch)
+        finally:
+            batch.jobs = jobs  # kept whole: a failed commit gives the batch back
+        rows = []
+        for i in range(0, len(jobs), ENCODE_CHUNK):
+            if i:
+                await asyncio.sleep(0)
+            rows.extend(self.store.prepare(WriteBatch(jobs=jobs[i:i + ENCODE_CHUNK])).jobs)
+        rest.jobs = rows
+        return rest
 
     def _commit_and_build(self, prepared: PreparedBatch | None,
                           after: list[tuple[Send, dict[str, Any]] | Launch]
