@@ -24,6 +24,7 @@ from aiohttp import web
 
 from corral import jsonio
 from corral.controller.accounts import NO_DUMP, Caller
+from corral.controller.api_common import json_response, peer_identity, query_epoch
 from corral.controller.errors import ESLURM_ACCESS_DENIED, SlurmError
 from corral.controller.history import compact_state
 
@@ -73,7 +74,6 @@ def node_events(ctl: Any, start: float | None, end: float | None,
 
 def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
     from corral.controller import privacy
-    from corral.controller.server import json_response, peer_identity, query_epoch
 
     lock = asyncio.Lock()
     acc = ctl.accounts
