@@ -6,6 +6,10 @@ Imports stay light (the command's start): plain dicts in, text out.
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 # sacctmgr_print_assoc_limits' order and labels (a setting's name → its label)
 SETTING_LABELS = [
     ("Fairshare", "Fairshare"), ("GrpJobs", "GrpJobs"), ("GrpSubmitJobs", "GrpSubmitJobs"),
@@ -29,13 +33,13 @@ def settings_lines(settings: dict[str, str]) -> str:
                    for name, label in SETTING_LABELS if name in settings)
 
 
-def user_assoc_line(a: dict[str, str | None]) -> str:
+def user_assoc_line(a: dict[str, Any]) -> str:
     """A user association as sacctmgr names it in `modify/delete user`."""
     text = f"C = {a['cluster']:<10} A = {a['account']:<20} U = {a['user'] or '':<9}"
     return text + f" P = {a['partition']}" if a.get("partition") else text
 
 
-def render_changes(c: dict[str, object]) -> str:
+def render_changes(c: dict[str, Any]) -> str:
     """The text sacctmgr prints for a change set (a dict of ChangeSet's fields)."""
     op, entity = str(c["op"]), str(c["entity"])
     if op == "load":
@@ -56,24 +60,24 @@ def render_changes(c: dict[str, object]) -> str:
     return f" Modified {entity}...\n" + _lines(_names(c))  # modify cluster, modify qos
 
 
-def _names(c: dict[str, object]) -> list[str]:
-    return [str(n) for n in c.get("names") or ()]  # type: ignore[attr-defined]
+def _names(c: dict[str, Any]) -> list[str]:
+    return [str(n) for n in c.get("names") or ()]
 
 
-def _assocs(c: dict[str, object]) -> list[dict[str, str | None]]:
-    return list(c.get("assocs") or ())  # type: ignore[call-overload]
+def _assocs(c: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(c.get("assocs") or ())
 
 
-def _add_cluster(c: dict[str, object]) -> str:
+def _add_cluster(c: dict[str, Any]) -> str:
     exists = "".join(f" This cluster {n} already exists.  Not adding.\n"
-                     for n in c.get("existing") or ())  # type: ignore[attr-defined]
+                     for n in c.get("existing") or ())
     if not c.get("changed"):
         return exists + NOTHING["add"]
     return exists + " Adding Cluster(s)\n" + "".join(f"  Name           = {n}\n"
                                                     for n in _names(c))
 
 
-def _add_account(c: dict[str, object]) -> str:
+def _add_account(c: dict[str, Any]) -> str:
     text = ""
     if _names(c):
         descr, org = c.get("description"), c.get("organization")
@@ -83,11 +87,11 @@ def _add_account(c: dict[str, object]) -> str:
     text += " Associations\n" + "".join(f"  A = {str(a['account'])[:10]:<10} "
                                         f"C = {str(a['cluster'])[:10]:<10}\n"
                                         for a in _assocs(c))
-    settings = settings_lines(dict(c.get("settings") or {}))  # type: ignore[call-overload]
+    settings = settings_lines(c.get("settings") or {})
     return text + (" Settings\n" + settings if settings else "")
 
 
-def _add_user(c: dict[str, object]) -> str:
+def _add_user(c: dict[str, Any]) -> str:
     text = ""
     if _names(c):
         text += f" Adding User(s)\n{_lines(_names(c))}"
@@ -106,18 +110,18 @@ def _add_user(c: dict[str, object]) -> str:
             part = a.get("partition")
             text += (f"  U = {user:<9} A = {acct:<10} C = {cl:<10} P = {str(part)[:10]:<10}\n"
                      if part else f"  U = {user:<9} A = {acct:<10} C = {cl:<10}\n")
-    settings = settings_lines(dict(c.get("settings") or {}))  # type: ignore[call-overload]
+    settings = settings_lines(c.get("settings") or {})
     return text + (" Non Default Settings\n" + settings if settings else "")
 
 
-def _add_qos(c: dict[str, object]) -> str:
+def _add_qos(c: dict[str, Any]) -> str:
     descr = c.get("description")
     return (" Adding QOS(s)\n" + _lines(_names(c)) + " Settings\n"
             + f"  Description    = {descr if descr is not None else 'QOS Name'}\n")
 
 
-def _add_coordinator(c: dict[str, object]) -> str:
-    pairs = list(c.get("coordinators") or ())  # type: ignore[call-overload]
+def _add_coordinator(c: dict[str, Any]) -> str:
+    pairs = list(c.get("coordinators") or ())
     users = _names(c)
     # the pairs run account by account for each user: the first user's are the accounts
     accounts = [str(a) for _, a in pairs[:len(pairs) // len(users)]] if users else []
@@ -125,7 +129,7 @@ def _add_coordinator(c: dict[str, object]) -> str:
             + " To Account(s) and all sub-accounts\n" + _lines(accounts))
 
 
-def _modify_account(c: dict[str, object]) -> str:
+def _modify_account(c: dict[str, Any]) -> str:
     text = ""
     if c.get("record_change_asked"):
         text += " Modified accounts...\n" + _lines(_names(c))
@@ -136,7 +140,7 @@ def _modify_account(c: dict[str, object]) -> str:
     return text
 
 
-def _modify_user(c: dict[str, object]) -> str:
+def _modify_user(c: dict[str, Any]) -> str:
     text = ""
     if c.get("record_change_asked"):
         text += " Modified users...\n" + _lines(_names(c))
@@ -148,14 +152,14 @@ def _modify_user(c: dict[str, object]) -> str:
     return text
 
 
-def _delete_user(c: dict[str, object]) -> str:
+def _delete_user(c: dict[str, Any]) -> str:
     if _names(c):  # the users themselves, with all their associations
         return " Deleting users...\n" + _lines(_names(c))
     return " Deleting user associations...\n" + _lines([user_assoc_line(a) for a in _assocs(c)])
 
 
-def _delete_coordinator(c: dict[str, object]) -> str:
-    pairs = list(c.get("coordinators") or ())  # type: ignore[call-overload]
+def _delete_coordinator(c: dict[str, Any]) -> str:
+    pairs = list(c.get("coordinators") or ())
     return " Removed Coordinators (sub accounts not listed)...\n" + "".join(
         f"  U = {u:<9} A = {a:<10}\n" for u, a in pairs)
 
