@@ -5,8 +5,9 @@
     sacctmgr dump CLUSTER [file=PATH]      sacctmgr load [file=]PATH
 
 The controller (controller/accounts.py) validates and applies a change and answers with
-the text Slurm 22.05's sacctmgr prints; this command splits the line into names, `where`
-conditions and `set` values, asks before committing (unless -i, as Slurm does), and prints
+its change set (what was added, modified or deleted); this command splits the line into
+names, `where` conditions and `set` values, prints the change in Slurm 22.05's words
+(cli/sacctmgr_text.py), asks before committing (unless -i, as Slurm does), and prints
 `show` tables with Slurm's column names, widths, `format=` (with `%N`) and -P/-p/-n.
 Imports stay light: the stdlib's small modules and cli/client.py.
 """
@@ -18,6 +19,7 @@ import sys
 
 from corral.cli import client
 from corral.cli.common_opts import answer_info_option
+from corral.cli.sacctmgr_text import render_changes
 
 PROG = "sacctmgr"
 
@@ -357,6 +359,11 @@ def _refused(e: client.ApiError) -> int:
     return 1
 
 
+def _change_text(ans: dict[str, object]) -> str:
+    changes = ans.get("changes")
+    return render_changes(changes) if isinstance(changes, dict) else ""
+
+
 def _change(cmd: str, entity: str, spec: dict[str, object], immediate: bool) -> int:
     req = {"op": cmd, "entity": entity, "names": spec["names"], "where": spec["where"],
            "set": spec["set"], "commit": immediate}
@@ -364,7 +371,7 @@ def _change(cmd: str, entity: str, spec: dict[str, object], immediate: bool) -> 
         ans = client.post("/v1/accounts", req)
     except client.ApiError as e:
         return _refused(e)
-    sys.stdout.write(ans.get("out", ""))
+    sys.stdout.write(_change_text(ans))
     if not ans.get("changed"):
         return 1  # Slurm: "Nothing new added/modified/deleted" is an error exit
     if immediate:
@@ -507,7 +514,7 @@ def _load(words: list[str], immediate: bool) -> int:
         ans = client.post("/v1/accounts/load", {"text": text, "commit": immediate})
     except client.ApiError as e:
         return _refused(e)
-    sys.stdout.write(ans.get("out", ""))
+    sys.stdout.write(_change_text(ans))
     if immediate:
         return 0
     if not commit_check("Would you like to commit changes?"):

@@ -1,15 +1,17 @@
-"""HTTP routes of sacctmgr (controller/accounts.py behind them).
+"""HTTP routes of sacctmgr, sshare, sprio and sreport (controller/accounts.py behind the
+sacctmgr ones).
 
     POST /v1/accounts        {"op", "entity", "names", "where", "set", "options", "commit"}
-                             → {"out": text, "changed": bool, "rows": [...]}
+                             → {"changes": a change set or null, "changed": bool, "rows": [...]}
     GET  /v1/accounts/dump?cluster=NAME → {"text": the flat file}
-    POST /v1/accounts/load   {"text", "commit"} → {"out", "changed"}
+    POST /v1/accounts/load   {"text", "commit"} → {"changes", "changed", "rows": []}
     GET  /v1/accounts/events?start=&end=&nodes= → {"events": [...]} (sacctmgr list event)
 
-A refusal answers {"error": sacctmgr's text, "errno": 0} with 400 (403 when not allowed).
-`add_routes(router, ctl)` is the one call the server makes; the `Accounts` object is kept
-as `ctl.accounts` (made here from the controller's store when the controller has none),
-which is what the scheduling pass and submission read.
+A change set is `assoc_changes.ChangeSet.to_dict()`: the command renders Slurm's text from
+it.  A refusal answers {"error": sacctmgr's text, "errno"}; the HTTP status is this
+layer's choice: 403 for ESLURM_ACCESS_DENIED, 400 for the rest.  `add_routes(router, ctl)`
+is the one call the server makes; the `Accounts` object is the controller's
+(`ctl.accounts`), which the scheduling pass and submission read.
 """
 
 from __future__ import annotations
@@ -21,17 +23,15 @@ from typing import Any
 from aiohttp import web
 
 from corral import jsonio
-from corral.controller.accounts import NO_DUMP, Accounts, AccountsError, Caller
+from corral.controller.accounts import NO_DUMP, Caller
+from corral.controller.api_common import json_response, peer_identity, query_epoch
+from corral.controller.errors import ESLURM_ACCESS_DENIED, SlurmError
 from corral.controller.history import compact_state
 
 
-def accounts_of(ctl: Any) -> Accounts:
-    acc = getattr(ctl, "accounts", None)
-    if isinstance(acc, Accounts):
-        return acc
-    acc = Accounts(ctl.store, ctl.cluster_name)
-    ctl.accounts = acc
-    return acc
+def http_status(e: SlurmError) -> int:
+    """The HTTP status a sacctmgr refusal answers with."""
+    return 403 if e.errno == ESLURM_ACCESS_DENIED else 400
 
 
 def node_events(ctl: Any, start: float | None, end: float | None,
@@ -72,17 +72,11 @@ def node_events(ctl: Any, start: float | None, end: float | None,
     return rows
 
 
-def _active_jobs(ctl: Any) -> list[tuple[str, str, int]]:
-    return [(j.user, j.account, j.job_id) for j in list(ctl.jobs.values())
-            if not j.state.finished]
-
-
 def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
     from corral.controller import privacy
-    from corral.controller.server import json_response, peer_identity, query_epoch
 
     lock = asyncio.Lock()
-    acc = accounts_of(ctl)
+    acc = ctl.accounts
 
     def caller_of(request: web.Request) -> Caller:
         who = peer_identity(request, ctl)
@@ -100,30 +94,30 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
         raw = await request.read()
         data = jsonio.loads(raw) if raw else {}
         if not isinstance(data, dict):
-            raise AccountsError(" Malformed request")
+            raise SlurmError(" Malformed request")
         return data
 
-    def refused(e: AccountsError) -> web.Response:
-        return json_response({"error": e.text, "errno": 0}, e.status)
+    def refused(e: SlurmError) -> web.Response:
+        return json_response({"error": e.message, "errno": e.errno}, http_status(e))
 
     async def handle(request: web.Request) -> web.Response:
         caller = caller_of(request)
         try:
             req = await body(request)
             async with lock:
-                active = _active_jobs(ctl)
-                acc.active_jobs = lambda: active
-                out = await run(lambda: acc.execute(caller, req))
-        except AccountsError as e:
+                # the active jobs as the loop sees them now: the worker thread reads this copy
+                active = list(acc.active_jobs())
+                out = await run(lambda: acc.execute(caller, req, active))
+        except SlurmError as e:
             return refused(e)
         return json_response(out.to_dict())
 
     async def dump(request: web.Request) -> web.Response:
         if not acc.is_super(caller_of(request)):
-            return refused(AccountsError(NO_DUMP, 403))
+            return refused(SlurmError(NO_DUMP, ESLURM_ACCESS_DENIED))
         try:
             text = acc.dump(request.query.get("cluster") or ctl.cluster_name)
-        except AccountsError as e:
+        except SlurmError as e:
             return refused(e)
         return json_response({"text": text})
 
@@ -135,7 +129,7 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
             commit = bool(req.get("commit", True))
             async with lock:
                 out = await run(lambda: acc.load(caller, text, commit))
-        except AccountsError as e:
+        except SlurmError as e:
             return refused(e)
         return json_response(out.to_dict())
 
@@ -146,7 +140,7 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
             start = query_epoch(q["start"]) if q.get("start") else None
             end = query_epoch(q["end"]) if q.get("end") else None
         except ValueError:
-            return refused(AccountsError(" Invalid time in request"))
+            return refused(SlurmError(" Invalid time in request"))
         nodes = [x for x in q.get("nodes", "").split(",") if x] or None
         if nodes:
             from corral.model import hostlists
@@ -154,7 +148,7 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
             try:
                 nodes = [n for spec in nodes for n in hostlists.expand(spec)]
             except hostlists.HostlistError:
-                return refused(AccountsError(" Invalid node name specified"))
+                return refused(SlurmError(" Invalid node name specified"))
         return json_response({"events": node_events(ctl, start, end, nodes)})
 
     async def sshare(request: web.Request) -> web.Response:
@@ -179,9 +173,9 @@ def add_routes(router: web.UrlDispatcher, ctl: Any) -> None:
         try:
             start, end = query_epoch(q["start"]), query_epoch(q["end"])
         except (KeyError, ValueError):
-            return refused(AccountsError(" Invalid time in request"))
+            return refused(SlurmError(" Invalid time in request"))
         if end <= start:
-            return refused(AccountsError(" Start time must be before end time"))
+            return refused(SlurmError(" Start time must be before end time"))
         found = await run(lambda: ctl.store.query_jobs(start=start, end=end))
         out = usage_report(ctl, start, end, found)
         if "usage" in privacy.hidden(ctl):  # other users' usage only to coordinators

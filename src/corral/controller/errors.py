@@ -47,6 +47,11 @@ class SlurmError(Exception):
         self.status = status if status is not None else _STATUS.get(errno, 400)
         self.user_msg = user_msg
 
+    @property
+    def text(self) -> str:
+        """The message, under the name sacctmgr's callers read (it was `AccountsError.text`)."""
+        return self.message
+
 
 def invalid_job() -> SlurmError:
     return SlurmError("Invalid job id specified", ESLURM_INVALID_JOB_ID, 404)

@@ -17,10 +17,11 @@ from corral import jsonio
 from corral.auth import KIND_LOGIN, KIND_NODE, AuthError, bearer
 from corral.controller import answers, privacy
 from corral.controller import auth as door
-from corral.controller.auth import admit_agent, request_uid_gid
+from corral.controller.api_common import json_response, peer_identity, query_epoch
+from corral.controller.auth import admit_agent
 from corral.controller.health import on_registered as health_on_registered
 from corral.controller.metrics import add_routes as add_metric_routes
-from corral.controller.state import Controller, Identity, SlurmError, _invalid_job
+from corral.controller.state import Controller, SlurmError, _invalid_job
 from corral.controller.steps import StepManager
 from corral.controller.usage import UsageBook
 from corral.model import hostlists
@@ -47,47 +48,8 @@ AGENT_RECEIVE_LIMIT = 64 * MB - 64 * 1024
 # Refusals logged per agent link before the log is thinned out (a flooding node).
 LOGGED_REFUSALS = 20
 
-def query_epoch(text: str) -> float:
-    """A time in a query (seconds since the epoch); ValueError for inf, nan or junk."""
-    t = float(text)
-    if not math.isfinite(t):
-        raise ValueError(text)
-    return t
-
-
-def json_response(obj: Any, status: int = 200) -> web.Response:
-    return _json_bytes(jsonio.dumps_bytes(obj), status)
-
-
 def _json_bytes(body: bytes, status: int = 200) -> web.Response:
     return web.Response(body=body, status=status, content_type="application/json", charset="utf-8")
-
-
-# What root on a joined machine may ask through its agent: reading, nothing else.
-REMOTE_ROOT_READS = frozenset({"/v1/ping", "/v1/whoami", "/v1/jobs", "/v1/nodes",
-                               "/v1/partitions", "/v1/config", "/v1/accounting", "/v1/diag",
-                               "/v1/sdiag", "/v1/usage"})
-
-
-def peer_identity(request: web.Request, ctl: Controller) -> Identity:
-    """The caller: SO_PEERCRED on the Unix socket, or the uid an agent signed for over TCP.
-
-    A joined machine's key vouches for that machine's users, not for the cluster: root
-    there (who holds the key) could sign for any uid, so no signed request gets operator
-    rights, and one signed for uid 0 may only read — a job as root would run as root on
-    every node, and a compromised node would act for all of them (docs/SECURITY.md).
-    """
-    uid, gid = request_uid_gid(request)
-    if ctl.own_uid != 0 and uid != ctl.own_uid:
-        # a controller run by an ordinary user runs every job as that user: refuse others
-        raise SlurmError("Access/permission denied: this cluster is private to its owner", 0, 403)
-    who = ctl.identity(uid, gid)
-    if door.unix_peer(request) is None:
-        if uid == 0 and not (request.method == "GET" and request.path in REMOTE_ROOT_READS):
-            raise SlurmError("Access/permission denied: root on a joined machine is not root of "
-                             "the cluster (run this on the controller's machine)", 2002, 403)
-        who = Identity(who.uid, who.gid, who.user, False, remote=True)
-    return who
 
 
 def job_view(job: Job, fields: list[str] | None) -> dict[str, Any]:
