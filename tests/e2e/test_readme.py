@@ -64,7 +64,7 @@ def test_readme_first_hour_runs_as_written(home: Cluster) -> None:
 
 def test_corral_up_names_settings_it_does_not_act_on(tmp_path: Path) -> None:
     c = Cluster(tmp_path / "home", config=(ROOT / "examples" / "lab.conf").read_text()
-                + "PrologSlurmctld=/etc/slurm/prolog_ctld.sh\n")
+                + "PreemptMode=GANG\n")
     try:
         c.home.mkdir()
         c.workdir.mkdir()
@@ -72,6 +72,6 @@ def test_corral_up_names_settings_it_does_not_act_on(tmp_path: Path) -> None:
         up = c.run("corral", "up", "--config", str(c.home / "input.conf"), timeout=60)
         assert up.returncode == 0, up.stdout + up.stderr
         assert "  GPUs:   16" in up.stdout
-        assert "accepted but not acted on: PrologSlurmctld" in up.stdout
+        assert "accepted but not acted on: PreemptMode=GANG" in up.stdout
     finally:
         c.stop()

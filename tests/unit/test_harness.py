@@ -422,10 +422,11 @@ def test_config_names_settings_not_acted_on() -> None:
     assert parse_config(CONF).inert_settings() == []
     cfg = parse_config(CONF.replace("Default=YES", "Default=YES AllowGroups=wheel")
                        + "Prolog=/etc/prolog\nHealthCheckProgram=/bin/true\n"
-                       + "PrologSlurmctld=/etc/ctld_prolog\n")
+                       + "PrologSlurmctld=/etc/ctld_prolog\nPreemptMode=GANG\n")
     # AllowGroups is enforced now (test_partition_access)
-    # Prolog and health checks are acted on (controller.prolog, controller.health)
-    assert cfg.inert_settings() == ["PrologSlurmctld"]
+    # Prolog, PrologSlurmctld and health checks are acted on (controller.prolog,
+    # controller.ctld_scripts, controller.health); gang scheduling's time-slicing is not
+    assert cfg.inert_settings() == ["PreemptMode=GANG"]
 
 
 # ---- idempotent submission ----------------------------------------------------------------

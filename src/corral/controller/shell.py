@@ -106,6 +106,9 @@ class Shell:
         self.cadence = Cadence(CadenceParams.from_config(core.config))
         self.pass_driver: PassDriver = pass_driver or LoopPasses()
         self.last_decision: Decision | None = None
+        # a batch launch may wait for something first (PrologSlurmctld): the gate returns
+        # True when it will call the launch itself
+        self.launch_gate: Callable[[Job, Callable[[], None]], bool] | None = None
         core.out.sink = self.execute
 
     # ---- effects ------------------------------------------------------------------
@@ -126,7 +129,9 @@ class Shell:
                 writer.after_commit(send, {"type": "control", "job_id": effect.job_id,
                                            "control": effect.control})
         elif isinstance(effect, Launch):
-            self._launch(effect.job)
+            job = effect.job
+            if self.launch_gate is None or not self.launch_gate(job, lambda: self._launch(job)):
+                self._launch(job)
         elif isinstance(effect, ScheduleSoon):
             self.request_schedule(effect.delay)
         elif isinstance(effect, PersistPayload):

@@ -26,6 +26,7 @@ from corral.controller.core import Core, Effect
 from corral.controller.core.lifecycle import StepTable
 from corral.controller.core.passes import node_view
 from corral.controller.core.settings import CoreSettings, sched_params
+from corral.controller.ctld_scripts import CtldScripts
 from corral.controller.errors import (
     ESLURM_ACCESS_DENIED,
     ESLURM_ALREADY_DONE,
@@ -102,6 +103,9 @@ class Controller:
         self.health = HealthChecks(config)  # controller.health: when, and the verdicts
         self.health_verdicts = HealthVerdicts(self)
         self.prolog = PrologEpilog(self, config)  # controller.prolog: job start/end to nodes
+        self.ctld_scripts = CtldScripts(self)  # PrologSlurmctld, EpilogSlurmctld
+        if self.ctld_scripts.prolog:
+            self.shell.launch_gate = self.ctld_scripts.gate_launch
         self.history = NodeHistory(self.core.cluster, self.shell.writer.node_history,
                                    self.core.settings.cluster_name, store)
         self.usecases = UseCases(self.core, self.shell, self.auth, self.accounts, self.health,

@@ -52,7 +52,7 @@ GLOBAL_DEFAULTS: dict[str, str] = {
     "MpiDefault": "none",
 }
 # Keys accepted (and shown by `scontrol show config`) that Corral does not act on yet.
-NOT_ACTED_ON = ("PrologSlurmctld", "EpilogSlurmctld")
+NOT_ACTED_ON: tuple[str, ...] = ()
 # Keys Corral reads that have no default shown by `scontrol show config` when unset.
 OPTIONAL_KEYS = {"SchedulerParameters", "ScronParameters",
                  # agent.usage: how often each step's use is sampled (default 30 s)
