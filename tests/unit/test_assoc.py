@@ -12,7 +12,7 @@ from corral.model.assoc import (
     Account,
     AssocDB,
     Association,
-    Cluster,
+    ClusterRecord,
     Coordinator,
     Limits,
     Qos,
@@ -47,7 +47,7 @@ def test_tres_merge_minus_one_clears() -> None:
 
 def tree() -> AssocDB:
     db = AssocDB()
-    db.clusters["c"] = Cluster("c")
+    db.clusters["c"] = ClusterRecord("c")
     for name in ("physics", "theory", "chem"):
         db.accounts[name] = Account(name, name, name)
     db.assocs[1] = Association(1, "c", ROOT)
@@ -155,12 +155,12 @@ def test_version_1_state_db_is_migrated(tmp_path: Path) -> None:
 
 
 def test_store_node_events(store) -> None:  # type: ignore[no-untyped-def]
-    from corral.store.base import NodeEvent
+    from corral.store.base import NodeHistoryEntry
 
-    store.add_event(NodeEvent("c", "node-1", 100.0, "DRAIN", "fan", 0))
-    store.add_event(NodeEvent("c", "node-2", 150.0, "DOWN", "power", 0, end=160.0))
+    store.add_event(NodeHistoryEntry("c", "node-1", 100.0, "DRAIN", "fan", 0))
+    store.add_event(NodeHistoryEntry("c", "node-2", 150.0, "DOWN", "power", 0, end=160.0))
     store.end_events("c", "node-1", 300.0)
-    store.add_event(NodeEvent("c", "node-1", 400.0, "DOWN*", "not responding", None))
+    store.add_event(NodeHistoryEntry("c", "node-1", 400.0, "DOWN*", "not responding", None))
     got = [(e.node, e.start, e.end, e.state) for e in store.query_events(cluster="c")]
     assert got == [("node-1", 100.0, 300.0, "DRAIN"), ("node-2", 150.0, 160.0, "DOWN"),
                    ("node-1", 400.0, None, "DOWN*")]

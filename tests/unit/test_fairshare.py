@@ -6,7 +6,7 @@ import calendar
 
 import pytest
 
-from corral.model.assoc import ROOT, AssocDB, Association, Cluster
+from corral.model.assoc import ROOT, AssocDB, Association, ClusterRecord
 from corral.sched.fairshare import (
     FairshareParams,
     RunningJob,
@@ -29,7 +29,7 @@ def classic_tree() -> AssocDB:
     """classic_fair_share.html, figure 3: A(40){B(30){u1}, C(10){u2, u3}},
     D(60){E(25){u4}, F(35){u5}}."""
     db = AssocDB()
-    db.clusters["c"] = Cluster("c")
+    db.clusters["c"] = ClusterRecord("c")
     rows = [(1, ROOT, None, None, 1), (2, "A", None, ROOT, 40), (3, "B", None, "A", 30),
             (4, "C", None, "A", 10), (5, "D", None, ROOT, 60), (6, "E", None, "D", 25),
             (7, "F", None, "D", 35), (11, "B", "u1", None, 1), (12, "C", "u2", None, 1),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from corral.model.assoc import ROOT, Account, AssocDB, Association, Cluster, Limits, Qos, User
+from corral.model.assoc import ROOT, Account, AssocDB, Association, ClusterRecord, Limits, Qos, User
 from corral.sched.limits_check import (
     ESLURM_ACCOUNTING_POLICY,
     ESLURM_INVALID_ACCOUNT,
@@ -23,7 +23,7 @@ def lab() -> AssocDB:
     """root → lab (GrpTRES gres/gpu=4, MaxWall 1440) → students (MaxJobs 2 per user);
     users ann and ben in students, pi in lab."""
     db = AssocDB()
-    db.clusters["c"] = Cluster("c")
+    db.clusters["c"] = ClusterRecord("c")
     db.accounts["lab"] = Account("lab")
     db.accounts["students"] = Account("students")
     db.assocs[1] = Association(1, "c", ROOT)
@@ -194,7 +194,7 @@ def test_a_pass_over_10000_jobs_of_500_users_in_50_accounts() -> None:
     from corral.sched.limits_check import build_ledger
 
     db = AssocDB()
-    db.clusters["c"] = Cluster("c")
+    db.clusters["c"] = ClusterRecord("c")
     db.assocs[1] = Association(1, "c", ROOT)
     db.qos["normal"] = Qos("normal", 1, limits=Limits(max_jobs_per_user=30))
     aid = 2

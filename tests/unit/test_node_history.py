@@ -10,7 +10,7 @@ from pathlib import Path
 
 from corral.controller.state import Controller
 from corral.model.config import parse_config
-from corral.store.base import NodeEvent, WriteBatch
+from corral.store.base import NodeHistoryEntry, WriteBatch
 from corral.store.memory import MemoryStore
 from corral.store.sqlite import SCHEMA_VERSION, SqliteStore
 
@@ -29,7 +29,7 @@ class Clock:
         return self.now
 
 
-def _drain_then_resume(store: object) -> list[NodeEvent]:
+def _drain_then_resume(store: object) -> list[NodeHistoryEntry]:
     clock = Clock()
 
     async def go() -> None:
@@ -64,7 +64,7 @@ def test_the_sqlite_store_keeps_who_and_what_since_schema_4(tmp_path: Path) -> N
         assert [(e.start, e.end, e.state, e.reason_user) for e in events] == [
             (1000.0, 1060.0, "DRAIN", "root"), (1060.0, 1100.0, "DOWN", "root")]
         # an open event is read back by a restarted controller, which closes it later
-        store.write(WriteBatch(node_events=[NodeEvent("lab", "node-2", 2000.0, "DRAIN",
+        store.write(WriteBatch(node_events=[NodeHistoryEntry("lab", "node-2", 2000.0, "DRAIN",
                                                        "disk", 0, None, "root", "health")]))
         ctl = Controller(parse_config(CONF), store)
         assert ctl.history.open == {"node-2": 2000.0}

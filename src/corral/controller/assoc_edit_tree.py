@@ -18,7 +18,7 @@ from corral.controller.assoc_grammar import (
 )
 from corral.controller.assoc_settings import apply_limits, assoc_settings, set_assoc
 from corral.controller.errors import SlurmError
-from corral.model.assoc import ROOT, Account, AssocDB, Association, Cluster, Limits, Qos, User
+from corral.model.assoc import ROOT, Account, AssocDB, Association, ClusterRecord, Limits, Qos, User
 
 Options = dict[str, str]
 
@@ -26,7 +26,7 @@ Options = dict[str, str]
 def add_cluster_records(db: AssocDB, name: str) -> None:
     """A cluster with its root account association and root's user association (what
     slurmdbd creates with a cluster)."""
-    db.clusters[name] = Cluster(name)
+    db.clusters[name] = ClusterRecord(name)
     rid = db.next_assoc_id()
     db.assocs[rid] = Association(rid, name, ROOT,
                                  qos=("normal",) if "normal" in db.qos else ())

@@ -15,7 +15,7 @@ from corral.model.assoc import (
     Account,
     AssocDB,
     Association,
-    Cluster,
+    ClusterRecord,
     Coordinator,
     Qos,
     User,
@@ -96,7 +96,7 @@ def load_text(new: AssocDB, text: str, auth: Authority) -> ChangeSet:
         if kind == "cluster":
             cluster = name
             if cluster not in new.clusters:
-                new.clusters[cluster] = Cluster(cluster)
+                new.clusters[cluster] = ClusterRecord(cluster)
             for aid in [a.id for a in new.assocs.values() if a.cluster == cluster]:
                 del new.assocs[aid]
             rid = new.next_assoc_id()

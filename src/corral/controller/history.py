@@ -14,8 +14,7 @@ from typing import Any
 
 from corral.controller.cluster import NOT_RESPONDING_REASON, Cluster, NodeEvent, NodeEventKind
 from corral.model.node import Node
-from corral.store.base import NodeEvent as StoredEvent
-from corral.store.base import NodeEventEnd
+from corral.store.base import NodeHistoryEnd, NodeHistoryEntry
 
 log = logging.getLogger("corral.controller")
 
@@ -48,7 +47,7 @@ def in_service(n: Node) -> bool:
 
 
 class NodeHistory:
-    def __init__(self, cluster: Cluster, write: Callable[[StoredEvent | NodeEventEnd], None],
+    def __init__(self, cluster: Cluster, write: Callable[[NodeHistoryEntry | NodeHistoryEnd], None],
                  cluster_name: str, store: Any) -> None:
         self.cluster_name = cluster_name
         self._write = write
@@ -76,9 +75,9 @@ class NodeHistory:
     def _open(self, n: Node, now: float, source: str) -> None:
         reason = n.reason or ("Not responding" if not n.responding else "")
         self.open[n.name] = now
-        self._write(StoredEvent(self.cluster_name, n.name, now, compact_state(n), reason,
+        self._write(NodeHistoryEntry(self.cluster_name, n.name, now, compact_state(n), reason,
                                 n.reason_uid, None, n.reason_user, source))
 
     def _close(self, node: str, now: float) -> None:
         if self.open.pop(node, None) is not None:
-            self._write(NodeEventEnd(self.cluster_name, node, now))
+            self._write(NodeHistoryEnd(self.cluster_name, node, now))

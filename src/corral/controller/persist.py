@@ -30,8 +30,8 @@ from corral.store.base import (
     AuthRecord,
     CrontabRecord,
     JobPayload,
-    NodeEvent,
-    NodeEventEnd,
+    NodeHistoryEnd,
+    NodeHistoryEntry,
     NodeRecord,
     PreparedBatch,
     StaleEpoch,
@@ -81,7 +81,7 @@ class GroupCommitWriter:
         self.usage_state: dict[str, Any] | None = None
         self.usage_records: list[UsageRecord] = []
         self.auth_records: list[AuthRecord] = []
-        self.node_events: list[NodeEvent | NodeEventEnd] = []  # node history, in order
+        self.node_events: list[NodeHistoryEntry | NodeHistoryEnd] = []  # node history, in order
         self.failures = 0  # commits failed in a row
         self._flush_waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -120,7 +120,7 @@ class GroupCommitWriter:
         self.auth_records.extend(records)
         self.kick()
 
-    def node_history(self, event: NodeEvent | NodeEventEnd) -> None:
+    def node_history(self, event: NodeHistoryEntry | NodeHistoryEnd) -> None:
         self.node_events.append(event)
         self.kick()
 

@@ -82,7 +82,7 @@ class Limits:
 
 
 @dataclass(slots=True)
-class Cluster:
+class ClusterRecord:
     name: str
     control_host: str = ""
     control_port: int = 0
@@ -94,7 +94,7 @@ class Cluster:
                 "control_port": self.control_port, "rpc": self.rpc, "flags": self.flags}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Cluster:
+    def from_dict(cls, d: dict[str, Any]) -> ClusterRecord:
         return cls(d["name"], d.get("control_host", ""), int(d.get("control_port", 0)),
                    int(d.get("rpc", 0)), d.get("flags", ""))
 
@@ -223,7 +223,7 @@ class AssocError(ValueError):
 class AssocDB:
     """Every accounting entity, in memory (the controller holds one; stores persist it)."""
 
-    clusters: dict[str, Cluster] = field(default_factory=dict)
+    clusters: dict[str, ClusterRecord] = field(default_factory=dict)
     accounts: dict[str, Account] = field(default_factory=dict)
     users: dict[str, User] = field(default_factory=dict)
     qos: dict[str, Qos] = field(default_factory=dict)
@@ -246,7 +246,7 @@ class AssocDB:
     def from_records(cls, recs: dict[str, list[dict[str, Any]]]) -> AssocDB:
         db = cls()
         for d in recs.get("clusters", ()):
-            db.clusters[d["name"]] = Cluster.from_dict(d)
+            db.clusters[d["name"]] = ClusterRecord.from_dict(d)
         for d in recs.get("accounts", ()):
             db.accounts[d["name"]] = Account.from_dict(d)
         for d in recs.get("users", ()):

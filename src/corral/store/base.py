@@ -43,7 +43,7 @@ class UsageRecord:
 
 
 @dataclass(slots=True)
-class NodeEvent:
+class NodeHistoryEntry:
     """A node down/drain period (sacctmgr list event): open while `end` is None."""
 
     cluster: str
@@ -58,7 +58,7 @@ class NodeEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeEventEnd:
+class NodeHistoryEnd:
     """Close the node's open event (the node is back in service)."""
 
     cluster: str
@@ -154,7 +154,7 @@ class WriteBatch:
     crontabs: list[CrontabRecord] = field(default_factory=list)  # scrontab's, by user
     auth: list[AuthRecord] = field(default_factory=list)
     # node history, in order: an event opened, or a node's open event closed
-    node_events: list[NodeEvent | NodeEventEnd] = field(default_factory=list)
+    node_events: list[NodeHistoryEntry | NodeHistoryEnd] = field(default_factory=list)
     # the writer's epoch (Store.take_epoch); a commit with another is refused. None: a
     # tool's or test's direct write, unfenced
     epoch: int | None = None
@@ -256,7 +256,7 @@ class Store(Protocol):
 
     def query_events(self, *, cluster: str | None = None, start: float | None = None,
                      end: float | None = None, nodes: list[str] | None = None
-                     ) -> list[NodeEvent]:
+                     ) -> list[NodeHistoryEntry]:
         """Events overlapping [start, end) (open ones overlap everything after their start),
         by start time."""
 

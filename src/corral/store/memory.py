@@ -13,8 +13,8 @@ from corral.store.base import (
     ACCOUNTING_KINDS,
     AuthState,
     JobPayload,
-    NodeEvent,
-    NodeEventEnd,
+    NodeHistoryEnd,
+    NodeHistoryEntry,
     NodeRecord,
     PreparedBatch,
     StaleEpoch,
@@ -42,7 +42,7 @@ class MemoryStore:
         self.epoch = 0
         self.usage_state: dict[str, Any] | None = None
         self.usage: dict[tuple[str, float, int], UsageRecord] = {}
-        self.events: dict[tuple[str, str, float], NodeEvent] = {}
+        self.events: dict[tuple[str, str, float], NodeHistoryEntry] = {}
         self.crontabs: dict[int, dict[str, Any]] = {}
 
     def take_epoch(self) -> int:
@@ -86,7 +86,7 @@ class MemoryStore:
         for r in b.auth:
             self.auth[(r.kind, r.id)] = json.loads(json.dumps(r.record))
         for ev in b.node_events:
-            if isinstance(ev, NodeEventEnd):
+            if isinstance(ev, NodeHistoryEnd):
                 self.end_events(ev.cluster, ev.node, ev.end)
             else:
                 self.add_event(ev)
@@ -181,8 +181,8 @@ class MemoryStore:
                                    r.billing_secs))
         return out
 
-    def add_event(self, event: NodeEvent) -> None:
-        self.events[(event.cluster, event.node, event.start)] = NodeEvent(
+    def add_event(self, event: NodeHistoryEntry) -> None:
+        self.events[(event.cluster, event.node, event.start)] = NodeHistoryEntry(
             event.cluster, event.node, event.start, event.state, event.reason,
             event.reason_uid, event.end, event.reason_user, event.source)
 
@@ -193,7 +193,7 @@ class MemoryStore:
 
     def query_events(self, *, cluster: str | None = None, start: float | None = None,
                      end: float | None = None, nodes: list[str] | None = None
-                     ) -> list[NodeEvent]:
+                     ) -> list[NodeHistoryEntry]:
         out = []
         for ev in sorted(self.events.values(), key=lambda e: (e.start, e.node)):
             if cluster is not None and ev.cluster != cluster:
@@ -204,7 +204,7 @@ class MemoryStore:
                 continue
             if nodes is not None and ev.node not in nodes:
                 continue
-            out.append(NodeEvent(ev.cluster, ev.node, ev.start, ev.state, ev.reason,
+            out.append(NodeHistoryEntry(ev.cluster, ev.node, ev.start, ev.state, ev.reason,
                                  ev.reason_uid, ev.end, ev.reason_user, ev.source))
         return out
 

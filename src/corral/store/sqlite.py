@@ -18,8 +18,8 @@ from corral.store.base import (
     ACCOUNTING_KINDS,
     AuthState,
     JobPayload,
-    NodeEvent,
-    NodeEventEnd,
+    NodeHistoryEnd,
+    NodeHistoryEntry,
     NodeRecord,
     PreparedBatch,
     StaleEpoch,
@@ -269,17 +269,17 @@ class SqliteStore:
         return [UsageRecord(r[0], int(r[1]), float(r[2]), json.loads(r[3]), float(r[4]))
                 for r in rows]
 
-    def add_event(self, event: NodeEvent) -> None:
+    def add_event(self, event: NodeHistoryEntry) -> None:
         with self._lock:
             self._write_events([event])
 
     def end_events(self, cluster: str, node: str, end: float) -> None:
         with self._lock:
-            self._write_events([NodeEventEnd(cluster, node, end)])
+            self._write_events([NodeHistoryEnd(cluster, node, end)])
 
-    def _write_events(self, events: list[NodeEvent | NodeEventEnd]) -> None:
+    def _write_events(self, events: list[NodeHistoryEntry | NodeHistoryEnd]) -> None:
         for ev in events:
-            if isinstance(ev, NodeEventEnd):
+            if isinstance(ev, NodeHistoryEnd):
                 self._db.execute("UPDATE node_events SET end_time=? WHERE cluster=? AND node=? "
                                  "AND end_time IS NULL", (ev.end, ev.cluster, ev.node))
             else:
@@ -291,14 +291,14 @@ class SqliteStore:
 
     def query_events(self, *, cluster: str | None = None, start: float | None = None,
                      end: float | None = None, nodes: list[str] | None = None
-                     ) -> list[NodeEvent]:
+                     ) -> list[NodeHistoryEntry]:
         where, args = _where(("cluster=?", cluster), ("(end_time IS NULL OR end_time>=?)", start),
                              ("start<?", end), ("node IN ({})", nodes))
         sql = ("SELECT cluster, node, start, state, reason, reason_uid, end_time, reason_user, "
                "source FROM node_events" + where + " ORDER BY start, node")
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()
-        return [NodeEvent(r[0], r[1], float(r[2]), r[3], r[4], r[5],
+        return [NodeHistoryEntry(r[0], r[1], float(r[2]), r[3], r[4], r[5],
                           None if r[6] is None else float(r[6]), r[7], r[8] or "")
                 for r in rows]
 
