@@ -117,3 +117,24 @@ def test_saving_where_the_user_cannot_write_is_refused(
     # the node stays usable
     r = _as(c, user, "srun", "-N1", "true")
     assert r.returncode == 0, r.stderr
+
+
+def test_a_batch_script_in_a_container_is_saved_at_its_end(
+        user_cluster: tuple[Cluster, pwd.struct_passwd], images: Path) -> None:  # noqa: F811
+    c, user = user_cluster
+    saved = Path(user.pw_dir) / "batch-saved.sqsh"
+    saved.unlink(missing_ok=True)
+    script = ("#!/bin/sh\n"
+              f"#SBATCH --container-image={images / 'test.sqsh'}\n"
+              f"#SBATCH --container-save={saved}\n"
+              "#SBATCH -o /dev/null\n"
+              "echo from-batch > /tmp/batch-note\n")
+    path = Path(user.pw_dir) / "save.sbatch"
+    path.write_text(script)
+    os.chown(path, user.pw_uid, user.pw_gid)
+    r = _as(c, user, "sbatch", "--parsable", str(path))
+    assert r.returncode == 0, r.stderr
+    c.wait_state(int(r.stdout.strip().split(";")[0]), "COMPLETED", timeout=60)
+    assert _wait_for_file(saved).st_uid == user.pw_uid
+    r = _as(c, user, "srun", "-N1", f"--container-image={saved}", "cat", "/tmp/batch-note")
+    assert r.returncode == 0 and r.stdout == "from-batch\n", r.stderr

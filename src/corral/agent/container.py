@@ -47,6 +47,7 @@ import os
 import shutil
 import stat
 import subprocess
+import threading
 from collections.abc import Iterator
 
 from corral.agent import images
@@ -278,8 +279,13 @@ def release_job_if_idle(base: str, job_id: int) -> bool:
 
 
 def release_job(base: str, job_id: int) -> None:
-    """The job has ended: its containers and image mounts go."""
+    """The job has ended: its containers and image mounts go (once a --container-save of
+    this process has finished with them, if one is under way)."""
     jdir = job_dir(base, job_id)
+    with _saving_lock:
+        if _saving.get(jdir):
+            _released_while_saving.add(jdir)
+            return
     if os.path.isdir(jdir):
         _release(jdir)
 
@@ -355,24 +361,46 @@ def _note_save(jdir: str, spec: ContainerSpec, request: ExecRequest, rootfs: str
     os.replace(tmp, path)
 
 
+# job directories with a save under way in this process (the agent saves in a worker thread
+# while its loop may hear of the job's end): their release waits for the save
+_saving_lock = threading.Lock()
+_saving: dict[str, int] = {}
+_released_while_saving: set[str] = set()
+
+
 def save_pending(jdir: str, step: str) -> bool:
     """Save the step's container if --container-save asked (see `_note_save`); whether it
     was written.  A failure is logged: the step has ended, there is no one to tell."""
     path = os.path.join(jdir, f"save-{step}.json")
-    try:
-        with open(path) as f:
-            record = json.load(f)
-        os.unlink(path)
-    except (OSError, ValueError):
+    if not os.path.exists(path):
         return False
-    target = os.path.join(str(record.get("directory")), str(record.get("name")))
+    with _saving_lock:
+        _saving[jdir] = _saving.get(jdir, 0) + 1
     try:
-        _save(jdir, record)
-    except (OSError, KeyError, TypeError, ValueError, subprocess.SubprocessError) as e:
-        log.warning("--container-save %s: not saved: %s", target, e)
-        return False
-    log.info("--container-save: saved the container of step %s to %s", step, target)
-    return True
+        try:
+            with open(path) as f:
+                record = json.load(f)
+            os.unlink(path)
+        except (OSError, ValueError):
+            return False
+        target = os.path.join(str(record.get("directory")), str(record.get("name")))
+        try:
+            _save(jdir, record)
+        except (OSError, KeyError, TypeError, ValueError, subprocess.SubprocessError) as e:
+            log.warning("--container-save %s: not saved: %s", target, e)
+            return False
+        log.info("--container-save: saved the container of step %s to %s", step, target)
+        return True
+    finally:
+        with _saving_lock:
+            left = _saving.pop(jdir) - 1
+            if left:
+                _saving[jdir] = left
+            release = not left and jdir in _released_while_saving
+            if release:
+                _released_while_saving.discard(jdir)
+        if release and os.path.isdir(jdir):
+            _release(jdir)
 
 
 def _save(jdir: str, record: dict[str, object]) -> None:
