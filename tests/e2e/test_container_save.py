@@ -138,3 +138,4 @@ def test_a_batch_script_in_a_container_is_saved_at_its_end(
     assert _wait_for_file(saved).st_uid == user.pw_uid
     r = _as(c, user, "srun", "-N1", f"--container-image={saved}", "cat", "/tmp/batch-note")
     assert r.returncode == 0 and r.stdout == "from-batch\n", r.stderr
+    c.wait_for(lambda: not _mounts_of(c), 30, "the containers' mounts to go")

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import hashlib
 import json
@@ -164,6 +165,7 @@ def _mount_image(jdir: str, spec: ContainerSpec, request: ExecRequest,
     target = os.path.join(jdir, "images", key)
     try:
         if not os.path.ismount(target):
+            _unmount(target)  # a mount whose squashfuse is gone: mounted afresh
             _mkdir(target, 0o755)
             squashfuse = _tool("squashfuse")
             # root's FUSE mount, readable by the job's user; nothing in it may elevate
@@ -242,9 +244,18 @@ def _mount_overlay(options: str, target: str) -> str | None:
 
 
 def _unmount(path: str) -> None:
-    """Detach a mount (umount2 MNT_DETACH: it goes once its last user has)."""
-    if os.path.ismount(path):
+    """Detach a mount (umount2 MNT_DETACH: it goes once its last user has), a FUSE mount
+    whose daemon is gone too (a batch step's squashfuse ends with the step's processes)."""
+    if os.path.ismount(path) or _dead_mount(path):
         _libc().umount2(path.encode(), _MNT_DETACH)
+
+
+def _dead_mount(path: str) -> bool:
+    try:
+        os.stat(path)
+    except OSError as e:
+        return e.errno == errno.ENOTCONN
+    return False
 
 
 def remove_container(cdir: str) -> None:
