@@ -1,7 +1,8 @@
 """End-to-end: an `srun --mpi=pmi2` step whose two nodes are served by two agent processes, as
 on a real cluster (one agent per machine): each agent serves PMI to its own ranks and the
-controller gathers their fences (model/pmi.py).  Driven by a PMI-1 client and, where Debian's
-MPICH can be installed, by an MPI allreduce through PMI-2."""
+controller gathers their fences (model/pmi.py).  Driven by PMI-1 and PMI-2 clients and, where
+Debian's MPICH can be installed, by an MPI allreduce (Debian's MPICH 4.0 speaks PMI-1 on
+PMI_FD)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,55 @@ def test_pmi1_exchange_across_two_agents(two: Cluster) -> None:
         # each rank sees every rank's put, those of the other agent's ranks included
         assert (rank, size, seen) == (str(i), "4", "v0,v10,v20,v30")
         assert kvs.endswith(".0") and mapping == "(vector,(0,2,2))"
+
+
+# a PMI-2 client (the length-prefixed wire protocol, as MPICH's PMI-2 client speaks it): each
+# rank puts a business card with a ';' in it, fences, and reads every rank's
+PMI2_CLIENT = r"""
+import os, socket
+s = socket.socket(fileno=int(os.environ["PMI_FD"]))
+f = s.makefile("rwb", buffering=0)
+def enc(**kv):
+    body = "".join(f"{k.replace('_', '-')}={v.replace(';', ';;')};" for k, v in kv.items())
+    return f"{len(body):<6d}{body}".encode()
+def read2():
+    n = int(f.read(6).decode())
+    body, out, i = f.read(n).decode(), {}, 0
+    while i < len(body):
+        eq = body.index("=", i)
+        j, v = eq + 1, []
+        while body[j] != ";" or body[j + 1:j + 2] == ";":
+            v.append(body[j])
+            j += 2 if body[j] == ";" else 1
+        out[body[i:eq]] = "".join(v)
+        i = j + 1
+    return out
+def ask(**kv):
+    f.write(enc(**kv))
+    return read2()
+f.write(b"cmd=init pmi_version=2 pmi_subversion=0\n")
+assert b"rc=0" in f.readline()
+rank = int(os.environ["PMI_RANK"])
+init = ask(cmd="fullinit", pmirank=str(rank))
+size = int(init["size"])
+mapping = ask(cmd="info-getjobattr", key="PMI_process_mapping")["value"]
+assert ask(cmd="kvs-put", key=f"bc-{rank}", value=f"tcp;{rank}")["rc"] == "0"
+assert ask(cmd="kvs-fence")["cmd"] == "kvs-fence-response"
+seen = [ask(cmd="kvs-get", jobid="x", key=f"bc-{r}")["value"] for r in range(size)]
+ask(cmd="finalize")
+print(rank, size, "|".join(seen), mapping)
+"""
+
+
+def test_pmi2_exchange_across_two_agents(two: Cluster) -> None:
+    script = two.workdir / "pmi2_client.py"
+    script.write_text(PMI2_CLIENT)
+    os.chmod(script, 0o644)
+    r = two.run("srun", "--mpi=pmi2", "-N2", "-n3", sys.executable, str(script), timeout=60)
+    assert r.returncode == 0, r.stderr
+    seen = "tcp;0|tcp;1|tcp;2"
+    assert sorted(r.stdout.splitlines()) == \
+        [f"{i} 3 {seen} (vector,(0,1,2),(1,1,1))" for i in range(3)]
 
 
 def test_several_fences_in_one_step(two: Cluster) -> None:
