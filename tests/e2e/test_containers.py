@@ -252,8 +252,8 @@ def test_bad_inputs_get_clear_errors_and_leave_the_node_usable(
          'pyxis: --container-name: flag must be "auto", "create", "exec" or "no_exec"'),
         (["--container-image=x.sqsh", "--container-writable", "--container-readonly"],
          "pyxis: both --container-writable and --container-readonly were specified"),
-        (["--container-image=x.sqsh", "--container-save=/tmp/x.sqsh"],
-         "pyxis: --container-save is not supported by Corral"),
+        (["--container-image=x.sqsh", "--container-save=/tmp/"],
+         "pyxis: --container-save: target is a directory"),
     ]
     for args, problem in cases:
         r = c.run("srun", "-N1", "-w", "node-1", *args, "true", timeout=120)

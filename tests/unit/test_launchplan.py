@@ -84,12 +84,13 @@ def test_options_and_their_pyxis_variables() -> None:
     found = container_from_options(
         {"container-image": "nvcr.io/nvidia/x", "container-mounts": "/a:/a,/b:/c:ro",
          "container-name": "train:exec", "no-container-remap-root": "",
-         "container-readonly": "", "container-unshare": "net,uts"}, {})
+         "container-readonly": "", "container-unshare": "net,uts",
+         "container-save": "out/saved.sqsh"}, {})
     assert found is not None
     spec = ContainerSpec.from_dict(found)  # what the controller checks it as
     assert (spec.mounts, spec.name, spec.name_flag, spec.remap_root, spec.writable,
-            spec.unshare) == (["/a:/a", "/b:/c:ro"], "train", "exec", False, False,
-                              ["net", "uts"])
+            spec.unshare, spec.save) == (["/a:/a", "/b:/c:ro"], "train", "exec", False, False,
+                                         ["net", "uts"], "out/saved.sqsh")
     # the variables fill in what the command line left out; the command line wins
     env = {"PYXIS_CONTAINER_IMAGE": "/img.sqsh", "PYXIS_CONTAINER_MOUNT_HOME": "1",
            "PYXIS_CONTAINER_READONLY": "yes", "PYXIS_CONTAINER_WORKDIR": "/w"}
@@ -111,7 +112,9 @@ def test_options_and_their_pyxis_variables() -> None:
      "both --container-mount-home and --no-container-mount-home were specified"),
     ({"container-image": "x", "container-unshare": "pid"}, "unknown namespace 'pid'"),
     ({"container-image": "x", "container-env": "A,B-C"}, "--container-env: invalid format"),
-    ({"container-image": "x", "container-save": "/x.sqsh"}, "not supported by Corral"),
+    ({"container-image": "x", "container-save": "/tmp/"},
+     "--container-save: target is a directory"),
+    ({"container-image": "x", "container-save": ""}, "--container-save: argument required"),
 ])
 def test_bad_options(values: dict[str, object], problem: str) -> None:
     with pytest.raises(ValueError, match=problem):

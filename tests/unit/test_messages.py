@@ -61,6 +61,7 @@ SAMPLES: list[tuple[m.Channel, m.Message]] = [
     (m.TO_AGENT, m.KillTasks(job_id=4, step_id=1)),
     (m.TO_AGENT, m.ResizeTasks(job_id=4, step_id=1, rows=10, cols=20)),
     (m.TO_AGENT, m.TaskFlow(job_id=4, step_id=1, pause=True)),
+    (m.TO_AGENT, m.PmiKvs(job_id=4, step_id=1, epoch=0, kvs={"bc-0": "a"})),
     (m.TO_AGENT, m.Ack(job_id=4)),
     (m.TO_AGENT, m.Reconnect(reason="silent")),
     (m.TO_AGENT, m.Registered(nodes=["n1"], ack=[1, 2], heartbeat=5.0,
@@ -72,6 +73,8 @@ SAMPLES: list[tuple[m.Channel, m.Message]] = [
     (m.TO_CONTROLLER_FROM_AGENT, m.JobEnded(job_id=2, state="TIMEOUT", signal=15)),
     (m.TO_CONTROLLER_FROM_AGENT, m.TaskOutput(job_id=4, step_id=1, task_id=0, data="eHl6")),
     (m.TO_CONTROLLER_FROM_AGENT, m.TaskExit(job_id=4, step_id=1, task_id=0, exit_code=1)),
+    (m.TO_CONTROLLER_FROM_AGENT, m.PmiFence(job_id=4, step_id=1, epoch=0, ranks=[0],
+                                            puts={"bc-0": "a"})),
     (m.TO_CONTROLLER_FROM_AGENT, m.LaunchFailed(job_id=4, error="disk full")),
     (m.TO_CONTROLLER_FROM_AGENT, m.Heartbeat(load=0.5, free_mem=1000)),
     (m.TO_CONTROLLER_FROM_AGENT, m.Heartbeat(load=0.5, health=[

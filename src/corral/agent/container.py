@@ -19,7 +19,15 @@ turns a request whose plan names a container into one that runs the same program
   /proc and /sys;
 - the user's mounts (`--container-mounts`): each source checked as the job's user before
   the step starts (a path the user cannot read is refused with Pyxis' wording), and bound
-  by bubblewrap running as that user, so the kernel checks it again.
+  by bubblewrap running as that user, so the kernel checks it again;
+- `--container-save=PATH`: checked before the step starts (the user must be able to write
+  PATH's directory), then, once the step has ended on its first node, the container's file
+  system is packed by mksquashfs running as root (the image's files are root's) in a
+  bubblewrap sandbox that holds only that file system, the system's programs and an output
+  directory of root's, so a link the user swaps in while it reads leads nowhere private; the
+  image is then copied to PATH by a process running as the job's user (created under a
+  temporary name, then renamed over PATH): the kernel decides, as for anything the user
+  writes.
 
 Why bubblewrap and not crun: crun 1.8 (Debian 12) refuses to start on a node whose cgroups
 are mixed v1/v2 even with its cgroup manager disabled, and a job's processes must stay in
@@ -31,13 +39,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import stat
 import subprocess
+import threading
 from collections.abc import Iterator
 
 from corral.agent import images
@@ -45,7 +56,14 @@ from corral.agent.launch import ExecRequest, LaunchFailure, as_user
 from corral.model.launchplan import ContainerSpec
 from corral.model.pyxis import parse_mount
 
+log = logging.getLogger("corral.agent.container")
+
 SQUASHFS_MAGIC = b"hsqs"
+SAVE_TIMEOUT = 3600.0  # seconds to pack and write a saved container
+# run as the job's user, with the packed image on stdin: $1 directory, $2 name, $3 mode
+_SAVE_SCRIPT = ('t=$(mktemp "$1/.$2.XXXXXX") || exit 1; '
+                'if cat >"$t" && chmod "$3" "$t" && mv -fT "$t" "$1/$2"; then exit 0; fi; '
+                'rm -f "$t"; exit 1')
 BATCH_SCRIPT = "/run/corral-batch-script"  # where a batch script is seen inside
 MOUNT_TIMEOUT = 30.0  # seconds for squashfuse to mount an image
 ENV_FILE_MAX = 1 << 20
@@ -147,6 +165,7 @@ def _mount_image(jdir: str, spec: ContainerSpec, request: ExecRequest,
     target = os.path.join(jdir, "images", key)
     try:
         if not os.path.ismount(target):
+            _unmount(target)  # a mount whose squashfuse is gone: mounted afresh
             _mkdir(target, 0o755)
             squashfuse = _tool("squashfuse")
             # root's FUSE mount, readable by the job's user; nothing in it may elevate
@@ -225,9 +244,18 @@ def _mount_overlay(options: str, target: str) -> str | None:
 
 
 def _unmount(path: str) -> None:
-    """Detach a mount (umount2 MNT_DETACH: it goes once its last user has)."""
-    if os.path.ismount(path):
+    """Detach a mount (umount2 MNT_DETACH: it goes once its last user has), a FUSE mount
+    whose daemon is gone too (a batch step's squashfuse ends with the step's processes)."""
+    if os.path.ismount(path) or _dead_mount(path):
         _libc().umount2(path.encode(), _MNT_DETACH)
+
+
+def _dead_mount(path: str) -> bool:
+    try:
+        os.stat(path)
+    except OSError as e:
+        return e.errno == errno.ENOTCONN
+    return False
 
 
 def remove_container(cdir: str) -> None:
@@ -238,8 +266,10 @@ def remove_container(cdir: str) -> None:
 
 
 def release_step(base: str, job_id: int, step: str) -> None:
-    """The step has ended on this node: its unnamed container goes (Pyxis removes unnamed
-    containers at the task's end; a job's named ones stay for its later steps)."""
+    """The step has ended on this node: its container is saved if --container-save asked,
+    then its unnamed container goes (Pyxis removes unnamed containers at the task's end; a
+    job's named ones stay for its later steps)."""
+    save_pending(job_dir(base, job_id), step)
     cdir = os.path.join(job_dir(base, job_id), "c", f"s-{step}")
     if os.path.isdir(cdir):
         remove_container(cdir)
@@ -260,8 +290,13 @@ def release_job_if_idle(base: str, job_id: int) -> bool:
 
 
 def release_job(base: str, job_id: int) -> None:
-    """The job has ended: its containers and image mounts go."""
+    """The job has ended: its containers and image mounts go (once a --container-save of
+    this process has finished with them, if one is under way)."""
     jdir = job_dir(base, job_id)
+    with _saving_lock:
+        if _saving.get(jdir):
+            _released_while_saving.add(jdir)
+            return
     if os.path.isdir(jdir):
         _release(jdir)
 
@@ -292,6 +327,145 @@ def _release(jdir: str) -> None:
                for name in os.listdir(os.path.join(jdir, sub))):
             return  # something would not unmount: left for the next attempt
     shutil.rmtree(jdir, ignore_errors=True)
+
+
+# ---- --container-save ---------------------------------------------------------------------
+
+def _save_target(spec: ContainerSpec, request: ExecRequest) -> tuple[str, str]:
+    """The directory and name --container-save writes, after checking as the job's user
+    that it may write there (Pyxis runs `enroot export` as the user)."""
+    assert spec.save is not None
+    full = os.path.normpath(os.path.join(request.cwd, spec.save))
+    directory, name = os.path.split(full)
+    try:
+        with as_user(request.ident):
+            if not os.path.isdir(directory):
+                raise FileNotFoundError(2, "No such file or directory")
+            if not os.access(directory, os.W_OK | os.X_OK, effective_ids=True):
+                raise PermissionError(13, "Permission denied")
+            if os.path.isdir(full):
+                raise IsADirectoryError(21, "target is a directory")
+    except OSError as e:
+        raise _fail(f"--container-save: cannot write {spec.save}: {e.strerror}") from None
+    return directory, name
+
+
+def _note_save(jdir: str, spec: ContainerSpec, request: ExecRequest, rootfs: str) -> None:
+    """Record the save for the step's end (release_step): once per step, on its first node
+    only (several nodes writing one PATH would clobber each other)."""
+    if spec.save is None or request.env.get("SLURM_NODEID", "0") != "0":
+        return
+    directory, name = _save_target(spec, request)
+    umask = request.env.get("SLURM_UMASK", "0022")
+    try:
+        mode = 0o666 & ~int(umask, 8)
+    except ValueError:
+        mode = 0o644
+    ident = request.ident
+    record = {"rootfs": rootfs, "directory": directory, "name": name, "mode": f"{mode:o}",
+              "uid": ident.uid, "gid": ident.gid, "groups": list(ident.groups),
+              "switch": ident.switch}
+    path = os.path.join(jdir, f"save-{request.step}.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f)
+    os.replace(tmp, path)
+
+
+# job directories with a save under way in this process (the agent saves in a worker thread
+# while its loop may hear of the job's end): their release waits for the save
+_saving_lock = threading.Lock()
+_saving: dict[str, int] = {}
+_released_while_saving: set[str] = set()
+
+
+def save_pending(jdir: str, step: str) -> bool:
+    """Save the step's container if --container-save asked (see `_note_save`); whether it
+    was written.  A failure is logged: the step has ended, there is no one to tell."""
+    path = os.path.join(jdir, f"save-{step}.json")
+    if not os.path.exists(path):
+        return False
+    with _saving_lock:
+        _saving[jdir] = _saving.get(jdir, 0) + 1
+    try:
+        try:
+            with open(path) as f:
+                record = json.load(f)
+            os.unlink(path)
+        except (OSError, ValueError):
+            return False
+        target = os.path.join(str(record.get("directory")), str(record.get("name")))
+        try:
+            _save(jdir, record)
+        except (OSError, KeyError, TypeError, ValueError, subprocess.SubprocessError) as e:
+            log.warning("--container-save %s: not saved: %s", target, e)
+            return False
+        log.info("--container-save: saved the container of step %s to %s", step, target)
+        return True
+    finally:
+        with _saving_lock:
+            left = _saving.pop(jdir) - 1
+            if left:
+                _saving[jdir] = left
+            release = not left and jdir in _released_while_saving
+            if release:
+                _released_while_saving.discard(jdir)
+        if release and os.path.isdir(jdir):
+            _release(jdir)
+
+
+def _save(jdir: str, record: dict[str, object]) -> None:
+    rootfs = str(record["rootfs"])
+    if not os.path.ismount(rootfs):
+        raise OSError(f"the container's file system {rootfs} is gone")
+    mksquashfs, bwrap = shutil.which("mksquashfs"), shutil.which("bwrap")
+    if mksquashfs is None or bwrap is None:
+        raise OSError("mksquashfs (squashfs-tools) and bwrap are needed on this node")
+    out_dir = os.path.join(jdir, f".save-{os.getpid()}-{os.urandom(4).hex()}")
+    os.mkdir(out_dir, 0o700)
+    packed = os.path.join(out_dir, "image.sqsh")
+    try:
+        proc = subprocess.run(
+            [bwrap, *_sandbox_system(), "--ro-bind", rootfs, "/src", "--bind", out_dir, "/out",
+             "--", mksquashfs, "/src", "/out/image.sqsh", "-noappend", "-quiet",
+             "-no-progress", "-no-xattrs"],
+            capture_output=True, timeout=SAVE_TIMEOUT, check=False)
+        if proc.returncode != 0:
+            why = proc.stderr.decode(errors="replace").strip().splitlines()
+            raise OSError(f"mksquashfs failed: {why[-1] if why else proc.returncode}")
+        uid = gid = None
+        groups: list[int] | None = None
+        if record.get("switch"):  # the agent is root and the job someone else's
+            uid, gid = int(str(record["uid"])), int(str(record["gid"]))
+            listed = record.get("groups")
+            groups = [int(g) for g in listed] if isinstance(listed, list) else []
+        with open(packed, "rb") as data:
+            proc = subprocess.run(
+                ["/bin/sh", "-c", _SAVE_SCRIPT, "sh", str(record["directory"]),
+                 str(record["name"]), str(record["mode"])],
+                stdin=data, capture_output=True, timeout=SAVE_TIMEOUT, check=False,
+                user=uid, group=gid, extra_groups=groups)
+        if proc.returncode != 0:
+            why = proc.stderr.decode(errors="replace").strip().splitlines()
+            raise OSError(why[-1] if why else f"the copy as the user failed ({proc.returncode})")
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def _sandbox_system() -> list[str]:
+    """bubblewrap's arguments for a root process that reads the user's files: new pid, ipc,
+    net and uts namespaces, its own /proc and /dev, only the reading capability, and of the
+    host only what runs programs (/usr and its links, the loader's cache)."""
+    args = ["--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts",
+            "--die-with-parent", "--cap-drop", "ALL", "--cap-add", "CAP_DAC_READ_SEARCH",
+            "--ro-bind", "/usr", "/usr", "--ro-bind-try", "/etc/ld.so.cache",
+            "/etc/ld.so.cache", "--proc", "/proc", "--dev", "/dev"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    return args
 
 
 # ---- mounts ---------------------------------------------------------------------------------
@@ -387,14 +561,16 @@ def wrap(request: ExecRequest) -> None:
         return
     if request.container_dir is None:
         raise _fail("containers are not set up on this node")
-    if spec.save:
-        raise _fail("--container-save is not supported by Corral yet")
+    if spec.save is not None:
+        _save_target(spec, request)  # refused before anything runs
     bwrap = _tool("bwrap")
     jdir = job_dir(request.container_dir, request.job_id)
     with _locked(jdir):
         _mkdir(os.path.join(jdir, "c"))
         _mkdir(os.path.join(jdir, "images"))
         rootfs, image_env = _rootfs(jdir, spec, request, request.image_cache or "")
+        if spec.save is not None:
+            _note_save(jdir, spec, request, rootfs)
     ident = request.ident
     inside_uid = 0 if spec.remap_root else ident.uid
     inside_gid = 0 if spec.remap_root else ident.gid

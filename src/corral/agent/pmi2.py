@@ -1,4 +1,4 @@
-"""The PMI server of an `srun --mpi=pmi2` step whose tasks all run under this agent.
+"""The PMI server of an `srun --mpi=pmi2` step's tasks that run under this agent.
 
 Each task gets one end of a socketpair as PMI_FD (with PMI_RANK, PMI_SIZE, PMI_JOBID) and
 speaks the simple PMI wire protocol on it, as MPICH's PMI client does: a first line
@@ -8,8 +8,12 @@ doubled inside a value). Written from the protocol's description (MPICH's pmi do
 behaviour of Slurm's mpi/pmi2 plugin); no code is taken from either.
 
 The key-value space is the step's: a put is seen by every rank after the next fence (PMI-1's
-barrier). Only steps served wholly by one agent are offered a server (agent/tasks.py decides):
-a fence across agents would need the controller to relay each node's puts, not built yet.
+barrier). When this agent serves every rank of the step the fence is settled here, with no
+message to anyone. When other agents serve some of the ranks, the fence is gathered by the
+controller (model/pmi.py): once this agent's ranks have all reached it, their puts go up in a
+`pmi_fence` message, and the ranks are released when the merged puts of every rank come back
+in `pmi_kvs`. Job attributes (PMI_process_mapping, universeSize) are known to each agent from
+the step's layout; node attributes (PMI-2 info-putnodeattr) are the node's own.
 
 `Pmi2Session` is pure (bytes in, replies out) so it can be tested without processes.
 """
@@ -19,9 +23,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from corral.model import messages as m
 from corral.model.messages import TaskSpec
+from corral.model.pmi import node_of_rank as layout_ranks
+from corral.model.pmi import parse_tasks_per_node
 
 LENGTH_FIELD = 6  # PMI-2: the decimal length before each message
 MAX_MESSAGE = 1 << 20  # a longer message (or line) ends the connection: not a PMI client
@@ -102,10 +111,15 @@ class Pmi2Session:
 
     jobid: str  # the KVS name, as Slurm's: JOBID.STEPID
     node_of_rank: list[int]  # the step's node index of each rank
+    # the ranks this agent serves; None: every rank of the step (fences settled here)
+    local_ranks: frozenset[int] | None = None
     kvs: dict[str, str] = field(default_factory=dict)
-    node_attrs: dict[str, str] = field(default_factory=dict)
+    node_attrs: dict[tuple[int, str], str] = field(default_factory=dict)  # (node, key)
     pending_puts: dict[str, str] = field(default_factory=dict)
     fenced: set[int] = field(default_factory=set)
+    epoch: int = 0  # fences completed
+    # fences this agent's ranks all reached, for the controller to gather: (epoch, ranks, puts)
+    outbox: list[tuple[int, list[int], dict[str, str]]] = field(default_factory=list)
     conns: dict[int, _Conn] = field(default_factory=dict)
     finalized: set[int] = field(default_factory=set)
     aborted: str | None = None
@@ -174,11 +188,30 @@ class Pmi2Session:
 
     def _fence(self, conn: _Conn) -> list[tuple[int, bytes]]:
         self.fenced.add(conn.rank)
-        if len(self.fenced) < self.size:
+        if self.local_ranks is None:
+            if len(self.fenced) < self.size:
+                return []
+            self.kvs.update(self.pending_puts)
+            self.pending_puts.clear()
+            return self._release()
+        if len(self.fenced) < len(self.local_ranks):
             return []
-        self.kvs.update(self.pending_puts)
+        # every rank here is in: their puts go to the controller, the ranks wait for the rest
+        self.outbox.append((self.epoch, sorted(self.fenced), dict(self.pending_puts)))
         self.pending_puts.clear()
+        return []
+
+    def fence_done(self, epoch: int, merged: dict[str, str]) -> list[tuple[int, bytes]]:
+        """The controller's merged puts of fence `epoch` (every rank's): the ranks go on."""
+        if epoch != self.epoch or self.local_ranks is None \
+                or len(self.fenced) < len(self.local_ranks):
+            return []  # not the fence these ranks wait at (a repeat): nothing to release
+        self.kvs.update(merged)
+        return self._release()
+
+    def _release(self) -> list[tuple[int, bytes]]:
         self.fenced.clear()
+        self.epoch += 1
         out: list[tuple[int, bytes]] = []
         for other in sorted(self.conns.values(), key=lambda c: c.rank):
             if other.closed:
@@ -235,11 +268,12 @@ class Pmi2Session:
                 value = str(self.size)
             return self._reply(conn, [("cmd", "info-getjobattr-response"), ("rc", "0"),
                                       *self._found(value)])
+        node = self.node_of_rank[conn.rank] if 0 <= conn.rank < self.size else -1
         if cmd == "info-putnodeattr":
-            self.node_attrs[msg.get("key", "")] = msg.get("value", "")
+            self.node_attrs[node, msg.get("key", "")] = msg.get("value", "")
             return self._reply(conn, [("cmd", "info-putnodeattr-response"), ("rc", "0")])
         if cmd == "info-getnodeattr":
-            value = self.node_attrs.get(msg.get("key", ""))
+            value = self.node_attrs.get((node, msg.get("key", "")))
             return self._reply(conn, [("cmd", "info-getnodeattr-response"), ("rc", "0"),
                                       *self._found(value)])
         if cmd == "kvs-put":
@@ -275,12 +309,19 @@ def task_environment(fd: int, rank: int, size: int, jobid: str) -> dict[str, str
             "PMI_JOBID": jobid, "PMI_SPAWNED": "0", "SLURM_MPI_TYPE": "pmi2"}
 
 
-class StepPmiServer:
-    """The I/O around a `Pmi2Session`: one socketpair per task, read on the agent's loop."""
+Send = Callable[[dict[str, Any]], None]
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, session: Pmi2Session) -> None:
+
+class StepPmiServer:
+    """The I/O around a `Pmi2Session`: one socketpair per task, read on the agent's loop;
+    a fence the controller gathers goes out through `send` (the agent's link)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, session: Pmi2Session,
+                 job_id: int = 0, step_id: int = 0, send: Send | None = None) -> None:
         self.loop = loop
         self.session = session
+        self.job_id, self.step_id = job_id, step_id
+        self.send = send
         self.socks: dict[int, socket.socket] = {}
 
     def task_end(self, rank: int) -> int:
@@ -304,7 +345,22 @@ class StepPmiServer:
         if not data:
             self._drop(rank, sock)
             return
-        for to, reply in self.session.feed(rank, data):
+        self._deliver(self.session.feed(rank, data))
+        for epoch, ranks, puts in self.session.outbox:
+            if self.send is not None:
+                self.send(m.PmiFence(job_id=self.job_id, step_id=self.step_id, epoch=epoch,
+                                     ranks=ranks, puts=puts).to_dict())
+        self.session.outbox.clear()
+        conn = self.session.conns.get(rank)
+        if conn is not None and conn.closed:
+            self._drop(rank, sock)
+
+    def fence_done(self, epoch: int, merged: dict[str, str]) -> None:
+        """The controller's `pmi_kvs`: the merged puts of every rank; release ours."""
+        self._deliver(self.session.fence_done(epoch, merged))
+
+    def _deliver(self, replies: list[tuple[int, bytes]]) -> None:
+        for to, reply in replies:
             peer = self.socks.get(to)
             if peer is None:
                 continue
@@ -312,9 +368,6 @@ class StepPmiServer:
                 peer.sendall(reply)  # small replies; a peer that does not read is dropped
             except OSError:
                 self._drop(to, peer)
-        conn = self.session.conns.get(rank)
-        if conn is not None and conn.closed:
-            self._drop(rank, sock)
 
     def _drop(self, rank: int, sock: socket.socket) -> None:
         with contextlib.suppress(ValueError, OSError):
@@ -329,18 +382,29 @@ class StepPmiServer:
 
 
 def server_for(loop: asyncio.AbstractEventLoop, job_id: int, step_id: int,
-               specs: list[TaskSpec], first_launch: bool) -> tuple[StepPmiServer | None, str]:
+               specs: list[TaskSpec], first_launch: bool,
+               send: Send | None = None) -> tuple[StepPmiServer | None, str]:
     """The PMI server of an `--mpi=pmi2` step, or None and why not ("" when no MPI asked).
 
-    Served when this launch holds all of the step's tasks (its nodes all under this agent)."""
+    `specs` are the step's tasks under this agent (the controller sends each agent one
+    message with all of them); the other ranks are served by other agents, whose fences
+    the controller gathers through `send`."""
     if not specs or specs[0].env.get("SLURM_MPI_TYPE") != "pmi2":
         return None, ""
     env = specs[0].env
     size = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or len(specs))
     ranks = sorted(s.task_id for s in specs)
-    if not first_launch or ranks != list(range(size)):
-        return None, ("slurmstepd: error: mpi/pmi2: this step's tasks span several agents; "
-                      "Corral serves PMI only to steps run under one agent (no PMI_FD)\n")
-    by_rank = {s.task_id: int(s.env.get("SLURM_NODEID") or 0) for s in specs}
-    session = Pmi2Session(f"{job_id}.{step_id}", [by_rank[r] for r in range(size)])
-    return StepPmiServer(loop, session), ""
+    everyone = ranks == list(range(size))
+    try:
+        layout = layout_ranks(parse_tasks_per_node(env.get("SLURM_STEP_TASKS_PER_NODE", "")))
+    except ValueError:
+        layout = []
+    if len(layout) != size:  # no layout given: the node ids of the ranks here
+        by_rank = {s.task_id: int(s.env.get("SLURM_NODEID") or 0) for s in specs}
+        layout = [by_rank.get(r, 0) for r in range(size)]
+    if not first_launch or (not everyone and send is None):
+        return None, ("slurmstepd: error: mpi/pmi2: this step's tasks span several agents "
+                      "and no controller link gathers their fences (no PMI_FD)\n")
+    session = Pmi2Session(f"{job_id}.{step_id}", layout,
+                          local_ranks=None if everyone else frozenset(ranks))
+    return StepPmiServer(loop, session, job_id, step_id, send), ""

@@ -962,6 +962,13 @@ class Supervisor:
         else:
             while self.job_status is None:
                 self._wait_once()
+            plan = self.plan
+            if plan is not None and plan.container is not None and plan.container.save \
+                    and plan.container_dir:  # --container-save, while the image's mount lives
+                from corral.agent import container  # (its squashfuse is one of ours)
+
+                container.save_pending(container.job_dir(plan.container_dir, plan.job_id),
+                                       plan.step)
             self._end_of_step_cleanup()
         self._finish()
 

@@ -108,7 +108,7 @@ _WRAPPER = (
 
 _DEFAULT_SIGNALS = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
 _TASK_MESSAGES = frozenset({"launch_tasks", "task_stdin", "task_stdin_eof", "signal_tasks",
-                            "kill_tasks", "resize_tasks", "task_flow"})
+                            "kill_tasks", "resize_tasks", "task_flow", "pmi_kvs"})
 
 
 def _b64(data: bytes) -> str:
@@ -297,6 +297,10 @@ class TaskManager:
             self.resize(msg.job_id, msg.step_id, msg.rows, msg.cols)
         elif isinstance(msg, m.TaskFlow):
             self.flow(msg.job_id, msg.step_id, msg.pause)
+        elif isinstance(msg, m.PmiKvs):  # MPI hook: a fence the controller gathered
+            pmi_step = self._steps.get((msg.job_id, msg.step_id))
+            if pmi_step is not None and pmi_step.pmi is not None:
+                pmi_step.pmi.fence_done(msg.epoch, msg.kvs)
         return True
 
     async def launch(self, raw: dict[str, Any] | m.LaunchTasks) -> None:
@@ -342,7 +346,8 @@ class TaskManager:
         # MPI hook (agent/pmi2.py): an --mpi=pmi2 step gets a PMI server; each task an fd
         pmi_first = not step.tasks and step.pmi is None
         if pmi_first:
-            step.pmi, pmi_notice = pmi2.server_for(loop, job_id, step_id, specs, pmi_first)
+            step.pmi, pmi_notice = pmi2.server_for(loop, job_id, step_id, specs, pmi_first,
+                                                   self.send)
             if pmi_notice and specs:
                 specs[0].notice = (specs[0].notice or "") + pmi_notice
         argv = list(msg.argv)

@@ -790,7 +790,7 @@ class AgentLink:
             self.api.agent_ended(msg, self.nodes)
             await ctl.durable()
             self.send({"type": "ack", "job_id": msg.job_id})  # ack even a refusal: no resend
-        elif isinstance(msg, (m.TaskOutput, m.TaskExit)):
+        elif isinstance(msg, (m.TaskOutput, m.TaskExit, m.PmiFence)):
             self.api.steps.agent_message(msg, self.nodes)
         elif isinstance(msg, m.LaunchFailed):
             job = ctl.jobs.get(msg.job_id)

@@ -39,6 +39,7 @@ from corral.model.jobenv import (
     step_environment,
 )
 from corral.model.patterns import expand_pattern
+from corral.model.pmi import FenceError, FenceGather
 
 log = logging.getLogger("corral.controller")
 
@@ -118,6 +119,7 @@ class LiveStep:
     gpus_held: dict[str, list[int]] = field(default_factory=dict)
     exits: dict[int, tuple[int, int]] = field(default_factory=dict)
     cancelled: bool = False
+    pmi: FenceGather | None = None  # --mpi=pmi2 across agents: the fence under way
 
     @property
     def ntasks(self) -> int:
@@ -762,6 +764,9 @@ class StepManager:
         except m.MessageError as e:
             log.warning("refused %s", e)
             return
+        if isinstance(msg, m.PmiFence):
+            self._pmi_fence(msg, nodes)
+            return
         if not isinstance(msg, (m.TaskOutput, m.TaskExit)):
             return
         step = self.live.get((msg.job_id, msg.step_id))
@@ -782,6 +787,30 @@ class StepManager:
             step.exits[msg.task_id] = (msg.exit_code, msg.signal)
             step.send(m.TaskEnded(task=msg.task_id, exit_code=msg.exit_code, signal=msg.signal))
             self._maybe_finish(step)
+
+    def _pmi_fence(self, msg: m.PmiFence, nodes: list[str] | None) -> None:
+        """One agent's ranks of an --mpi=pmi2 step reached a fence (model/pmi.py): once
+        every rank has, the merged puts go to every agent of the step.  A part for ranks
+        the sending agent does not serve, or that does not fit the fence, is refused."""
+        step = self.live.get((msg.job_id, msg.step_id))
+        if step is None:
+            return
+        if nodes is not None and any(not 0 <= r < step.ntasks or step.task_node(r) not in nodes
+                                     for r in msg.ranks):
+            log.warning("refused pmi_fence of step %d.%d from an agent of %s: ranks of "
+                        "other nodes", msg.job_id, msg.step_id,
+                        hostlists.compress(nodes) or "no node")
+            return
+        if step.pmi is None:
+            step.pmi = FenceGather(step.ntasks)
+        try:
+            merged = step.pmi.add(msg.epoch, list(msg.ranks), dict(msg.puts))
+        except FenceError as e:
+            log.warning("refused pmi_fence of step %d.%d: %s", msg.job_id, msg.step_id, e)
+            return
+        if merged is not None:
+            self._to_agents(step, m.PmiKvs(job_id=msg.job_id, step_id=msg.step_id,
+                                           epoch=msg.epoch, kvs=merged))
 
     def _maybe_finish(self, step: LiveStep) -> None:
         if len(step.exits) < step.ntasks:

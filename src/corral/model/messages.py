@@ -686,6 +686,16 @@ class TaskFlow(_StepRef):
 
 
 @_A.add
+class PmiKvs(_StepRef):
+    """The puts of every rank of an --mpi=pmi2 step at fence `epoch`, merged by the
+    controller (model.pmi): the agent adds them to its table and releases its ranks."""
+
+    TYPE = "pmi_kvs"
+    epoch: int
+    kvs: dict[str, str] = field(default_factory=dict)
+
+
+@_A.add
 class Ack(Message):
     TYPE = "ack"
     job_id: int
@@ -744,6 +754,17 @@ class TaskExit(_StepRef):
     task_id: int = field(lo=0, hi=1 << 24)
     exit_code: int = field(default=0, lo=0, hi=255)
     signal: int = field(default=0, lo=0, hi=127)
+
+
+@_G.add
+class PmiFence(_StepRef):
+    """This agent's ranks of an --mpi=pmi2 step reached fence `epoch` (counted from 0):
+    their puts since the last fence, for the controller to merge with the other agents'."""
+
+    TYPE = "pmi_fence"
+    epoch: int
+    ranks: list[int] = field(default_factory=list, hi=1 << 24)
+    puts: dict[str, str] = field(default_factory=dict)
 
 
 @_G.add

@@ -120,8 +120,9 @@ def container_from_options(values: dict[str, object], env: dict[str, str],
 
     image = text("container-image")
     name_arg = text("container-name")
-    if text("container-save") is not None:  # (checked before it could be ignored)
-        raise ValueError("--container-save is not supported by Corral")
+    save = text("container-save")
+    if save is not None and save.endswith("/"):  # (checked before it could be ignored)
+        raise ValueError("--container-save: target is a directory")
     if image is None and name_arg is None:
         ignored = sorted(k for k in given if k not in ("container-image", "container-name"))
         if ignored:
@@ -162,6 +163,7 @@ def container_from_options(values: dict[str, object], env: dict[str, str],
              if on in given or off in given}
     spec: dict[str, object] = {
         "image": image, "mounts": mounts, "workdir": text("container-workdir"), "name": name,
+        "save": save,
         "name_flag": flag, "mount_home": flags.get("mount_home", False),
         "remap_root": flags.get("remap_root", False),
         "entrypoint": flags.get("entrypoint", False),
@@ -187,6 +189,8 @@ def pyxis_environment(spec: dict[str, object]) -> dict[str, str]:
         out["PYXIS_CONTAINER_WORKDIR"] = str(spec["workdir"])
     if spec.get("name"):
         out["PYXIS_CONTAINER_NAME"] = f"{spec['name']}:{spec.get('name_flag', 'auto')}"
+    if spec.get("save"):
+        out["PYXIS_CONTAINER_SAVE"] = str(spec["save"])
     for on, _, fld in PYXIS_FLAG_OPTIONS:
         out[pyxis_variable(on)] = "1" if spec.get(fld) else "0"
     if joined("env"):
@@ -214,7 +218,8 @@ Options provided by plugins:
                               container on the host. Unnamed containers are
                               removed after the slurm task is complete; named
                               containers are not.
-      --container-save=PATH   [pyxis] not supported by Corral (refused)
+      --container-save=PATH   [pyxis] Save the container state to a squashfs
+                              file on the remote host filesystem.
       --container-mount-home  [pyxis] bind mount the user's home directory
       --no-container-mount-home
                               [pyxis] do not bind mount the user's home
