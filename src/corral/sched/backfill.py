@@ -534,7 +534,7 @@ class _Pass:
         if found is None:
             v = Victim(r.job_id, r.qos, r.partition, r.start_time,
                        sum(len(x.gpus) for x in r.alloc), sum(x.cpus for x in r.alloc),
-                       r.stopping)
+                       r.stopping, r.lent)
             found = self._victims[r.job_id] = (v, v.cost(self.now))
         return found
 
