@@ -64,8 +64,9 @@ def test_victim_suspended_and_preemptor_started_at_once_on_its_gpus(h: Harness) 
     lent = set(victim.alloc[0].gpus)
     assert set(preemptor.alloc[0].gpus) <= lent
     # the ledger: the victim keeps its 4 GPUs, 4 CPUs and 2000 MB charged; the
-    # preemptor borrows from them (nothing is charged twice, nothing is free)
-    assert node_free(h) == (0, 2000, [])
+    # preemptor borrows its GPUs and CPUs (nothing is charged twice, nothing of them is
+    # free) and has its own 1000 MB: the frozen processes keep their memory
+    assert node_free(h) == (0, 1000, [])
 
 
 def test_no_other_job_takes_the_lent_resources(h: Harness) -> None:
@@ -189,3 +190,33 @@ def test_suspend_needs_gang_in_slurm_conf() -> None:
     assert "PreemptMode=GANG" not in cfg.inert_settings()
     part = parse_config(CONF + "PartitionName=x Nodes=n1 PreemptMode=SUSPEND\n")
     assert part.partitions[-1].preempt_mode == "suspend"
+
+
+def test_the_pass_sees_the_victim_busy_until_the_preemptor_ends_plus_its_time_left() -> None:
+    with Harness(CONF) as h:
+        with_qos(h)
+        low = h.submit(num_tasks=2, gpus=2, qos="normal", mem_per_node=1000, time_limit=600)
+        h.tick()
+        h.clock.advance(60)
+        high = h.submit(num_tasks=4, gpus=4, qos="high", mem_per_node=1000, time_limit=300)
+        h.tick()
+        assert h.job(low).state == JobState.SUSPENDED
+        now = h.clock()
+        views = {r.job_id: r for r in h.ctl.core.passes.snapshot(now).running}
+        victim, preemptor = views[low], views[high]
+        assert victim.lent and not preemptor.lent
+        assert victim.end_time == pytest.approx(now + 300 + 540)
+        # the preemptor frees at its end only what it does not borrow (2 of its 4 GPUs)
+        assert [len(a.gpus) for a in preemptor.alloc] == [2]
+        assert [(a.cpus, a.mem_mb) for a in preemptor.alloc] == [(2, 1000)]
+
+
+def test_no_suspension_when_the_preemptor_memory_does_not_fit_beside_the_victim(
+        h: Harness) -> None:
+    low = h.submit(num_tasks=4, gpus=4, qos="normal", mem_per_node=3500)
+    h.tick()
+    h.clock.advance(60)
+    high = h.submit(num_tasks=1, gpus=1, qos="high", mem_per_node=1000)
+    h.tick()
+    assert h.job(low).state == JobState.RUNNING and h.controls(low) == []
+    assert h.job(high).state == JobState.PENDING

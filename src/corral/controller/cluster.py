@@ -5,8 +5,8 @@ released once when it ends; the ledger remembers which jobs are charged, so a du
 forged end report can never release twice, and a node's free CPUs, memory and GPUs never go
 negative.
 
-Preemption by suspension lends: a suspended victim's resources stay charged to it, and the
-preemptor that runs on them is charged only for the rest (`lend`, `loans`).  When the
+Preemption by suspension lends: a suspended victim's GPUs and CPUs stay charged to it, and
+the preemptor that runs on them is charged only for the rest (`lend`, `loans`).  When the
 preemptor ends, what it borrowed is the victim's again, which resumes; if the victim ends
 first, what it lent becomes the preemptor's.  No third job ever sees lent resources free."""
 
@@ -161,8 +161,9 @@ class Cluster:
 def lent_parts(alloc: list[NodeAlloc], victim_alloc: list[NodeAlloc],
                earlier: Iterable[list[NodeAlloc]] = ()) -> list[NodeAlloc]:
     """What a preemptor's `alloc` borrows of one victim's allocation, node by node: the
-    victim's GPUs it uses, and CPUs and memory up to what it needs beyond what `earlier`
-    victims already lend there (their CPU ids: the preemptor is bound to them)."""
+    victim's GPUs it uses, and CPUs up to what it needs beyond what `earlier` victims
+    already lend there (their CPU ids: the preemptor is bound to them).  Memory is not
+    lent: the suspended job's processes still hold it, the preemptor's is its own."""
     taken: dict[str, list[NodeAlloc]] = {}
     for parts in earlier:
         for p in parts:
@@ -173,14 +174,14 @@ def lent_parts(alloc: list[NodeAlloc], victim_alloc: list[NodeAlloc],
         if a is None:
             continue
         need = alloc_without(a, taken.get(v.node, []))
-        cpus, mem = min(need.cpus, v.cpus), min(need.mem_mb, v.mem_mb)
+        cpus = min(need.cpus, v.cpus)
         gpus = [g for g in need.gpus if g in v.gpus]
         ids: list[int] | None = None
         if v.cpu_ids is not None:  # the victim's, or (recovered) those the preemptor has of it
             ids = (v.cpu_ids if a.cpu_ids is None
                    else [c for c in a.cpu_ids if c in v.cpu_ids])[:cpus]
-        if cpus or mem or gpus:
-            out.append(NodeAlloc(v.node, cpus, mem, gpus, ids))
+        if cpus or gpus:  # never memory: the frozen processes keep theirs (as in Slurm)
+            out.append(NodeAlloc(v.node, cpus, 0, gpus, ids))
     return out
 
 

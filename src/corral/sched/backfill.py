@@ -525,7 +525,8 @@ class _Pass:
             victim, cost = self._victim(r)
             may = policy.may_preempt(job.qos, job.partition, victim, now)
             a = next(x for x in r.alloc if x.node == node.name)
-            out.append(((cost, a.cpus, a.mem_mb, len(a.gpus), r.job_id), may, r.exclusive))
+            mem = 0 if policy.keeps_memory(r.qos, r.partition) else a.mem_mb
+            out.append(((cost, a.cpus, mem, len(a.gpus), r.job_id), may, r.exclusive))
         return out
 
     def _victim(self, r: RunningView) -> tuple[Victim, tuple[float, float]]:
@@ -538,6 +539,11 @@ class _Pass:
             found = self._victims[r.job_id] = (v, v.cost(self.now))
         return found
 
+    def _kept_memory(self, r: RunningView, a: NodeAlloc) -> int:
+        """What a victim keeps of its memory on a node: all of it when it is suspended."""
+        keeps = self.preempt is not None and self.preempt.keeps_memory(r.qos, r.partition)
+        return a.mem_mb if keeps else 0
+
     def _freed_view(self, node: _Node, victim_ids: list[int]) -> NodeView:
         c, m, g = node.free_cpus, node.free_mem, list(node.free_gpus)
         jobs, exclusive = node.job_count, node.exclusive
@@ -546,11 +552,12 @@ class _Pass:
                 continue
             for a in r.alloc:
                 if a.node == node.name:
+                    kept = self._kept_memory(r, a)
                     if r.exclusive:
                         exclusive = False
-                        c, m, g = node.cpus, node.mem, list(range(node.gpus))
+                        c, m, g = node.cpus, node.mem - kept, list(range(node.gpus))
                     else:
-                        c, m, g = c + a.cpus, m + a.mem_mb, g + list(a.gpus)
+                        c, m, g = c + a.cpus, m + a.mem_mb - kept, g + list(a.gpus)
                     jobs -= 1
         if exclusive:
             c, m, g = 0, 0, []
@@ -570,13 +577,14 @@ class _Pass:
                     continue
                 self.running_on[a.node] = [x for x in self.running_on.get(a.node, ())
                                            if x.job_id != r.job_id]
+                kept = self._kept_memory(r, a)
                 if r.exclusive:
                     node.exclusive = False
-                    node.free_cpus, node.free_mem = node.cpus, node.mem
+                    node.free_cpus, node.free_mem = node.cpus, node.mem - kept
                     node.free_gpus = list(range(node.gpus))
                 else:
                     node.free_cpus += a.cpus
-                    node.free_mem += a.mem_mb
+                    node.free_mem += a.mem_mb - kept
                     node.free_gpus = sorted(set(node.free_gpus) | set(a.gpus))
                 node.job_count -= 1
                 if r.end_time != INFINITE_TIME:

@@ -63,6 +63,11 @@ class PreemptPolicy:
             return q.mode
         return self.partition_modes.get(partition) or self.mode
 
+    def keeps_memory(self, qos: str, partition: str) -> bool:
+        """A SUSPEND victim's processes stay in memory: its memory is not freed for the
+        preemptor (Slurm's rule), only its CPUs and GPUs are lent."""
+        return self.mode_of(qos, partition) == "suspend"
+
     def grace_of(self, qos: str) -> int:
         q = self.qos.get(qos or "normal")
         return q.grace_time if q is not None else 0

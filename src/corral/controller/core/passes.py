@@ -110,7 +110,7 @@ class Passes:
                 lent = [p for parts in borrowed.values() for p in parts]
                 running[i] = replace(r, alloc=[alloc_without(a, [p for p in lent if p.node == a.node])
                                                for a in r.alloc])
-            elif job.suspended_for in loans and job.state == JobState.SUSPENDED:
+            elif job.suspended_for in loans:  # (or resumed by hand beside it)
                 until = ends.get(job.suspended_for, INFINITE_TIME)
                 left = job.time_limit - job.run_seconds(now) \
                     if job.time_limit > 0 else INFINITE_TIME
