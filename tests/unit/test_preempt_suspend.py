@@ -220,3 +220,23 @@ def test_no_suspension_when_the_preemptor_memory_does_not_fit_beside_the_victim(
     h.tick()
     assert h.job(low).state == JobState.RUNNING and h.controls(low) == []
     assert h.job(high).state == JobState.PENDING
+
+
+def test_a_chain_of_preemptors_leaves_the_ledger_whole(h: Harness) -> None:
+    db = h.ctl.accounts.db
+    db.qos["high"] = Qos("high", 2, preempt=("normal",))
+    db.qos["top"] = Qos("top", 3, preempt=("normal", "high"))
+    low, mid = suspended_by(h)  # mid borrows 2 of low's 4 GPUs
+    top = h.submit(num_tasks=1, gpus=1, qos="top", mem_per_node=100)
+    h.advance(1)
+    # low is lent (never a victim again), mid runs on borrowed GPUs only: top waits
+    assert h.job(top).state == JobState.PENDING and h.job(mid).state == JobState.RUNNING
+    h.end(mid)  # low resumes, then top suspends it in the next pass
+    h.tick()
+    assert h.job(top).state == JobState.RUNNING
+    assert h.job(low).state == JobState.SUSPENDED and h.job(low).suspended_for == top
+    h.end(top)
+    assert h.job(low).state == JobState.RUNNING
+    h.end(low)
+    assert node_free(h) == (4, 4000, [0, 1, 2, 3])
+    assert h.ctl.core.cluster.loans == {}

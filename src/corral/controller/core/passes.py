@@ -108,9 +108,9 @@ class Passes:
             borrowed = loans.get(r.job_id)
             if borrowed:
                 lent = [p for parts in borrowed.values() for p in parts]
-                running[i] = replace(r, alloc=[alloc_without(a, [p for p in lent if p.node == a.node])
-                                               for a in r.alloc])
-            elif job.suspended_for in loans:  # (or resumed by hand beside it)
+                r = running[i] = replace(r, alloc=[
+                    alloc_without(a, [p for p in lent if p.node == a.node]) for a in r.alloc])
+            if job.suspended_for in loans:  # (or resumed by hand beside its preemptor)
                 until = ends.get(job.suspended_for, INFINITE_TIME)
                 left = job.time_limit - job.run_seconds(now) \
                     if job.time_limit > 0 else INFINITE_TIME
