@@ -240,3 +240,16 @@ def test_a_chain_of_preemptors_leaves_the_ledger_whole(h: Harness) -> None:
     h.end(low)
     assert node_free(h) == (4, 4000, [0, 1, 2, 3])
     assert h.ctl.core.cluster.loans == {}
+
+
+def test_no_job_of_the_same_pass_takes_what_the_preemptor_leaves_of_the_victim(
+        h: Harness) -> None:
+    low = h.submit(num_tasks=4, gpus=4, qos="normal")
+    h.tick()
+    h.clock.advance(60)
+    high = h.submit(num_tasks=1, gpus=2, qos="high")
+    third = h.submit(num_tasks=1, gpus=1, qos="normal")  # placed after it, in one pass
+    h.tick()
+    assert h.job(low).state == JobState.SUSPENDED and h.job(high).state == JobState.RUNNING
+    assert h.job(third).state == JobState.PENDING
+    assert node_free(h) == (0, 4000, [])

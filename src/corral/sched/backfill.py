@@ -605,6 +605,40 @@ class _Pass:
         self._preempt_failed.clear()
         self._most_free.clear()
 
+    def _keep_suspended(self, allocs: list[NodeAlloc], victim_ids: list[int]) -> None:
+        """SUSPEND victims lend their preemptor only what it uses of their resources: for
+        the rest of the pass, what it does not use stays theirs (no later job gets it), as
+        the controller's ledger keeps it (controller/cluster.py `lent_parts`)."""
+        policy = self.preempt
+        assert policy is not None
+        ids = set(victim_ids)
+        held: dict[str, tuple[int, set[int], int, bool]] = {}  # cpus, gpus, jobs, exclusive
+        for r in self.snap.running:
+            if r.job_id not in ids or not policy.keeps_memory(r.qos, r.partition):
+                continue
+            for a in r.alloc:
+                c, g, n, x = held.get(a.node, (0, set(), 0, False))
+                held[a.node] = (c + a.cpus, g | set(a.gpus), n + 1, x or r.exclusive)
+        used = {a.node: a for a in allocs}
+        for name, (cpus, gpus, jobs, exclusive) in held.items():
+            node = self.nodes.get(name)
+            if node is None:
+                continue
+            p = used.get(name)
+            node.job_count += jobs
+            if exclusive:
+                node.exclusive = True
+                node.free_cpus, node.free_mem, node.free_gpus = 0, 0, []
+            else:
+                node.free_cpus -= cpus - min(cpus, p.cpus if p is not None else 0)
+                node.free_gpus = [i for i in node.free_gpus if i not in gpus]
+            node.events = None
+            node.plan_cache.clear()
+            node.fit_cache.clear()
+            node.sorted_releases = None
+            self._reindex(node)
+            self._started_on.append(node)
+
     # ---- planning (holds) ----------------------------------------------------
     def plan(self, req: Request, part: str, duration: float) -> tuple[float, list[_Node]] | None:
         now = self.now
@@ -949,6 +983,7 @@ class _Pass:
                 else:
                     allocs, victims = placed
                     self.commit(allocs, end, req.exclusive)
+                    self._keep_suspended(allocs, victims)
                     self._most_free.pop(job.partition, None)
                     dec.preemptions.append((job.job_id, allocs, victims))
                     dec.reasons[job.job_id] = self.resources_reason(req, job.partition)
