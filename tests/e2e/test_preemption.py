@@ -171,6 +171,8 @@ def test_suspend_gang_lends_the_gpus_and_resumes(
         tmp_path_factory: pytest.TempPathFactory) -> None:
     with running(tmp_path_factory, SUSPEND_CONFIG, "suspend") as c:
         c.ok("sacctmgr", "-i", "add", "qos", "high", "Preempt=normal")
+        config = c.ok("scontrol", "show", "config")
+        assert re.search(r"^PreemptMode\s+= GANG,SUSPEND$", config, re.M), config
         out = c.workdir / "counter.out"
         script = c.workdir / "counter.sh"
         script.write_text(COUNTER.format(out=out))

@@ -205,6 +205,7 @@ class Passes:
             if not job.array_tasks:
                 return
             job = core.split_array_task(job, now)
+            core.out.schedule()  # its other tasks get another pass
         if "," in job.partition:  # -p a,b: a partition holding every node it gets
             names = {a.node for a in p.alloc}
             job.partition = next(
