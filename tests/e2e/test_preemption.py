@@ -1,7 +1,9 @@
 """End-to-end preemption (docs/POLICY.md "Preemption"): a high-QoS job preempts a low-QoS
 one, which gets SIGTERM, is requeued after its grace time and later finishes; the same
-with PreemptMode=CANCEL and with a --no-requeue victim (both end PREEMPTED); and
-partition-priority preemption between two partitions on the same node."""
+with PreemptMode=CANCEL and with a --no-requeue victim (both end PREEMPTED);
+partition-priority preemption between two partitions on the same node; and
+PreemptMode=SUSPEND,GANG: the victim is suspended (its processes stopped), its GPUs lent to
+the preemptor, and it resumes and completes after it."""
 
 from __future__ import annotations
 
@@ -37,6 +39,16 @@ PreemptMode=CANCEL
 NodeName=node-1 CPUs=4 RealMemory=4000 Gres=gpu:2
 PartitionName=students Nodes=node-1 Default=YES PriorityTier=1 State=UP
 PartitionName=deadline Nodes=node-1 PriorityTier=2 State=UP
+"""
+
+SUSPEND_CONFIG = QOS_CONFIG.replace("ClusterName=pre", "ClusterName=susp").replace(
+    "PreemptMode=REQUEUE", "PreemptMode=SUSPEND,GANG")
+
+# A job whose output grows while it runs (and only then): one line every 0.2 s, 15 s
+# of work in all
+COUNTER = """\
+#!/bin/bash
+for i in $(seq 75); do echo "$i $CUDA_VISIBLE_DEVICES" >> {out}; sleep 0.2; done
 """
 
 # A training job that checkpoints on SIGTERM and goes on (it is killed after the grace
@@ -153,3 +165,46 @@ def test_partition_priority_preemption(tmp_path_factory: pytest.TempPathFactory)
                         "sleep 1")
         assert c.wait_state(low, "PREEMPTED", timeout=60) == "PREEMPTED"
         assert c.wait_state(high, "COMPLETED", timeout=60) == "COMPLETED"
+
+
+def test_suspend_gang_lends_the_gpus_and_resumes(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    with running(tmp_path_factory, SUSPEND_CONFIG, "suspend") as c:
+        c.ok("sacctmgr", "-i", "add", "qos", "high", "Preempt=normal")
+        config = c.ok("scontrol", "show", "config")
+        assert re.search(r"^PreemptMode\s+= GANG,SUSPEND$", config, re.M), config
+        out = c.workdir / "counter.out"
+        script = c.workdir / "counter.sh"
+        script.write_text(COUNTER.format(out=out))
+
+        def lines() -> list[str]:
+            return out.read_text().splitlines() if out.exists() else []
+
+        low = c.sbatch("--qos=normal", "--gres=gpu:2", "-t", "5", "-o", "/dev/null",
+                       str(script))
+        c.wait_for(lambda: len(lines()) >= 3, what="the victim's output")
+        gpus_file = c.workdir / "preemptor.gpus"
+        high = c.sbatch("--qos=high", "--gres=gpu:2", "-o", "/dev/null", "--wrap",
+                        f"echo $CUDA_VISIBLE_DEVICES > {gpus_file}; sleep 10")
+        # suspended, and the preemptor runs at once on its GPUs (the node has only those)
+        c.wait_for(lambda: c.ok("squeue", "-h", "-j", str(low), "-o", "%t").strip() == "S",
+                   what="the victim suspended")
+        # its processes are stopped: the output stops growing
+        time.sleep(0.5)  # a line being written when the freeze came
+        frozen = len(lines())
+        time.sleep(2)
+        assert len(lines()) == frozen
+        assert c.state(high) == "RUNNING"  # (all of this while the preemptor runs)
+        assert sacct(c, low, "State") == "SUSPENDED"
+        third = c.sbatch("--qos=normal", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "true")
+        c.wait_for(lambda: gpus_file.exists(), what="the preemptor's start")
+        assert c.state(low) == "SUSPENDED" and c.state(third) == "PENDING"
+        assert c.wait_state(high, "COMPLETED", timeout=60) == "COMPLETED"
+        # resumed on the same GPUs when the preemptor ended; it completes
+        c.wait_for(lambda: len(lines()) > frozen, what="the victim's output growing again")
+        assert c.state(third) == "PENDING"  # the GPUs are the victim's again
+        assert c.wait_state(low, "COMPLETED", timeout=60) == "COMPLETED"
+        assert c.wait_state(third, "COMPLETED", timeout=60) == "COMPLETED"
+        got = lines()
+        assert [int(x.split()[0]) for x in got] == list(range(1, 76))  # no run lost
+        assert {x.split(" ", 1)[1] for x in got} == {gpus_file.read_text().strip()}

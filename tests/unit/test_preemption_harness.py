@@ -143,9 +143,9 @@ PartitionName=high Nodes=n1 PriorityTier=2
         assert h.job(same).state == JobState.RUNNING
 
 
-def test_suspend_is_refused_in_slurm_conf() -> None:
-    with pytest.raises(ConfigError, match="SUSPEND is not supported"):
-        parse_config(CONF.replace("PreemptMode=REQUEUE", "PreemptMode=SUSPEND,GANG"))
+def test_preempt_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="invalid PreemptMode"):
+        parse_config(CONF.replace("PreemptMode=REQUEUE", "PreemptMode=SUSPEND,CANCEL"))
     with pytest.raises(ConfigError, match="invalid PreemptType"):
         parse_config(CONF.replace("preempt/qos", "preempt/bogus"))
     p = parse_config(CONF + "PartitionName=x Nodes=n1 PreemptMode=cancel\n")

@@ -551,6 +551,9 @@ def _config_value(key: str, value: str) -> str:
             return value
     if key == "SelectTypeParameters":
         return value.upper()
+    if key == "PreemptMode":  # Slurm's preempt_mode_string: GANG first ("GANG,SUSPEND")
+        modes = [m.strip().upper() for m in value.split(",") if m.strip()]
+        return ",".join(sorted(modes, key=lambda m: m != "GANG"))
     return value
 
 

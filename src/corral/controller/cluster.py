@@ -3,12 +3,17 @@
 A job's allocation is charged to its nodes once when it starts (or is recovered) and
 released once when it ends; the ledger remembers which jobs are charged, so a duplicate or
 forged end report can never release twice, and a node's free CPUs, memory and GPUs never go
-negative."""
+negative.
+
+Preemption by suspension lends: a suspended victim's GPUs and CPUs stay charged to it, and
+the preemptor that runs on them is charged only for the rest (`lend`, `loans`).  When the
+preemptor ends, what it borrowed is the victim's again, which resumes; if the victim ends
+first, what it lent becomes the preemptor's.  No third job ever sees lent resources free."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -45,6 +50,8 @@ class Cluster:
         self.nodes: dict[str, Node] = {n.name: n for n in nodes}
         self.partitions: dict[str, Partition] = {p.name: p for p in partitions}
         self.charged: set[int] = set()  # jobs whose allocation is held on the nodes
+        # preemptor -> suspended victim -> what it borrows of the victim's allocation
+        self.loans: dict[int, dict[int, list[NodeAlloc]]] = {}
         self.subscribers: list[Callable[[NodeEvent], None]] = []
 
     def emit(self, kind: NodeEventKind, node: Node, now: float, source: str = "") -> None:
@@ -60,15 +67,34 @@ class Cluster:
         n = self.nodes[name]
         return NodeRecord(n.name, n.admin_state, n.reason, n.reason_user, n.reason_uid, n.reason_time)
 
+    def lend(self, victim: Job, preemptor_id: int, alloc: list[NodeAlloc]) -> None:
+        """The suspended `victim` lends what the preemptor's `alloc` needs of its own
+        allocation (before the preemptor is charged, or again after a restart)."""
+        borrowed = self.loans.setdefault(preemptor_id, {})
+        borrowed[victim.job_id] = lent_parts(alloc, victim.alloc, borrowed.values())
+
+    def lenders(self, preemptor_id: int) -> list[int]:
+        """The suspended victims whose resources `preemptor_id` runs on."""
+        return list(self.loans.get(preemptor_id, ()))
+
     def charge(self, job: Job) -> None:
         if job.job_id in self.charged:
             log.error("job %d is already charged to its nodes; not charged twice", job.job_id)
             return
         self.charged.add(job.job_id)
+        borrowed = self.loans.get(job.job_id)
         for a in job.alloc:
             n = self.nodes.get(a.node)
-            if n is not None:
+            if n is None:
+                continue
+            lent = [p for parts in (borrowed or {}).values() for p in parts if p.node == a.node]
+            if not lent:
                 self._take(n, job, a.cpus, a.mem_mb, a.gpus, a)
+                continue
+            own = alloc_without(a, lent)  # only what is not borrowed is taken from the node
+            self._take(n, job, own.cpus, own.mem_mb, own.gpus, own)
+            if a.cpu_ids is None:
+                a.cpu_ids = [c for p in lent for c in p.cpu_ids or ()] + (own.cpu_ids or [])
 
     @staticmethod
     def _take(n: Node, job: Job, cpus: int, mem: int, gpus: list[int],
@@ -100,10 +126,16 @@ class Cluster:
         if job.job_id not in self.charged:
             return False
         self.charged.discard(job.job_id)
-        for a in job.alloc:
-            n = self.nodes.get(a.node)
+        # what it borrowed goes back to its victims; what it lent becomes its preemptor's
+        kept = [p for parts in self.loans.pop(job.job_id, {}).values() for p in parts]
+        for borrowed in self.loans.values():
+            kept.extend(borrowed.pop(job.job_id, ()))
+        for whole in job.alloc:
+            n = self.nodes.get(whole.node)
             if n is None:
                 continue
+            here = [p for p in kept if p.node == whole.node]
+            a = alloc_without(whole, here) if here else whole
             n.alloc_cpus -= a.cpus
             n.alloc_mem -= a.mem_mb
             for c in a.cpu_ids or ():
@@ -124,3 +156,40 @@ class Cluster:
                 n.alloc_mem = max(0, n.alloc_mem)
                 n.job_count = max(0, n.job_count)
         return True
+
+
+def lent_parts(alloc: list[NodeAlloc], victim_alloc: list[NodeAlloc],
+               earlier: Iterable[list[NodeAlloc]] = ()) -> list[NodeAlloc]:
+    """What a preemptor's `alloc` borrows of one victim's allocation, node by node: the
+    victim's GPUs it uses, and CPUs up to what it needs beyond what `earlier` victims
+    already lend there (their CPU ids: the preemptor is bound to them).  Memory is not
+    lent: the suspended job's processes still hold it, the preemptor's is its own."""
+    taken: dict[str, list[NodeAlloc]] = {}
+    for parts in earlier:
+        for p in parts:
+            taken.setdefault(p.node, []).append(p)
+    out: list[NodeAlloc] = []
+    for v in victim_alloc:
+        a = next((x for x in alloc if x.node == v.node), None)
+        if a is None:
+            continue
+        need = alloc_without(a, taken.get(v.node, []))
+        cpus = min(need.cpus, v.cpus)
+        gpus = [g for g in need.gpus if g in v.gpus]
+        ids: list[int] | None = None
+        if v.cpu_ids is not None:  # the victim's, or (recovered) those the preemptor has of it
+            ids = (v.cpu_ids if a.cpu_ids is None
+                   else [c for c in a.cpu_ids if c in v.cpu_ids])[:cpus]
+        if cpus or gpus:  # never memory: the frozen processes keep theirs (as in Slurm)
+            out.append(NodeAlloc(v.node, cpus, 0, gpus, ids))
+    return out
+
+
+def alloc_without(a: NodeAlloc, parts: list[NodeAlloc]) -> NodeAlloc:
+    """`a` without `parts` (on the same node)."""
+    gone_gpus = {g for p in parts for g in p.gpus}
+    gone_ids = {c for p in parts for c in p.cpu_ids or ()}
+    return NodeAlloc(a.node, max(0, a.cpus - sum(p.cpus for p in parts)),
+                     max(0, a.mem_mb - sum(p.mem_mb for p in parts)),
+                     [g for g in a.gpus if g not in gone_gpus],
+                     None if a.cpu_ids is None else [c for c in a.cpu_ids if c not in gone_ids])

@@ -114,8 +114,11 @@ class ClusterConfig:
         inert = [k for k in NOT_ACTED_ON
                  if self.options.get(k, GLOBAL_DEFAULTS.get(k, "")) not in ("", "0",
                                                                             GLOBAL_DEFAULTS.get(k))]
-        if "GANG" in self.options.get("PreemptMode", "").upper().split(","):
-            inert.append("PreemptMode=GANG")  # gang scheduling: no time-slicing in Corral
+        modes = self.options.get("PreemptMode", "").upper().split(",")
+        if "GANG" in modes and "SUSPEND" not in modes:
+            # gang scheduling alone: no time-slicing in Corral (with SUSPEND, GANG is
+            # what resumes suspended victims, which Corral does)
+            inert.append("PreemptMode=GANG")
         return inert
 
     def default_partition(self) -> Partition | None:
@@ -314,18 +317,19 @@ def _add_partition(cfg: ClusterConfig, name: str, a: dict[str, str], lineno: int
 PREEMPT_TYPES = ("preempt/none", "preempt/qos", "preempt/partition_prio")
 
 
-def _preempt_mode(text: str, where: str) -> str:
-    """PreemptMode=OFF|CANCEL|REQUEUE, lower case.  SUSPEND (with GANG) is refused:
-    Corral cannot yet suspend a victim and lend its resources."""
+def _preempt_mode(text: str, where: str, cluster: bool = False) -> str:
+    """PreemptMode=OFF|CANCEL|REQUEUE|SUSPEND, lower case, without GANG.  SUSPEND at the
+    cluster level needs GANG, as in Slurm (the gang scheduler is what resumes suspended
+    jobs); Corral resumes a suspended victim when its preemptor ends and does no
+    time-slicing (docs/POLICY.md)."""
     modes = [m.strip().upper() for m in text.split(",") if m.strip()]
     base = [m for m in modes if m != "GANG"]
     if len(base) > 1 or any(m not in ("OFF", "CANCEL", "REQUEUE", "SUSPEND", "GANG")
                             for m in modes):
         raise ConfigError(f"{where}: invalid PreemptMode={text}")
     mode = base[0] if base else "OFF"
-    if mode == "SUSPEND":
-        raise ConfigError(f"{where}: PreemptMode=SUSPEND is not supported by Corral "
-                          "(use CANCEL or REQUEUE)")
+    if cluster and mode == "SUSPEND" and "GANG" not in modes:
+        raise ConfigError(f"{where}: PreemptMode=SUSPEND requires GANG too")
     return mode.lower()
 
 
@@ -335,7 +339,7 @@ def preempt_settings(options: dict[str, str]) -> tuple[str, str, int]:
     kind = options.get("PreemptType", "preempt/none").strip().lower()
     if kind not in PREEMPT_TYPES:
         raise ConfigError(f"invalid PreemptType={options.get('PreemptType')}")
-    mode = _preempt_mode(options.get("PreemptMode", "OFF"), "slurm.conf")
+    mode = _preempt_mode(options.get("PreemptMode", "OFF"), "slurm.conf", cluster=True)
     exempt_text = options.get("PreemptExemptTime", "").strip()
     exempt = 0
     if exempt_text and exempt_text.upper() not in ("-1", "NONE", "UNLIMITED"):

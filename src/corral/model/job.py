@@ -251,6 +251,9 @@ class Job:
     end_time: float | None = None
     suspend_time: float | None = None
     suspended_secs: float = 0.0
+    # preempted by suspension: the preemptor that runs on this job's resources meanwhile;
+    # it resumes when that job ends (controller/core/passes.py)
+    suspended_for: int | None = None
     last_sched_eval: float | None = None
     sched_start: float | None = None  # backfill's expected start for a pending job
     sched_nodes: list[str] = field(default_factory=list)

@@ -525,7 +525,8 @@ class _Pass:
             victim, cost = self._victim(r)
             may = policy.may_preempt(job.qos, job.partition, victim, now)
             a = next(x for x in r.alloc if x.node == node.name)
-            out.append(((cost, a.cpus, a.mem_mb, len(a.gpus), r.job_id), may, r.exclusive))
+            mem = 0 if policy.keeps_memory(r.qos, r.partition) else a.mem_mb
+            out.append(((cost, a.cpus, mem, len(a.gpus), r.job_id), may, r.exclusive))
         return out
 
     def _victim(self, r: RunningView) -> tuple[Victim, tuple[float, float]]:
@@ -534,9 +535,14 @@ class _Pass:
         if found is None:
             v = Victim(r.job_id, r.qos, r.partition, r.start_time,
                        sum(len(x.gpus) for x in r.alloc), sum(x.cpus for x in r.alloc),
-                       r.stopping)
+                       r.stopping, r.lent)
             found = self._victims[r.job_id] = (v, v.cost(self.now))
         return found
+
+    def _kept_memory(self, r: RunningView, a: NodeAlloc) -> int:
+        """What a victim keeps of its memory on a node: all of it when it is suspended."""
+        keeps = self.preempt is not None and self.preempt.keeps_memory(r.qos, r.partition)
+        return a.mem_mb if keeps else 0
 
     def _freed_view(self, node: _Node, victim_ids: list[int]) -> NodeView:
         c, m, g = node.free_cpus, node.free_mem, list(node.free_gpus)
@@ -546,11 +552,12 @@ class _Pass:
                 continue
             for a in r.alloc:
                 if a.node == node.name:
+                    kept = self._kept_memory(r, a)
                     if r.exclusive:
                         exclusive = False
-                        c, m, g = node.cpus, node.mem, list(range(node.gpus))
+                        c, m, g = node.cpus, node.mem - kept, list(range(node.gpus))
                     else:
-                        c, m, g = c + a.cpus, m + a.mem_mb, g + list(a.gpus)
+                        c, m, g = c + a.cpus, m + a.mem_mb - kept, g + list(a.gpus)
                     jobs -= 1
         if exclusive:
             c, m, g = 0, 0, []
@@ -570,13 +577,14 @@ class _Pass:
                     continue
                 self.running_on[a.node] = [x for x in self.running_on.get(a.node, ())
                                            if x.job_id != r.job_id]
+                kept = self._kept_memory(r, a)
                 if r.exclusive:
                     node.exclusive = False
-                    node.free_cpus, node.free_mem = node.cpus, node.mem
+                    node.free_cpus, node.free_mem = node.cpus, node.mem - kept
                     node.free_gpus = list(range(node.gpus))
                 else:
                     node.free_cpus += a.cpus
-                    node.free_mem += a.mem_mb
+                    node.free_mem += a.mem_mb - kept
                     node.free_gpus = sorted(set(node.free_gpus) | set(a.gpus))
                 node.job_count -= 1
                 if r.end_time != INFINITE_TIME:
@@ -596,6 +604,40 @@ class _Pass:
         self.failed_now.clear()
         self._preempt_failed.clear()
         self._most_free.clear()
+
+    def _keep_suspended(self, allocs: list[NodeAlloc], victim_ids: list[int]) -> None:
+        """SUSPEND victims lend their preemptor only what it uses of their resources: for
+        the rest of the pass, what it does not use stays theirs (no later job gets it), as
+        the controller's ledger keeps it (controller/cluster.py `lent_parts`)."""
+        policy = self.preempt
+        assert policy is not None
+        ids = set(victim_ids)
+        held: dict[str, tuple[int, set[int], int, bool]] = {}  # cpus, gpus, jobs, exclusive
+        for r in self.snap.running:
+            if r.job_id not in ids or not policy.keeps_memory(r.qos, r.partition):
+                continue
+            for a in r.alloc:
+                c, g, n, x = held.get(a.node, (0, set(), 0, False))
+                held[a.node] = (c + a.cpus, g | set(a.gpus), n + 1, x or r.exclusive)
+        used = {a.node: a for a in allocs}
+        for name, (cpus, gpus, jobs, exclusive) in held.items():
+            node = self.nodes.get(name)
+            if node is None:
+                continue
+            p = used.get(name)
+            node.job_count += jobs
+            if exclusive:
+                node.exclusive = True
+                node.free_cpus, node.free_mem, node.free_gpus = 0, 0, []
+            else:
+                node.free_cpus -= cpus - min(cpus, p.cpus if p is not None else 0)
+                node.free_gpus = [i for i in node.free_gpus if i not in gpus]
+            node.events = None
+            node.plan_cache.clear()
+            node.fit_cache.clear()
+            node.sorted_releases = None
+            self._reindex(node)
+            self._started_on.append(node)
 
     # ---- planning (holds) ----------------------------------------------------
     def plan(self, req: Request, part: str, duration: float) -> tuple[float, list[_Node]] | None:
@@ -941,6 +983,7 @@ class _Pass:
                 else:
                     allocs, victims = placed
                     self.commit(allocs, end, req.exclusive)
+                    self._keep_suspended(allocs, victims)
                     self._most_free.pop(job.partition, None)
                     dec.preemptions.append((job.job_id, allocs, victims))
                     dec.reasons[job.job_id] = self.resources_reason(req, job.partition)

@@ -27,8 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 PREEMPT_TYPES = ("preempt/none", "preempt/qos", "preempt/partition_prio")
-# modes acted on; SUSPEND (with GANG) is refused in slurm.conf (see model/config.py)
-PREEMPT_MODES = ("off", "cancel", "requeue")
+# modes acted on (SUSPEND: the victim is suspended and lends its resources to its
+# preemptor until it ends, controller/core/passes.py)
+PREEMPT_MODES = ("off", "cancel", "requeue", "suspend")
 EXACT_VICTIMS = 10  # per node: up to this many candidates, every subset is tried
 
 
@@ -62,13 +63,19 @@ class PreemptPolicy:
             return q.mode
         return self.partition_modes.get(partition) or self.mode
 
+    def keeps_memory(self, qos: str, partition: str) -> bool:
+        """A SUSPEND victim's processes stay in memory: its memory is not freed for the
+        preemptor (Slurm's rule), only its CPUs and GPUs are lent."""
+        return self.mode_of(qos, partition) == "suspend"
+
     def grace_of(self, qos: str) -> int:
         q = self.qos.get(qos or "normal")
         return q.grace_time if q is not None else 0
 
     def may_preempt(self, qos: str, partition: str, victim: Victim, now: float) -> bool:
         """May a job of (`qos`, `partition`) stop `victim` now?"""
-        if self.mode_of(victim.qos, victim.partition) not in ("cancel", "requeue"):
+        if self.mode_of(victim.qos, victim.partition) not in ("cancel", "requeue", "suspend") \
+                or victim.lent:
             return False
         if self.kind == "preempt/qos":
             q = self.qos.get(qos or "normal")
@@ -109,6 +116,7 @@ class Victim:
     gpus: int  # over the whole job
     cpus: int
     stopping: bool = False  # already being preempted
+    lent: bool = False  # suspended for a preemptor that uses its resources: never a victim
 
     def cost(self, now: float) -> tuple[float, float]:
         """Work lost by stopping it: (GPU-seconds, CPU-seconds) since it started."""

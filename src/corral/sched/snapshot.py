@@ -51,6 +51,7 @@ class RunningView:
     partition: str = ""
     start_time: float = 0.0
     stopping: bool = False  # already being preempted: its resources are on their way back
+    lent: bool = False  # suspended, its resources lent to its preemptor: not a victim
 
 
 @dataclass(slots=True)

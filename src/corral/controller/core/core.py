@@ -161,8 +161,11 @@ class Core:
                 continue
             n.admin_state, n.reason = rec.admin_state, rec.reason
             n.reason_user, n.reason_uid, n.reason_time = rec.reason_user, rec.reason_uid, rec.reason_time
+        active = list(active)
         for job in active:
             self.table.load(job)
+        self.lifecycle.recover_loans(active)  # suspended victims lend to their preemptors
+        for job in active:
             if job.state.active:
                 self.cluster.charge(job)
         for job in finished:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from corral.controller.cluster import NodeEventKind
-from corral.controller.core.effects import Launch, SignalSteps
+from corral.controller.core.effects import Control, Launch, SignalSteps
 from corral.model.job import FINISHED_STATES, Job, JobState, NodeAlloc, Reason, Step
 from corral.model.messages import JOB_END_STATES
 from corral.sched import deps as sched_deps
@@ -278,7 +278,7 @@ class Lifecycle:
         # steps left only on nodes that stopped responding are given up with the job
         self.core.step_table.forget_steps(job.job_id)
         # released only now: no other job gets these resources while the old steps run
-        self.core.cluster.release(job, now)
+        self._release(job, now)
         reason = job.kill_reason
         job.kill_reason = None
         if reason == "REQUEUE_PREEMPT":
@@ -332,7 +332,7 @@ class Lifecycle:
     def _finish_allocation(self, job: Job, state: str, exit_code: int, signal: int,
                            end_time: float, now: float) -> None:
         self.core.step_table.forget_steps(job.job_id)
-        self.core.cluster.release(job, now)
+        self._release(job, now)
         job.kill_reason = None
         job.end_time = end_time
         job.exit_code, job.term_signal = exit_code, signal
@@ -349,6 +349,10 @@ class Lifecycle:
         self.check_ending(now)
         self.check_preempted(now)
         for job in list(self.core.running.values()):
+            if job.suspended_for is not None and job.state == JobState.SUSPENDED \
+                    and job.job_id not in self.core.cluster.loans.get(job.suspended_for, ()):
+                self.resume_lent(job, now)  # its preemptor is gone (ended while we were down)
+                continue
             if job.kill_reason in PREEMPT_KILLS and job.state == JobState.RUNNING \
                     and job.job_id not in self.preempt_deadlines:
                 self._kill_preempted(job, now)  # its grace time was lost with a restart
@@ -403,6 +407,69 @@ class Lifecycle:
                 self.out.control(job, {"op": "signal", "signal": signum,
                                          "batch_only": False})
             self.out.emit(SignalSteps(job.job_id, signum))
+
+    # ------------------------------------------------- preemption by suspension
+    def suspend_for(self, victim: Job, preemptor_id: int, alloc: list[NodeAlloc],
+                    now: float) -> None:
+        """Preemption by suspension (PreemptMode=SUSPEND): the victim is stopped at once,
+        without GraceTime (its node freezes its processes, as for `scontrol suspend`), and
+        lends the preemptor, which starts on `alloc`, what it needs of its resources; the
+        ledger keeps them the victim's, so no other job gets them.  It resumes on them
+        when the preemptor ends (`_release`); its time limit does not count the wait."""
+        victim.suspend_time = now
+        victim.suspended_for = preemptor_id
+        self.core.cluster.lend(victim, preemptor_id, alloc)
+        self.out.job(victim)
+        self.core.set_state(victim, JobState.SUSPENDED, now)
+        self._control_nodes(victim, "suspend")
+
+    def resume_lent(self, victim: Job, now: float) -> None:
+        """A victim suspended for a preemptor that has ended runs again."""
+        victim.suspended_for = None
+        if victim.state != JobState.SUSPENDED:  # `scontrol resume` resumed it meanwhile
+            self.out.job(victim)
+            return
+        victim.suspended_secs += now - (victim.suspend_time or now)
+        victim.suspend_time = None
+        if victim.exclusive:  # the preemptor's release cleared the node's exclusive owner
+            for name in victim.nodes:
+                node = self.core.nodes.get(name)
+                if node is not None:
+                    node.exclusive_job = victim.job_id
+        log.info("job %d resumes (its preemptor ended)", victim.job_id)
+        self.out.job(victim)
+        self.core.set_state(victim, JobState.RUNNING, now)
+        self._control_nodes(victim, "resume")
+
+    def recover_loans(self, active: list[Job]) -> None:
+        """After a restart, before charging: suspended victims lend to their preemptors
+        again (in job id order, as when they were suspended), so a preemptor is charged
+        only for what it does not borrow.  A victim whose preemptor is no longer active
+        is resumed by the next tick."""
+        by_id = {j.job_id: j for j in active}
+        for victim in sorted(active, key=lambda j: j.job_id):
+            pid = victim.suspended_for
+            if pid is None or victim.state != JobState.SUSPENDED:
+                continue
+            preemptor = by_id.get(pid)
+            if preemptor is not None and preemptor.state.active:
+                self.core.cluster.lend(victim, pid, preemptor.alloc)
+
+    def _release(self, job: Job, now: float) -> None:
+        """Give `job`'s resources back; the victims suspended for it resume on what it
+        borrowed of theirs (in the same step: no pass runs in between)."""
+        lenders = self.core.cluster.lenders(job.job_id)
+        self.core.cluster.release(job, now)
+        job.suspended_for = None  # a victim that ended while suspended lent to the end
+        for vid in lenders:
+            victim = self.core.jobs.get(vid)
+            if victim is not None and victim.suspended_for == job.job_id:
+                self.resume_lent(victim, now)
+
+    def _control_nodes(self, job: Job, op: str) -> None:
+        """`op` to the agent of every node of the job (its batch step and srun steps)."""
+        for name in job.nodes or ([job.batch_host] if job.batch_host else []):
+            self.out.emit(Control(job.job_id, name, {"op": op}))
 
     def check_preempted(self, now: float) -> None:
         """Preempted jobs whose GraceTime is over are killed (requeued or cancelled)."""

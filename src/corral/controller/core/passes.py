@@ -12,6 +12,7 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from corral.controller.cluster import alloc_without
 from corral.controller.core.lifecycle import PREEMPT_KILLS
 from corral.model.config import preempt_settings
 from corral.model.job import Job, JobState
@@ -76,7 +77,7 @@ class Passes:
 
     def snapshot(self, now: float) -> ClusterSnapshot:
         core = self.core
-        return ClusterSnapshot(
+        snap = ClusterSnapshot(
             now=now,
             nodes={n.name: node_view(n) for n in core.nodes.values()},
             partitions=core.partitions,
@@ -88,6 +89,34 @@ class Passes:
             policy=self.policy_snapshot(now),
             reservations=core.reservations(now),
         )
+        if core.cluster.loans:
+            self._lent_views(snap.running, now)
+        return snap
+
+    def _lent_views(self, running: list[RunningView], now: float) -> None:
+        """Preemption by suspension, as the pass must see it: a suspended victim holds its
+        resources until its preemptor's end plus what is left of its own time limit, and
+        may not be preempted again; the preemptor releases at its end only what it does not
+        borrow (what it borrows is the victim's again)."""
+        core = self.core
+        loans = core.cluster.loans
+        ends = {r.job_id: r.end_time for r in running}
+        for i, r in enumerate(running):
+            job = core.running.get(r.job_id)
+            if job is None:
+                continue
+            borrowed = loans.get(r.job_id)
+            if borrowed:
+                lent = [p for parts in borrowed.values() for p in parts]
+                r = running[i] = replace(r, alloc=[
+                    alloc_without(a, [p for p in lent if p.node == a.node]) for a in r.alloc])
+            if job.suspended_for in loans:  # (or resumed by hand beside its preemptor)
+                until = ends.get(job.suspended_for, INFINITE_TIME)
+                left = job.time_limit - job.run_seconds(now) \
+                    if job.time_limit > 0 else INFINITE_TIME
+                end = INFINITE_TIME if INFINITE_TIME in (until, left) \
+                    else until + max(0.0, left)
+                running[i] = replace(r, end_time=end, lent=True)
 
     def apply(self, decision: Decision, now: float) -> None:
         core = self.core
@@ -138,20 +167,54 @@ class Passes:
             core.out.schedule()
 
     def apply_preemption(self, p: Preemption, now: float) -> None:
-        """Stop the victims of a preemptor placed in this pass (each in its mode, after
-        its QoS's GraceTime; see Lifecycle.preempt_job); the preemptor waits."""
+        """Stop the victims of a preemptor placed in this pass, each in its mode.  CANCEL
+        and REQUEUE victims are killed after their QoS's GraceTime (Lifecycle.preempt_job)
+        and the preemptor waits for their resources.  When every victim is to be
+        suspended (SUSPEND), they are suspended now and the preemptor starts at once on
+        `p.alloc`, on resources they lend it until it ends; with victims of both kinds,
+        the others are stopped first and the suspensions wait for a later pass."""
         policy = self.params().preempt
         if policy is None:
             return
+        core = self.core
+        suspend: list[Job] = []
+        others = False
         for vid in p.victims:
-            victim = self.core.running.get(vid)
+            victim = core.running.get(vid)
             if victim is None or victim.kill_reason is not None \
                     or victim.state != JobState.RUNNING:
-                continue  # already being stopped (preempted, cancelled, timed out)
+                others = True  # already being stopped (preempted, cancelled, timed out)
+                continue
             qos = victim.qos or "normal"
+            mode = policy.mode_of(qos, victim.partition)
+            if mode == "suspend":
+                suspend.append(victim)
+                continue
+            others = True
             log.info("job %d preempts job %d", p.job_id, vid)
-            self.core.lifecycle.preempt_job(victim, now, policy.mode_of(qos, victim.partition),
-                                            policy.grace_of(qos))
+            core.lifecycle.preempt_job(victim, now, mode, policy.grace_of(qos))
+        if suspend and not others:
+            self._suspend_for(p, suspend, now)
+
+    def _suspend_for(self, p: Preemption, victims: list[Job], now: float) -> None:
+        core = self.core
+        job = core.pending.get(p.job_id)
+        if job is None:
+            return
+        if job.array_tasks is not None:  # the array's next task is the one placed
+            if not job.array_tasks:
+                return
+            job = core.split_array_task(job, now)
+            core.out.schedule()  # its other tasks get another pass
+        if "," in job.partition:  # -p a,b: a partition holding every node it gets
+            names = {a.node for a in p.alloc}
+            job.partition = next(
+                (part for part in job.partition.split(",") if part in core.partitions
+                 and names <= set(core.partitions[part].nodes)), job.partition.split(",")[0])
+        for victim in sorted(victims, key=lambda j: j.job_id):
+            log.info("job %d preempts job %d (suspended)", job.job_id, victim.job_id)
+            core.lifecycle.suspend_for(victim, job.job_id, p.alloc, now)
+        core.lifecycle.start_job(job, p.alloc, now)
 
     # ---- the pass's parameters -----------------------------------------------------
     def preempt_policy(self) -> PreemptPolicy | None:
