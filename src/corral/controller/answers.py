@@ -1,4 +1,4 @@
-"""Answers encoded once per change: squeue's job table.
+"""Answers encoded once per change: squeue's job table, and a plain squeue's text.
 
 Every `squeue` asks for the compact form of GET /v1/jobs (`rows=1`): field names once,
 one list per job.  Building it walks every job in Python and costs tens of milliseconds
@@ -8,6 +8,13 @@ while nothing changed: the key holds the controller's change count (every persis
 or node change, every request that is not a GET) and its scheduling pass count, and an
 answer older than MAX_AGE_S is rebuilt whatever the counts say.  The answer's "now" is
 the time of each request, as when it is built afresh.
+
+A plain `squeue` (default format and order; filters the controller applies, -h and -a
+aside) asks for its text instead (`render=squeue`): the controller prints it once per
+change with the command's own code (squeue.render_default), and per request only fills
+in the TIME of the jobs running at that moment.  At 10,000 jobs that takes the
+decoding, sorting and printing out of every command, and leaves the loop one
+prepared body to send per request.
 """
 
 from __future__ import annotations
@@ -15,25 +22,46 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Container
 from operator import attrgetter
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from corral.cli.squeue import RenderedQueue
 
 MAX_AGE_S = 1.0
 MAX_ENTRIES = 32  # distinct squeue queries kept (options differ by user and script)
 
 
+class SqueueText:
+    """A plain squeue's text, built once per change: as bytes when no TIME moves."""
+
+    __slots__ = ("rendered", "body")
+
+    def __init__(self, rendered: RenderedQueue) -> None:
+        self.rendered = rendered
+        self.body = None if rendered.running else rendered.pieces[0].encode()
+
+    def at(self, now: float) -> bytes:
+        return self.body if self.body is not None else self.rendered.text_at(now).encode()
+
+
+Answer = bytes | SqueueText  # a rows prefix (with_now completes it), or a text
+
+
 class RowsCache:
-    """Encoded `{"fields": ..., "rows": ...` prefixes by query string."""
+    """Encoded `{"fields": ..., "rows": ...` prefixes (or squeue texts) by query string."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, tuple[tuple[int, int], float, bytes]] = {}
+        self._entries: dict[str, tuple[tuple[int, int], float, Answer]] = {}
 
-    def get(self, query: str, generation: tuple[int, int]) -> bytes | None:
+    def get(self, query: str, generation: tuple[int, int]) -> Answer | None:
         entry = self._entries.get(query)
         if entry is None or entry[0] != generation or time.monotonic() - entry[1] > MAX_AGE_S:
             return None
         return entry[2]
 
-    def put(self, query: str, generation: tuple[int, int], prefix: bytes) -> None:
+    def put(self, query: str, generation: tuple[int, int], prefix: Answer) -> None:
         if len(self._entries) >= MAX_ENTRIES and query not in self._entries:
             self._entries.pop(next(iter(self._entries)))
         self._entries[query] = (generation, time.monotonic(), prefix)
@@ -89,6 +117,36 @@ def rows_prefix(fields_json: bytes, rows_json: bytes) -> bytes:
 
 def with_now(prefix: bytes, now: float) -> bytes:
     return prefix + b',"now":' + repr(now).encode() + b"}"
+
+
+def squeue_fields() -> list[str]:
+    """The fields a plain squeue's text is printed from (and a plain squeue asks for)."""
+    from corral.cli import squeue
+
+    return squeue.needed_fields(squeue.default_options())
+
+
+def squeue_text(fields: list[str], rows: list[list[Any]], states: str | None,
+                hidden: set[str] | None) -> SqueueText | None:
+    """The text a plain squeue prints for these rows (its answer's records), the jobs
+    in `states` (the query's: "all" or names) and outside the `hidden` partitions
+    (None: -a).  None where it cannot be printed here (the rows answer instead)."""
+    from corral.cli import squeue
+
+    records = [dict(zip(fields, row, strict=True)) for row in rows]
+    rendered = squeue.render_default(records, None if states in (None, "all")
+                                     else states.split(","), hidden)  # type: ignore[union-attr]
+    return None if rendered is None else SqueueText(rendered)
+
+
+def respond(answer: Answer, now: float) -> web.Response:
+    """The response for a cached answer, at `now`."""
+    from aiohttp import web
+
+    if isinstance(answer, SqueueText):
+        return web.Response(body=answer.at(now), content_type="text/plain", charset="utf-8")
+    return web.Response(body=with_now(answer, now), content_type="application/json",
+                        charset="utf-8")
 
 
 class _Counted(Protocol):

@@ -1,0 +1,96 @@
+"""A plain squeue printed by the controller (answers.squeue_text, squeue.render_default)
+against what the command prints from the rows answer itself, byte for byte."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+
+from corral.cli import squeue
+from corral.controller import answers
+from tests.unit.test_squeue_fast import NOW, _random_job
+
+pytestmark = pytest.mark.usefixtures("utc_tz")  # (tests/unit/conftest.py)
+
+
+def _printed_by_command(jobs: list[dict[str, Any]], states: list[str] | None,
+                        hidden: set[str] | None, now: float) -> str:
+    """What _main prints from the records (its client-side path)."""
+    jobs = squeue.select_states(jobs, states)
+    if jobs and hidden:
+        jobs = [j for j in jobs if j.get("partition") not in hidden]
+    return squeue.format_jobs(jobs, now, squeue.default_options())
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_rendered_text_is_the_commands_at_any_now(seed: int) -> None:
+    rng = random.Random(seed)
+    jobs = [_random_job(rng, 100 + i) for i in range(rng.randint(0, 150))]
+    for j in jobs:
+        if rng.random() < 0.2 and j["start_time"] is not None:
+            j["end_time"] = None  # running, completing… with a TIME that moves
+    states = rng.choice([None, sorted(squeue._ACTIVE), ["RUNNING"], ["PENDING"], []])
+    hidden = rng.choice([None, set(), {"gpu"}, {"debug", "gpu"}])
+    rendered = squeue.render_default(jobs, states, hidden)
+    assert rendered is not None
+    for now in (NOW, NOW + 0.4, NOW + 1, NOW + 59.9, NOW + 3600, NOW + 86400 * 3):
+        assert rendered.text_at(now) == _printed_by_command(jobs, states, hidden, now), now
+
+
+def test_a_queue_without_running_jobs_is_one_text() -> None:
+    rng = random.Random(7)
+    jobs = [dict(_random_job(rng, i), state="PENDING", start_time=None) for i in range(1, 50)]
+    text = answers.squeue_text(list(jobs[0]), [list(j.values()) for j in jobs], "all", None)
+    assert text is not None and text.body is not None
+    assert text.at(NOW) == _printed_by_command(jobs, None, None, NOW).encode()
+    assert text.at(NOW + 100) == text.body
+
+
+def _controller_jobs() -> list[Any]:
+    from corral.model.job import Job, JobState, NodeAlloc, Reason
+
+    out = []
+    for i in range(1, 60):
+        kw: dict[str, Any] = {"reason": Reason.PRIORITY, "priority": i * 1000}
+        if i % 3 == 0:
+            kw.update(state=JobState.RUNNING, reason=Reason.NONE, nodes=["n1", "n2"],
+                      alloc=[NodeAlloc("n1", 2, 1024), NodeAlloc("n2", 2, 1024)],
+                      start_time=NOW - 37.5 * i)
+        if i % 4 == 0:
+            kw.update(state=JobState.SUSPENDED, nodes=["n3"], start_time=NOW - 500,
+                      suspend_time=NOW - 100, suspended_secs=20.0)
+        if i % 5 == 0:
+            kw.update(array_job_id=i, array_tasks=[1, 2, 3, 7], array_max_running=2)
+        if i % 7 == 0:
+            kw.update(state=JobState.COMPLETED, start_time=NOW - 90, end_time=NOW - 30)
+        if i % 11 == 0:
+            kw.update(reason=Reason.HELD_USER, held="user", priority=0)
+        out.append(Job(job_id=i, name=f"j{i}\tx" if i % 13 == 0 else f"job{i}",
+                       user="alice" if i % 2 else "bob", uid=1000, gid=1000,
+                       partition="debug" if i % 6 else "hidden", submit_time=NOW - 1000,
+                       **kw))
+    return out
+
+
+@pytest.mark.parametrize("states", [None, "all", "PENDING,RUNNING,SUSPENDED", "RUNNING"])
+def test_controller_text_from_jobs_is_what_the_command_prints_from_json(
+        states: str | None) -> None:
+    """From the controller's Job objects (not their JSON) to the same bytes the command
+    prints from the rows answer it decodes."""
+    from corral.controller import server
+    from corral.model.job import Job
+
+    fields = answers.squeue_fields()
+    build = answers.row_builder(fields, server._field_getter,
+                                server._DERIVED | Job.__dataclass_fields__.keys())
+    rows = [build(j) for j in _controller_jobs()]
+    for hidden in (None, {"hidden"}):
+        text = answers.squeue_text(fields, rows, states, hidden)
+        assert text is not None
+        decoded = [dict(zip(fields, row, strict=True)) for row in json.loads(json.dumps(rows))]
+        wanted = None if states in (None, "all") else states.split(",")  # type: ignore[union-attr]
+        for now in (NOW, NOW + 1.5, NOW + 7200):
+            assert text.at(now) == _printed_by_command(decoded, wanted, hidden, now).encode()
