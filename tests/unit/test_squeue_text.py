@@ -94,3 +94,47 @@ def test_controller_text_from_jobs_is_what_the_command_prints_from_json(
         wanted = None if states in (None, "all") else states.split(",")  # type: ignore[union-attr]
         for now in (NOW, NOW + 1.5, NOW + 7200):
             assert text.at(now) == _printed_by_command(decoded, wanted, hidden, now).encode()
+
+
+def test_the_printing_thread_gets_copies_of_every_container() -> None:
+    from corral.model.job import Job
+
+    for f in answers.squeue_fields():
+        spec = Job.__dataclass_fields__.get(f)
+        kind = str(spec.type) if spec is not None else ""
+        assert any(c in kind for c in ("list", "dict", "set")) == (f in answers.CONTAINER_FIELDS), f
+
+
+def test_requests_during_a_print_wait_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import threading
+
+    printed: list[int] = []
+    release = threading.Event()
+    real = answers.squeue_text
+
+    def slow_print(*args: Any) -> Any:
+        printed.append(1)
+        release.wait(10)
+        return real(*args)
+
+    monkeypatch.setattr(answers, "squeue_text", slow_print)
+    rng = random.Random(3)
+    jobs = [dict(_random_job(rng, i), state="PENDING", start_time=None) for i in range(1, 20)]
+    fields, rows = list(jobs[0]), [list(j.values()) for j in jobs]
+
+    async def scenario() -> list[Any]:
+        cache = answers.RowsCache()
+        first = asyncio.ensure_future(cache.print_text("q", (1, 1), fields, rows, "all", None))
+        await asyncio.sleep(0.05)
+        waiting = asyncio.ensure_future(cache.being_printed("q", (1, 1)))
+        other_generation = await cache.being_printed("q", (2, 1))
+        release.set()
+        texts = [await first, await waiting, other_generation, cache.get("q", (1, 1))]
+        cache._thread().shutdown()
+        return texts
+
+    first, waiting, other, kept = asyncio.run(scenario())
+    assert printed == [1]
+    assert first is waiting is kept and other is None
+    assert first.at(NOW) == _printed_by_command(jobs, None, None, NOW).encode()

@@ -19,8 +19,10 @@ prepared body to send per request.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Container
+from concurrent.futures import ThreadPoolExecutor
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
 
 MAX_AGE_S = 1.0
 MAX_ENTRIES = 32  # distinct squeue queries kept (options differ by user and script)
+# The squeue fields whose values are containers (tests/unit/test_squeue_text.py checks it).
+CONTAINER_FIELDS = frozenset({"nodes", "sched_nodes", "array_tasks"})
+FILL_ON_LOOP = 256  # running jobs whose TIME a request fills in on the loop (~1 ms)
 
 
 class SqueueText:
@@ -50,10 +55,17 @@ Answer = bytes | SqueueText  # a rows prefix (with_now completes it), or a text
 
 
 class RowsCache:
-    """Encoded `{"fields": ..., "rows": ...` prefixes (or squeue texts) by query string."""
+    """Encoded `{"fields": ..., "rows": ...` prefixes (or squeue texts) by query string.
+
+    A squeue text is printed on a thread of its own, one at a time: printing 10,000 jobs
+    takes tens of milliseconds, which the loop spends on submissions meanwhile; the
+    requests that come while it is printed wait for that print rather than start their
+    own."""
 
     def __init__(self) -> None:
         self._entries: dict[str, tuple[tuple[int, int], float, Answer]] = {}
+        self._printing: dict[tuple[str, tuple[int, int]], asyncio.Future[SqueueText | None]] = {}
+        self._printer: ThreadPoolExecutor | None = None
 
     def get(self, query: str, generation: tuple[int, int]) -> Answer | None:
         entry = self._entries.get(query)
@@ -65,6 +77,57 @@ class RowsCache:
         if len(self._entries) >= MAX_ENTRIES and query not in self._entries:
             self._entries.pop(next(iter(self._entries)))
         self._entries[query] = (generation, time.monotonic(), prefix)
+
+    def _thread(self) -> ThreadPoolExecutor:
+        if self._printer is None:
+            self._printer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="answers")
+        return self._printer
+
+    async def being_printed(self, query: str, generation: tuple[int, int]) -> SqueueText | None:
+        """The text for this query and generation that is being printed, once printed."""
+        printing = self._printing.get((query, generation))
+        return None if printing is None else await asyncio.shield(printing)
+
+    async def print_text(self, query: str, generation: tuple[int, int], fields: list[str],
+                         rows: list[list[Any]], states: str | None,
+                         hidden: set[str] | None) -> SqueueText | None:
+        """squeue_text(...) printed on the answers' thread, and kept."""
+        key = (query, generation)
+        printing = self._printing.get(key)
+        if printing is None:
+            # the rows share their lists with the jobs, which the loop may change meanwhile
+            shared = [i for i, f in enumerate(fields) if f in CONTAINER_FIELDS]
+            for row in rows:
+                for i in shared:
+                    value = row[i]
+                    if value:
+                        row[i] = list(value)
+            printing = asyncio.get_running_loop().run_in_executor(
+                self._thread(), squeue_text, fields, rows, states, hidden)
+            self._printing[key] = printing
+
+            def printed(done: asyncio.Future[SqueueText | None]) -> None:
+                self._printing.pop(key, None)
+                if not done.cancelled() and done.exception() is None:
+                    text = done.result()
+                    if text is not None:
+                        self.put(query, generation, text)
+            printing.add_done_callback(printed)
+        return await asyncio.shield(printing)
+
+    async def respond(self, answer: Answer, now: float) -> web.Response:
+        """The response for an answer, at `now`."""
+        from aiohttp import web
+
+        if isinstance(answer, SqueueText):
+            if answer.body is not None or len(answer.rendered.running) <= FILL_ON_LOOP:
+                body = answer.at(now)
+            else:  # many running jobs' TIME to print: on the answers' thread
+                body = await asyncio.get_running_loop().run_in_executor(
+                    self._thread(), answer.at, now)
+            return web.Response(body=body, content_type="text/plain", charset="utf-8")
+        return web.Response(body=with_now(answer, now), content_type="application/json",
+                            charset="utf-8")
 
 
 # Fields whose value is not the attribute of the same name (server._field_getter's).
@@ -137,16 +200,6 @@ def squeue_text(fields: list[str], rows: list[list[Any]], states: str | None,
     rendered = squeue.render_default(records, None if states in (None, "all")
                                      else states.split(","), hidden)  # type: ignore[union-attr]
     return None if rendered is None else SqueueText(rendered)
-
-
-def respond(answer: Answer, now: float) -> web.Response:
-    """The response for a cached answer, at `now`."""
-    from aiohttp import web
-
-    if isinstance(answer, SqueueText):
-        return web.Response(body=answer.at(now), content_type="text/plain", charset="utf-8")
-    return web.Response(body=with_now(answer, now), content_type="application/json",
-                        charset="utf-8")
 
 
 class _Counted(Protocol):
