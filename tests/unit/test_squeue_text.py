@@ -131,10 +131,17 @@ def test_requests_during_a_print_wait_for_it(monkeypatch: pytest.MonkeyPatch) ->
         other_generation = await cache.being_printed("q", (2, 1))
         release.set()
         texts = [await first, await waiting, other_generation, cache.get("q", (1, 1))]
+        # a new generation with the same rows: the text printed before, not printed again
+        same = await cache.print_text("q", (2, 1), fields, [list(r) for r in rows], "all", None)
+        assert same is texts[0] and cache.get("q", (2, 1)) is same and printed == [1]
+        changed = [list(r) for r in rows]
+        changed[0][fields.index("name")] = "renamed"
+        new = await cache.print_text("q", (3, 1), fields, changed, "all", None)
+        assert printed == [1, 1] and new is not same and b"renamed" in new.at(NOW)
         cache._thread().shutdown()
         return texts
 
     first, waiting, other, kept = asyncio.run(scenario())
-    assert printed == [1]
+    assert printed == [1, 1]
     assert first is waiting is kept and other is None
     assert first.at(NOW) == _printed_by_command(jobs, None, None, NOW).encode()

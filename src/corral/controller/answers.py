@@ -60,12 +60,16 @@ class RowsCache:
     A squeue text is printed on a thread of its own, one at a time: printing 10,000 jobs
     takes tens of milliseconds, which the loop spends on submissions meanwhile; the
     requests that come while it is printed wait for that print rather than start their
-    own."""
+    own.  A text is printed again only when its rows differ from the last ones printed
+    for that query: a scheduling pass that changed nothing, a change to other jobs, or
+    MAX_AGE_S passing cost the rows alone (compared in C)."""
 
     def __init__(self) -> None:
         self._entries: dict[str, tuple[tuple[int, int], float, Answer]] = {}
         self._printing: dict[tuple[str, tuple[int, int]], asyncio.Future[SqueueText | None]] = {}
         self._printer: ThreadPoolExecutor | None = None
+        # the rows each query's last text was printed from (their lists copied), and it
+        self._printed: dict[str, tuple[list[list[Any]], SqueueText]] = {}
 
     def get(self, query: str, generation: tuple[int, int]) -> Answer | None:
         entry = self._entries.get(query)
@@ -94,6 +98,11 @@ class RowsCache:
         """squeue_text(...) printed on the answers' thread, and kept."""
         key = (query, generation)
         printing = self._printing.get(key)
+        last = self._printed.get(query)
+        if printing is None and last is not None and last[0] == rows:
+            # a pass or a change elsewhere, or an old answer: the same records print the same
+            self.put(query, generation, last[1])
+            return last[1]
         if printing is None:
             # the rows share their lists with the jobs, which the loop may change meanwhile
             shared = [i for i, f in enumerate(fields) if f in CONTAINER_FIELDS]
@@ -112,6 +121,9 @@ class RowsCache:
                     text = done.result()
                     if text is not None:
                         self.put(query, generation, text)
+                        if len(self._printed) >= MAX_ENTRIES and query not in self._printed:
+                            self._printed.pop(next(iter(self._printed)))
+                        self._printed[query] = (rows, text)
             printing.add_done_callback(printed)
         return await asyncio.shield(printing)
 
