@@ -145,3 +145,36 @@ def test_requests_during_a_print_wait_for_it(monkeypatch: pytest.MonkeyPatch) ->
     assert printed == [1, 1]
     assert first is waiting is kept and other is None
     assert first.at(NOW) == _printed_by_command(jobs, None, None, NOW).encode()
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_printer_prints_each_version_of_a_changing_queue_as_the_command(seed: int) -> None:
+    """QueuePrinter, reusing the lines of unchanged rows, over a queue that changes
+    between prints: jobs come and go, start, change priority; arrays split tasks off."""
+    rng = random.Random(1000 + seed)
+    jobs = [_random_job(rng, 100 + i) for i in range(rng.randint(0, 80))]
+    for j in jobs[: len(jobs) // 4]:  # tasks split off array 100 / its record
+        j.update(array_job_id=100, array_task_id=rng.randint(1, 9))
+    fields = sorted({k for j in jobs for k in j} | set(squeue.needed_fields(
+        squeue.default_options())))
+    printer = squeue.QueuePrinter(fields)
+    for _round in range(6):
+        for j in jobs:
+            if j["start_time"] is not None and rng.random() < 0.3:
+                j["end_time"] = None
+        states = rng.choice([None, sorted(squeue._ACTIVE), ["PENDING", "RUNNING"]])
+        hidden = rng.choice([None, {"gpu"}])
+        rows = [[j.get(f) for f in fields] for j in jobs]
+        rendered = printer.print(rows, states, hidden)
+        assert rendered is not None
+        records = [dict(zip(fields, r, strict=True)) for r in rows]
+        for now in (NOW, NOW + 61.5):
+            assert rendered.text_at(now) == _printed_by_command(records, states, hidden, now)
+        # the next version: some jobs change, some leave, some come
+        for j in rng.sample(jobs, min(len(jobs), rng.randint(0, 5))):
+            j.update(priority=rng.randint(0, 10), state=rng.choice(["PENDING", "RUNNING"]),
+                     start_time=rng.choice([None, NOW - 5]), name=rng.choice(["x", "y\tz"]))
+        if jobs and rng.random() < 0.5:
+            jobs.remove(rng.choice(jobs))
+        jobs += [_random_job(rng, 1000 + 10 * _round + k) for k in range(rng.randint(0, 3))]
+        rng.shuffle(jobs) if rng.random() < 0.2 else None

@@ -832,6 +832,94 @@ def render_default(jobs: list[Job], states: list[str] | None,
     return RenderedQueue(pieces, running, width)
 
 
+class QueuePrinter:
+    """render_default again and again for one query, from the answer's rows (lists in
+    `fields` order): a job's line is printed again only when its row changed since the
+    last print, and the lines are put in squeue's order by one sort on keys built from
+    the rows (sort_jobs' stable sorts for P,t,-p, as one key).  The controller keeps one
+    per query and prints a queue of 10,000 jobs after each change."""
+
+    _KEYS = ("job_id", "state", "partition", "priority", "start_time", "array_job_id")
+
+    def __init__(self, fields: list[str]) -> None:
+        self.fields = fields
+        self.opts = default_options()
+        self.header = format_jobs([], 0.0, self.opts)
+        self.width = next(f.width for f in self.opts.fmt.fields if f.key == "M")
+        self.hole = TIME_HOLE * self.width
+        # job id → (its row, its line (with TIME_HOLE where its TIME moves), its record then,
+        # its sort key when it is no array's)
+        self._lines: dict[Any, tuple[list[Any], str, Job | None, tuple[Any, ...] | None]] = {}
+
+    def print(self, rows: list[list[Any]], states: list[str] | None,
+              hidden: set[str] | None) -> RenderedQueue | None:
+        fields = self.fields
+        at = {name: i for i, name in enumerate(fields)}
+        if any(k not in at for k in self._KEYS):
+            return render_default([dict(zip(fields, r, strict=True)) for r in rows], states,
+                                  hidden)
+        i_id, i_state, i_part, i_prio, i_start, i_array = (at[k] for k in self._KEYS)
+        if states is not None:
+            wanted = set(states)
+            rows = [r for r in rows if r[i_state] in wanted]
+        if rows and hidden:
+            rows = [r for r in rows if r[i_part] not in hidden]
+        old = self._lines
+        lines: dict[Any, tuple[list[Any], str, Job | None, tuple[Any, ...] | None]] = {}
+        fresh: list[list[Any]] = []
+        for r in rows:
+            entry = old.get(r[i_id])
+            if entry is not None and entry[0] == r:
+                lines[r[i_id]] = entry
+            else:
+                fresh.append(r)
+                lines[r[i_id]] = entry  # type: ignore[assignment]  # replaced below
+        if len(lines) != len(rows) or any(
+                not isinstance(r[i_prio], (int, float)) for r in fresh):
+            # job ids not unique (no line can be told by its id), or odd priorities
+            return render_default([dict(zip(fields, r, strict=True)) for r in rows], None, None)
+        codes = _CODES
+
+        def key(r: list[Any], pos: float) -> tuple[Any, ...]:
+            # sort_jobs: the base order (running jobs by start, latest first, then pending
+            # jobs in reverse list order), then stable sorts by -p, t and P: one sort on
+            # (P, t, -p, base order); the row's place in the list breaks ties
+            state = r[i_state]
+            code = codes.get(str(state), str(state))
+            if state == "PENDING":
+                return (r[i_part], code, -r[i_prio], 1, -pos, 0)
+            return (r[i_part], code, -r[i_prio], 0, -(r[i_start] or 0), pos)
+
+        if fresh:
+            records = [dict(zip(fields, r, strict=True)) for r in fresh]
+            running: list[Job] = []
+            text = render_rows(self.opts.fmt, {}, records, 0.0, running)
+            printed = text.split("\n")
+            if len(printed) != len(records) + 1:
+                return render_default([dict(zip(fields, r, strict=True)) for r in rows], None,
+                                      None)
+            for r, rec, line in zip(fresh, records, printed, strict=False):
+                # an array's records sit where the others of the array put them: keyed below
+                lines[r[i_id]] = (r, line + "\n", rec if self.hole in line else None,
+                                  None if r[i_array] is not None else key(r, float(r[i_id])))
+        self._lines = lines
+        members = [i for i, r in enumerate(rows) if r[i_array] is not None]
+        placed = {members[k]: pos for k, pos in _list_positions(
+            [dict(zip(fields, rows[i], strict=True)) for i in members]).items()}
+        decorated = []
+        for i, r in enumerate(rows):
+            known = lines[r[i_id]][3]
+            decorated.append((key(r, placed[i]) if known is None else known, i))
+        decorated.sort()
+        ordered = [lines[rows[i][i_id]] for _, i in decorated]
+        body = "".join([e[1] for e in ordered])
+        moving = [e[2] for e in ordered if e[2] is not None]
+        pieces = (self.header + body).split(self.hole)
+        if len(pieces) != len(moving) + 1:
+            return None
+        return RenderedQueue(pieces, moving, self.width)
+
+
 # ---- options --------------------------------------------------------------
 
 SHORT = "A:ahi:j:lL:M:n:o:O:p:q:R:rs:S:t:u:vVw:"

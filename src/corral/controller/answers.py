@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from corral.cli.squeue import RenderedQueue
+    from corral.cli.squeue import QueuePrinter, RenderedQueue
 
 MAX_AGE_S = 1.0
 MAX_ENTRIES = 32  # distinct squeue queries kept (options differ by user and script)
@@ -70,6 +70,7 @@ class RowsCache:
         self._printer: ThreadPoolExecutor | None = None
         # the rows each query's last text was printed from (their lists copied), and it
         self._printed: dict[str, tuple[list[list[Any]], SqueueText]] = {}
+        self._printers: dict[str, QueuePrinter] = {}  # each query's, used on that thread only
 
     def get(self, query: str, generation: tuple[int, int]) -> Answer | None:
         entry = self._entries.get(query)
@@ -111,8 +112,15 @@ class RowsCache:
                     value = row[i]
                     if value:
                         row[i] = list(value)
+            printer = self._printers.get(query)
+            if printer is None:
+                from corral.cli.squeue import QueuePrinter
+
+                if len(self._printers) >= MAX_ENTRIES:
+                    self._printers.pop(next(iter(self._printers)))
+                printer = self._printers[query] = QueuePrinter(fields)
             printing = asyncio.get_running_loop().run_in_executor(
-                self._thread(), squeue_text, fields, rows, states, hidden)
+                self._thread(), squeue_text, fields, rows, states, hidden, printer)
             self._printing[key] = printing
 
             def printed(done: asyncio.Future[SqueueText | None]) -> None:
@@ -202,15 +210,17 @@ def squeue_fields() -> list[str]:
 
 
 def squeue_text(fields: list[str], rows: list[list[Any]], states: str | None,
-                hidden: set[str] | None) -> SqueueText | None:
+                hidden: set[str] | None, printer: QueuePrinter | None = None) -> SqueueText | None:
     """The text a plain squeue prints for these rows (its answer's records), the jobs
     in `states` (the query's: "all" or names) and outside the `hidden` partitions
-    (None: -a).  None where it cannot be printed here (the rows answer instead)."""
+    (None: -a), printed by `printer` (which keeps the lines it printed last) or afresh.
+    None where it cannot be printed here (the rows answer instead)."""
     from corral.cli import squeue
 
-    records = [dict(zip(fields, row, strict=True)) for row in rows]
-    rendered = squeue.render_default(records, None if states in (None, "all")
-                                     else states.split(","), hidden)  # type: ignore[union-attr]
+    if printer is None or printer.fields != fields:
+        printer = squeue.QueuePrinter(fields)
+    rendered = printer.print(rows, None if states in (None, "all")
+                             else states.split(","), hidden)  # type: ignore[union-attr]
     return None if rendered is None else SqueueText(rendered)
 
 
