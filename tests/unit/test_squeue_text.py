@@ -178,3 +178,24 @@ def test_printer_prints_each_version_of_a_changing_queue_as_the_command(seed: in
             jobs.remove(rng.choice(jobs))
         jobs += [_random_job(rng, 1000 + 10 * _round + k) for k in range(rng.randint(0, 3))]
         rng.shuffle(jobs) if rng.random() < 0.2 else None
+
+
+def test_only_the_recent_queries_keep_their_lines() -> None:
+    import asyncio
+
+    rng = random.Random(5)
+    jobs = [_random_job(rng, i) for i in range(1, 30)]
+    fields, rows = list(jobs[0]), [list(j.values()) for j in jobs]
+
+    async def scenario() -> answers.RowsCache:
+        cache = answers.RowsCache()
+        for q in range(answers.MAX_PRINTERS + 3):
+            await cache.print_text(f"q{q}", (1, 1), fields, [list(r) for r in rows], "all", None)
+        await cache.print_text("q0", (1, 1), fields, [list(r) for r in rows], "all", None)
+        cache._thread().shutdown()
+        return cache
+
+    cache = asyncio.run(scenario())
+    for kept in (cache._printers, cache._printed):
+        assert len(kept) == answers.MAX_PRINTERS
+        assert list(kept)[-1] == "q0" and f"q{answers.MAX_PRINTERS + 2}" in kept

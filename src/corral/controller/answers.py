@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 MAX_AGE_S = 1.0
 MAX_ENTRIES = 32  # distinct squeue queries kept (options differ by user and script)
+# Queries whose printed lines and rows are kept to print again from (~0.6 KB a job each):
+# the most recently printed ones.
+MAX_PRINTERS = 4
 # The squeue fields whose values are containers (tests/unit/test_squeue_text.py checks it).
 CONTAINER_FIELDS = frozenset({"nodes", "sched_nodes", "array_tasks"})
 FILL_ON_LOOP = 256  # running jobs whose TIME a request fills in on the loop (~1 ms)
@@ -112,13 +115,12 @@ class RowsCache:
                     value = row[i]
                     if value:
                         row[i] = list(value)
-            printer = self._printers.get(query)
+            printer = self._printers.pop(query, None)
             if printer is None:
                 from corral.cli.squeue import QueuePrinter
 
-                if len(self._printers) >= MAX_ENTRIES:
-                    self._printers.pop(next(iter(self._printers)))
-                printer = self._printers[query] = QueuePrinter(fields)
+                printer = QueuePrinter(fields)
+            _keep_recent(self._printers, query, printer)
             printing = asyncio.get_running_loop().run_in_executor(
                 self._thread(), squeue_text, fields, rows, states, hidden, printer)
             self._printing[key] = printing
@@ -129,9 +131,8 @@ class RowsCache:
                     text = done.result()
                     if text is not None:
                         self.put(query, generation, text)
-                        if len(self._printed) >= MAX_ENTRIES and query not in self._printed:
-                            self._printed.pop(next(iter(self._printed)))
-                        self._printed[query] = (rows, text)
+                        self._printed.pop(query, None)
+                        _keep_recent(self._printed, query, (rows, text))
             printing.add_done_callback(printed)
         return await asyncio.shield(printing)
 
@@ -148,6 +149,13 @@ class RowsCache:
             return web.Response(body=body, content_type="text/plain", charset="utf-8")
         return web.Response(body=with_now(answer, now), content_type="application/json",
                             charset="utf-8")
+
+
+def _keep_recent(kept: dict[str, Any], query: str, value: Any) -> None:
+    """kept[query] = value, as the most recent, forgetting the oldest beyond MAX_PRINTERS."""
+    kept[query] = value
+    while len(kept) > MAX_PRINTERS:
+        kept.pop(next(iter(kept)))
 
 
 # Fields whose value is not the attribute of the same name (server._field_getter's).
