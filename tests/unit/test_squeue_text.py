@@ -138,11 +138,16 @@ def test_requests_during_a_print_wait_for_it(monkeypatch: pytest.MonkeyPatch) ->
         changed[0][fields.index("name")] = "renamed"
         new = await cache.print_text("q", (3, 1), fields, changed, "all", None)
         assert printed == [1, 1] and new is not same and b"renamed" in new.at(NOW)
+        # the same rows, but a partition hidden since: printed again, without its jobs
+        part = changed[0][fields.index("partition")]
+        hid = await cache.print_text("q", (4, 1), fields, [list(r) for r in changed], "all",
+                                     {part})
+        assert printed == [1, 1, 1] and b"renamed" not in hid.at(NOW)
         cache._thread().shutdown()
         return texts
 
     first, waiting, other, kept = asyncio.run(scenario())
-    assert printed == [1, 1]
+    assert printed == [1, 1, 1]
     assert first is waiting is kept and other is None
     assert first.at(NOW) == _printed_by_command(jobs, None, None, NOW).encode()
 

@@ -72,7 +72,7 @@ class RowsCache:
         self._printing: dict[tuple[str, tuple[int, int]], asyncio.Future[SqueueText | None]] = {}
         self._printer: ThreadPoolExecutor | None = None
         # the rows each query's last text was printed from (their lists copied), and it
-        self._printed: dict[str, tuple[list[list[Any]], SqueueText]] = {}
+        self._printed: dict[str, tuple[list[list[Any]], set[str] | None, SqueueText]] = {}
         self._printers: dict[str, QueuePrinter] = {}  # each query's, used on that thread only
 
     def get(self, query: str, generation: tuple[int, int]) -> Answer | None:
@@ -103,10 +103,10 @@ class RowsCache:
         key = (query, generation)
         printing = self._printing.get(key)
         last = self._printed.get(query)
-        if printing is None and last is not None and last[0] == rows:
+        if printing is None and last is not None and last[0] == rows and last[1] == hidden:
             # a pass or a change elsewhere, or an old answer: the same records print the same
-            self.put(query, generation, last[1])
-            return last[1]
+            self.put(query, generation, last[2])
+            return last[2]
         if printing is None:
             # the rows share their lists with the jobs, which the loop may change meanwhile
             shared = [i for i, f in enumerate(fields) if f in CONTAINER_FIELDS]
@@ -132,7 +132,7 @@ class RowsCache:
                     if text is not None:
                         self.put(query, generation, text)
                         self._printed.pop(query, None)
-                        _keep_recent(self._printed, query, (rows, text))
+                        _keep_recent(self._printed, query, (rows, hidden, text))
             printing.add_done_callback(printed)
         return await asyncio.shield(printing)
 
