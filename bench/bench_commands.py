@@ -7,7 +7,9 @@ Prints: the interpreter's floor (`python -I -S -c pass`, the interpreter the com
 DIR run: DIR/python), each hot command's median wall time and its difference from the
 floor on an idle 4-node cluster; `squeue` at 0, 2,000, 10,000 and 50,000 queued jobs; and
 the polling load: a scheduling pass and a submission with and without 16 clients asking
-the controller for squeue's job table in a loop (10,000 jobs).
+the controller in a loop for what a plain `squeue` asks (10,000 jobs): its text, printed
+by the controller once per change (controller/answers.py), or with --before's
+interpreter running the bench, the job table that older Corral sent.
 
 DIR defaults to this interpreter's bin directory.  --before DIR2 also times the commands
 installed in DIR2 (an older Corral), run by run alongside, in a column of its own (and
@@ -125,7 +127,8 @@ def bench_commands(c: BenchCluster) -> None:
 
 
 def squeue_path(c: BenchCluster) -> str:
-    """The request a plain `squeue` makes (captured from the command's own code)."""
+    """The request a plain `squeue` makes (captured from the command's own code, so an
+    older Corral's interpreter running this bench asks what its squeue asks)."""
     os.environ["CORRAL_HOME"] = c.home
     from corral.cli import client, squeue
 
@@ -221,21 +224,34 @@ def bench_polling_load(c: BenchCluster, n_jobs: int = 10_000, clients: int = 16)
             answered[0] += 1
 
     threads = [threading.Thread(target=poller, daemon=True) for _ in range(clients)]
+    pid = c.controller_pid()
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     time.sleep(1.0)
+    cpu0, t1, answered0 = _cpu_seconds(pid), time.perf_counter(), answered[0]
     busy_submit, busy_pass = _submit_and_pass(sock_path, body, rounds)
+    cpu = (_cpu_seconds(pid) - cpu0) / (time.perf_counter() - t1)
+    per_answer = (_cpu_seconds(pid) - cpu0) / max(1, answered[0] - answered0)
     stop.set()
     for t in threads:
         t.join()
     rate = answered[0] / (time.perf_counter() - t0)
-    print(f"\nPolling load: {clients} clients asking for squeue's job table in a loop "
+    print(f"\nPolling load: {clients} clients asking what a plain squeue asks, in a loop "
           f"({n_jobs} jobs; {rate:.0f} answers/s)")
     print(f"  submission round trip: {_ms(quiet_submit)} quiet, {_ms(busy_submit)} polled "
           f"({(busy_submit / quiet_submit - 1) * 100:+.0f} %)")
     print(f"  scheduling pass:       {_ms(quiet_pass)} quiet, {_ms(busy_pass)} polled "
           f"({(busy_pass / quiet_pass - 1) * 100:+.0f} %)")
+    print(f"  the controller, polled: {cpu * 100:.0f} % of a CPU (all its threads), "
+          f"{_ms(per_answer)} of CPU per answer, submissions included")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far, user and system, all its threads (/proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:

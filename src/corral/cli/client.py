@@ -214,7 +214,8 @@ def call_with_retry(connect: Any) -> Any:
 
 def request(method: str, path: str, body: Any = None, *, timeout: float = 60.0,
             idempotent: bool = False) -> Any:
-    """Send one request; return the decoded JSON answer or raise ApiError/NotRunning.
+    """Send one request; return the decoded JSON answer (a str for a text/plain one) or
+    raise ApiError/NotRunning.
 
     `idempotent`: sending it twice does no harm, so it is sent again when the
     connection is lost before the answer (as a GET is)."""
@@ -241,8 +242,11 @@ def request(method: str, path: str, body: Any = None, *, timeout: float = 60.0,
         status = int(status_line.split()[1])
     except (IndexError, ValueError):
         raise ApiError(502, "malformed answer from the controller") from None
-    if b"transfer-encoding: chunked" in header.lower():
+    lowered = header.lower()
+    if b"transfer-encoding: chunked" in lowered:
         content = _dechunk(content)
+    if status < 400 and b"content-type: text/plain" in lowered:
+        return content.decode()  # an answer the controller printed (squeue's)
     answer: Any = json_loads(content) if content else None
     if status >= 400:
         msg = answer.get("error", f"HTTP {status}") if isinstance(answer, dict) \

@@ -601,7 +601,7 @@ def expand_arrays(jobs: list[Job], only_tasks: dict[int, set[int]] | None = None
 
 class Options:
     __slots__ = ("fmt", "long_spec", "header", "long_listing", "sort", "array", "only_tasks",
-                 "letters")
+                 "letters", "plain")
 
     def __init__(self, fmt: Format, long_spec: bool = False, header: bool = True,
                  long_listing: bool = False, sort: str = DEFAULT_SORT, array: bool = False,
@@ -615,6 +615,9 @@ class Options:
         self.array = array
         self.only_tasks = only_tasks
         self.letters: dict[str, str] = {} if letters is None else letters  # -O name → letter
+        # the default format and order, records as they come (-h aside): what the
+        # controller can render itself (render_default)
+        self.plain = False
 
 
 def needed_fields(opts: Options) -> list[str]:
@@ -633,8 +636,9 @@ def needed_fields(opts: Options) -> list[str]:
     return sorted(need)
 
 
-def format_jobs(jobs: list[Job], now: float, opts: Options) -> str:
-    """The whole squeue output for these job records."""
+def format_jobs(jobs: list[Job], now: float, opts: Options,
+                holes: list[Job] | None = None) -> str:
+    """The whole squeue output for these job records.  `holes`: see render_rows."""
     lines: list[str] = []
     if opts.long_listing:
         lines.append(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)))
@@ -652,7 +656,7 @@ def format_jobs(jobs: list[Job], now: float, opts: Options) -> str:
     records = expand_arrays(jobs, None if opts.array else opts.only_tasks) \
         if (opts.array or opts.only_tasks) else jobs
     head = "".join(text + "\n" for text in lines)
-    return head + render_rows(opts.fmt, letters, sort_jobs(records, opts.sort, now), now)
+    return head + render_rows(opts.fmt, letters, sort_jobs(records, opts.sort, now), now, holes)
 
 
 # Columns that print one field of the record as it is (with its default): read straight
@@ -736,10 +740,15 @@ def _fit_column(values: list[Value], width: int, right: bool,
 
 
 def render_rows(fmt: Format, letters: dict[str, str], records: Sequence[Job],
-                now: float) -> str:
+                now: float, holes: list[Job] | None = None) -> str:
     """One line of `fmt` per record, built a column at a time (squeue prints 10,000 lines
     within its time budget): each column's values, then their padding, then one %-template
-    filled per line.  Prints exactly what fit() prints cell by cell."""
+    filled per line.  Prints exactly what fit() prints cell by cell.
+
+    `holes` (a list to fill): a TIME (%M) cell that moves with `now` (a job running now)
+    is printed as TIME_HOLE repeated to the column's width, and its record appended to
+    `holes` in the order of the lines: the text then holds for any `now` once those
+    cells are filled in (render_default)."""
     template = [fmt.prefix.replace("%", "%%")]
     columns: list[list[str]] = []
     for f in fmt.fields:
@@ -748,6 +757,12 @@ def render_rows(fmt: Format, letters: dict[str, str], records: Sequence[Job],
             continue
         key = letters.get(f.key, f.key)
         values = _column_values(key, records, now)
+        if holes is not None and key == "M" and f.width:
+            live = [_runs_now(j) for j in records]
+            if True in live:
+                hole = TIME_HOLE * f.width
+                values = [hole if on else v for on, v in zip(live, values, strict=True)]
+                holes.extend(j for on, j in zip(live, records, strict=True) if on)
         if COLUMNS[key].no_cut:  # node lists: printed whole, as fit() prints a Whole
             values = [None if v is None else Whole(v) for v in values]
         columns.append(_fit_column(values, f.width, f.right, key in _PRINTABLE))
@@ -756,6 +771,153 @@ def render_rows(fmt: Format, letters: dict[str, str], records: Sequence[Job],
     if not columns:
         return (line % ()) * len(records)
     return "".join([line % cells for cells in zip(*columns, strict=True)])
+
+
+TIME_HOLE = "\x00"  # never printed: fit() escapes control characters
+
+
+def _runs_now(j: Job) -> bool:
+    """Whether the job's TIME (_run_seconds) counts up to `now`."""
+    state = j.get("state")
+    return (state != "PENDING" and j.get("start_time") is not None and j.get("end_time") is None
+            and not (state == "SUSPENDED" and j.get("suspend_time")))
+
+
+def default_options() -> Options:
+    """A plain `squeue`'s options, whatever this process's environment says."""
+    return Options(fmt=parse_percent(DEFAULT_FORMAT, COLUMNS), sort=DEFAULT_SORT)
+
+
+class RenderedQueue:
+    """A plain `squeue`'s whole output for a set of records, for any `now`: the text
+    between the TIME cells of the jobs running now, and those jobs (text_at fills them).
+
+    The controller builds one per change and serves it to every plain `squeue` (issue
+    #19): the records, their order and every other cell are the same whenever it is
+    asked."""
+
+    __slots__ = ("pieces", "running", "width")
+
+    def __init__(self, pieces: list[str], running: list[Job], width: int) -> None:
+        self.pieces = pieces
+        self.running = running
+        self.width = width
+
+    def text_at(self, now: float) -> str:
+        if not self.running:
+            return self.pieces[0]
+        cells = _fit_column(_column_values("M", self.running, now), self.width, True, True)
+        out = [self.pieces[0]]
+        for cell, piece in zip(cells, self.pieces[1:], strict=True):
+            out.append(cell)
+            out.append(piece)
+        return "".join(out)
+
+
+def render_default(jobs: list[Job], states: list[str] | None,
+                   hidden: set[str] | None) -> RenderedQueue | None:
+    """What _main prints for a plain `squeue` (the header included) given the records the
+    controller answers: those in `states` (None: all), without jobs in the `hidden`
+    partitions (None: -a).  None where the text cannot be split at its TIME cells."""
+    opts = default_options()
+    jobs = select_states(jobs, states)
+    if jobs and hidden:
+        jobs = [j for j in jobs if j.get("partition") not in hidden]
+    running: list[Job] = []
+    text = format_jobs(jobs, 0.0, opts, running)
+    width = next(f.width for f in opts.fmt.fields if f.key == "M")
+    pieces = text.split(TIME_HOLE * width)
+    if len(pieces) != len(running) + 1:
+        return None
+    return RenderedQueue(pieces, running, width)
+
+
+class QueuePrinter:
+    """render_default again and again for one query, from the answer's rows (lists in
+    `fields` order): a job's line is printed again only when its row changed since the
+    last print, and the lines are put in squeue's order by one sort on keys built from
+    the rows (sort_jobs' stable sorts for P,t,-p, as one key).  The controller keeps one
+    per query and prints a queue of 10,000 jobs after each change."""
+
+    _KEYS = ("job_id", "state", "partition", "priority", "start_time", "array_job_id")
+
+    def __init__(self, fields: list[str]) -> None:
+        self.fields = fields
+        self.opts = default_options()
+        self.header = format_jobs([], 0.0, self.opts)
+        self.width = next(f.width for f in self.opts.fmt.fields if f.key == "M")
+        self.hole = TIME_HOLE * self.width
+        # job id → (its row, its line (with TIME_HOLE where its TIME moves), its record then,
+        # its sort key when it is no array's)
+        self._lines: dict[Any, tuple[list[Any], str, Job | None, tuple[Any, ...] | None]] = {}
+
+    def print(self, rows: list[list[Any]], states: list[str] | None,
+              hidden: set[str] | None) -> RenderedQueue | None:
+        fields = self.fields
+        at = {name: i for i, name in enumerate(fields)}
+        if any(k not in at for k in self._KEYS):
+            return render_default([dict(zip(fields, r, strict=True)) for r in rows], states,
+                                  hidden)
+        i_id, i_state, i_part, i_prio, i_start, i_array = (at[k] for k in self._KEYS)
+        if states is not None:
+            wanted = set(states)
+            rows = [r for r in rows if r[i_state] in wanted]
+        if rows and hidden:
+            rows = [r for r in rows if r[i_part] not in hidden]
+        old = self._lines
+        lines: dict[Any, tuple[list[Any], str, Job | None, tuple[Any, ...] | None]] = {}
+        fresh: list[list[Any]] = []
+        for r in rows:
+            entry = old.get(r[i_id])
+            if entry is not None and entry[0] == r:
+                lines[r[i_id]] = entry
+            else:
+                fresh.append(r)
+                lines[r[i_id]] = entry  # type: ignore[assignment]  # replaced below
+        if len(lines) != len(rows) or any(
+                not isinstance(r[i_prio], (int, float)) for r in fresh):
+            # job ids not unique (no line can be told by its id), or odd priorities
+            return render_default([dict(zip(fields, r, strict=True)) for r in rows], None, None)
+        codes = _CODES
+
+        def key(r: list[Any], pos: float) -> tuple[Any, ...]:
+            # sort_jobs: the base order (running jobs by start, latest first, then pending
+            # jobs in reverse list order), then stable sorts by -p, t and P: one sort on
+            # (P, t, -p, base order); the row's place in the list breaks ties
+            state = r[i_state]
+            code = codes.get(str(state), str(state))
+            if state == "PENDING":
+                return (r[i_part], code, -r[i_prio], 1, -pos, 0)
+            return (r[i_part], code, -r[i_prio], 0, -(r[i_start] or 0), pos)
+
+        if fresh:
+            records = [dict(zip(fields, r, strict=True)) for r in fresh]
+            running: list[Job] = []
+            text = render_rows(self.opts.fmt, {}, records, 0.0, running)
+            printed = text.split("\n")
+            if len(printed) != len(records) + 1:
+                return render_default([dict(zip(fields, r, strict=True)) for r in rows], None,
+                                      None)
+            for r, rec, line in zip(fresh, records, printed, strict=False):
+                # an array's records sit where the others of the array put them: keyed below
+                lines[r[i_id]] = (r, line + "\n", rec if self.hole in line else None,
+                                  None if r[i_array] is not None else key(r, float(r[i_id])))
+        self._lines = lines
+        members = [i for i, r in enumerate(rows) if r[i_array] is not None]
+        placed = {members[k]: pos for k, pos in _list_positions(
+            [dict(zip(fields, rows[i], strict=True)) for i in members]).items()}
+        decorated = []
+        for i, r in enumerate(rows):
+            known = lines[r[i_id]][3]
+            decorated.append((key(r, placed[i]) if known is None else known, i))
+        decorated.sort()
+        ordered = [lines[rows[i][i_id]] for _, i in decorated]
+        body = "".join([e[1] for e in ordered])
+        moving = [e[2] for e in ordered if e[2] is not None]
+        pieces = (self.header + body).split(self.hole)
+        if len(pieces) != len(moving) + 1:
+            return None
+        return RenderedQueue(pieces, moving, self.width)
 
 
 # ---- options --------------------------------------------------------------
@@ -1048,6 +1210,8 @@ def parse_args(argv: Sequence[str]) -> tuple[Options, Query] | int:
             return 1
     opts = Options(fmt=fmt, long_spec=long_spec, header=header, long_listing=long_listing,
                    sort=sort_text, array=array, only_tasks=only_tasks or None, letters=letters)
+    opts.plain = (long_text is None and text == DEFAULT_FORMAT and sort_text == DEFAULT_SORT
+                  and not long_listing and not array and not only_tasks)
     return opts, q
 
 
@@ -1159,6 +1323,11 @@ def _main(argv: list[str]) -> int:
     else:  # -t all: finished jobs the controller still remembers, too
         params["states"] = "all"
     params["rows"] = "1"
+    if (opts.plain and q.accounts is None and q.qos is None and not q.no_users):
+        # the controller prints a plain squeue itself, once per change (render_default)
+        params["render"] = "squeue"
+        if q.show_hidden:
+            params["all"] = "1"
     try:
         answer = client.get("/v1/jobs", **params)
     except client.ApiError as e:
@@ -1166,6 +1335,12 @@ def _main(argv: list[str]) -> int:
             sys.stderr.write(f"slurm_load_jobs error: {e.message}\n")
             return 1
         raise
+    if isinstance(answer, str):  # that text, the header first
+        if cluster_line:
+            sys.stdout.write(cluster_line)
+        sys.stdout.write(answer if opts.header else answer.partition("\n")[2])
+        sys.stdout.flush()
+        return 0
     if "rows" in answer:  # the compact form: field names once, then one list per job
         names = answer["fields"]
         answer["jobs"] = [dict(zip(names, row, strict=True)) for row in answer["rows"]]

@@ -1,4 +1,4 @@
-"""Answers encoded once per change: squeue's job table.
+"""Answers encoded once per change: squeue's job table, and a plain squeue's text.
 
 Every `squeue` asks for the compact form of GET /v1/jobs (`rows=1`): field names once,
 one list per job.  Building it walks every job in Python and costs tens of milliseconds
@@ -8,35 +8,154 @@ while nothing changed: the key holds the controller's change count (every persis
 or node change, every request that is not a GET) and its scheduling pass count, and an
 answer older than MAX_AGE_S is rebuilt whatever the counts say.  The answer's "now" is
 the time of each request, as when it is built afresh.
+
+A plain `squeue` (default format and order; filters the controller applies, -h and -a
+aside) asks for its text instead (`render=squeue`): the controller prints it once per
+change with the command's own code (squeue.render_default), and per request only fills
+in the TIME of the jobs running at that moment.  At 10,000 jobs that takes the
+decoding, sorting and printing out of every command, and leaves the loop one
+prepared body to send per request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Container
+from concurrent.futures import ThreadPoolExecutor
 from operator import attrgetter
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from corral.cli.squeue import QueuePrinter, RenderedQueue
 
 MAX_AGE_S = 1.0
 MAX_ENTRIES = 32  # distinct squeue queries kept (options differ by user and script)
+# Queries whose printed lines and rows are kept to print again from (~0.6 KB a job each):
+# the most recently printed ones.
+MAX_PRINTERS = 4
+# The squeue fields whose values are containers (tests/unit/test_squeue_text.py checks it).
+CONTAINER_FIELDS = frozenset({"nodes", "sched_nodes", "array_tasks"})
+FILL_ON_LOOP = 256  # running jobs whose TIME a request fills in on the loop (~1 ms)
+
+
+class SqueueText:
+    """A plain squeue's text, built once per change: as bytes when no TIME moves."""
+
+    __slots__ = ("rendered", "body")
+
+    def __init__(self, rendered: RenderedQueue) -> None:
+        self.rendered = rendered
+        self.body = None if rendered.running else rendered.pieces[0].encode()
+
+    def at(self, now: float) -> bytes:
+        return self.body if self.body is not None else self.rendered.text_at(now).encode()
+
+
+Answer = bytes | SqueueText  # a rows prefix (with_now completes it), or a text
 
 
 class RowsCache:
-    """Encoded `{"fields": ..., "rows": ...` prefixes by query string."""
+    """Encoded `{"fields": ..., "rows": ...` prefixes (or squeue texts) by query string.
+
+    A squeue text is printed on a thread of its own, one at a time: printing 10,000 jobs
+    takes tens of milliseconds, which the loop spends on submissions meanwhile; the
+    requests that come while it is printed wait for that print rather than start their
+    own.  A text is printed again only when its rows differ from the last ones printed
+    for that query: a scheduling pass that changed nothing, a change to other jobs, or
+    MAX_AGE_S passing cost the rows alone (compared in C)."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, tuple[tuple[int, int], float, bytes]] = {}
+        self._entries: dict[str, tuple[tuple[int, int], float, Answer]] = {}
+        self._printing: dict[tuple[str, tuple[int, int]], asyncio.Future[SqueueText | None]] = {}
+        self._printer: ThreadPoolExecutor | None = None
+        # the rows each query's last text was printed from (their lists copied), and it
+        self._printed: dict[str, tuple[list[list[Any]], set[str] | None, SqueueText]] = {}
+        self._printers: dict[str, QueuePrinter] = {}  # each query's, used on that thread only
 
-    def get(self, query: str, generation: tuple[int, int]) -> bytes | None:
+    def get(self, query: str, generation: tuple[int, int]) -> Answer | None:
         entry = self._entries.get(query)
         if entry is None or entry[0] != generation or time.monotonic() - entry[1] > MAX_AGE_S:
             return None
         return entry[2]
 
-    def put(self, query: str, generation: tuple[int, int], prefix: bytes) -> None:
+    def put(self, query: str, generation: tuple[int, int], prefix: Answer) -> None:
         if len(self._entries) >= MAX_ENTRIES and query not in self._entries:
             self._entries.pop(next(iter(self._entries)))
         self._entries[query] = (generation, time.monotonic(), prefix)
+
+    def _thread(self) -> ThreadPoolExecutor:
+        if self._printer is None:
+            self._printer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="answers")
+        return self._printer
+
+    async def being_printed(self, query: str, generation: tuple[int, int]) -> SqueueText | None:
+        """The text for this query and generation that is being printed, once printed."""
+        printing = self._printing.get((query, generation))
+        return None if printing is None else await asyncio.shield(printing)
+
+    async def print_text(self, query: str, generation: tuple[int, int], fields: list[str],
+                         rows: list[list[Any]], states: str | None,
+                         hidden: set[str] | None) -> SqueueText | None:
+        """squeue_text(...) printed on the answers' thread, and kept."""
+        key = (query, generation)
+        printing = self._printing.get(key)
+        last = self._printed.get(query)
+        if printing is None and last is not None and last[0] == rows and last[1] == hidden:
+            # a pass or a change elsewhere, or an old answer: the same records print the same
+            self.put(query, generation, last[2])
+            return last[2]
+        if printing is None:
+            # the rows share their lists with the jobs, which the loop may change meanwhile
+            shared = [i for i, f in enumerate(fields) if f in CONTAINER_FIELDS]
+            for row in rows:
+                for i in shared:
+                    value = row[i]
+                    if value:
+                        row[i] = list(value)
+            printer = self._printers.pop(query, None)
+            if printer is None:
+                from corral.cli.squeue import QueuePrinter
+
+                printer = QueuePrinter(fields)
+            _keep_recent(self._printers, query, printer)
+            printing = asyncio.get_running_loop().run_in_executor(
+                self._thread(), squeue_text, fields, rows, states, hidden, printer)
+            self._printing[key] = printing
+
+            def printed(done: asyncio.Future[SqueueText | None]) -> None:
+                self._printing.pop(key, None)
+                if not done.cancelled() and done.exception() is None:
+                    text = done.result()
+                    if text is not None:
+                        self.put(query, generation, text)
+                        self._printed.pop(query, None)
+                        _keep_recent(self._printed, query, (rows, hidden, text))
+            printing.add_done_callback(printed)
+        return await asyncio.shield(printing)
+
+    async def respond(self, answer: Answer, now: float) -> web.Response:
+        """The response for an answer, at `now`."""
+        from aiohttp import web
+
+        if isinstance(answer, SqueueText):
+            if answer.body is not None or len(answer.rendered.running) <= FILL_ON_LOOP:
+                body = answer.at(now)
+            else:  # many running jobs' TIME to print: on the answers' thread
+                body = await asyncio.get_running_loop().run_in_executor(
+                    self._thread(), answer.at, now)
+            return web.Response(body=body, content_type="text/plain", charset="utf-8")
+        return web.Response(body=with_now(answer, now), content_type="application/json",
+                            charset="utf-8")
+
+
+def _keep_recent(kept: dict[str, Any], query: str, value: Any) -> None:
+    """kept[query] = value, as the most recent, forgetting the oldest beyond MAX_PRINTERS."""
+    kept[query] = value
+    while len(kept) > MAX_PRINTERS:
+        kept.pop(next(iter(kept)))
 
 
 # Fields whose value is not the attribute of the same name (server._field_getter's).
@@ -89,6 +208,28 @@ def rows_prefix(fields_json: bytes, rows_json: bytes) -> bytes:
 
 def with_now(prefix: bytes, now: float) -> bytes:
     return prefix + b',"now":' + repr(now).encode() + b"}"
+
+
+def squeue_fields() -> list[str]:
+    """The fields a plain squeue's text is printed from (and a plain squeue asks for)."""
+    from corral.cli import squeue
+
+    return squeue.needed_fields(squeue.default_options())
+
+
+def squeue_text(fields: list[str], rows: list[list[Any]], states: str | None,
+                hidden: set[str] | None, printer: QueuePrinter | None = None) -> SqueueText | None:
+    """The text a plain squeue prints for these rows (its answer's records), the jobs
+    in `states` (the query's: "all" or names) and outside the `hidden` partitions
+    (None: -a), printed by `printer` (which keeps the lines it printed last) or afresh.
+    None where it cannot be printed here (the rows answer instead)."""
+    from corral.cli import squeue
+
+    if printer is None or printer.fields != fields:
+        printer = squeue.QueuePrinter(fields)
+    rendered = printer.print(rows, None if states in (None, "all")
+                             else states.split(","), hidden)  # type: ignore[union-attr]
+    return None if rendered is None else SqueueText(rendered)
 
 
 class _Counted(Protocol):

@@ -250,11 +250,13 @@ class Api:
         cache_key = (f"{who.uid}/{who.gid}/{who.user}/{int(who.operator)}/"
                      f"{int(who.remote)}?{request.query_string}")
         generation = (self.ctl.changes, self.ctl.sched_passes)
-        cached = self.rows_cache.get(cache_key, generation)
+        cached = self.rows_cache.get(cache_key, generation) \
+            or await self.rows_cache.being_printed(cache_key, generation)
         if cached is not None:  # squeue's table, unchanged since it was built (answers.py)
-            return _json_bytes(answers.with_now(cached, time.time()))
+            return await self.rows_cache.respond(cached, time.time())
         q = request.query
-        fields = _split(q.get("fields"))
+        render = q.get("render") == "squeue" and q.get("rows") == "1"  # a plain squeue's text
+        fields = answers.squeue_fields() if render else _split(q.get("fields"))
         ids = _split(q.get("ids"))
         users = _split(q.get("users"))
         states = _split(q.get("states"))
@@ -330,6 +332,12 @@ class Api:
                     if steps is not None:
                         privacy.redact({"steps": row[steps]})
                 rows.append(row)
+            text = await self.rows_cache.print_text(
+                cache_key, generation, fields, rows, q.get("states"),
+                None if q.get("all") else {p.name for p in ctl.partitions.values() if p.hidden}) \
+                if render else None
+            if text is not None:
+                return await self.rows_cache.respond(text, time.time())
             prefix = answers.rows_prefix(jsonio.dumps_bytes(fields), jsonio.dumps_bytes(rows))
             self.rows_cache.put(cache_key, generation, prefix)
             return _json_bytes(answers.with_now(prefix, time.time()))
