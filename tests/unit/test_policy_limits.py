@@ -124,7 +124,7 @@ def test_fairshare_puts_the_user_who_used_the_gpus_behind() -> None:
         assert state(h, blocker) == JobState.RUNNING
         first = h.submit(uid=1000)
         second = h.submit(uid=1001)
-        h.tick()
+        h.advance(1)  # a tick: a pass, and the periodic duties that persist usage
         assert h.job(second).priority > h.job(first).priority
         assert store.load_usage_state()  # persisted
         now = h.clock()

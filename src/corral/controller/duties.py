@@ -36,10 +36,11 @@ def drop_silent_agents(ctl: Controller, now: float) -> None:
 
 
 def periodic_duties(ctl: Controller, now: float) -> None:
-    """One tick: ask for a pass, enforce time limits (allocations and batch jobs), drop
+    """One tick: ask for a pass, charge fairshare usage, enforce time limits (allocations and batch jobs), drop
     agent links silent for SlurmdTimeout and mark their nodes NOT_RESPONDING, forget jobs
     older than MinJobAge."""
     ctl.request_schedule()
+    ctl.core.usage.tick(now)  # fairshare usage: decay and charge every PriorityCalcPeriod
     ctl.check_time_limits(now)
     drop_silent_agents(ctl, now)
     ctl.check_node_health(now)

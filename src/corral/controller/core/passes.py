@@ -64,11 +64,9 @@ class Passes:
 
     # ---- the pass ------------------------------------------------------------------
     def run(self, now: float) -> Decision | None:
-        """One pass: usage charged, the pipeline run on a snapshot, its decision applied."""
-        usage = self.core.usage
-        if usage.accounting_on():
-            usage.charge(now)
-            usage.flush(now)
+        """One pass: the pipeline run on a snapshot, its decision applied.  (Usage is
+        charged by the periodic duties, `UsageBook.tick`, as Slurm decays it in a thread of
+        its own: a pass never pays for it.)"""
         if not self.core.pending:
             return None
         decision = run_pass(self.snapshot(now))

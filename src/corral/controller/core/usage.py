@@ -57,6 +57,13 @@ class UsageBook:
             used[aid] = u
         return fs.tres_minutes(used)
 
+    def tick(self, now: float) -> None:
+        """The periodic duty: charge and decay when PriorityCalcPeriod says so, write what
+        ended jobs added (at most every few seconds)."""
+        if self.accounting_on():
+            self.charge(now)
+            self.flush(now)
+
     def charge(self, now: float, force: bool = False) -> None:
         """Every PriorityCalcPeriod: decay the usage and charge the running jobs (per
         TRES, TRESBillingWeights, QoS UsageFactor); persisted so a restart keeps it."""
