@@ -98,14 +98,16 @@ SRUN_ENV_VARS: tuple[tuple[str, str], ...] = (
     ("SLURM_STDERRMODE", "error"),
     ("SLURM_STDINMODE", "input"),
     ("SLURM_STDOUTMODE", "output"),
+    ("SLURM_TASK_EPILOG", "task-epilog"),
+    ("SLURM_TASK_PROLOG", "task-prolog"),
     ("SLURM_TIMELIMIT", "time"),
     ("SLURM_UNBUFFEREDIO", "unbuffered"),
     ("SLURM_WAIT", "wait-srun"),
 )
 
 # Signals srun handles itself; others it forwards to the tasks (Slurm's srun does).
-SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTERM, SIGCONT, SIGWINCH = (
-    1, 2, 3, 10, 12, 13, 15, 18, 28)
+SIGHUP, SIGINT, SIGQUIT, SIGKILL, SIGUSR1, SIGUSR2, SIGPIPE, SIGTERM, SIGCONT, SIGWINCH = (
+    1, 2, 3, 9, 10, 12, 13, 15, 18, 28)
 _HANDLED_SIGNALS = (SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGCONT)
 
 
@@ -170,6 +172,8 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
             value = _propagate(arg)
         elif key == "overcommit":
             value = True
+        elif key == "slurmd-debug":
+            value = _slurmd_debug(arg or "", req)
         elif key in ("task-prolog", "task-epilog"):
             # run by the agent on the node (slurmstepd's role): a path as given, relative
             # ones from the task's working directory
@@ -199,6 +203,26 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
         raise option_error(PROG, e) from None
     req.v[key] = value
     req.src[key] = source
+
+
+# Slurm's log levels (log_string2num); slurmstepd's stderr level is ERROR (2) plus
+# --slurmd-debug, at most DEBUG2 (6): DEBUG3 is its I/O tracing.
+_LOG_LEVELS = ("quiet", "fatal", "error", "info", "verbose", "debug", "debug2", "debug3",
+               "debug4", "debug5")
+_MAX_SLURMD_DEBUG = 6 - 2
+
+
+def _slurmd_debug(arg: str, req: SrunRequest) -> int:
+    """--slurmd-debug=LEVEL (a name or a number), as an increment over ERROR."""
+    if arg[:1].isdigit():
+        digits = arg[:len(arg) - len(arg.lstrip("0123456789"))]
+        level = int(digits)
+    else:
+        level = _LOG_LEVELS.index(arg.lower()) if arg.lower() in _LOG_LEVELS else 0xFFFE
+    if level > _MAX_SLURMD_DEBUG:
+        req.messages.append(f"{PROG}: Using srun's max debug increment of {_MAX_SLURMD_DEBUG}")
+        level = _MAX_SLURMD_DEBUG
+    return level
 
 
 def _gpu_bind(arg: str) -> str:
@@ -430,6 +454,7 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         "mem_per_cpu": v["mem-per-cpu"] if mem_key == "mem-per-cpu" else None,
         "task_prolog": v.get("task-prolog") or None,
         "task_epilog": v.get("task-epilog") or None,
+        "slurmd_debug": v.get("slurmd-debug"),
         "pty": req.pty,
         "window": {"rows": window[0], "cols": window[1]} if req.pty and window else None,
         "stdin": stdin_mode,
@@ -955,12 +980,14 @@ class Session:
             if not exit_code and not sig:
                 self.info(f"{PROG}: launch/slurm: _task_finish: {step.node_of(task)}: task "
                           f"{task}: Completed")
-        # After our own abort, tasks killed by it are not errors (Slurm: verbose only).
-        if not (sig and self.cancelled):
-            line = exit_line(step.node_of(task), task, exit_code, sig)
-            if line:
-                self.err.write(line + "\n")
-                self.err.flush()
+        line = exit_line(step.node_of(task), task, exit_code, sig)
+        if sig and self.cancelled:
+            # after our own abort, tasks killed by it are not errors (Slurm: verbose only)
+            if line and self.req.verbose:
+                self.info(line.replace(f"{PROG}: error: ", f"{PROG}: ", 1))
+        elif line:
+            self.err.write(line + "\n")
+            self.err.flush()
         if (exit_code or sig) and self.req.kill_on_bad_exit and not self.bad_exit_handled:
             self.bad_exit_handled = True
             self.send(m.Cancel())
@@ -1022,9 +1049,11 @@ class Session:
                 self.info(line)
 
     def force_termination(self) -> None:
-        """Slurm's job_force_termination(): kill the tasks; say so once."""
+        """Slurm's job_force_termination(): SIGKILL to the tasks at once (not the step's
+        SIGTERM, KillWait, SIGKILL: a task that ignores SIGTERM ends now too); say so once."""
         if self.kill_sent == 0:
             self.info(f"{PROG}: forcing job termination")
+            self.send(m.SignalStep(signal=SIGKILL))
         else:
             self.info(f"{PROG}: job abort in progress")
         self.kill_sent += 1
