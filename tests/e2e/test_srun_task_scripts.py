@@ -139,3 +139,32 @@ def test_slurmd_debug_is_capped_at_debug2(cluster: Cluster) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stderr.startswith("srun: Using srun's max debug increment of 4\n"), r.stderr
     assert "stderr='debug2'" in r.stderr
+
+
+def test_wait_kills_the_others_and_groups_their_exit_lines(cluster: Cluster) -> None:
+    """-W: N seconds after the first task ends the others are killed (SIGKILL), and their
+    ends are errors, one line per node for tasks that ended alike (testsuite: test_--wait)."""
+    script = _script(cluster.workdir / "one-ends",
+                     '[ "$SLURM_PROCID" = 1 ] && exit 0\nsleep 20\n')
+    r = cluster.run("srun", "-n10", "-N1", "-O", "-W2", script, timeout=60)
+    assert re.search(r"srun: First task exited 2s ago\n"
+                     r"srun: StepId=\d+\.0 tasks 0,2-9: running\n"
+                     r"srun: StepId=\d+\.0 task 1: exited\n", r.stderr), r.stderr
+    assert "srun: error: node-1: tasks 0,2-9: Killed\n" in r.stderr
+    assert "forcing job termination" not in r.stderr
+    r = cluster.run("srun", "-N2", "-n4", "sh", "-c", 'exit $((3 + SLURM_PROCID / 3))',
+                    timeout=60)
+    assert r.returncode == 4
+    assert sorted(r.stderr.splitlines()) == [
+        "srun: error: node-1: tasks 0-1: Exited with exit code 3",
+        "srun: error: node-2: task 2: Exited with exit code 3",
+        "srun: error: node-2: task 3: Exited with exit code 4"]
+
+
+def test_srun_reads_slurm_overcommit(cluster: Cluster) -> None:
+    """SLURM_OVERCOMMIT is -O (20 tasks on a 16-CPU node), as in Slurm's
+    env_vars table (testsuite: test_slurm_directed_env_variables)."""
+    r = cluster.run("srun", "-N1", "-n20", "true", timeout=60)
+    assert r.returncode == 1
+    r = cluster.run("srun", "-N1", "-n20", "true", env={"SLURM_OVERCOMMIT": "1"}, timeout=60)
+    assert r.returncode == 0, r.stderr

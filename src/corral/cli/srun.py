@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 
 PROG = "srun"
 MULTI_PROG_LIMIT = 1 << 20  # bytes of a --multi-prog file
+EXIT_GATHER = 0.05  # seconds exit lines wait for other tasks of their node ending alike
 VERSION_TEXT = "slurm-wlm 22.05.8\n"
 TRY_HELP = f'Try "{PROG} --help" for more information\n'
 STEPS_RESOURCE = "/v1/steps/ws"
@@ -72,6 +73,7 @@ SRUN_ENV_VARS: tuple[tuple[str, str], ...] = (
     ("SLURM_ACCOUNT", "account"),
     ("SLURM_CPUS_PER_TASK", "cpus-per-task"),
     ("SLURM_DEPENDENCY", "dependency"),
+    ("SLURM_DISABLE_STATUS", "disable-status"),
     ("SLURM_EXPORT_ENV", "export"),
     ("SLURM_GPUS", "gpus"),
     ("SLURM_GPUS_PER_NODE", "gpus-per-node"),
@@ -91,6 +93,7 @@ SRUN_ENV_VARS: tuple[tuple[str, str], ...] = (
     ("SLURM_NPROCS", "ntasks"),
     ("SLURM_NTASKS", "ntasks"),
     ("SLURM_NTASKS_PER_NODE", "ntasks-per-node"),
+    ("SLURM_OVERCOMMIT", "overcommit"),
     ("SLURM_OVERLAP", "overlap"),
     ("SLURM_PARTITION", "partition"),
     ("SLURM_QOS", "qos"),
@@ -808,16 +811,21 @@ class StepState:
         return lines
 
 
-def exit_line(node: str, task: int, exit_code: int, sig: int) -> str | None:
-    """srun's error line for a task that failed, or None when it succeeded."""
+def exit_line(node: str, task: int | list[int], exit_code: int, sig: int) -> str | None:
+    """srun's error line for a task (or tasks of one node, ended alike) that failed, or
+    None when it succeeded."""
+    if isinstance(task, list):
+        task_str = f"task {task[0]}" if len(task) == 1 else f"tasks {ranges(task)}"
+    else:
+        task_str = f"task {task}"
     if sig:
         core = ""
         if sig & 0x80:  # an agent may report the core-dump bit
             sig &= 0x7F
             core = " (core dumped)"
-        return f"{PROG}: error: {node}: task {task}: {signal_text(sig)}{core}"
+        return f"{PROG}: error: {node}: {task_str}: {signal_text(sig)}{core}"
     if exit_code:
-        return f"{PROG}: error: {node}: task {task}: Exited with exit code {exit_code}"
+        return f"{PROG}: error: {node}: {task_str}: Exited with exit code {exit_code}"
     return None
 
 
@@ -866,6 +874,11 @@ class Session:
         self.first_exit: float | None = None
         self.stdin_open = False
         self.bad_exit_handled = False
+        # exit lines gathered for EXIT_GATHER s: tasks of one node that end alike share a
+        # line ("node-1: tasks 0,2-9: Killed"), as slurmstepd's exit messages group them
+        self.pending_exits: dict[tuple[str, int, int, bool], list[int]] = {}
+        self.exits_due: float | None = None
+        self.wait_fired = False
         self.broken_pipe_handled = False
         self.pending_reason: str | None = None
 
@@ -904,6 +917,7 @@ class Session:
             self.on_exit(msg.task, msg.exit_code, msg.signal)
         elif isinstance(msg, m.StepEnd):
             self.router.flush_all()
+            self.flush_exits()
             self.rc = msg.exit_code
         elif isinstance(msg, m.StepStarted):
             self.on_step(msg)
@@ -980,17 +994,30 @@ class Session:
             if not exit_code and not sig:
                 self.info(f"{PROG}: launch/slurm: _task_finish: {step.node_of(task)}: task "
                           f"{task}: Completed")
-        line = exit_line(step.node_of(task), task, exit_code, sig)
-        if sig and self.cancelled:
+        if exit_code or sig:
             # after our own abort, tasks killed by it are not errors (Slurm: verbose only)
-            if line and self.req.verbose:
-                self.info(line.replace(f"{PROG}: error: ", f"{PROG}: ", 1))
-        elif line:
-            self.err.write(line + "\n")
-            self.err.flush()
+            verbose_only = bool(sig) and self.cancelled
+            if self.req.verbose or not verbose_only:
+                key = (step.node_of(task), exit_code, sig, verbose_only)
+                self.pending_exits.setdefault(key, []).append(task)
+                if self.exits_due is None:
+                    self.exits_due = self.clock() + EXIT_GATHER
         if (exit_code or sig) and self.req.kill_on_bad_exit and not self.bad_exit_handled:
             self.bad_exit_handled = True
             self.send(m.Cancel())
+
+    def flush_exits(self) -> None:
+        for (node, exit_code, sig, verbose_only), tasks in self.pending_exits.items():
+            line = exit_line(node, tasks, exit_code, sig)
+            if line is None:
+                continue
+            if verbose_only:
+                self.info(line.replace(f"{PROG}: error: ", f"{PROG}: ", 1))
+            else:
+                self.err.write(line + "\n")
+                self.err.flush()
+        self.pending_exits.clear()
+        self.exits_due = None
 
     def on_broken_pipe(self) -> None:
         # Slurm's _handle_pipe: nobody reads the output any more, end the tasks.
@@ -1085,8 +1112,10 @@ class Session:
         if self.pending_since is not None and self.req.immediate is not None:
             deadlines.append(self.pending_since + max(self.req.immediate, 1))
         if self.first_exit is not None and self.req.wait > 0 and self.rc is None \
-                and not self.cancelled:
+                and not self.cancelled and not self.wait_fired:
             deadlines.append(self.first_exit + self.req.wait)
+        if self.exits_due is not None:
+            deadlines.append(self.exits_due)
         if not deadlines:
             return None
         return max(0.0, min(deadlines) - self.clock())
@@ -1100,12 +1129,20 @@ class Session:
             self.own_alloc = False  # closing the socket cancels the pending job
             self.rc = 1
             return
+        if self.exits_due is not None and now >= self.exits_due:
+            self.flush_exits()
         if (self.first_exit is not None and self.req.wait > 0 and not self.cancelled
-                and self.step is not None and now >= self.first_exit + self.req.wait):
+                and not self.wait_fired and self.step is not None
+                and now >= self.first_exit + self.req.wait):
+            # Slurm's launch_g_step_terminate(): SIGKILL to the step, its tasks' ends
+            # reported as errors (not job_force_termination's abort)
+            self.wait_fired = True
+            self.flush_exits()
             self.info(f"{PROG}: First task exited {self.req.wait}s ago")
             for line in self.step.status_lines():
                 self.info(line)
-            self.force_termination()
+            self.send(m.SignalStep(signal=SIGKILL))
+            self.send(m.Cancel())
 
     # ---- the loop ------------------------------------------------------------
     def run(self, signal_fd: int | None = None) -> int:
@@ -1167,6 +1204,7 @@ class Session:
                         self.send(m.StdinEof())
                 if self.rc is not None:
                     break
+        self.flush_exits()
         rc = self.rc
         if self.own_alloc and self.allocated:
             self.send(m.Release(exit_code=rc))
