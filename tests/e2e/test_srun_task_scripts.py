@@ -168,3 +168,22 @@ def test_srun_reads_slurm_overcommit(cluster: Cluster) -> None:
     assert r.returncode == 1
     r = cluster.run("srun", "-N1", "-n20", "true", env={"SLURM_OVERCOMMIT": "1"}, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_output_of_one_task_and_a_node_range_from_zero(cluster: Cluster) -> None:
+    """--output=N shows only task N's stdout (--error=N its stderr), as Slurm's srun does;
+    -N-3 is Slurm's node range 0-3, one node at least (testsuite: test_--input--output_taskid,
+    test_parallel_launch_srun)."""
+    r = cluster.run("srun", "--output=4", "-O", "-N1", "-n10", "sh", "-c",
+                    "echo out $SLURM_PROCID; echo err $SLURM_PROCID >&2", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "out 4\n"
+    assert sorted(r.stderr.splitlines()) == [f"err {i}" for i in range(10)]
+    r = cluster.run("srun", "--error=1", "-n3", "-O", "sh", "-c",
+                    "echo out $SLURM_PROCID; echo err $SLURM_PROCID >&2", timeout=60)
+    assert sorted(r.stdout.splitlines()) == ["out 0", "out 1", "out 2"]
+    assert r.stderr == "err 1\n"
+    r = cluster.run("srun", "-N-3", "-n4", "-O", "--overlap", "srun", "-l", "-n2", "-O",
+                    "--overlap", "sh", "-c", "echo hi", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["0: hi"] * 4 + ["1: hi"] * 4

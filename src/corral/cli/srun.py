@@ -136,6 +136,7 @@ class SrunRequest:
         self.wait = 0                     # -W: end the step this long after a first exit
         self.immediate: int | None = None  # -I: seconds an allocation may stay pending
         self.alloc_info: tuple[str, str, str] | None = None  # nodes, nodelist, CPUs per node
+        self.only_task: dict[int, int] = {}  # -o/-e N: stream (1, 2) -> the task shown
 
     def __repr__(self) -> str:
         return f"SrunRequest(argv={self.argv!r}, job_id={self.job_id})"
@@ -353,6 +354,9 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
     if req.quiet and req.verbose:
         fail(PROG, "don't specify both --verbose (-v) and --quiet (-Q)")
     req.label = bool(v.get("label"))
+    for stream, key in ((1, "output"), (2, "error")):
+        if str(v.get(key) or "").isdigit():
+            req.only_task[stream] = int(v[key])
     req.unbuffered = bool(v.get("unbuffered"))
     req.kill_on_bad_exit = bool(v.get("kill-on-bad-exit"))
     req.wait = int(v.get("wait-srun", 0))
@@ -390,6 +394,8 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
     multi_prog = _multi_prog(req, cwd) if v.get("multi-prog") else None
     min_nodes, max_nodes, ntasks, ntasks_set = node_task_counts(v, req_nodes, PROG,
                                                                 req.messages)
+    if min_nodes == 0 and max_nodes:  # "-N-3" is Slurm's range 0-3: one node at least
+        min_nodes = 1
     drop_inherited_gpu_options(v, req.src)
     step_gpu = step_gpu_options(v, req.src, env.get("SLURM_STEP_GRES"))
     try:
@@ -614,8 +620,8 @@ def _output_path(mode: Any) -> str | None:
         return None
     if text.lower() == "none":
         return "/dev/null"
-    if text.isdigit():
-        fail(PROG, f"--output/--error={text} (one task's output) is not supported by Corral")
+    if text.isdigit():  # one task's stream to srun, the others' dropped (Session.on_message)
+        return None
     return text
 
 
@@ -910,6 +916,8 @@ class Session:
             return
         if isinstance(msg, m.Output):
             stream = 2 if msg.stream == "stderr" else 1
+            if self.req.only_task.get(stream, msg.task) != msg.task:
+                return  # srun -o/-e N: only task N's
             self.router.output(msg.task, stream, binascii.a2b_base64(msg.data))
             if self.router.broken:
                 self.on_broken_pipe()
