@@ -1072,7 +1072,7 @@ class Session:
         if self.req.v.get("quit-on-interrupt") or now - self.last_intr < 1.0:
             self.info(f"{PROG}: sending Ctrl-C to {step.step_name}")
             self.send(m.SignalStep(signal=SIGINT))
-            self.force_termination()
+            self.force_termination(kill_now=True)
             return
         self.last_intr = now
         if self.req.v.get("disable-status"):
@@ -1083,12 +1083,16 @@ class Session:
             for line in step.status_lines():
                 self.info(line)
 
-    def force_termination(self) -> None:
-        """Slurm's job_force_termination(): SIGKILL to the tasks at once (not the step's
-        SIGTERM, KillWait, SIGKILL: a task that ignores SIGTERM ends now too); say so once."""
+    def force_termination(self, kill_now: bool = False) -> None:
+        """Slurm's job_force_termination(): end the step; say so once.  From Ctrl-C
+        (`kill_now`), SIGKILL to the tasks at once as Slurm's does, so a task that ignores
+        SIGINT and SIGTERM ends too.  From SIGTERM/SIGHUP/SIGQUIT, the step's SIGTERM,
+        KillWait, SIGKILL: those usually reach the tasks too (a requeue, the job's end),
+        and a task that handles SIGTERM keeps its grace (submitit's checkpointing)."""
         if self.kill_sent == 0:
             self.info(f"{PROG}: forcing job termination")
-            self.send(m.SignalStep(signal=SIGKILL))
+            if kill_now:
+                self.send(m.SignalStep(signal=SIGKILL))
         else:
             self.info(f"{PROG}: job abort in progress")
         self.kill_sent += 1
