@@ -600,9 +600,12 @@ class TaskManager:
             return {path: e for path in paths}
         append = msg.open_mode == "append"
         # O_NONBLOCK for the open only: a FIFO without a reader fails at once (ENXIO) instead
-        # of blocking the agent's event loop; cleared after, so the task's writes block
-        flags = (os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
-                 | (os.O_APPEND if append else os.O_TRUNC))
+        # of blocking the agent's event loop; cleared after, so the task's writes block.
+        # O_APPEND always, as slurmstepd opens them: tasks share the file, and a shared
+        # offset is not enough (cat's copy_file_range moves it without the write lock, so
+        # one task could overwrite another's output)
+        flags = (os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK | os.O_APPEND
+                 | (0 if append else os.O_TRUNC))
         umask = _umask_of(specs[0].env)
         old_umask = os.umask(umask) if umask is not None else None
         try:
