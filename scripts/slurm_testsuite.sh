@@ -12,7 +12,9 @@
 # Corral's commands must be first on PATH (a venv with Corral installed, activated), and
 # the Python that runs it ($PYTHON, default python3) needs pytest (and pexpect for the
 # tests that use it).  The cluster is started in a temporary $CORRAL_HOME with four nodes
-# and stopped at the end.  Tests that need auto-config mode (reconfiguring Slurm) skip.
+# and stopped at the end.  Tests that need auto-config mode (reconfiguring Slurm) skip;
+# tests that compile a C program against a built libslurm (RoutePlugin) error, as Corral
+# has none.  README.md (Documentation) has the last measured counts.
 set -euo pipefail
 
 if [ $# -lt 1 ] || [ ! -d "$1/testsuite/python" ]; then

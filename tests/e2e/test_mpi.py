@@ -92,11 +92,13 @@ def test_pmi1_exchange_across_two_nodes(cluster: Cluster) -> None:
 
 
 def _mpicc() -> str | None:
-    if shutil.which("mpicc") is None and os.geteuid() == 0 and shutil.which("apt-get"):
+    # MPICH's by its own name: with OpenMPI installed too (tests/e2e/test_openmpi.py),
+    # Debian's `mpicc` is OpenMPI's
+    if shutil.which("mpicc.mpich") is None and os.geteuid() == 0 and shutil.which("apt-get"):
         subprocess.run(["apt-get", "install", "-y", "-q", "mpich", "libmpich-dev"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600,
                        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, check=False)
-    return shutil.which("mpicc")
+    return shutil.which("mpicc.mpich")
 
 
 def test_mpich_allreduce_across_two_nodes(cluster: Cluster) -> None:

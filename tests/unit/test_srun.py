@@ -565,7 +565,9 @@ def test_two_ctrl_c_within_a_second_abort_the_step(home: Path, controller: Any) 
                             "srun: StepId=5.1 task 0: running\n"
                             "srun: sending Ctrl-C to StepId=5.1\n"
                             "srun: forcing job termination\n")
-    assert [m["type"] for m in ctl.log] == ["start", "stdin_eof", "signal", "cancel"]
+    # SIGINT, then SIGKILL to the tasks at once (job_force_termination), then the step's end
+    assert [m["type"] for m in ctl.log] == ["start", "stdin_eof", "signal", "signal", "cancel"]
+    assert [m["signal"] for m in ctl.log if m["type"] == "signal"] == [2, 9]
 
 
 def test_pty_raw_mode_window_size_and_restore(home: Path, controller: Any,

@@ -42,6 +42,7 @@ import signal
 import struct
 import subprocess
 import termios
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,12 +76,16 @@ GROUP_REMOVE_TRIES = 20  # a step group still busy at the step's end: retried ev
 
 # $0: env(1); $1: umask or ""; $2: working directory; $3: the gate's fd or ""; $4: the task
 # prolog or ""; $5: the number K of NAME=VALUE pairs; then NAME=VALUE... CMD ARGS...
-# srun --task-prolog runs as the user with the task's environment and SLURM_TASK_PID, just
-# before the task; its "export NAME=value" lines are added to the task's environment (placed
-# after the K pairs, so they win; POSIX sh has no arrays: the list is rebuilt in place).  The gate holds the task until the agent has put it in its cgroup
-# and bound its CPUs (posix_spawn runs no code of ours in the child): one byte, then EOF.
-# dash names fds 0-9 only: on the setpriv-less subprocess path the gate keeps its own number
-# and is read through /proc (and stays open, an empty pipe, in that rare fallback).
+# The gate holds the task until the agent has put it in its cgroup and bound its CPUs
+# (posix_spawn runs no code of ours in the child): one byte, then EOF.  dash names fds 0-9
+# only: on the setpriv-less subprocess path the gate keeps its own number and is read through
+# /proc (and stays open, an empty pipe, in that rare fallback).
+# srun --task-prolog runs as the user with the task's environment, SLURM_TASK_PID and
+# SLURM_SCRIPT_CONTEXT=prolog_task, just before the task; its standard output is read as
+# slurmstepd reads it: "export NAME=value" sets NAME for the task, "unset NAME" removes it,
+# "print TEXT" writes TEXT to the task's standard output; other lines are ignored.  A prolog
+# that fails ends the task with its status, as Slurm's does.  POSIX sh has no arrays: the
+# K pairs (the first K positional parameters) are rebuilt in place for each line.
 _WRAPPER = (
     'u=$1 d=$2 g=$3 p=$4 k=$5; shift 5; '
     'if [ -z "$g" ]; then :; elif [ "$g" -lt 10 ]; then eval "read -r g <&$g; exec $g<&-" '
@@ -95,16 +100,27 @@ _WRAPPER = (
     "cd /tmp || { echo \"slurmstepd: error: couldn't chdir to /tmp either. dying.\" >&2; "
     'exit 1; }; fi; '
     'if [ -n "$p" ]; then '
-    'o=$(n=$#; for a do set -- "$@" "$a"; done; shift $n; i=0; for a do '
-    '[ $i -lt $k ] && set -- "$@" "$a"; i=$((i+1)); done; shift $n; '
-    'exec "$0" -i SLURM_TASK_PID=$$ "$@" "$p" </dev/null); '
-    'n=$#; i=0; for a do [ $i -lt $k ] && set -- "$@" "$a"; i=$((i+1)); done; '
-    'while IFS= read -r l; do case $l in "export "*=*) set -- "$@" "${l#export }";; esac; '
+    'o=$(i=0; for a do [ $i -lt $k ] && set -- "$@" "$a"; i=$((i+1)); done; shift $i; '
+    'exec "$0" -i SLURM_TASK_PID=$$ "$@" SLURM_SCRIPT_CONTEXT=prolog_task "$p" </dev/null) '
+    '|| { r=$?; echo "slurmstepd: error: --task-prolog failed status=$r" >&2; exit $r; }; '
+    'while IFS= read -r l; do x=; y=; case $l in '
+    '"print "*) l=${l#print }; printf \'%s\\n\' "${l#"${l%%[![:space:]]*}"}"; continue;; '
+    '"export "*=*) l=${l#export }; l=${l#"${l%%[![:space:]]*}"}; x=${l%%=*}; '
+    'x=${x%"${x##*[![:space:]]}"}; y="$x=${l#*=}";; '
+    '"unset "*) l=${l#unset }; l=${l#"${l%%[![:space:]]*}"}; x=${l%"${l##*[![:space:]]}"};; '
+    'esac; [ -n "$x" ] || continue; '
+    'n=$#; i=0; j=0; for a do if [ $i -lt $k ]; then case $a in "$x="*) ;; '
+    '*) set -- "$@" "$a"; j=$((j+1));; esac; else '
+    'if [ $i -eq $k ] && [ -n "$y" ]; then set -- "$@" "$y"; j=$((j+1)); fi; '
+    'set -- "$@" "$a"; fi; i=$((i+1)); done; shift $n; k=$j; '
     'done <<E\n$o\nE\n'
-    'i=0; for a do [ $i -ge $k ] && [ $i -lt $n ] && set -- "$@" "$a"; i=$((i+1)); done; '
-    'shift $n; fi; '
+    'fi; '
     'exec "$0" -i SLURM_TASK_PID=$$ "$@"'
 )
+
+# Slurm's log levels (srun --slurmd-debug raises slurmstepd's stderr level above ERROR).
+LOG_LEVELS = ("quiet", "fatal", "error", "info", "verbose", "debug", "debug2")
+ERROR, VERBOSE, DEBUG, DEBUG2 = 2, 4, 5, 6
 
 _DEFAULT_SIGNALS = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
 _TASK_MESSAGES = frozenset({"launch_tasks", "task_stdin", "task_stdin_eof", "signal_tasks",
@@ -229,6 +245,8 @@ class _Step:
     container: ContainerSpec | None = None  # the container its tasks run in (Pyxis)
     container_dirs: set[str] = field(default_factory=set)  # its nodes' container dirs
     pmi: pmi2.StepPmiServer | None = None  # srun --mpi=pmi2 (agent/pmi2.py)
+    slurmd_debug: int | None = None  # srun --slurmd-debug: stderr log level above ERROR
+    log_task: dict[int, int] = field(default_factory=dict)  # task -> its node's first task
 
 
 @dataclass
@@ -332,6 +350,7 @@ class TaskManager:
         ident = self._identity(msg)
         step.ident, step.cwd = ident, msg.cwd or "/tmp"
         step.task_prolog, step.task_epilog = msg.task_prolog or "", msg.task_epilog or ""
+        step.slurmd_debug = msg.slurmd_debug
         step.container = msg.container
         if msg.container is not None:
             if self.container_dir:  # (one message per node this agent serves)
@@ -388,6 +407,8 @@ class TaskManager:
                     continue
                 self._start(loop, step, task, spec, ident, cwd, argv, stdin_mode, files, pty,
                             resolved)
+            if step.slurmd_debug is not None and specs:
+                self._launch_log(step, specs, msg)
         finally:
             for fd_or_err in files.values():
                 if isinstance(fd_or_err, int):
@@ -579,9 +600,12 @@ class TaskManager:
             return {path: e for path in paths}
         append = msg.open_mode == "append"
         # O_NONBLOCK for the open only: a FIFO without a reader fails at once (ENXIO) instead
-        # of blocking the agent's event loop; cleared after, so the task's writes block
-        flags = (os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
-                 | (os.O_APPEND if append else os.O_TRUNC))
+        # of blocking the agent's event loop; cleared after, so the task's writes block.
+        # O_APPEND always, as slurmstepd opens them: tasks share the file, and a shared
+        # offset is not enough (cat's copy_file_range moves it without the write lock, so
+        # one task could overwrite another's output)
+        flags = (os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK | os.O_APPEND
+                 | (0 if append else os.O_TRUNC))
         umask = _umask_of(specs[0].env)
         old_umask = os.umask(umask) if umask is not None else None
         try:
@@ -796,6 +820,44 @@ class TaskManager:
         if self._poller is None:
             self._poller = loop.call_later(POLL_INTERVAL, self._poll_children)
 
+    # ---- srun --slurmd-debug ----------------------------------------------------------
+    def _launch_log(self, step: _Step, all_specs: list[m.TaskSpec], msg: m.LaunchTasks) -> None:
+        """The step's start on each node as slurmstepd logs it, at the level srun asked."""
+        by_node: dict[str, list[m.TaskSpec]] = {}
+        for sp in all_specs:
+            by_node.setdefault(sp.node, []).append(sp)
+        for specs in by_node.values():
+            self._node_launch_log(step, specs, msg)
+
+    def _node_launch_log(self, step: _Step, specs: list[m.TaskSpec], msg: m.LaunchTasks) -> None:
+        first = min(specs, key=lambda sp: sp.local_id).task_id
+        step.log_task.update((sp.task_id, first) for sp in specs)
+        task = step.tasks[first]
+        level = LOG_LEVELS[min(ERROR + (step.slurmd_debug or 0), DEBUG2)]
+        agent_level = logging.getLevelName(logging.getLogger("corral").getEffectiveLevel())
+        self._stepd_log(step, task, VERBOSE, f"debug levels are stderr='{level}', "
+                        f"logfile='{agent_level.lower()}', syslog='quiet'")
+        node = specs[0].node or "?"
+        self._stepd_log(step, task, DEBUG, f"[job {step.job_id}] step {step.step_id} on "
+                        f"{node}: {len(specs)} tasks as uid {msg.uid}, gid {msg.gid}")
+        group = step.group.dirs.get("", "none") if step.group is not None else "none"
+        cpus = ",".join(map(str, step.cpus)) if step.cpus is not None else "not bound"
+        self._stepd_log(step, task, DEBUG2, f"cwd {step.cwd}, cgroup {group}, CPUs {cpus}")
+        when = time.strftime("%Y-%m-%dT%H:%M:%S")
+        for sp in specs:
+            t = step.tasks.get(sp.task_id)
+            if t is not None and t.pid is not None:
+                self._stepd_log(step, t, VERBOSE, f"task {t.task_id} ({t.pid}) started {when}")
+
+    def _stepd_log(self, step: _Step, task: _Task, level: int, text: str) -> None:
+        """One log line of the agent's about the step, to the stderr of the first task on
+        the task's node (slurmstepd writes its log there under --slurmd-debug)."""
+        if step.slurmd_debug is None or ERROR + step.slurmd_debug < level:
+            return
+        target = step.tasks.get(step.log_task.get(task.task_id, task.task_id), task)
+        prefix = {DEBUG: "debug:  ", DEBUG2: "debug2: "}.get(level, "")
+        self._error_output(step, target, f"slurmstepd: {prefix}{text}\n")
+
     def _error_output(self, step: _Step, task: _Task, message: str) -> None:
         data = message.encode()
         if task.stderr_file is not None:
@@ -913,6 +975,11 @@ class TaskManager:
             return  # reported once the epilog has ended
         if task.status is not None and not task.streams and not task.reported:
             task.reported = True
+            if step.slurmd_debug is not None and task.pid is not None:
+                code, sig = task.status
+                self._stepd_log(step, task, VERBOSE, (
+                    f"task {task.task_id} ({task.pid}) exited. Killed by signal {sig}." if sig
+                    else f"task {task.task_id} ({task.pid}) exited with exit code {code}."))
             if task.input is not None:
                 task.input.close()
                 task.input = None

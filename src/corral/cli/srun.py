@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 
 PROG = "srun"
 MULTI_PROG_LIMIT = 1 << 20  # bytes of a --multi-prog file
+EXIT_GATHER = 0.05  # seconds exit lines wait for other tasks of their node ending alike
 VERSION_TEXT = "slurm-wlm 22.05.8\n"
 TRY_HELP = f'Try "{PROG} --help" for more information\n'
 STEPS_RESOURCE = "/v1/steps/ws"
@@ -72,6 +73,7 @@ SRUN_ENV_VARS: tuple[tuple[str, str], ...] = (
     ("SLURM_ACCOUNT", "account"),
     ("SLURM_CPUS_PER_TASK", "cpus-per-task"),
     ("SLURM_DEPENDENCY", "dependency"),
+    ("SLURM_DISABLE_STATUS", "disable-status"),
     ("SLURM_EXPORT_ENV", "export"),
     ("SLURM_GPUS", "gpus"),
     ("SLURM_GPUS_PER_NODE", "gpus-per-node"),
@@ -91,6 +93,7 @@ SRUN_ENV_VARS: tuple[tuple[str, str], ...] = (
     ("SLURM_NPROCS", "ntasks"),
     ("SLURM_NTASKS", "ntasks"),
     ("SLURM_NTASKS_PER_NODE", "ntasks-per-node"),
+    ("SLURM_OVERCOMMIT", "overcommit"),
     ("SLURM_OVERLAP", "overlap"),
     ("SLURM_PARTITION", "partition"),
     ("SLURM_QOS", "qos"),
@@ -98,14 +101,16 @@ SRUN_ENV_VARS: tuple[tuple[str, str], ...] = (
     ("SLURM_STDERRMODE", "error"),
     ("SLURM_STDINMODE", "input"),
     ("SLURM_STDOUTMODE", "output"),
+    ("SLURM_TASK_EPILOG", "task-epilog"),
+    ("SLURM_TASK_PROLOG", "task-prolog"),
     ("SLURM_TIMELIMIT", "time"),
     ("SLURM_UNBUFFEREDIO", "unbuffered"),
     ("SLURM_WAIT", "wait-srun"),
 )
 
 # Signals srun handles itself; others it forwards to the tasks (Slurm's srun does).
-SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTERM, SIGCONT, SIGWINCH = (
-    1, 2, 3, 10, 12, 13, 15, 18, 28)
+SIGHUP, SIGINT, SIGQUIT, SIGKILL, SIGUSR1, SIGUSR2, SIGPIPE, SIGTERM, SIGCONT, SIGWINCH = (
+    1, 2, 3, 9, 10, 12, 13, 15, 18, 28)
 _HANDLED_SIGNALS = (SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGCONT)
 
 
@@ -131,6 +136,7 @@ class SrunRequest:
         self.wait = 0                     # -W: end the step this long after a first exit
         self.immediate: int | None = None  # -I: seconds an allocation may stay pending
         self.alloc_info: tuple[str, str, str] | None = None  # nodes, nodelist, CPUs per node
+        self.only_task: dict[int, int] = {}  # -o/-e N: stream (1, 2) -> the task shown
 
     def __repr__(self) -> str:
         return f"SrunRequest(argv={self.argv!r}, job_id={self.job_id})"
@@ -170,6 +176,8 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
             value = _propagate(arg)
         elif key == "overcommit":
             value = True
+        elif key == "slurmd-debug":
+            value = _slurmd_debug(arg or "", req)
         elif key in ("task-prolog", "task-epilog"):
             # run by the agent on the node (slurmstepd's role): a path as given, relative
             # ones from the task's working directory
@@ -199,6 +207,26 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
         raise option_error(PROG, e) from None
     req.v[key] = value
     req.src[key] = source
+
+
+# Slurm's log levels (log_string2num); slurmstepd's stderr level is ERROR (2) plus
+# --slurmd-debug, at most DEBUG2 (6): DEBUG3 is its I/O tracing.
+_LOG_LEVELS = ("quiet", "fatal", "error", "info", "verbose", "debug", "debug2", "debug3",
+               "debug4", "debug5")
+_MAX_SLURMD_DEBUG = 6 - 2
+
+
+def _slurmd_debug(arg: str, req: SrunRequest) -> int:
+    """--slurmd-debug=LEVEL (a name or a number), as an increment over ERROR."""
+    if arg[:1].isdigit():
+        digits = arg[:len(arg) - len(arg.lstrip("0123456789"))]
+        level = int(digits)
+    else:
+        level = _LOG_LEVELS.index(arg.lower()) if arg.lower() in _LOG_LEVELS else 0xFFFE
+    if level > _MAX_SLURMD_DEBUG:
+        req.messages.append(f"{PROG}: Using srun's max debug increment of {_MAX_SLURMD_DEBUG}")
+        level = _MAX_SLURMD_DEBUG
+    return level
 
 
 def _gpu_bind(arg: str) -> str:
@@ -326,6 +354,9 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
     if req.quiet and req.verbose:
         fail(PROG, "don't specify both --verbose (-v) and --quiet (-Q)")
     req.label = bool(v.get("label"))
+    for stream, key in ((1, "output"), (2, "error")):
+        if str(v.get(key) or "").isdigit():
+            req.only_task[stream] = int(v[key])
     req.unbuffered = bool(v.get("unbuffered"))
     req.kill_on_bad_exit = bool(v.get("kill-on-bad-exit"))
     req.wait = int(v.get("wait-srun", 0))
@@ -363,6 +394,8 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
     multi_prog = _multi_prog(req, cwd) if v.get("multi-prog") else None
     min_nodes, max_nodes, ntasks, ntasks_set = node_task_counts(v, req_nodes, PROG,
                                                                 req.messages)
+    if min_nodes == 0 and max_nodes:  # "-N-3" is Slurm's range 0-3: one node at least
+        min_nodes = 1
     drop_inherited_gpu_options(v, req.src)
     step_gpu = step_gpu_options(v, req.src, env.get("SLURM_STEP_GRES"))
     try:
@@ -430,6 +463,7 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
         "mem_per_cpu": v["mem-per-cpu"] if mem_key == "mem-per-cpu" else None,
         "task_prolog": v.get("task-prolog") or None,
         "task_epilog": v.get("task-epilog") or None,
+        "slurmd_debug": v.get("slurmd-debug"),
         "pty": req.pty,
         "window": {"rows": window[0], "cols": window[1]} if req.pty and window else None,
         "stdin": stdin_mode,
@@ -586,8 +620,8 @@ def _output_path(mode: Any) -> str | None:
         return None
     if text.lower() == "none":
         return "/dev/null"
-    if text.isdigit():
-        fail(PROG, f"--output/--error={text} (one task's output) is not supported by Corral")
+    if text.isdigit():  # one task's stream to srun, the others' dropped (Session.on_message)
+        return None
     return text
 
 
@@ -783,16 +817,21 @@ class StepState:
         return lines
 
 
-def exit_line(node: str, task: int, exit_code: int, sig: int) -> str | None:
-    """srun's error line for a task that failed, or None when it succeeded."""
+def exit_line(node: str, task: int | list[int], exit_code: int, sig: int) -> str | None:
+    """srun's error line for a task (or tasks of one node, ended alike) that failed, or
+    None when it succeeded."""
+    if isinstance(task, list):
+        task_str = f"task {task[0]}" if len(task) == 1 else f"tasks {ranges(task)}"
+    else:
+        task_str = f"task {task}"
     if sig:
         core = ""
         if sig & 0x80:  # an agent may report the core-dump bit
             sig &= 0x7F
             core = " (core dumped)"
-        return f"{PROG}: error: {node}: task {task}: {signal_text(sig)}{core}"
+        return f"{PROG}: error: {node}: {task_str}: {signal_text(sig)}{core}"
     if exit_code:
-        return f"{PROG}: error: {node}: task {task}: Exited with exit code {exit_code}"
+        return f"{PROG}: error: {node}: {task_str}: Exited with exit code {exit_code}"
     return None
 
 
@@ -841,6 +880,11 @@ class Session:
         self.first_exit: float | None = None
         self.stdin_open = False
         self.bad_exit_handled = False
+        # exit lines gathered for EXIT_GATHER s: tasks of one node that end alike share a
+        # line ("node-1: tasks 0,2-9: Killed"), as slurmstepd's exit messages group them
+        self.pending_exits: dict[tuple[str, int, int, bool], list[int]] = {}
+        self.exits_due: float | None = None
+        self.wait_fired = False
         self.broken_pipe_handled = False
         self.pending_reason: str | None = None
 
@@ -872,6 +916,8 @@ class Session:
             return
         if isinstance(msg, m.Output):
             stream = 2 if msg.stream == "stderr" else 1
+            if self.req.only_task.get(stream, msg.task) != msg.task:
+                return  # srun -o/-e N: only task N's
             self.router.output(msg.task, stream, binascii.a2b_base64(msg.data))
             if self.router.broken:
                 self.on_broken_pipe()
@@ -879,6 +925,7 @@ class Session:
             self.on_exit(msg.task, msg.exit_code, msg.signal)
         elif isinstance(msg, m.StepEnd):
             self.router.flush_all()
+            self.flush_exits()
             self.rc = msg.exit_code
         elif isinstance(msg, m.StepStarted):
             self.on_step(msg)
@@ -955,15 +1002,30 @@ class Session:
             if not exit_code and not sig:
                 self.info(f"{PROG}: launch/slurm: _task_finish: {step.node_of(task)}: task "
                           f"{task}: Completed")
-        # After our own abort, tasks killed by it are not errors (Slurm: verbose only).
-        if not (sig and self.cancelled):
-            line = exit_line(step.node_of(task), task, exit_code, sig)
-            if line:
-                self.err.write(line + "\n")
-                self.err.flush()
+        if exit_code or sig:
+            # after our own abort, tasks killed by it are not errors (Slurm: verbose only)
+            verbose_only = bool(sig) and self.cancelled
+            if self.req.verbose or not verbose_only:
+                key = (step.node_of(task), exit_code, sig, verbose_only)
+                self.pending_exits.setdefault(key, []).append(task)
+                if self.exits_due is None:
+                    self.exits_due = self.clock() + EXIT_GATHER
         if (exit_code or sig) and self.req.kill_on_bad_exit and not self.bad_exit_handled:
             self.bad_exit_handled = True
             self.send(m.Cancel())
+
+    def flush_exits(self) -> None:
+        for (node, exit_code, sig, verbose_only), tasks in self.pending_exits.items():
+            line = exit_line(node, tasks, exit_code, sig)
+            if line is None:
+                continue
+            if verbose_only:
+                self.info(line.replace(f"{PROG}: error: ", f"{PROG}: ", 1))
+            else:
+                self.err.write(line + "\n")
+                self.err.flush()
+        self.pending_exits.clear()
+        self.exits_due = None
 
     def on_broken_pipe(self) -> None:
         # Slurm's _handle_pipe: nobody reads the output any more, end the tasks.
@@ -1010,7 +1072,7 @@ class Session:
         if self.req.v.get("quit-on-interrupt") or now - self.last_intr < 1.0:
             self.info(f"{PROG}: sending Ctrl-C to {step.step_name}")
             self.send(m.SignalStep(signal=SIGINT))
-            self.force_termination()
+            self.force_termination(kill_now=True)
             return
         self.last_intr = now
         if self.req.v.get("disable-status"):
@@ -1021,10 +1083,16 @@ class Session:
             for line in step.status_lines():
                 self.info(line)
 
-    def force_termination(self) -> None:
-        """Slurm's job_force_termination(): kill the tasks; say so once."""
+    def force_termination(self, kill_now: bool = False) -> None:
+        """Slurm's job_force_termination(): end the step; say so once.  From Ctrl-C
+        (`kill_now`), SIGKILL to the tasks at once as Slurm's does, so a task that ignores
+        SIGINT and SIGTERM ends too.  From SIGTERM/SIGHUP/SIGQUIT, the step's SIGTERM,
+        KillWait, SIGKILL: those usually reach the tasks too (a requeue, the job's end),
+        and a task that handles SIGTERM keeps its grace (submitit's checkpointing)."""
         if self.kill_sent == 0:
             self.info(f"{PROG}: forcing job termination")
+            if kill_now:
+                self.send(m.SignalStep(signal=SIGKILL))
         else:
             self.info(f"{PROG}: job abort in progress")
         self.kill_sent += 1
@@ -1056,8 +1124,10 @@ class Session:
         if self.pending_since is not None and self.req.immediate is not None:
             deadlines.append(self.pending_since + max(self.req.immediate, 1))
         if self.first_exit is not None and self.req.wait > 0 and self.rc is None \
-                and not self.cancelled:
+                and not self.cancelled and not self.wait_fired:
             deadlines.append(self.first_exit + self.req.wait)
+        if self.exits_due is not None:
+            deadlines.append(self.exits_due)
         if not deadlines:
             return None
         return max(0.0, min(deadlines) - self.clock())
@@ -1071,12 +1141,20 @@ class Session:
             self.own_alloc = False  # closing the socket cancels the pending job
             self.rc = 1
             return
+        if self.exits_due is not None and now >= self.exits_due:
+            self.flush_exits()
         if (self.first_exit is not None and self.req.wait > 0 and not self.cancelled
-                and self.step is not None and now >= self.first_exit + self.req.wait):
+                and not self.wait_fired and self.step is not None
+                and now >= self.first_exit + self.req.wait):
+            # Slurm's launch_g_step_terminate(): SIGKILL to the step, its tasks' ends
+            # reported as errors (not job_force_termination's abort)
+            self.wait_fired = True
+            self.flush_exits()
             self.info(f"{PROG}: First task exited {self.req.wait}s ago")
             for line in self.step.status_lines():
                 self.info(line)
-            self.force_termination()
+            self.send(m.SignalStep(signal=SIGKILL))
+            self.send(m.Cancel())
 
     # ---- the loop ------------------------------------------------------------
     def run(self, signal_fd: int | None = None) -> int:
@@ -1138,6 +1216,7 @@ class Session:
                         self.send(m.StdinEof())
                 if self.rc is not None:
                     break
+        self.flush_exits()
         rc = self.rc
         if self.own_alloc and self.allocated:
             self.send(m.Release(exit_code=rc))

@@ -211,7 +211,7 @@ class StepManager:
         if event in ("ended", "ending"):
             for key, step in list(self.live.items()):
                 if key[0] == job.job_id:
-                    self._kill_step(step)
+                    self._abort_step(step)
             send = self.alloc_sessions.get(job.job_id)
             if send is not None and event == "ended":
                 send(m.AllocationEnded(state=job.state.value))
@@ -702,7 +702,7 @@ class StepManager:
                 node_cpus={n: step.cpus.get(n, 0) for n in step.nodes},
                 node_mem_mb={n: alloc[n].mem_mb if has_mem else 0 for n in step.nodes},
                 task_prolog=req.task_prolog, task_epilog=req.task_epilog,
-                container=req.container,
+                slurmd_debug=req.slurmd_debug, container=req.container,
             ).to_dict())
         self._maybe_finish(step)
 
@@ -736,6 +736,14 @@ class StepManager:
         elif isinstance(msg, m.Resize):
             self._to_agents(step, m.ResizeTasks(**key, rows=msg.rows, cols=msg.cols))
 
+    def _abort_step(self, step: LiveStep) -> None:
+        """Killed from outside its srun (scancel, the job's end): srun says so as Slurm's
+        does when slurmctld tells it the step is complete (KillWait + STEP_ABORT_TIME)."""
+        if not step.cancelled:
+            step.send(m.UserMessage(message=f"Job step aborted: Waiting up to "
+                                    f"{self.ctl.kill_wait + 2} seconds for job step to finish."))
+        self._kill_step(step)
+
     def _kill_step(self, step: LiveStep) -> None:
         step.cancelled = True
         self._to_agents(step, m.KillTasks(job_id=step.job_id, step_id=step.step_id))
@@ -748,7 +756,7 @@ class StepManager:
             raise SlurmError("Invalid job id specified", 2017, 404)
         self.ctl.check_owner(who, job)
         if signum is None:
-            self._kill_step(step)
+            self._abort_step(step)
         else:
             self._to_agents(step, m.SignalTasks(job_id=job_id, step_id=step_id, signal=signum))
 

@@ -371,6 +371,7 @@ class StepSpec(Message):
     mem_per_cpu: int | None = field(default=None, lo=0, hi=1 << 40, omit_none=True)
     task_prolog: str | None = field(default=None, omit_none=True, maxlen=4096)
     task_epilog: str | None = field(default=None, omit_none=True, maxlen=4096)
+    slurmd_debug: int | None = field(default=None, lo=0, hi=4, omit_none=True)  # over ERROR
     container: ContainerSpec | None = field(default=None, omit_none=True)  # Pyxis' options
     pty: bool = False
     window: Window | None = None
@@ -635,6 +636,8 @@ class LaunchTasks(Message):
     # srun --task-prolog / --task-epilog: run as the user around each task
     task_prolog: str | None = field(default=None, omit_none=True, maxlen=4096)
     task_epilog: str | None = field(default=None, omit_none=True, maxlen=4096)
+    # srun --slurmd-debug: the agent's step log lines to the tasks' stderr, above ERROR
+    slurmd_debug: int | None = field(default=None, lo=0, hi=4, omit_none=True)
     # the container the tasks run in (Pyxis' --container-* options; model.launchplan)
     container: ContainerSpec | None = field(default=None, omit_none=True)
 
