@@ -21,7 +21,7 @@ from corral.sim.generate import gpu_cluster_conf, lab_mix
 from corral.sim.metrics import summarise
 from corral.sim.trace import TraceJob, read_trace
 
-DEFAULT_POLICIES = ["easy", "default", "sp:bf_job_part_count_reserve=2",
+DEFAULT_POLICIES = ["fcfs", "easy", "default", "sp:bf_job_part_count_reserve=2",
                     "sp:bf_job_part_count_reserve=4", "sp:bf_job_part_count_reserve=8",
                     "easy++", "default++"]
 
@@ -33,21 +33,37 @@ def conf_of(name: str, base: str) -> str:
     return policy_conf(name, base)
 
 
-def run(label: str, jobs: list[TraceJob], base: str, names: list[str]) -> None:
+Row = tuple[float, float, float, float, float]  # util, mean wait, idle, max extra, p99 extra
+
+
+def run(label: str, jobs: list[TraceJob], base: str, names: list[str]) -> dict[str, Row]:
+    """One trace under each policy; prints a row per policy and returns them."""
+    out: dict[str, Row] = {}
     easy = Simulator(parse_config(policy_conf("easy", base)), jobs).run()
     se = summarise(easy)
     print(f"\n{label}: {len(jobs)} jobs", flush=True)
-    print(f"{'policy':42} {'util %':>7} {'wait mean':>10} {'idle GPU-s':>11} "
-          f"{'max extra':>10} {'p99 extra':>10} {'wins':>5}")
+    header()
     for name in names:
         r = easy if name == "easy" else Simulator(parse_config(conf_of(name, base)), jobs).run()
         s = summarise(r)
         ex = wait_excess(r, easy)
-        wins = sum((s.utilisation >= se.utilisation, s.mean_wait < se.mean_wait,
-                    s.idle_gpu_seconds_while_pending < se.idle_gpu_seconds_while_pending))
-        print(f"{name:42} {s.utilisation * 100:7.2f} {s.mean_wait:10.0f} "
-              f"{s.idle_gpu_seconds_while_pending:11.0f} {ex.max_extra:10.0f} "
-              f"{ex.p99_extra:10.0f} {wins:5d}", flush=True)
+        out[name] = (s.utilisation, s.mean_wait, s.idle_gpu_seconds_while_pending,
+                     ex.max_extra, ex.p99_extra)
+        line(name, out[name], (se.utilisation, se.mean_wait,
+                               se.idle_gpu_seconds_while_pending, 0.0, 0.0))
+    return out
+
+
+def header() -> None:
+    print(f"{'policy':42} {'util %':>7} {'wait mean':>10} {'idle GPU-s':>11} "
+          f"{'max extra':>10} {'p99 extra':>10} {'wins':>5}")
+
+
+def line(name: str, row: Row, easy: Row) -> None:
+    """`wins`: on how many of utilisation, mean wait and idle GPU-s it beats EASY."""
+    wins = sum((row[0] > easy[0], row[1] < easy[1], row[2] < easy[2]))
+    print(f"{name:42} {row[0] * 100:7.2f} {row[1]:10.0f} {row[2]:11.0f} {row[3]:10.0f} "
+          f"{row[4]:10.0f} {wins:5d}", flush=True)
 
 
 def main() -> int:
@@ -62,8 +78,19 @@ def main() -> int:
     if args.trace:
         jobs, _ = read_trace(Path(args.trace))
         run(f"{args.trace} at load 1.0", compress(jobs, 32, 1.0), base, names)
-    for seed in (int(s) for s in args.seeds.split(",") if s) if args.lab else ():
-        run(f"lab:{args.lab}:{seed}", lab_mix(args.lab, seed=seed), base, names)
+    seeds = [int(s) for s in args.seeds.split(",") if s] if args.lab else []
+    rows = [run(f"lab:{args.lab}:{seed}", lab_mix(args.lab, seed=seed), base, names)
+            for seed in seeds]
+    if len(rows) > 1:
+        print(f"\nlab:{args.lab}, mean over seeds {args.seeds} (max extra: the largest)")
+        header()
+        for name in ["easy", *[n for n in names if n != "easy"]]:
+            got = [r[name] for r in rows]
+            mean = tuple(sum(x[i] for x in got) / len(got) for i in range(3))
+            row = (*mean, max(x[3] for x in got), sum(x[4] for x in got) / len(got))
+            e = [r["easy"] for r in rows]
+            easy = (*(sum(x[i] for x in e) / len(e) for i in range(3)), 0.0, 0.0)
+            line(name, row, easy)  # type: ignore[arg-type]
     return 0
 
 

@@ -128,6 +128,25 @@ def render_summaries(names: Sequence[str], sums: Sequence[Summary]) -> str:
     return table(header, rows)
 
 
+def render_excess(names: Sequence[str], results: Sequence[SimResult]) -> str:
+    """How much longer jobs waited than under `easy` (when it is compared): the longest
+    extra wait of any job, the 99th percentile of the differences, and how many waited
+    longer.  Empty without `easy`."""
+    if "easy" not in names:
+        return ""
+    base = results[list(names).index("easy")]
+    rows = []
+    for n, r in zip(names, results, strict=True):
+        if n == "easy":
+            continue
+        ex = wait_excess(r, base)
+        rows.append([n, f"{ex.max_extra:.0f}", f"{ex.p99_extra:.0f}", f"{ex.worse}/{ex.both}"])
+    if not rows:
+        return ""
+    return "\nwaits against easy, per job (s)\n" + table(
+        ["policy", "max extra wait", "p99 extra wait", "waited longer"], rows)
+
+
 def mean_waits(result: SimResult, jobs: Sequence[TraceJob], key: str) -> dict[str, float]:
     """Mean wait of the jobs that started, by user (from the trace) or by GPUs requested."""
     groups: dict[str, list[float]] = defaultdict(list)
