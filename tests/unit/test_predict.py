@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from corral.controller import reservations as resv_ctl
 from corral.controller.core.settings import sched_params
+from corral.controller.harness import Harness
 from corral.model.config import parse_config
+from corral.model.job import JobState, NodeAlloc
+from corral.model.node import Partition
+from corral.sched.backfill import schedule
 from corral.sched.predict import (
     RuntimeHistory,
     counts,
@@ -14,12 +19,13 @@ from corral.sched.predict import (
     parse_depth,
     predicted_run,
 )
-from corral.sched.snapshot import INFINITE_TIME
+from corral.sched.snapshot import INFINITE_TIME, NodeView, PendingView, RunningView, Snapshot
 from corral.sim.engine import EPOCH, Simulator
 from corral.sim.generate import gpu_cluster_conf
 from corral.sim.trace import TraceJob
 
 ONE_NODE = gpu_cluster_conf(1, 8)
+NOW = 1_700_000_000.0
 PREDICT = "SchedulerParameters=corral_predict_runtime=2\n"
 
 
@@ -137,3 +143,54 @@ def test_pending_jobs_are_planned_with_their_users_prediction() -> None:
     # alice runs past her prediction to her own end; bob then starts as before
     assert on[2].state == off[2].state == "COMPLETED"
     assert on[3].start == off[3].start == pytest.approx(1100)
+
+
+def test_backfill_plans_a_candidate_for_its_users_prediction() -> None:
+    nodes = {"n1": NodeView("n1", 8, 8000, 8, 4, 4000, [4, 5, 6, 7], True,
+                            partitions=("gpu",), job_count=1)}
+    parts = {"gpu": Partition("gpu", nodes=["n1"])}
+    running = [RunningView(1, NOW + 300, [NodeAlloc("n1", 4, 4000, [0, 1, 2, 3])])]
+    head = PendingView(2, 100, NOW, "gpu", user="bob", gpus_per_node=8, time_limit=1000)
+    small = PendingView(3, 90, NOW, "gpu", user="carol", gpus_per_node=4, time_limit=1200)
+
+    def starts(predicted: dict[str, float]) -> list[int]:
+        snap = Snapshot(now=NOW, nodes=nodes, partitions=parts, running=running,
+                        pending=[head, small], predicted_runtime=predicted)
+        return [cid for cid, _ in schedule(snap).starts]
+
+    assert starts({}) == []  # 1200 s would delay bob's start at 300 s
+    assert starts({"carol": 100}) == [3]
+    assert starts({"carol": 5000}) == []  # a prediction over the limit: the limit
+    assert starts({"bob": 10}) == []  # another user's history says nothing of carol
+
+
+PREDICT_CONF = """\
+ClusterName=t
+SchedulerParameters=corral_predict_runtime=2
+NodeName=n[1-2] CPUs=4 RealMemory=4000 Gres=gpu:2
+PartitionName=debug Nodes=n[1-2] Default=YES MaxTime=INFINITE
+"""
+
+
+def test_no_prediction_lets_a_job_run_into_a_reservation_window() -> None:
+    with Harness(PREDICT_CONF) as h:
+        first = h.submit(time_limit=7200)
+        h.tick()
+        h.advance(60)
+        h.end(first)
+        user = h.job(first).user
+        assert h.ctl.core.passes.history.mean(user) == pytest.approx(60)
+        busy = h.submit(time_limit=100_000, cpus_per_task=4, req_nodes=["n2"])
+        h.tick()
+        assert h.job(busy).state is JobState.RUNNING
+        now = h.clock()
+        h.call(resv_ctl.create, h.ctl, h.who(0),
+               {"name": "maint", "start": now + 3600, "duration": 7200, "nodes": "n1",
+                "users": "root", "flags_add": ["MAINT"]})
+        # only n1 is free: predicted 60 s, the job would end long before its window; by
+        # its limit it would not, so it waits
+        long = h.submit(time_limit=7200)
+        short = h.submit(time_limit=1800)
+        h.tick()
+        assert h.job(long).state is JobState.PENDING
+        assert h.job(short).state is JobState.RUNNING and h.job(short).alloc[0].node == "n1"
