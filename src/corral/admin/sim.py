@@ -34,8 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--exact", action="store_true",
                    help="run every pass and tick the cadence arms, even those nothing changed")
     p.add_argument("--policy", metavar="LIST",
-                   help="compare policies side by side: fcfs, easy, default, conf:PATH "
-                        "(comma-separated)")
+                   help="compare policies side by side: fcfs, easy, default, easy++, "
+                        "default++, conf:PATH (comma-separated)")
     p.add_argument("--plot", metavar="PNG", help="with --policy: GPUs busy over time, a PNG")
     p.add_argument("--nodes", type=int, metavar="N",
                    help="without --config: N nodes (default 64, 4 for lab:N)")
@@ -141,6 +141,7 @@ def compare(args: argparse.Namespace, base: str, jobs: list[TraceJob]) -> int:
         BUILTIN,
         busy_series,
         policy_conf,
+        render_excess,
         render_groups,
         render_summaries,
     )
@@ -160,7 +161,7 @@ def compare(args: argparse.Namespace, base: str, jobs: list[TraceJob]) -> int:
                 return 1
         else:
             print(f"corral sim: error: unknown policy {name!r} (fcfs, easy, default, "
-                  f"conf:PATH)", file=sys.stderr)
+                  f"easy++, default++, conf:PATH)", file=sys.stderr)
             return 1
     if not names:
         print("corral sim: error: --policy needs at least one policy", file=sys.stderr)
@@ -174,6 +175,7 @@ def compare(args: argparse.Namespace, base: str, jobs: list[TraceJob]) -> int:
         print(f"corral sim: error: {e}", file=sys.stderr)
         return 1
     sys.stdout.write(render_summaries(names, [summarise(r) for r in results]))
+    sys.stdout.write(render_excess(names, results))  # [quality] the bound against EASY
     sys.stdout.write("\nmean wait by size and by user (s)\n")
     sys.stdout.write(render_groups(names, results, jobs))
     if args.plot:

@@ -934,6 +934,7 @@ class _Pass:
             return (-(p.priority_tier if p else 0), -pr, j.submit_time, j.job_id)
 
         blocked: set[str] = set()
+        predicted = snap.predicted_runtime  # [quality]
         for pos, job in enumerate(sorted(snap.pending, key=order)):
             part = parts.get(job.partition)
             if part is None or part.state == "DOWN":
@@ -963,6 +964,8 @@ class _Pass:
             if req is None:
                 req = self.requests[shape] = make_request(job, self._def_mem(part))
             duration = INFINITE_TIME if job.time_limit < 0 else float(job.time_limit)
+            if predicted and job.user in predicted and duration != INFINITE_TIME:  # [quality]
+                duration = min(duration, predicted[job.user])  # EASY++: sched/predict.py
             end = now + duration
             failed = self.failed_now.get(shape)
             if failed is None or duration < failed:

@@ -54,6 +54,7 @@ class SchedParams:
     max_planned: int = DEFAULT_MAX_PLANNED
     array_tasks_per_pass: int = ARRAY_TASKS_PER_PASS
     preempt: PreemptPolicy | None = None  # PreemptType and the QoS/partition settings
+    predict_runtime: int = 0  # [quality] corral_predict_runtime=N (sched/predict.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,9 @@ class ClusterSnapshot:
     params: SchedParams = SchedParams()
     policy: PolicySnapshot | None = None  # accounts, limits, usage (None: no accounting)
     reservations: tuple[Reservation, ...] = ()  # advanced reservations not yet over
+    # [quality] user -> predicted run time (sched/predict.py); backfill plans a job for
+    # min(its limit, this) instead of its limit
+    predicted_runtime: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -224,7 +228,9 @@ def run_pass(snap: ClusterSnapshot) -> Decision:
     view = Snapshot(now=now, nodes=snap.nodes, partitions=snap.partitions,
                     running=snap.running, pending=candidates,
                     def_mem_per_cpu=params.def_mem_per_cpu, backfill=params.backfill,
-                    preempt=params.preempt)
+                    preempt=params.preempt,
+                    # [quality] never around reservations: a job must end before one by its limit
+                    predicted_runtime={} if snap.reservations else snap.predicted_runtime)
     if snap.reservations:
         placed = schedule_reserved(view, snap.reservations, max_planned=params.max_planned,
                                    priorities=order, gate=gate)

@@ -9,6 +9,7 @@ reads a clock: `now` is in the snapshot.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from corral.model.job import NodeAlloc
@@ -99,6 +100,9 @@ class Snapshot:
     # (node, start, end): windows held whole by advanced reservations (sched/reserved.py)
     blocked: tuple[tuple[str, float, float], ...] = ()
     preempt: PreemptPolicy | None = None  # None or inactive: no preemption
+    # [quality] user -> predicted run time (sched/predict.py): a job's planned duration is
+    # min(its limit, this); empty: its limit
+    predicted_runtime: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

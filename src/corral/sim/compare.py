@@ -4,7 +4,9 @@ A policy is a slurm.conf: `fcfs` is the given cluster with `SchedulerType=sched/
 (strict priority order, no backfill), `easy` adds `SchedulerParameters=
 bf_job_part_count_reserve=1` (backfill that protects only the top blocked job's start),
 `default` is the cluster as given (Corral's default: every blocked job planned, up to the
-pass's budget), and `conf:PATH` is any slurm.conf file (its own cluster).
+pass's budget), and `conf:PATH` is any slurm.conf file (its own cluster).  `easy++` and
+`default++` add `corral_predict_runtime=2` (EASY++: backfill planned with each user's
+recent run times instead of time limits, sched/predict.py).
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from corral.sim.engine import SimResult
-from corral.sim.metrics import Summary
+from corral.sim.metrics import Summary, percentile
 from corral.sim.trace import TraceJob
 
-BUILTIN = ("fcfs", "easy", "default")
+BUILTIN = ("fcfs", "easy", "default", "easy++", "default++")
+PREDICT = "corral_predict_runtime=2"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +49,32 @@ def policy_conf(name: str, base: str) -> str:
         return _with_option(base, "SchedulerType", "sched/builtin")
     if name == "easy":
         return _with_option(base, "SchedulerParameters", "bf_job_part_count_reserve=1")
+    if name == "easy++":
+        return _with_option(policy_conf("easy", base), "SchedulerParameters", PREDICT)
+    if name == "default++":
+        return _with_option(base, "SchedulerParameters", PREDICT)
     return base
+
+
+@dataclass(frozen=True, slots=True)
+class Excess:
+    """How much longer jobs waited under a policy than under a baseline (same trace)."""
+
+    max_extra: float  # the longest extra wait of any job (0 if none waited longer)
+    p99_extra: float  # 99th percentile of the extra waits over all jobs (negative: less)
+    worse: int  # jobs that waited longer
+    both: int  # jobs that started under both
+
+
+def wait_excess(result: SimResult, baseline: SimResult) -> Excess:
+    """Per job, its wait under `result` minus its wait under `baseline`."""
+    extra = sorted((r.start - b.start) for r, b in zip(result.records, baseline.records,
+                                                       strict=True)
+                   if r.start is not None and b.start is not None)
+    if not extra:
+        return Excess(0.0, 0.0, 0, 0)
+    return Excess(max(0.0, extra[-1]), percentile(extra, 99),
+                  sum(1 for x in extra if x > 0), len(extra))
 
 
 def compress(jobs: Sequence[TraceJob], total_gpus: int, load: float) -> list[TraceJob]:
@@ -98,6 +126,25 @@ def render_summaries(names: Sequence[str], sums: Sequence[Summary]) -> str:
              f"{s.idle_gpu_seconds_while_pending:.0f}", f"{s.makespan:.0f}",
              f"{s.started}/{s.jobs}", str(s.timed_out)] for n, s in zip(names, sums, strict=True)]
     return table(header, rows)
+
+
+def render_excess(names: Sequence[str], results: Sequence[SimResult]) -> str:
+    """How much longer jobs waited than under `easy` (when it is compared): the longest
+    extra wait of any job, the 99th percentile of the differences, and how many waited
+    longer.  Empty without `easy`."""
+    if "easy" not in names:
+        return ""
+    base = results[list(names).index("easy")]
+    rows = []
+    for n, r in zip(names, results, strict=True):
+        if n == "easy":
+            continue
+        ex = wait_excess(r, base)
+        rows.append([n, f"{ex.max_extra:.0f}", f"{ex.p99_extra:.0f}", f"{ex.worse}/{ex.both}"])
+    if not rows:
+        return ""
+    return "\nwaits against easy, per job (s)\n" + table(
+        ["policy", "max extra wait", "p99 extra wait", "waited longer"], rows)
 
 
 def mean_waits(result: SimResult, jobs: Sequence[TraceJob], key: str) -> dict[str, float]:

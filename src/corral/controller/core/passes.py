@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from corral.controller.cluster import alloc_without
 from corral.controller.core.lifecycle import PREEMPT_KILLS
+from corral.controller.jobs import JobEvent, JobEventKind
 from corral.model.config import preempt_settings
 from corral.model.job import Job, JobState
 from corral.model.node import Node
@@ -28,6 +29,7 @@ from corral.sched.pipeline import (
     fairshare_of,
     run_pass,
 )
+from corral.sched.predict import RuntimeHistory, counts, expected_end
 from corral.sched.preempt import PreemptPolicy, QosPreempt
 from corral.sched.priority import pass_priorities
 from corral.sched.snapshot import INFINITE_TIME, NodeView, RunningView
@@ -45,8 +47,12 @@ def node_view(n: Node) -> NodeView:
                     n.gpu_type, n.tmp_disk)
 
 
-def running_view(j: Job, now: float) -> RunningView:
-    end = (j.start_time or now) + j.time_limit if j.time_limit > 0 else INFINITE_TIME
+def running_view(j: Job, now: float, recent_mean: float | None = None) -> RunningView:
+    """A running job as the pass sees it; with `recent_mean` (its user's recent run times,
+    sched/predict.py) it is expected to end when predicted, not at its limit."""
+    start = j.start_time or now
+    end = expected_end(start, float(j.time_limit), recent_mean, now) if j.time_limit > 0 \
+        else INFINITE_TIME
     return RunningView(j.job_id, end, j.alloc, j.exclusive, j.array_job_id,
                        j.qos or "normal", j.partition, j.start_time or now,
                        j.kill_reason in PREEMPT_KILLS)
@@ -61,6 +67,16 @@ def _base_mode(mode: str) -> str:
 class Passes:
     def __init__(self, core: Core) -> None:
         self.core = core
+        # run times of each user's recent jobs, for corral_predict_runtime (in memory: a
+        # restarted controller plans with time limits until its users' jobs end again)
+        self.history = RuntimeHistory(core.settings.sched_params.predict_runtime)
+        core.table.subscribe(self.on_event)
+
+    def on_event(self, ev: JobEvent) -> None:
+        """An ended job's run time joins its user's history (when it finished on its own)."""
+        if ev.kind is JobEventKind.ENDED and self.history.depth > 0 \
+                and ev.job.start_time is not None and counts(ev.new.value):
+            self.history.record(ev.job.user, ev.job.run_seconds(ev.time))
 
     # ---- the pass ------------------------------------------------------------------
     def run(self, now: float) -> Decision | None:
@@ -75,17 +91,28 @@ class Passes:
 
     def snapshot(self, now: float) -> ClusterSnapshot:
         core = self.core
+        params = self.params()
+        history = self.history
+        history.resize(params.predict_runtime)
+        if history.depth > 0 and history.recent:  # EASY++ (sched/predict.py)
+            mean = history.mean
+            running = [running_view(j, now, mean(j.user)) for j in core.running.values()]
+            predicted = history.means(j.user for j in core.pending.values())
+        else:
+            running = [running_view(j, now) for j in core.running.values()]
+            predicted = {}
         snap = ClusterSnapshot(
             now=now,
             nodes={n.name: node_view(n) for n in core.nodes.values()},
             partitions=core.partitions,
-            running=[running_view(j, now) for j in core.running.values()],
+            running=running,
             pending=list(core.pending.values()),
             jobs=list(core.jobs.values()),
             gone=core.gone,
-            params=self.params(),
+            params=params,
             policy=self.policy_snapshot(now),
             reservations=core.reservations(now),
+            predicted_runtime=predicted,
         )
         if core.cluster.loans:
             self._lent_views(snap.running, now)

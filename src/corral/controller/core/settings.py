@@ -12,6 +12,7 @@ from corral.sched.backfill import DEFAULT_MAX_PLANNED
 from corral.sched.fairshare import FairshareParams, parse_billing_weights
 from corral.sched.limits_check import parse_enforce
 from corral.sched.pipeline import SchedParams
+from corral.sched.predict import parse_depth
 from corral.sched.priority import PriorityParams, PriorityWeights, parse_tres_weights
 
 # A step whose tasks never report their end (an agent that lost them, an unkillable process)
@@ -49,6 +50,7 @@ def sched_params(config: ClusterConfig) -> SchedParams:
         # N highest-priority blocked jobs only (1: EASY backfill; 0: Slurm's "all")
         backfill=config.options.get("SchedulerType", "sched/backfill") != "sched/builtin",
         max_planned=_bf_reserve(config.options.get("SchedulerParameters", "")),
+        predict_runtime=parse_depth(config.options.get("SchedulerParameters", "")),
     )
 
 

@@ -1,0 +1,98 @@
+"""Scheduling-quality levers measured with the simulator (virtual time, so the figures do not
+depend on the machine): each policy against EASY backfill on the compressed GPU trace and
+on generated lab mixes, by utilisation, mean wait, idle GPU-seconds while jobs pend, and
+how much longer any job waited than under EASY.
+
+    python bench/sim_levers.py [--trace CSV] [--lab N] [--seeds 1,2,3] [--policy NAME ...]
+
+A policy is a name of sim/compare.py's policies (fcfs, easy, easy++, default, ...) or
+`sp:ITEM+ITEM` (SchedulerParameters items added to the cluster's)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from corral.model.config import parse_config
+from corral.sim.compare import compress, policy_conf, wait_excess
+from corral.sim.engine import Simulator
+from corral.sim.generate import gpu_cluster_conf, lab_mix
+from corral.sim.metrics import summarise
+from corral.sim.trace import TraceJob, read_trace
+
+DEFAULT_POLICIES = ["fcfs", "easy", "default", "sp:bf_job_part_count_reserve=2",
+                    "sp:bf_job_part_count_reserve=4", "sp:bf_job_part_count_reserve=8",
+                    "easy++", "default++"]
+
+
+def conf_of(name: str, base: str) -> str:
+    if name.startswith("sp:"):
+        items = ",".join(name[3:].split("+"))
+        return f"SchedulerParameters={items}\n" + base
+    return policy_conf(name, base)
+
+
+Row = tuple[float, float, float, float, float]  # util, mean wait, idle, max extra, p99 extra
+
+
+def run(label: str, jobs: list[TraceJob], base: str, names: list[str]) -> dict[str, Row]:
+    """One trace under each policy; prints a row per policy and returns them."""
+    out: dict[str, Row] = {}
+    easy = Simulator(parse_config(policy_conf("easy", base)), jobs).run()
+    se = summarise(easy)
+    print(f"\n{label}: {len(jobs)} jobs", flush=True)
+    header()
+    for name in names:
+        r = easy if name == "easy" else Simulator(parse_config(conf_of(name, base)), jobs).run()
+        s = summarise(r)
+        ex = wait_excess(r, easy)
+        out[name] = (s.utilisation, s.mean_wait, s.idle_gpu_seconds_while_pending,
+                     ex.max_extra, ex.p99_extra)
+        line(name, out[name], (se.utilisation, se.mean_wait,
+                               se.idle_gpu_seconds_while_pending, 0.0, 0.0))
+    return out
+
+
+def header() -> None:
+    print(f"{'policy':42} {'util %':>7} {'wait mean':>10} {'idle GPU-s':>11} "
+          f"{'max extra':>10} {'p99 extra':>10} {'wins':>5}")
+
+
+def line(name: str, row: Row, easy: Row) -> None:
+    """`wins`: on how many of utilisation, mean wait and idle GPU-s it beats EASY."""
+    wins = sum((row[0] > easy[0], row[1] < easy[1], row[2] < easy[2]))
+    print(f"{name:42} {row[0] * 100:7.2f} {row[1]:10.0f} {row[2]:11.0f} {row[3]:10.0f} "
+          f"{row[4]:10.0f} {wins:5d}", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trace", help="GPU-job CSV, compressed to load 1.0 on 4 x 8 GPUs")
+    ap.add_argument("--lab", type=int, default=0, help="jobs of each generated lab mix")
+    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--policy", action="append", help="a policy (repeat); default: a set")
+    args = ap.parse_args()
+    names = args.policy or DEFAULT_POLICIES
+    base = gpu_cluster_conf(4, 8)
+    if args.trace:
+        jobs, _ = read_trace(Path(args.trace))
+        run(f"{args.trace} at load 1.0", compress(jobs, 32, 1.0), base, names)
+    seeds = [int(s) for s in args.seeds.split(",") if s] if args.lab else []
+    rows = [run(f"lab:{args.lab}:{seed}", lab_mix(args.lab, seed=seed), base, names)
+            for seed in seeds]
+    if len(rows) > 1:
+        print(f"\nlab:{args.lab}, mean over seeds {args.seeds} (max extra: the largest)")
+        header()
+        for name in ["easy", *[n for n in names if n != "easy"]]:
+            got = [r[name] for r in rows]
+            mean = tuple(sum(x[i] for x in got) / len(got) for i in range(3))
+            row = (*mean, max(x[3] for x in got), sum(x[4] for x in got) / len(got))
+            e = [r["easy"] for r in rows]
+            easy = (*(sum(x[i] for x in e) / len(e) for i in range(3)), 0.0, 0.0)
+            line(name, row, easy)  # type: ignore[arg-type]
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
