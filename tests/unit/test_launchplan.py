@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from corral.agent import container
-from corral.agent.launch import ExecRequest, Identity, LaunchFailure, prepare
+from corral.agent.launch import ExecRequest, LaunchFailure, RunAs, prepare
 from corral.model import messages as m
 from corral.model.launchplan import ContainerSpec, LaunchPlan, PlanHead
 from corral.model.pyxis import (
@@ -153,7 +153,7 @@ def test_mount_points_are_made_without_following_the_images_links(tmp_path: Path
 def test_the_pipeline_runs_its_hooks_in_order() -> None:
     seen: list[str] = []
     request = ExecRequest(argv=["/bin/true"], env={"SLURM_RLIMIT_NOFILE": "U64", "A": "1"},
-                          cwd="/", ident=Identity(0, 0, "root", switch=False))
+                          cwd="/", ident=RunAs(0, 0, "root", switch=False))
     prepare(request, (lambda r: seen.append("first"), lambda r: seen.append("second")))
     assert seen == ["first", "second"]
     prepare(request)  # the default hooks: limits out of the environment, no container

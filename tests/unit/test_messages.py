@@ -17,14 +17,14 @@ CHANNELS = [m.TO_CONTROLLER_FROM_CLIENT, m.TO_CLIENT, m.TO_AGENT, m.TO_CONTROLLE
 
 # One valid instance of every message kind, fields set away from their defaults.
 SAMPLES: list[tuple[m.Channel, m.Message]] = [
-    (m.TO_CONTROLLER_FROM_CLIENT, m.Start(job_id=None, alloc={"num_nodes": 2, "batch": False},
+    (m.TO_CONTROLLER_FROM_CLIENT, m.StepStart(job_id=None, alloc={"num_nodes": 2, "batch": False},
                                           step=m.StepSpec(name="x", argv=["hostname", "-s"],
                                                           env={"A": "1"}, ntasks=4,
                                                           gpus_per_task=1, gpu_bind="single:2",
                                                           window=m.Window(rows=40, cols=100),
                                                           stdin="all", output="o-%t"),
                                           alloc_env={"HOME": "/home/a"})),
-    (m.TO_CONTROLLER_FROM_CLIENT, m.Start(job_id=12)),
+    (m.TO_CONTROLLER_FROM_CLIENT, m.StepStart(job_id=12)),
     (m.TO_CONTROLLER_FROM_CLIENT, m.Stdin(data="aGVsbG8K")),
     (m.TO_CONTROLLER_FROM_CLIENT, m.StdinEof()),
     (m.TO_CONTROLLER_FROM_CLIENT, m.SignalStep(signal=10)),
@@ -124,7 +124,7 @@ def test_wire_format_is_todays() -> None:
         == {"type": "task_output", "job_id": 1, "step_id": 2, "task_id": 3, "stream": "stdout",
             "data": "eA=="}
     assert m.SignalOp(signal=9).to_dict() == {"op": "signal", "signal": 9, "batch_only": False}
-    assert "alloc_env" not in m.Start(job_id=3).to_dict()
+    assert "alloc_env" not in m.StepStart(job_id=3).to_dict()
     assert "notice" not in m.TaskSpec(task_id=0).to_dict()
     # what the agent sends today, field for field
     ended = {"type": "ended", "job_id": 7, "state": "COMPLETED", "exit_code": 0, "signal": 0,

@@ -61,7 +61,9 @@ def gpu_environment(step_gpus: list[int] | None, task_gpus: list[int] | None) ->
 # ---- identity ---------------------------------------------------------------------------
 
 @dataclass
-class Identity:
+class RunAs:
+    """Who a job's process runs as (not the controller's caller identity)."""
+
     uid: int
     gid: int
     user: str
@@ -72,11 +74,11 @@ class Identity:
 
 
 def task_identity(uid: int, gid: int, user: str, setpriv: str | None,
-                  group_cache: dict[tuple[str, int], list[int]] | None = None) -> Identity:
+                  group_cache: dict[tuple[str, int], list[int]] | None = None) -> RunAs:
     """Who a step's processes run as; `error` is set when this agent cannot run them."""
     euid, egid = os.geteuid(), os.getegid()
     if euid != 0 or (uid, gid) == (euid, egid):
-        ident = Identity(uid, gid, user, switch=False)
+        ident = RunAs(uid, gid, user, switch=False)
         if uid != euid:
             ident.error = (f"cannot run tasks of uid {uid}: this agent runs as uid {euid}, "
                            f"not root")
@@ -93,7 +95,7 @@ def task_identity(uid: int, gid: int, user: str, setpriv: str | None,
             cache[key] = os.getgrouplist(user, gid) if pw_name else [gid]
         except OSError:
             cache[key] = [gid]
-    ident = Identity(uid, gid, user, switch=True, groups=cache[key])
+    ident = RunAs(uid, gid, user, switch=True, groups=cache[key])
     if setpriv:
         ident.prefix = [setpriv, f"--reuid={uid}", f"--regid={gid}",
                         "--init-groups" if pw_name else "--clear-groups", "--"]
@@ -101,7 +103,7 @@ def task_identity(uid: int, gid: int, user: str, setpriv: str | None,
 
 
 @contextlib.contextmanager
-def as_user(ident: Identity) -> Iterator[None]:
+def as_user(ident: RunAs) -> Iterator[None]:
     """Take the owner's rights (effective ids and groups) for the agent's own file access:
     a root agent must not open, follow or probe a path the user could not."""
     if not ident.switch:
@@ -136,7 +138,7 @@ def _strerror(err: int) -> str:
     return os.strerror(err) if err else "Unknown error"
 
 
-def resolve_program(name: str, path_env: str | None, cwd: str, ident: Identity,
+def resolve_program(name: str, path_env: str | None, cwd: str, ident: RunAs,
                     ) -> tuple[str, None] | tuple[None, LaunchFailure]:
     """The program slurmstepd would exec (its _build_path), or how the exec would fail.
 
@@ -208,7 +210,7 @@ class ExecRequest:
     argv: list[str]  # argv[0]: the program (resolved on the host unless in a container)
     env: dict[str, str]
     cwd: str
-    ident: Identity
+    ident: RunAs
     job_id: int = 0
     step: str = "batch"
     cpus: list[int] | None = None

@@ -708,12 +708,12 @@ class Supervisor:
             parent.close()
             child.close()
 
-    def _identity(self) -> launch_mod.Identity:
+    def _identity(self) -> launch_mod.RunAs:
         """Who the job runs as: `launch.task_identity()`, as for srun tasks."""
         assert self.head is not None
         return launch_mod.task_identity(self.head.uid, self.head.gid, self.head.user, None)
 
-    def _become_owner(self, ident: launch_mod.Identity | None = None) -> None:
+    def _become_owner(self, ident: launch_mod.RunAs | None = None) -> None:
         """Switch this (forked) process to the job's user and groups; OSError if impossible.
         The launch description's `groups`, when given, replace the user's own."""
         ident = ident or self._identity()

@@ -50,8 +50,8 @@ from typing import Any
 from corral.agent import launch as launch_mod
 from corral.agent import pmi2
 from corral.agent.cgroup import StepCgroup
-from corral.agent.launch import Identity as _Identity
 from corral.agent.launch import LaunchFailure as _TaskFailure
+from corral.agent.launch import RunAs as _RunAs
 from corral.agent.launch import as_user as _as_user
 from corral.model import messages as m
 from corral.model.launchplan import ContainerSpec
@@ -240,7 +240,7 @@ class _Step:
     unacked: int = 0  # output bytes sent since the controller last said it took them
     task_prolog: str = ""  # srun --task-prolog / --task-epilog: run as the user per task
     task_epilog: str = ""
-    ident: _Identity | None = None
+    ident: _RunAs | None = None
     cwd: str = "/tmp"
     container: ContainerSpec | None = None  # the container its tasks run in (Pyxis)
     container_dirs: set[str] = field(default_factory=set)  # its nodes' container dirs
@@ -527,7 +527,7 @@ class TaskManager:
             self._poller = None
 
     # ---- identity and files ------------------------------------------------------
-    def _identity(self, msg: m.LaunchTasks) -> _Identity:
+    def _identity(self, msg: m.LaunchTasks) -> _RunAs:
         return launch_mod.task_identity(msg.uid, msg.gid, msg.user, self._setpriv, self._groups)
 
     # ---- the job's cgroup and CPUs -------------------------------------------------
@@ -581,7 +581,7 @@ class TaskManager:
             return
         asyncio.get_running_loop().call_later(0.5, self._release_group, step, tries - 1)
 
-    def _open_outputs(self, specs: list[m.TaskSpec], ident: _Identity,
+    def _open_outputs(self, specs: list[m.TaskSpec], ident: _RunAs,
                       msg: m.LaunchTasks) -> dict[str, int | OSError]:
         """Open each distinct output file once (tasks writing one file share its offset)."""
         paths: list[str] = []
@@ -625,7 +625,7 @@ class TaskManager:
 
     # ---- starting one task -------------------------------------------------------
     def _start(self, loop: asyncio.AbstractEventLoop, step: _Step, task: _Task,
-               spec: m.TaskSpec, ident: _Identity, cwd: str, argv: list[str],
+               spec: m.TaskSpec, ident: _RunAs, cwd: str, argv: list[str],
                stdin_mode: str, files: dict[str, int | OSError], pty_slave: int | None,
                resolved: dict[tuple[str, str, str], tuple[str, None] | tuple[None, _TaskFailure]],
                ) -> None:
@@ -769,7 +769,7 @@ class TaskManager:
             task.input.close()
             task.input = None
 
-    def _spawn(self, task: _Task, ident: _Identity, cmd: list[str],
+    def _spawn(self, task: _Task, ident: _RunAs, cmd: list[str],
                stdio: list[tuple[Any, ...]], pty: bool) -> None:
         if not ident.switch or ident.prefix:
             actions: list[tuple[Any, ...]] = []

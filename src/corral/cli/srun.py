@@ -631,7 +631,7 @@ def start_message(req: SrunRequest) -> dict[str, Any]:
         step = m.StepSpec.from_dict(req.step, "step")
     except m.MessageError as e:
         fail(PROG, f"invalid step request: {e}")
-    return m.Start(job_id=req.job_id, alloc=req.alloc, step=step,
+    return m.StepStart(job_id=req.job_id, alloc=req.alloc, step=step,
                    alloc_env=req.alloc_env).to_dict()
 
 

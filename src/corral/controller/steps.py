@@ -251,7 +251,7 @@ class StepManager:
                     log.warning("uid %d: refused %s", who.uid, e)
                     send(m.Error(message=f"malformed message: {e}"))
                     continue
-                if isinstance(msg, m.Start):
+                if isinstance(msg, m.StepStart):
                     if runner is None:
                         runner = asyncio.get_running_loop().create_task(
                             self._start(msg, who, send, session))
@@ -291,7 +291,7 @@ class StepManager:
         if job is not None and job.state.active:
             self.ctl.end_allocation(job, "COMPLETED" if exit_code == 0 else "FAILED", exit_code)
 
-    async def _start(self, msg: m.Start, who: Identity, send: Send, session: Session) -> None:
+    async def _start(self, msg: m.StepStart, who: Identity, send: Send, session: Session) -> None:
         try:
             if msg.step is not None and msg.step.no_allocate:
                 self._run_without_allocation(msg.step, who, send, session)

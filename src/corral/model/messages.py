@@ -409,7 +409,7 @@ _C = TO_CONTROLLER_FROM_CLIENT
 
 
 @_C.add
-class Start(Message):
+class StepStart(Message):
     TYPE = "start"
     job_id: int | None = None
     alloc: dict[str, Any] | None = None  # sbatch's job spec; the controller's submit checks it
