@@ -176,3 +176,55 @@ def test_bad_usage_entries_are_refused_alone(h: Harness) -> None:
     assert book.gpus == {} and book.running_steps(a, None) == []
     h.call(book.agent_usage, 1.0, [], [{"job_id": a, "step": "batch", "rss": 1}], [node])  # type: ignore[list-item]
     assert book.running_steps(a, None)[0]["usage"][node]["rss"] == 1
+
+
+def test_kept_text_equals_a_fresh_rendering_after_each_change(h: Harness) -> None:
+    """The routes keep per-node and per-group pieces between scrapes: after each kind of
+    change (events, no events: free memory, a hold, a drain, a health verdict, a GPU sample)
+    the text is what a Metrics made from scratch renders."""
+    book = UsageBook(h.ctl)
+    m = Metrics(h.ctl, book)
+    routes = ("nodes", "jobs", "partitions", "jobs-users-accts", "gpus")
+
+    def same() -> None:
+        fresh = Metrics(h.ctl, book)
+        for r in routes:
+            assert m.render(r) == fresh.render(r), r
+            assert m.render(r) == fresh.render(r), r  # served again from what was kept
+
+    same()
+    a = h.submit(gpus_per_node=2)
+    h.submit(uid=1001, account="", partition="other")  # runs on n2
+    same()
+    h.tick()
+    same()
+    node = h.job(a).batch_host
+    assert node is not None
+    samples = [{"index": i, "util": 0.0, "memory_used": 0, "memory_total": 1 << 30,
+                "power_w": None, "processes": []} for i in range(2)]
+    h.call(book.agent_usage, 1.0, samples, [], [node])
+    same()
+    h.call(book.agent_usage, 2.0, [{**s, "util": 30.0} for s in samples], [], [node])
+    same()
+    h.ctl.nodes["n2"].free_mem = 1234
+    same()
+    c = h.submit(uid=1001, cpus_per_task=4, partition="other")  # waits for b's CPUs
+    h.tick()
+    same()
+    h.call(h.ctl.hold, h.who(1001), [h.job(c)], "user")
+    assert h.job(c).held
+    same()
+    h.ctl.health.failing["n1"] = {"program": 'disk "full"'}
+    h.ctl.health.drained.add("n1")
+    h.ctl.nodes["n1"].admin_state = "drain"
+    same()
+    text = m.render("nodes").decode()
+    assert 'corral_node_health_failing{node="n1",source="program",reason="disk \\"full\\""} 1' \
+        in text
+    assert 'corral_node_health_drained{node="n1"} 1' in text
+    assert "corral_nodes_health_failing 1" in text
+    h.end(a)
+    h.tick()
+    same()
+    h.advance(120)  # MinJobAge: jobs leave memory without an event
+    same()

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from corral.controller.errors import SlurmError
+from corral.controller.estimates import StartEstimates
 from corral.controller.jobs import JobEvent, JobEventKind
 from corral.controller.reclaim import reclaimer
 from corral.controller.usage import UsageBook
@@ -162,12 +163,15 @@ def expose(families: Iterable[Family]) -> bytes:
 
 
 class JobAgg:
-    """Counts of a group of jobs (the cluster, a partition, a user, an account)."""
+    """Counts of a group of jobs (the cluster, a partition, a user, an account).  `version`
+    grows at each change of the counts: a scrape re-renders only the groups that changed."""
 
-    __slots__ = ("jobs", "states", "held", "finished", "cpus", "gpus", "mem", "nodes")
+    __slots__ = ("jobs", "states", "held", "finished", "cpus", "gpus", "mem", "nodes",
+                 "version")
 
     def __init__(self) -> None:
         self.jobs = self.held = self.finished = self.cpus = self.gpus = self.mem = self.nodes = 0
+        self.version = 0
         self.states = [0] * len(JOB_STATES)
 
 
@@ -178,11 +182,13 @@ class JobCounts:
     """Job counts per group, kept from the job events (controller.jobs): the cluster (""),
     each partition ("p:NAME"), user ("u:NAME") and account ("a:NAME").  A scrape reads them
     without looking at every job.  Jobs dropped from memory (MinJobAge) or loaded without an
-    event are caught up when the table's size no longer matches (`reconcile`)."""
+    event are caught up when the table's size no longer matches (`reconcile`).  `generation`
+    grows at every change."""
 
     def __init__(self, ctl: Controller) -> None:
         self.ctl = ctl
         self.groups: dict[str, JobAgg] = {"": JobAgg()}
+        self.generation = 0
         # job id -> (its groups, its state, what it adds while active) as counted
         self.counted: dict[int, tuple[tuple[str, ...], JobState, tuple[int, int, int, int]]] = {}
         for job in list(ctl.jobs.values()):
@@ -198,10 +204,12 @@ class JobCounts:
                alloc: tuple[int, int, int, int], sign: int) -> None:
         slot = STATE_SLOT.get(state)
         finished = state in FINISHED
+        self.generation += 1
         for k in keys:
             a = self.groups.get(k)
             if a is None:
                 a = self.groups[k] = JobAgg()
+            a.version += 1
             a.jobs += sign
             if slot is not None:
                 a.states[slot] += sign
@@ -259,213 +267,496 @@ class JobCounts:
         return out
 
 
+def _header(name: str, doc: str) -> str:
+    doc = doc.replace("\\", "\\\\").replace("\n", "\\n")
+    return f"# HELP {name} {doc}\n# TYPE {name} gauge\n"
+
+
+def _num(x: float) -> str:
+    return str(x) if type(x) is int else _value(x)
+
+
+def _scalar(name: str, doc: str, value: float) -> str:
+    return f"{_header(name, doc)}{name} {_num(value)}\n"
+
+
+def job_family_specs(prefix: str) -> list[tuple[str, str, Callable[[JobAgg], float]]]:
+    """Slurm's job-count gauges of a group kind: (name, HELP, value of a group)."""
+    part = prefix == "slurm_partition_"
+    out: list[tuple[str, str, Callable[[JobAgg], float]]] = [
+        (f"{prefix}jobs", "Number of jobs in this partition" if part else "Total number of jobs",
+         lambda a: a.jobs)]
+    for slot, (suffix, doc, _states) in enumerate(JOB_STATES):
+        out.append((f"{prefix}jobs_{suffix}", doc, lambda a, i=slot: a.states[i]))  # type: ignore[misc]
+    out.append((f"{prefix}jobs_hold", "Number of jobs in Hold state", lambda a: a.held))
+    out.append((f"{prefix}jobs_finished", "Number of jobs in Finished" if part
+                else "Number of finished jobs", lambda a: a.finished))
+    if not part:  # Slurm has no partition_jobs_nodes_alloc
+        out.append((f"{prefix}jobs_nodes_alloc", "Total number of nodes allocated by jobs",
+                    lambda a: a.nodes))
+    out += [(f"{prefix}jobs_cpus_alloc", "Total number of Cpus allocated by jobs", lambda a: a.cpus),
+            (f"{prefix}jobs_gpus_alloc", "Total number of GPUs allocated by jobs", lambda a: a.gpus),
+            (f"{prefix}jobs_memory_alloc", "Total memory bytes allocated by jobs",
+             lambda a: a.mem << 20)]
+    return out
+
+
 def job_families(prefix: str, label: str | None, groups: dict[str, JobAgg]) -> Iterator[Family]:
     """Slurm's job-count gauges for each group (`label` None: the one cluster-wide group)."""
     labels = (label,) if label else ()
     keys = sorted(groups)
-
-    def fam(name: str, doc: str, get: Callable[[JobAgg], float]) -> Family:
-        f = Family(f"{prefix}{name}", doc, labels, None if label else get(groups[""]))
+    for name, doc, get in job_family_specs(prefix):
+        f = Family(name, doc, labels, None if label else get(groups[""]))
         if label:
             f.rows = [((k,), get(groups[k])) for k in keys]
-        return f
-    yield fam("jobs", "Total number of jobs" if prefix != "slurm_partition_" else
-              "Number of jobs in this partition", lambda a: a.jobs)
-    for slot, (suffix, doc, _states) in enumerate(JOB_STATES):
-        yield fam(f"jobs_{suffix}", doc, lambda a, i=slot: a.states[i])  # type: ignore[misc]
-    yield fam("jobs_hold", "Number of jobs in Hold state", lambda a: a.held)
-    yield fam("jobs_finished", "Number of jobs in Finished" if prefix == "slurm_partition_"
-              else "Number of finished jobs", lambda a: a.finished)
-    if prefix != "slurm_partition_":  # Slurm has no partition_jobs_nodes_alloc
-        yield fam("jobs_nodes_alloc", "Total number of nodes allocated by jobs",
-                  lambda a: a.nodes)
-    yield fam("jobs_cpus_alloc", "Total number of Cpus allocated by jobs", lambda a: a.cpus)
-    yield fam("jobs_gpus_alloc", "Total number of GPUs allocated by jobs", lambda a: a.gpus)
-    yield fam("jobs_memory_alloc", "Total memory bytes allocated by jobs",
-              lambda a: a.mem << 20)
+        yield f
+
+
+class GroupLines:
+    """The job-count families of one group kind, each group's lines rendered once per change
+    of its counts (JobAgg.version) and kept: a scrape joins the kept lines."""
+
+    def __init__(self, prefix: str, label: str) -> None:
+        self.specs = job_family_specs(prefix)
+        self.headers = [_header(name, doc) for name, doc, _get in self.specs]
+        self.label = label
+        self.kept: dict[str, tuple[tuple[int, int], list[str]]] = {}
+        self.text = ""
+
+    def render(self, groups: dict[str, JobAgg]) -> tuple[str, bool]:
+        """The text, and whether any group changed since the last call."""
+        changed = len(groups) != len(self.kept)
+        names = sorted(groups)
+        per: list[list[str]] = []
+        for name in names:
+            a = groups[name]
+            key = (a.version, a.held)
+            kept = self.kept.get(name)
+            if kept is None or kept[0] != key:
+                changed = True
+                head = [f'{spec[0]}{{{self.label}="{_label(name)}"}} ' for spec in self.specs]
+                kept = self.kept[name] = (key, [f"{h}{_num(spec[2](a))}\n"
+                                                for h, spec in zip(head, self.specs, strict=True)])
+            per.append(kept[1])
+        if len(self.kept) > len(groups):
+            for gone in [k for k in self.kept if k not in groups]:
+                del self.kept[gone]
+        if changed or not self.text:
+            out: list[str] = []
+            for i, header in enumerate(self.headers):
+                out.append(header)
+                out.extend([lines[i] for lines in per])
+            self.text = "".join(out)
+        return self.text, changed
+
+
+# the per-node families of /metrics/nodes, in order: (name, HELP)
+NODE_SERIES: list[tuple[str, str]] = [
+    ("slurm_node_cpus", "Total number of cpus in the node"),
+    ("slurm_node_cpus_alloc", "Allocated cpus in the node"),
+    ("slurm_node_cpus_idle", "Idle cpus in the node"),
+    ("slurm_node_gpus", "Total number of GPUs in the node"),
+    ("slurm_node_gpus_alloc", "Number of GPUs currently allocated by jobs on the node"),
+    ("slurm_node_memory_alloc_bytes", "Bytes allocated to jobs in the node"),
+    ("slurm_node_memory_bytes", "Total memory in bytes of the node"),
+    ("slurm_node_memory_free_bytes", "Free memory in bytes of the node"),
+]
+NODE_SERIES_CORRAL: list[tuple[str, str]] = [
+    ("corral_node_gpu_utilization_percent",
+     "Mean utilisation of the node's GPUs at the last sample"),
+    ("corral_node_gpus_alloc_idle",
+     "GPUs allocated to a job that showed no utilisation and no process at the last sample"),
+    ("corral_node_health_failing",
+     "1 for each health check (source: program or gpu) the node fails now, with the "
+     "verdict's reason"),
+    ("corral_node_health_drained",
+     "1 if a failed health check drained the node and it has not been resumed since"),
+]
+NODE_STATE_SERIES = [
+    ("ALLOCATED", "alloc", "Number of nodes in Allocated state"),
+    ("DOWN", "down", "Number of nodes in Down state"),
+    ("drain", "drain", "Number of nodes with Drain flag"),
+    ("drained", "drained", "Number of drained nodes"),
+    ("draining", "draining", "Number of nodes in draining condition (Drain state with active jobs)"),
+    ("IDLE", "idle", "Number of nodes in Idle state"),
+    ("MIXED", "mixed", "Number of nodes in Mixed state"),
+    ("noresp", "noresp", "Number of nodes with Not Responding flag")]
+GPU_SERIES: list[tuple[str, str]] = [
+    ("corral_gpu_utilization_percent",
+     "GPU utilisation at the last sample (NVML), per node and GPU"),
+    ("corral_gpu_memory_used_bytes", "GPU memory in use at the last sample"),
+    ("corral_gpu_power_watts", "GPU power draw at the last sample"),
+    ("corral_gpu_allocated", "1 if a job holds the GPU, else 0"),
+]
+
+
+class NodeLine:
+    """One node's lines of the per-node families, in four parts each kept with what it was
+    rendered from: the allocation and state (changed by jobs and admins), the free memory
+    (each heartbeat), the GPU sample (each JobAcctGatherFrequency) and the health verdicts.
+    A heartbeat re-renders one line of the node, not twelve."""
+
+    __slots__ = ("label", "alloc_key", "alloc", "state", "sums", "busy", "free_key", "free",
+                 "gpu_key", "gpu", "health_key", "health", "failing")
+
+    def __init__(self, name: str) -> None:
+        self.label = f'{{node="{_label(name)}"}} '
+        self.alloc_key: tuple[Any, ...] | None = None
+        self.alloc: list[str] = []
+        self.state = ""
+        self.sums: tuple[int, ...] = ()
+        self.busy = False
+        self.free_key: int | None = -1
+        self.free = ""
+        self.gpu_key: tuple[Any, ...] | None = None
+        self.gpu: list[str] = ["", ""]
+        self.health_key: tuple[Any, ...] | None = None
+        self.health: list[str] = ["", ""]
+        self.failing = False
 
 
 class Metrics:
+    """The routes' text.  Each route is rendered from per-node and per-group pieces that are
+    re-rendered only when what they show changed (a node's figures, a group's counts, a
+    node's GPU sample), and a route whose pieces did not change at all is served as the
+    bytes of the previous scrape."""
+
     def __init__(self, ctl: Controller, book: UsageBook) -> None:
         self.ctl = ctl
         self.book = book
         self.sched = SchedCounters(ctl)
         self.counts = JobCounts(ctl)
-        ctl.table.subscribe(self._forget_ended)
+        self.estimates = StartEstimates()
+        ctl.core.passes.on_planned = self.estimates.planned  # each pass's plan
+        ctl.table.subscribe(self._on_job)
+        self._nodes: dict[str, NodeLine] = {}
+        self._node_names: list[str] = []
+        self.node_generation = 0  # grows when any node's figures change
+        self.alloc_generation = 0  # grows when a node's allocation or state changes
+        self._gpu_nodes: dict[str, tuple[Any, list[str]]] = {}
+        self._job_gpu: dict[int, tuple[Any, str, str, str]] = {}
+        self._users = GroupLines("slurm_user_", "username")
+        self._accounts = GroupLines("slurm_account_", "account")
+        self._partitions = GroupLines("slurm_partition_", "partition")
+        self._kept: dict[str, tuple[Any, bytes]] = {}  # route -> (what it showed, its bytes)
+        self._owner_gpu: tuple[Any, tuple[str, str]] | None = None
+        self._partition_nodes: tuple[Any, str] | None = None
 
-    def _forget_ended(self, ev: JobEvent) -> None:
+    def _on_job(self, ev: JobEvent) -> None:
         if ev.kind is JobEventKind.ENDED:
             self.book.job_ended(ev.job.job_id)
+        self.estimates.on_job(ev)
+
+    def _cached(self, route: str, key: Any, make: Callable[[], bytes]) -> bytes:
+        kept = self._kept.get(route)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        body = make()
+        self._kept[route] = (key, body)
+        return body
+
+    # ---- per-node pieces ------------------------------------------------------------------
+    @staticmethod
+    def _alloc_part(ln: NodeLine, n: Any) -> None:
+        lab = ln.label
+        idle_cpus = max(0, n.cpus - n.alloc_cpus)
+        values = (n.cpus, n.alloc_cpus, idle_cpus, n.gpus, len(n.alloc_gpus),
+                  n.alloc_mem << 20, n.real_memory << 20)
+        ln.alloc = [f"{name}{lab}{v}\n" for (name, _doc), v in zip(NODE_SERIES, values,
+                                                                   strict=False)]
+        st = ln.state = n.state_name()
+        ln.busy = n.job_count > 0
+        ln.sums = (n.cpus, n.gpus, 1, n.alloc_cpus, idle_cpus, int(st == "IDLE"),
+                   int(st == "MIXED"), int(st == "ALLOCATED"), n.alloc_mem << 20,
+                   n.real_memory << 20)
+
+    @staticmethod
+    def _gpu_part(ln: NodeLine, n: Any, entry: Any) -> None:
+        util = idle = ""
+        if entry is not None:
+            lab = ln.label
+            samples = entry[1]
+            held = n.alloc_gpus
+            total = 0.0
+            count = 0
+            for g in samples:  # one loop: this runs for every node at every sample
+                u = g["util"]
+                total += u
+                if u < IDLE_GPU_UTIL and not g["processes"] and g["index"] in held:
+                    count += 1
+            if samples:
+                util = f"corral_node_gpu_utilization_percent{lab}{_value(total / len(samples))}\n"
+            idle = f"corral_node_gpus_alloc_idle{lab}{count}\n"
+        ln.gpu = [util, idle]
+
+    @staticmethod
+    def _health_part(ln: NodeLine, name: str, fails: tuple[tuple[str, str], ...],
+                     drained: bool) -> None:
+        failing = "".join(
+            f'corral_node_health_failing{{node="{_label(name)}",source="{_label(src)}",'
+            f'reason="{_label(why)}"}} 1\n' for src, why in fails)
+        ln.health = [failing, f"corral_node_health_drained{ln.label}{int(drained)}\n"]
+        ln.failing = bool(fails)
+
+    def _refresh_nodes(self, full: bool = True) -> list[NodeLine]:
+        """Every node's pieces, in name order, re-rendering the parts whose figures changed
+        (not `full`: the allocation parts only, all the partitions need).
+        `node_generation` grows at any change, `alloc_generation` at a change of a node's
+        allocation or state (what the partitions' sums are made of)."""
+        nodes = self.ctl.nodes
+        health = getattr(self.ctl, "health", None)
+        failing = health.failing if health is not None else {}
+        drained = health.drained if health is not None else set()
+        if len(nodes) != len(self._node_names) or any(
+                name not in nodes for name in self._node_names):
+            self._node_names = sorted(nodes)
+            self._nodes = {k: v for k, v in self._nodes.items() if k in nodes}
+            self.node_generation += 1
+            self.alloc_generation += 1
+        out = []
+        kept = self._nodes
+        gpus = self.book.gpus
+        changed = alloc_changed = 0
+        for name in self._node_names:
+            n = nodes[name]
+            ln = kept.get(name)
+            if ln is None:
+                ln = kept[name] = NodeLine(name)
+            key: tuple[Any, ...] = (n.cpus, n.alloc_cpus, n.gpus, len(n.alloc_gpus), n.alloc_mem,
+                                    n.real_memory, n.admin_state, n.registered, n.responding,
+                                    n.job_count, n.exclusive_job)
+            if key != ln.alloc_key:
+                ln.alloc_key = key
+                self._alloc_part(ln, n)
+                alloc_changed += 1
+            out.append(ln)
+            if not full:
+                continue
+            free = n.free_mem
+            if free != ln.free_key:
+                ln.free_key = free
+                ln.free = "" if free is None else \
+                    f"slurm_node_memory_free_bytes{ln.label}{free << 20}\n"
+                changed += 1
+            entry = gpus.get(name)
+            key = (entry, tuple(n.alloc_gpus))
+            if key != ln.gpu_key:
+                ln.gpu_key = key
+                self._gpu_part(ln, n, entry)
+                changed += 1
+            f = failing.get(name)
+            key = (tuple(sorted(f.items())) if f else (), name in drained)
+            if key != ln.health_key:
+                ln.health_key = key
+                self._health_part(ln, name, *key)
+                changed += 1
+        if alloc_changed:
+            self.alloc_generation += 1
+        if changed or alloc_changed:
+            self.node_generation += 1
+        return out
 
     # ---- /metrics/nodes ------------------------------------------------------------------
-    def nodes(self) -> Iterator[Family]:
-        nodes = sorted(self.ctl.nodes.values(), key=lambda n: n.name)
-        per: list[tuple[str, str, Callable[[Any], float]]] = [
-            ("slurm_node_cpus", "Total number of cpus in the node", lambda n: n.cpus),
-            ("slurm_node_cpus_alloc", "Allocated cpus in the node", lambda n: n.alloc_cpus),
-            ("slurm_node_cpus_idle", "Idle cpus in the node",
-             lambda n: max(0, n.cpus - n.alloc_cpus)),
-            ("slurm_node_gpus", "Total number of GPUs in the node", lambda n: n.gpus),
-            ("slurm_node_gpus_alloc", "Number of GPUs currently allocated by jobs on the node",
-             lambda n: len(n.alloc_gpus)),
-            ("slurm_node_memory_alloc_bytes", "Bytes allocated to jobs in the node",
-             lambda n: n.alloc_mem << 20),
-            ("slurm_node_memory_bytes", "Total memory in bytes of the node",
-             lambda n: n.real_memory << 20),
-        ]
-        for name, doc, get in per:
-            f = Family(name, doc, ("node",))
-            f.rows = [((n.name,), get(n)) for n in nodes]
-            yield f
-        free = Family("slurm_node_memory_free_bytes", "Free memory in bytes of the node",
-                      ("node",))
-        free.rows = [((n.name,), n.free_mem << 20) for n in nodes if n.free_mem is not None]
-        yield free
+    def nodes_text(self) -> bytes:
+        lines = self._refresh_nodes()
+        return self._cached("nodes", self.node_generation, lambda: self._nodes_body(lines))
+
+    def _nodes_body(self, lines: list[NodeLine]) -> bytes:
+        out: list[str] = []
+        for i, (name, doc) in enumerate(NODE_SERIES[:-1]):
+            out.append(_header(name, doc))
+            out.extend([ln.alloc[i] for ln in lines])
+        out.append(_header(*NODE_SERIES[-1]))
+        out.extend([ln.free for ln in lines])
         states: Counter[str] = Counter()
-        for n in nodes:
-            long = n.state_name()
+        for ln in lines:
+            long = ln.state
             states[long.split("+")[0].rstrip("*")] += 1
             if "DRAIN" in long:
                 states["drain"] += 1
-                states["draining" if n.job_count else "drained"] += 1
+                states["draining" if ln.busy else "drained"] += 1
             if long.endswith("*"):
                 states["noresp"] += 1
-        yield Family("slurm_nodes", "Total number of nodes", value=len(nodes))
-        for key, name, doc in [
-                ("ALLOCATED", "alloc", "Number of nodes in Allocated state"),
-                ("DOWN", "down", "Number of nodes in Down state"),
-                ("drain", "drain", "Number of nodes with Drain flag"),
-                ("drained", "drained", "Number of drained nodes"),
-                ("draining", "draining",
-                 "Number of nodes in draining condition (Drain state with active jobs)"),
-                ("IDLE", "idle", "Number of nodes in Idle state"),
-                ("MIXED", "mixed", "Number of nodes in Mixed state"),
-                ("noresp", "noresp", "Number of nodes with Not Responding flag")]:
-            yield Family(f"slurm_nodes_{name}", doc, value=states[key])
-        node_util = Family("corral_node_gpu_utilization_percent",
-                           "Mean utilisation of the node's GPUs at the last sample", ("node",))
-        idle = Family("corral_node_gpus_alloc_idle",
-                      "GPUs allocated to a job that showed no utilisation and no process at "
-                      "the last sample", ("node",))
-        for node, (_t, samples) in sorted(self.book.gpus.items()):
-            found = self.ctl.nodes.get(node)
-            held = set(found.alloc_gpus) if found is not None else set()
-            if samples:
-                node_util.add((node,), sum(g["util"] for g in samples) / len(samples))
-            idle.add((node,), sum(1 for g in samples if g["index"] in held
-                                  and g["util"] < IDLE_GPU_UTIL and not g["processes"]))
-        yield node_util
-        yield idle
+        out.append(_scalar("slurm_nodes", "Total number of nodes", len(lines)))
+        for key, name, doc in NODE_STATE_SERIES:
+            out.append(_scalar(f"slurm_nodes_{name}", doc, states[key]))
+        for i, (name, doc) in enumerate(NODE_SERIES_CORRAL):
+            out.append(_header(name, doc))
+            out.extend([ln.gpu[i] for ln in lines] if i < 2 else [ln.health[i - 2] for ln in lines])
+        out.append(_scalar("corral_nodes_health_failing",
+                           "Number of nodes failing a health check now",
+                           sum(1 for ln in lines if ln.failing)))
+        return "".join(out).encode()
 
     # ---- /metrics/gpus (Corral's) ----------------------------------------------------------
-    def gpus(self) -> Iterator[Family]:
-        """Per GPU and per job: Corral's series, on their own route (they are many)."""
-        util = Family("corral_gpu_utilization_percent",
-                      "GPU utilisation at the last sample (NVML), per node and GPU",
-                      ("node", "gpu"))
-        mem = Family("corral_gpu_memory_used_bytes", "GPU memory in use at the last sample",
-                     ("node", "gpu"))
-        power = Family("corral_gpu_power_watts", "GPU power draw at the last sample",
-                       ("node", "gpu"))
-        alloc = Family("corral_gpu_allocated", "1 if a job holds the GPU, else 0",
-                       ("node", "gpu"))
-        for node, (_t, samples) in sorted(self.book.gpus.items()):
-            n = self.ctl.nodes.get(node)
-            held = set(n.alloc_gpus) if n is not None else set()
-            for g in samples:
-                labels = (node, str(g["index"]))
-                util.add(labels, g["util"])
-                mem.add(labels, g["memory_used"])
-                if g["power_w"] is not None:
-                    power.add(labels, g["power_w"])
-                alloc.add(labels, int(g["index"] in held))
-        yield from (util, mem, power, alloc)
-        jutil = Family("corral_job_gpu_utilization_percent",
-                       "Utilisation summed over the job's GPUs at the last sample",
-                       ("jobid", "username", "account"))
-        jmem = Family("corral_job_gpu_memory_used_bytes",
-                      "Memory in use on the job's GPUs at the last sample",
-                      ("jobid", "username", "account"))
-        for jid, per_node in sorted(self.book.job_gpu.items()):
-            job = self.ctl.jobs.get(jid)
+    def gpus_text(self) -> bytes:
+        """Per GPU and per job: Corral's series, on their own route (they are many).  Each
+        node's lines are rendered once per sample; each job's once per change of its use."""
+        book = self.book
+        nodes = self.ctl.nodes
+        changed = len(self._gpu_nodes) != len(book.gpus)
+        per_node: list[list[str]] = []
+        for name in sorted(book.gpus):
+            entry = book.gpus[name]
+            n = nodes.get(name)
+            held = tuple(n.alloc_gpus) if n is not None else ()
+            key = (entry, held)
+            kept = self._gpu_nodes.get(name)
+            if kept is None or kept[0] != key:
+                changed = True
+                kept = self._gpu_nodes[name] = (key, self._gpu_lines(name, entry[1], set(held)))
+            per_node.append(kept[1])
+        if len(self._gpu_nodes) > len(book.gpus):
+            self._gpu_nodes = {k: v for k, v in self._gpu_nodes.items() if k in book.gpus}
+        jobs = self.ctl.jobs
+        job_rows: list[tuple[str, str]] = []
+        live = book.job_gpu
+        for jid in sorted(live):
+            job = jobs.get(jid)
             if job is None:
                 continue
-            who = (str(jid), job.user, job.account or "")
-            jutil.add(who, sum(u for u, _ in per_node.values()))
-            jmem.add(who, sum(m for _, m in per_node.values()))
-        yield jutil
-        yield jmem
+            per = live[jid]
+            use = tuple(per.values())
+            kept_job = self._job_gpu.get(jid)
+            if kept_job is None or kept_job[0] != use:
+                changed = True
+                who = (f'{{jobid="{jid}",username="{_label(job.user)}",'
+                       f'account="{_label(job.account or "")}"}} ')
+                kept_job = self._job_gpu[jid] = (
+                    use, who,
+                    f"corral_job_gpu_utilization_percent{who}{_num(sum(u for u, _ in use))}\n",
+                    f"corral_job_gpu_memory_used_bytes{who}{_num(sum(m for _, m in use))}\n")
+            job_rows.append((kept_job[2], kept_job[3]))
+        if len(self._job_gpu) > len(job_rows):
+            self._job_gpu = {k: v for k, v in self._job_gpu.items() if k in live}
+            changed = True
+        kept_all = self._kept.get("gpus")
+        if kept_all is not None and not changed:
+            return kept_all[1]
+        out: list[str] = []
+        for i, (name, doc) in enumerate(GPU_SERIES):
+            out.append(_header(name, doc))
+            out.extend([lines[i] for lines in per_node])
+        out.append(_header("corral_job_gpu_utilization_percent",
+                           "Utilisation summed over the job's GPUs at the last sample"))
+        out.extend([u for u, _m in job_rows])
+        out.append(_header("corral_job_gpu_memory_used_bytes",
+                           "Memory in use on the job's GPUs at the last sample"))
+        out.extend([m for _u, m in job_rows])
+        body = "".join(out).encode()
+        self._kept["gpus"] = (None, body)
+        return body
+
+    @staticmethod
+    def _gpu_lines(node: str, samples: list[dict[str, Any]], held: set[int]) -> list[str]:
+        util, mem, power, alloc = [], [], [], []
+        node_label = _label(node)
+        for g in samples:
+            lab = f'{{node="{node_label}",gpu="{g["index"]}"}} '
+            util.append(f"corral_gpu_utilization_percent{lab}{_num(g['util'])}\n")
+            mem.append(f"corral_gpu_memory_used_bytes{lab}{_num(g['memory_used'])}\n")
+            if g["power_w"] is not None:
+                power.append(f"corral_gpu_power_watts{lab}{_num(g['power_w'])}\n")
+            alloc.append(f"corral_gpu_allocated{lab}{int(g['index'] in held)}\n")
+        return ["".join(util), "".join(mem), "".join(power), "".join(alloc)]
 
     # ---- /metrics/jobs -------------------------------------------------------------------
+    def jobs_text(self) -> bytes:
+        ctl = self.ctl
+        held = tuple(j.job_id for j in ctl.pending.values() if j.held)
+        self.counts.reconcile()
+        key = (self.counts.generation, held, ctl.sched_passes, len(ctl.pending_reasons))
+        return self._cached("jobs", key, lambda: expose(self.jobs()))
+
     def jobs(self) -> Iterator[Family]:
         yield from job_families("slurm_", None, self.counts.view(""))
         reasons = Family("corral_jobs_pending_reason", "Pending jobs by their typed reason",
                          ("reason",))
         why = self.ctl.pending_reasons
-        counts = Counter(why[j.job_id].code.value if j.job_id in why else "None"
-                         for j in self.ctl.pending.values())
-        reasons.rows = [((str(r),), c) for r, c in sorted(counts.items())]
+        codes = Counter(why[jid].code if jid in why else None for jid in self.ctl.pending)
+        counts = Counter({"None" if code is None else str(code.value): c
+                          for code, c in codes.items()})
+        reasons.rows = [((r,), c) for r, c in sorted(counts.items())]
         yield reasons
 
     # ---- /metrics/partitions -------------------------------------------------------------
-    def partitions(self) -> Iterator[Family]:
+    PARTITION_SERIES = [
+        ("cpus", "Partition total cpus"), ("gpus", "Partition total gpus"),
+        ("nodes", "Partition total nodes"),
+        ("nodes_cpus_alloc", "Number of allocated cpus"),
+        ("nodes_cpus_idle", "Number of idle CPUs on all nodes"),
+        ("nodes_idle", "Nodes in Idle state"), ("nodes_mixed", "Nodes in Mixed state"),
+        ("nodes_alloc", "Nodes allocated"),
+        ("nodes_mem_alloc", "Amount of allocated memory of all nodes"),
+        ("nodes_mem_tot", "Total amount of memory of all nodes")]
+
+    def partitions_text(self) -> bytes:
+        self._refresh_nodes(full=False)
         parts = self.ctl.partitions
-        yield Family("slurm_partitions", "Total number of partitions", value=len(parts))
         counted = self.counts.view("p:")
         groups = {p: counted.get(p) or JobAgg() for p in parts}
-        yield from job_families("slurm_partition_", "partition", groups)
-        nodes = self.ctl.nodes
-        sums: dict[str, list[float]] = {}
+        jobs_text, _changed = self._partitions.render(groups)
+        layout = tuple((p, tuple(part.nodes)) for p, part in parts.items())
+        key = (self.alloc_generation, layout)
+        if self._partition_nodes is None or self._partition_nodes[0] != key:
+            self._partition_nodes = (key, self._partition_sums())
+        head = _scalar("slurm_partitions", "Total number of partitions", len(parts))
+        return self._cached("partitions", (jobs_text, key), lambda: "".join(
+            (head, jobs_text, self._partition_nodes[1] if self._partition_nodes else "")
+        ).encode())
+
+    def _partition_sums(self) -> str:
+        """The partitions' node figures: sums of their nodes' (kept by _refresh_nodes)."""
+        parts = self.ctl.partitions
+        kept = self._nodes
+        sums: dict[str, list[int]] = {}
         for p, part in parts.items():
-            acc = sums[p] = [0.0] * 10
-            for name in part.nodes:
-                n = nodes.get(name)
-                if n is None:
-                    continue
-                st = n.state_name()
-                acc[0] += n.cpus
-                acc[1] += n.gpus
-                acc[2] += 1
-                acc[3] += n.alloc_cpus
-                acc[4] += max(0, n.cpus - n.alloc_cpus)
-                acc[5] += st == "IDLE"
-                acc[6] += st == "MIXED"
-                acc[7] += st == "ALLOCATED"
-                acc[8] += n.alloc_mem << 20
-                acc[9] += n.real_memory << 20
-        for i, (name, doc) in enumerate([
-                ("cpus", "Partition total cpus"), ("gpus", "Partition total gpus"),
-                ("nodes", "Partition total nodes"),
-                ("nodes_cpus_alloc", "Number of allocated cpus"),
-                ("nodes_cpus_idle", "Number of idle CPUs on all nodes"),
-                ("nodes_idle", "Nodes in Idle state"), ("nodes_mixed", "Nodes in Mixed state"),
-                ("nodes_alloc", "Nodes allocated"),
-                ("nodes_mem_alloc", "Amount of allocated memory of all nodes"),
-                ("nodes_mem_tot", "Total amount of memory of all nodes")]):
-            f = Family(f"slurm_partition_{name}", doc, ("partition",))
-            f.rows = [((p,), int(sums[p][i])) for p in parts]
-            yield f
+            member = [kept[name].sums for name in part.nodes if name in kept]
+            sums[p] = [sum(col) for col in zip(*member, strict=True)] if member \
+                else [0] * len(self.PARTITION_SERIES)
+        out = []
+        for i, (name, doc) in enumerate(self.PARTITION_SERIES):
+            out.append(_header(f"slurm_partition_{name}", doc))
+            out.extend([f'slurm_partition_{name}{{partition="{_label(p)}"}} {sums[p][i]}\n'
+                        for p in parts])
+        return "".join(out)
 
     # ---- /metrics/jobs-users-accts --------------------------------------------------------
-    def users_accounts(self) -> Iterator[Family]:
+    def users_accounts_text(self) -> bytes:
+        users, user_changed = self._users.render(self.counts.view("u:"))
+        accounts, acct_changed = self._accounts.render(self.counts.view("a:"))
+        if user_changed or acct_changed:  # a change forces the new text, whatever came before
+            self._kept.pop("jobs-users-accts", None)
+        book = self.book
+        gpu_key = (self.counts.generation, len(book.job_gpu),
+                   tuple(entry[0] for entry in book.gpus.values()))
+        if self._owner_gpu is None or self._owner_gpu[0] != gpu_key:
+            self._owner_gpu = (gpu_key, self._gpu_by_owner())
+        by_user, by_account = self._owner_gpu[1]
+        reclaim = expose(self.reclaim_families()).decode()
+        key = (user_changed, acct_changed, self._owner_gpu[0], reclaim)
+        return self._cached("jobs-users-accts", key, lambda: "".join(
+            (users, by_user, accounts, by_account, reclaim)).encode())
+
+    def _gpu_by_owner(self) -> tuple[str, str]:
         by_user: dict[str, float] = {}
         by_account: dict[str, float] = {}
         jobs = self.ctl.jobs
         for jid, per_node in self.book.job_gpu.items():
             job = jobs.get(jid)
             if job is not None:
-                util = sum(u for u, _ in per_node.values())
-                by_user[job.user] = by_user.get(job.user, 0.0) + util
-                acct = job.account or ""
-                by_account[acct] = by_account.get(acct, 0.0) + util
+                user, acct = job.user, job.account or ""
+                for util, _mem in per_node.values():
+                    by_user[user] = by_user.get(user, 0.0) + util
+                    by_account[acct] = by_account.get(acct, 0.0) + util
+        out = []
         for prefix, label, totals in (("user", "username", by_user),
                                       ("account", "account", by_account)):
-            yield from job_families(f"slurm_{prefix}_", label, self.counts.view(prefix[0] + ":"))
             gutil = Family(f"corral_{prefix}_gpu_utilization_percent",
                            "Utilisation summed over the GPUs of its running jobs", (label,))
             gutil.rows = [((k,), v) for k, v in sorted(totals.items())]
-            yield gutil
-        yield from self.reclaim_families()
+            out.append(expose([gutil]).decode())
+        return out[0], out[1]
 
     def reclaim_families(self) -> Iterator[Family]:
         """Idle-GPU reclaim (controller/reclaim.py): counters since the controller started."""
@@ -512,17 +803,36 @@ class Metrics:
                 ("sched_stats_timestamp", "Statistics snapshot timestamp", int(s["time"]))]:
             yield Family(f"slurm_{name}", doc, value=value)
 
+    def estimates_text(self) -> str:
+        """The start-estimate error (controller.estimates) as a Prometheus summary: quantiles
+        of |actual start - first estimate| over the last starts, count and sum since the
+        controller started; and the signed median as a gauge."""
+        est = self.estimates
+        name = "corral_start_estimate_error_seconds"
+        out = [f"# HELP {name} Absolute difference between a job's actual start and its first "
+               f"estimated start (backfill's plan), over the last {est.errors.maxlen} starts\n"
+               f"# TYPE {name} summary\n"]
+        for q, v in est.quantiles().items():
+            out.append(f'{name}{{quantile="{q}"}} {_value(v)}\n')
+        out.append(f"{name}_count {est.count}\n{name}_sum {_value(est.abs_sum)}\n")
+        out.append(_scalar("corral_start_estimate_bias_seconds",
+                           "Median of actual start minus first estimated start over the last "
+                           "starts (positive: jobs start later than estimated)", est.bias()))
+        return "".join(out)
+
+    def scheduler_text(self) -> bytes:
+        return expose(self.scheduler()) + self.estimates_text().encode()
+
     # ---- exposition -----------------------------------------------------------------------
     SECTIONS = ("nodes", "jobs", "partitions", "scheduler", "jobs-users-accts", "gpus")
 
-    def families(self, section: str) -> Iterable[Family]:
-        return {"nodes": self.nodes, "jobs": self.jobs, "partitions": self.partitions,
-                "scheduler": self.scheduler, "jobs-users-accts": self.users_accounts,
-                "gpus": self.gpus}[section]()
-
     def render(self, section: str | None = None) -> bytes:
+        """One route's text (the Prometheus text format 0.0.4), or all of them (None)."""
         sections = [section] if section else list(self.SECTIONS)
-        return expose(f for s in sections for f in self.families(s))
+        make = {"nodes": self.nodes_text, "jobs": self.jobs_text,
+                "partitions": self.partitions_text, "scheduler": self.scheduler_text,
+                "jobs-users-accts": self.users_accounts_text, "gpus": self.gpus_text}
+        return b"".join(make[s]() for s in sections)
 
 
 def add_routes(app: web.Application, api: Api) -> None:

@@ -9,6 +9,7 @@ and the decision into transitions and effects.  When passes run is the cadence's
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -71,6 +72,8 @@ class Passes:
         # restarted controller plans with time limits until its users' jobs end again)
         self.history = RuntimeHistory(core.settings.sched_params.predict_runtime)
         core.table.subscribe(self.on_event)
+        # told each pass's plan {job id: (start, nodes)} (controller.estimates, via metrics)
+        self.on_planned: Callable[[dict[int, tuple[float, list[str]]]], None] | None = None
 
     def on_event(self, ev: JobEvent) -> None:
         """An ended job's run time joins its user's history (when it finished on its own)."""
@@ -186,6 +189,8 @@ class Passes:
             if waiting is not None:
                 waiting.sched_start = start_at
                 waiting.sched_nodes = list(names)
+        if self.on_planned is not None:
+            self.on_planned(decision.planned)
         for p in decision.preemptions:
             self.apply_preemption(p, now)
         if more:  # array records with tasks left get another pass
