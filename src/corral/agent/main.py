@@ -26,6 +26,7 @@ from yarl import URL
 
 from corral import paths
 from corral.agent import gpu, hw, images, stepd, usage
+from corral.agent import metrics as agent_metrics
 from corral.agent import remote as remote_mod
 from corral.agent.cgroup import CgroupConf, cluster_group_name
 from corral.agent.health import HealthMonitor
@@ -82,6 +83,9 @@ class Agent:
         self._usage_wake = asyncio.Event()  # a job asked for a shorter interval
         self.health = HealthMonitor(nodes, self.usage.gpus, self._send)  # agent.health
         self.prologs = PrologRunner(nodes, self._send)  # agent.prolog
+        self.metrics = agent_metrics.AgentMetrics(  # per-GPU series over HTTP (agent.metrics)
+            nodes, self.usage.gpus, agent_metrics.liveness(self.job_dir, self.tasks.live_jobs))
+        self.metrics.holders.recover({j: self.job_dir(j) for j in self.job_ids()})
 
     # ---- job directories --------------------------------------------------
     def job_dir(self, job_id: int) -> str:
@@ -153,6 +157,7 @@ class Agent:
         scan.cancel()
         sampling.cancel()
         self.health.close()
+        await self.metrics.close()
         self.usage.gpus.close()
         loop.remove_reader(self._dgram.fileno())
         self._dgram.close()
@@ -257,6 +262,7 @@ class Agent:
 
     def _handle(self, m: Any) -> None:
         """Dispatch one controller message; a malformed one is logged and dropped, alone."""
+        self.metrics.holders.observe(m)  # which job holds each GPU (agent.metrics)
         try:
             if self.prologs.gate(m, self._handle):  # after the job's Prolog on its node
                 return
@@ -293,6 +299,7 @@ class Agent:
         elif isinstance(msg, messages.Registered):
             self.heartbeat = msg.heartbeat
             self.cluster_config = dict(msg.config)
+            loop.create_task(self.metrics.configure(msg.config.get(agent_metrics.CONFIG_FIELD)))
             self._registered.set()
             for jid in msg.ack:
                 self._forget(jid)

@@ -856,6 +856,9 @@ class AgentLink:
                    "heartbeat": ctl.heartbeat_interval(),
                    "config": {"cluster_name": ctl.cluster_name, "kill_wait": ctl.kill_wait,
                               "acct_gather_frequency":
-                              ctl.config.options.get("JobAcctGatherFrequency", "30")}})
+                              ctl.config.options.get("JobAcctGatherFrequency", "30"),
+                              # agent.metrics: where the agent serves its GPU series
+                              "agent_metrics_listen":
+                              ctl.config.options.get("CorralAgentMetricsListen", "")}})
         log.info("agent registered nodes %s", hostlists.compress(names))
         health_on_registered(ctl, names, self.send)

@@ -59,6 +59,7 @@ OPTIONAL_KEYS = {"SchedulerParameters", "ScronParameters",
                  "JobAcctGatherFrequency",
                  # controller.metrics: [HOST:]PORT of the plain-HTTP metrics listener
                  "CorralMetricsListen",
+                 "CorralAgentMetricsListen",  # agent.metrics: [HOST:]PORT of its GPU series
                  "CorralWebListen",  # controller.webui: [HOST:]PORT of the dashboard, or off
                  # how long a job waits in COMPLETING for a step that will not die (60 s)
                  "UnkillableStepTimeout",
