@@ -62,7 +62,7 @@ from corral.cli.options import (
 
 TYPE_CHECKING = False  # annotations only: `typing` would cost every submission ~3 ms
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Iterator
     from typing import Any, NoReturn
 
 PROG = "sbatch"
@@ -745,28 +745,87 @@ def _short_hostname() -> str:
     return os.uname().nodename.split(".")[0]
 
 
-def wait_for_job(job_id: int, *, sleep: Callable[[float], None] = time.sleep,
-                 get: Callable[..., Any] | None = None) -> int:
-    """--wait: poll until every task of the job has finished; Slurm's exit status.
+class _JobGone(Exception):
+    pass
 
-    The largest exit code over the job's tasks; 1 for a task ended by a signal.
-    """
+
+def _job_status(job_id: int, fetch: Callable[..., Any], finished: set[str]) -> int | None:
+    """Slurm's exit status once every task of the job has finished (the largest exit code;
+    1 for a task ended by a signal), None while one has not.  Raises _JobGone and the
+    client's errors."""
+    reply = fetch("/v1/jobs", ids=job_id, fields="state,exit_code,term_signal", finished=1)
+    jobs = reply.get("jobs", []) if isinstance(reply, dict) else []
+    if not jobs:
+        raise _JobGone
+    if all(j.get("state") in finished for j in jobs):
+        return max((1 if j.get("term_signal") else int(j.get("exit_code") or 0)) for j in jobs)
+    return None
+
+
+def _job_events(job_id: int) -> Iterator[dict[str, Any]]:
+    """The job's transitions from the controller's event stream (/v1/events), its `hello`
+    first; a keep-alive comes every 15 s, so a silent minute means a dead stream."""
+    from corral.web.events_client import events  # only --wait pays for this import
+
+    return events(job=job_id, nodes=False, hello=True, timeout=60.0)
+
+
+def _gone(job_id: int) -> int:
+    sys.stderr.write(f"{PROG}: error: Job {job_id} no longer found and exit code not found\n")
+    return 0
+
+
+def _follow(job_id: int, stream: Callable[[int], Iterable[dict[str, Any]]],
+            fetch: Callable[..., Any], finished: set[str]) -> int | None:
+    """--wait on the event stream: the job's state is asked once the subscription stands
+    (it may have ended before) and at each of its ends; None when the stream is not there
+    or ends first (the caller polls then)."""
+    try:
+        for rec in stream(job_id):
+            kind = rec.get("type")
+            if kind in ("dropped", "shutdown"):
+                return None
+            if kind == "hello" or (kind == "job" and rec.get("event") in ("ended", "requeued")):
+                code = _job_status(job_id, fetch, finished)
+                if code is not None:
+                    return code
+    except _JobGone:
+        return _gone(job_id)
+    except client.ApiError as e:
+        return _gone(job_id) if e.status == 404 else None
+    except (client.NotRunning, OSError, ValueError):  # TimeoutError is an OSError
+        return None
+    return None
+
+
+def wait_for_job(job_id: int, *, sleep: Callable[[float], None] = time.sleep,
+                 get: Callable[..., Any] | None = None,
+                 stream: Callable[[int], Iterable[dict[str, Any]]] | None = None,
+                 follow: bool = True) -> int:
+    """--wait: until every task of the job has finished; Slurm's exit status.
+
+    It follows the job on the controller's event stream (`stream`; by default /v1/events
+    when talking to the controller, `get` None) and polls where there is no stream, it
+    ends early, or `follow` is off (an array: its tasks' events carry their own ids)."""
     from corral.model.job import FINISHED_STATES  # only --wait pays for this import
 
     finished = {s.value for s in FINISHED_STATES}
     fetch = get or client.get
+    if follow and (stream is not None or get is None):
+        code = _follow(job_id, stream or _job_events, fetch, finished)
+        if code is not None:
+            return code
     delay = 0.05
     while True:
         sleep(delay)
         delay = min(delay * 2, 2.0)
         try:
-            reply = fetch("/v1/jobs", ids=job_id, fields="state,exit_code,term_signal",
-                          finished=1)
+            code = _job_status(job_id, fetch, finished)
+        except _JobGone:
+            return _gone(job_id)
         except client.ApiError as e:
             if e.status == 404:
-                sys.stderr.write(f"{PROG}: error: Job {job_id} no longer found and exit "
-                                 "code not found\n")
-                return 0
+                return _gone(job_id)
             sys.stderr.write(f"{PROG}: error: Currently unable to load job state "
                              f"information, retrying: {e.message}\n")
             continue
@@ -774,14 +833,8 @@ def wait_for_job(job_id: int, *, sleep: Callable[[float], None] = time.sleep,
             sys.stderr.write(f"{PROG}: error: Currently unable to load job state "
                              f"information, retrying: {e}\n")
             continue
-        jobs = reply.get("jobs", []) if isinstance(reply, dict) else []
-        if not jobs:
-            sys.stderr.write(f"{PROG}: error: Job {job_id} no longer found and exit code "
-                             "not found\n")
-            return 0
-        if all(j.get("state") in finished for j in jobs):
-            return max((1 if j.get("term_signal") else int(j.get("exit_code") or 0))
-                       for j in jobs)
+        if code is not None:
+            return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -827,7 +880,8 @@ def _run(args: list[str]) -> int:
         sys.stdout.write(f"{job_id}\n" if sub.parsable else f"Submitted batch job {job_id}\n")
         sys.stdout.flush()
     if sub.wait:
-        return wait_for_job(job_id)
+        # an array's tasks have ids of their own: its records are polled
+        return wait_for_job(job_id) if not sub.array else wait_for_job(job_id, follow=False)
     return 0
 
 
