@@ -765,8 +765,11 @@ def _job_status(job_id: int, fetch: Callable[..., Any], finished: set[str]) -> i
 def _job_events(job_id: int) -> Iterator[dict[str, Any]]:
     """The job's transitions from the controller's event stream (/v1/events), its `hello`
     first; a keep-alive comes every 15 s, so a silent minute means a dead stream."""
+    from corral import paths
     from corral.web.events_client import events  # only --wait pays for this import
 
+    if client.cli_socket_path() != paths.socket_path():
+        return iter(())  # a joined machine: its agent relays no stream (docs/API.md)
     return events(job=job_id, nodes=False, hello=True, timeout=60.0)
 
 
