@@ -387,6 +387,8 @@ class Metrics:
         self._node_names: list[str] = []
         self.node_generation = 0  # grows when any node's figures change
         self.alloc_generation = 0  # grows when a node's allocation or state changes
+        self._dirty: set[str] = set()  # node parts changed since /metrics/nodes was joined
+        self._node_text: dict[str, str] = {}  # /metrics/nodes' text by part
         self._gpu_nodes: dict[str, tuple[Any, list[str]]] = {}
         self._job_gpu: dict[int, tuple[Any, str, str, str]] = {}
         self._users = GroupLines("slurm_user_", "username")
@@ -467,10 +469,11 @@ class Metrics:
             self._nodes = {k: v for k, v in self._nodes.items() if k in nodes}
             self.node_generation += 1
             self.alloc_generation += 1
+            self._dirty.update(("alloc", "free", "gpu", "health"))
         out = []
         kept = self._nodes
         gpus = self.book.gpus
-        changed = alloc_changed = 0
+        alloc_changed = free_changed = gpu_changed = health_changed = 0
         for name in self._node_names:
             n = nodes[name]
             ln = kept.get(name)
@@ -491,23 +494,26 @@ class Metrics:
                 ln.free_key = free
                 ln.free = "" if free is None else \
                     f"slurm_node_memory_free_bytes{ln.label}{free << 20}\n"
-                changed += 1
+                free_changed += 1
             entry = gpus.get(name)
             key = (entry, tuple(n.alloc_gpus))
             if key != ln.gpu_key:
                 ln.gpu_key = key
                 self._gpu_part(ln, n, entry)
-                changed += 1
+                gpu_changed += 1
             f = failing.get(name)
             key = (tuple(sorted(f.items())) if f else (), name in drained)
             if key != ln.health_key:
                 ln.health_key = key
                 self._health_part(ln, name, *key)
-                changed += 1
+                health_changed += 1
+        for part, count in (("alloc", alloc_changed), ("free", free_changed),
+                            ("gpu", gpu_changed), ("health", health_changed)):
+            if count:
+                self._dirty.add(part)
+                self.node_generation += 1
         if alloc_changed:
             self.alloc_generation += 1
-        if changed or alloc_changed:
-            self.node_generation += 1
         return out
 
     # ---- /metrics/nodes ------------------------------------------------------------------
@@ -516,31 +522,39 @@ class Metrics:
         return self._cached("nodes", self.node_generation, lambda: self._nodes_body(lines))
 
     def _nodes_body(self, lines: list[NodeLine]) -> bytes:
-        out: list[str] = []
-        for i, (name, doc) in enumerate(NODE_SERIES[:-1]):
-            out.append(_header(name, doc))
-            out.extend([ln.alloc[i] for ln in lines])
-        out.append(_header(*NODE_SERIES[-1]))
-        out.extend([ln.free for ln in lines])
-        states: Counter[str] = Counter()
-        for ln in lines:
-            long = ln.state
-            states[long.split("+")[0].rstrip("*")] += 1
-            if "DRAIN" in long:
-                states["drain"] += 1
-                states["draining" if ln.busy else "drained"] += 1
-            if long.endswith("*"):
-                states["noresp"] += 1
-        out.append(_scalar("slurm_nodes", "Total number of nodes", len(lines)))
-        for key, name, doc in NODE_STATE_SERIES:
-            out.append(_scalar(f"slurm_nodes_{name}", doc, states[key]))
-        for i, (name, doc) in enumerate(NODE_SERIES_CORRAL):
-            out.append(_header(name, doc))
-            out.extend([ln.gpu[i] for ln in lines] if i < 2 else [ln.health[i - 2] for ln in lines])
-        out.append(_scalar("corral_nodes_health_failing",
-                           "Number of nodes failing a health check now",
-                           sum(1 for ln in lines if ln.failing)))
-        return "".join(out).encode()
+        """The route's text; a family is joined anew only when a part it shows changed."""
+        dirty, kept = self._dirty, self._node_text
+        if "alloc" in dirty or "alloc" not in kept:
+            out: list[str] = []
+            for i, (name, doc) in enumerate(NODE_SERIES[:-1]):
+                out.append(_header(name, doc))
+                out.extend([ln.alloc[i] for ln in lines])
+            kept["alloc"] = "".join(out)
+            states: Counter[str] = Counter()
+            for ln in lines:
+                long = ln.state
+                states[long.split("+")[0].rstrip("*")] += 1
+                if "DRAIN" in long:
+                    states["drain"] += 1
+                    states["draining" if ln.busy else "drained"] += 1
+                if long.endswith("*"):
+                    states["noresp"] += 1
+            kept["states"] = _scalar("slurm_nodes", "Total number of nodes", len(lines)) + \
+                "".join(_scalar(f"slurm_nodes_{name}", doc, states[key])
+                        for key, name, doc in NODE_STATE_SERIES)
+        if "free" in dirty or "free" not in kept:
+            kept["free"] = _header(*NODE_SERIES[-1]) + "".join([ln.free for ln in lines])
+        if "gpu" in dirty or "gpu" not in kept:
+            kept["gpu"] = "".join(_header(*NODE_SERIES_CORRAL[i]) + "".join(
+                [ln.gpu[i] for ln in lines]) for i in range(2))
+        if "health" in dirty or "health" not in kept:
+            kept["health"] = "".join(_header(*NODE_SERIES_CORRAL[2 + i]) + "".join(
+                [ln.health[i] for ln in lines]) for i in range(2)) + _scalar(
+                "corral_nodes_health_failing", "Number of nodes failing a health check now",
+                sum(1 for ln in lines if ln.failing))
+        dirty.clear()
+        return "".join([kept["alloc"], kept["free"], kept["states"], kept["gpu"],
+                        kept["health"]]).encode()
 
     # ---- /metrics/gpus (Corral's) ----------------------------------------------------------
     def gpus_text(self) -> bytes:
