@@ -12,8 +12,16 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from corral.agent import gpu
-from corral.agent.metrics import (ALLOC, BATCH, STEP, AgentMetrics, GpuHolders, families,
-                                  liveness, parse_listen)
+from corral.agent.metrics import (
+    ALLOC,
+    BATCH,
+    STEP,
+    AgentMetrics,
+    GpuHolders,
+    families,
+    liveness,
+    parse_listen,
+)
 from corral.exposition import expose
 
 
