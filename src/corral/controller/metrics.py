@@ -4,9 +4,12 @@ The routes of Slurm's OpenMetrics endpoint (Slurm 25.11, `MetricsType=metrics/op
 `/metrics/nodes`, `/metrics/jobs`, `/metrics/partitions`, `/metrics/scheduler`,
 `/metrics/jobs-users-accts`, with Slurm's metric names, labels and HELP text for every series
 Corral can fill, plus `corral_` series Slurm lacks (GPU utilisation and memory per node, GPU,
-job, user and account; allocated GPUs that are idle; pending jobs by reason).  Everything is
-computed from memory at the request, in one go on the event loop (no pass runs meanwhile).
-The sdiag counters are derived from the controller's typed job events (controller.jobs).
+job, user and account; allocated GPUs that are idle; pending jobs by reason; node health;
+the start-estimate error, controller.estimates).  Everything comes from memory, on the event
+loop between passes: job counts per group are kept from the typed job events
+(controller.jobs), and each route's text from pieces (per node, group, GPU node, job) that
+are written anew only when what they show changed — a route with no change is answered
+with the bytes of the scrape before.  The sdiag counters are derived from the same events.
 
 Served on the controller's socket, and over plain HTTP on `CorralMetricsListen=[HOST:]PORT`
 (HOST 127.0.0.1 unless given) for a Prometheus server.
