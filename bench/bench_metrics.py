@@ -86,11 +86,15 @@ def build(n_nodes: int, n_jobs: int, seed: int = 1) -> Metrics:
     return Metrics(ctl, book)  # as in the controller: made once the jobs are recovered
 
 
+LISTENER_TIMES: list[float] = []  # what the metrics spend on each node's GPU sample
+
+
 def churn(metrics: Metrics, rng: random.Random, step: int) -> None:
     """What changes between two scrapes 15-30 s apart: every node's GPU sample and free
     memory (heartbeats), every running job's GPU use, and 100 new jobs (their submission
     events).  The samples are put in the usage book as `UsageBook.agent_usage` leaves them
-    (its own cost, O(running jobs) per sample, is not the scrape's)."""
+    (its own cost, O(running jobs) per sample, is not the scrape's), and its listeners told
+    (the metrics write the node's GPU lines then: timed apart, in LISTENER_TIMES)."""
     ctl, book = metrics.ctl, metrics.book
     for n in ctl.nodes.values():
         n.free_mem = 400_000 + rng.randint(0, 1000)
@@ -98,6 +102,10 @@ def churn(metrics: Metrics, rng: random.Random, step: int) -> None:
                     "memory_total": 80 << 30, "power_w": 300.0, "processes": [{"pid": 1}]}
                    for i in range(8)]
         book.gpus[n.name] = (NOW + step, samples)
+        t = time.perf_counter()
+        for listener in book.sample_listeners:  # as agent_usage does: the metrics' share
+            listener(n.name)
+        LISTENER_TIMES.append(time.perf_counter() - t)
     for per_node in book.job_gpu.values():
         for node in per_node:
             per_node[node] = (float(rng.randint(0, 100)), 1 << 30)
@@ -130,6 +138,8 @@ def bench_scrape(runs: int, n_jobs: int, n_nodes: int) -> None:
             same.append(time.perf_counter() - t)
         print(f"  /metrics/{section or '(all)':<18} median {statistics.median(changed) * 1e3:7.2f} ms"
               f"   {statistics.median(same) * 1e3:7.2f} ms  ({size // 1024} KiB)")
+    print(f"  at each node's GPU sample the metrics spend a median "
+          f"{statistics.median(LISTENER_TIMES) * 1e6:.0f} µs (its lines written then)")
 
 
 def bench_sampling(runs: int, steps: int = 8) -> None:

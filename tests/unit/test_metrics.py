@@ -206,6 +206,9 @@ def test_kept_text_equals_a_fresh_rendering_after_each_change(h: Harness) -> Non
     same()
     h.call(book.agent_usage, 2.0, [{**s, "util": 30.0} for s in samples], [], [node])
     same()
+    owners = _parsed(m.render("jobs-users-accts").decode())
+    assert owners["corral_user_gpu_utilization_percent"] == [
+        ({"username": h.job(a).user}, 60.0)]  # its two GPUs at 30 %, summed
     h.ctl.nodes["n2"].free_mem = 1234
     same()
     c = h.submit(uid=1001, cpus_per_task=4, partition="other")  # waits for b's CPUs

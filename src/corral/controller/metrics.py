@@ -374,6 +374,97 @@ class NodeLine:
         self.failing = False
 
 
+class OwnerGpu:
+    """GPU utilisation summed per user and per account over their running jobs' GPUs at the
+    last sample, kept from the samples as they come: a node's sample updates the jobs on
+    that node (`on_sample`), a job's start and end add and remove it, and a scrape sums only
+    the owners whose jobs changed."""
+
+    def __init__(self, ctl: Controller, book: UsageBook) -> None:
+        self.ctl, self.book = ctl, book
+        self.node_jobs: dict[str, set[int]] = {}  # node -> running jobs with GPUs on it
+        self.job_nodes: dict[int, list[str]] = {}
+        self.owner: dict[int, tuple[str, str]] = {}  # job -> ("u:USER", "a:ACCOUNT")
+        self.job_util: dict[int, float] = {}  # job -> utilisation summed over its GPUs
+        self.members: dict[str, dict[int, float]] = {}  # owner -> job -> its utilisation
+        self.dirty: set[str] = set()
+        self.totals: dict[str, float] = {}
+        self.text: tuple[str, str] | None = None
+        for job in list(ctl.running.values()):
+            self.track(job)
+        for jid in list(book.job_gpu):
+            self.update(jid)
+
+    def track(self, job: Any) -> None:
+        """A job started: the nodes where it holds GPUs."""
+        nodes = [a.node for a in job.alloc if a.gpus]
+        self.job_nodes[job.job_id] = nodes
+        self.owner[job.job_id] = ("u:" + job.user, "a:" + (job.account or ""))
+        for node in nodes:
+            self.node_jobs.setdefault(node, set()).add(job.job_id)
+
+    def forget(self, job_id: int) -> None:
+        """A job ended or went back to pending."""
+        for node in self.job_nodes.pop(job_id, ()):
+            on = self.node_jobs.get(node)
+            if on is not None:
+                on.discard(job_id)
+        self._set(job_id, None)
+        self.owner.pop(job_id, None)
+
+    def _set(self, job_id: int, util: float | None) -> None:
+        who = self.owner.get(job_id)
+        if who is None:
+            return
+        for key in who:
+            m = self.members.setdefault(key, {})
+            if util is None:
+                m.pop(job_id, None)
+            else:
+                m[job_id] = util
+            self.dirty.add(key)
+        if util is None:
+            self.job_util.pop(job_id, None)
+        else:
+            self.job_util[job_id] = util
+
+    def update(self, job_id: int) -> None:
+        per = self.book.job_gpu.get(job_id)
+        if per is None or job_id not in self.owner:
+            return
+        util = sum([u for u, _m in per.values()])
+        if self.job_util.get(job_id) != util:
+            self._set(job_id, util)
+
+    def on_sample(self, node: str) -> None:
+        for job_id in self.node_jobs.get(node, ()):
+            self.update(job_id)
+
+    def render(self) -> tuple[str, str]:
+        """The two families' text: per user, per account (kept until an owner changes)."""
+        if self.text is not None and not self.dirty:
+            return self.text
+        for key in self.dirty:
+            m = self.members.get(key)
+            if m:
+                self.totals[key] = sum(m.values())
+            else:
+                self.totals.pop(key, None)
+                self.members.pop(key, None)
+        self.dirty.clear()
+        out = []
+        for prefix, label in (("user", "username"), ("account", "account")):
+            gutil = Family(f"corral_{prefix}_gpu_utilization_percent",
+                           "Utilisation summed over the GPUs of its running jobs", (label,))
+            tag = prefix[0] + ":"
+            # rounded: the sums' last bits do not depend on the order jobs came in
+            gutil.rows = sorted(((k[2:],), round(v, 6)) for k, v in self.totals.items()
+                                if k.startswith(tag))
+            out.append(expose([gutil]).decode())
+        self.text = (out[0], out[1])
+        return self.text
+
+
 class Metrics:
     """The routes' text.  Each route is rendered from per-node and per-group pieces that are
     re-rendered only when what they show changed (a node's figures, a group's counts, a
@@ -400,13 +491,43 @@ class Metrics:
         self._accounts = GroupLines("slurm_account_", "account")
         self._partitions = GroupLines("slurm_partition_", "partition")
         self._kept: dict[str, tuple[Any, bytes]] = {}  # route -> (what it showed, its bytes)
-        self._owner_gpu: tuple[Any, tuple[str, str]] | None = None
+        self._gpu_lines_changed = False  # a node's /metrics/gpus lines written at its sample
+        book.sample_listeners.append(self._on_gpu_sample)
+        self.owner_gpu = OwnerGpu(ctl, book)
         self._partition_nodes: tuple[Any, str] | None = None
 
     def _on_job(self, ev: JobEvent) -> None:
         if ev.kind is JobEventKind.ENDED:
             self.book.job_ended(ev.job.job_id)
+        if ev.kind is JobEventKind.STARTED:
+            self.owner_gpu.track(ev.job)
+        elif ev.kind in (JobEventKind.ENDED, JobEventKind.REQUEUED):
+            self.owner_gpu.forget(ev.job.job_id)
         self.estimates.on_job(ev)
+
+    def _on_gpu_sample(self, name: str) -> None:
+        """A node's GPUs were sampled: its lines are written now, while the samples are at
+        hand, not by the next scrape (which finds them written).  Only for routes scraped
+        before: nothing is rendered for a route no one reads."""
+        try:
+            self.owner_gpu.on_sample(name)
+            n = self.ctl.nodes.get(name)
+            entry = self.book.gpus.get(name)
+            if n is None or entry is None:
+                return
+            held = tuple(n.alloc_gpus)
+            ln = self._nodes.get(name)
+            if ln is not None and ln.gpu_key != (entry, held):
+                ln.gpu_key = (entry, held)
+                self._gpu_part(ln, n, entry)
+                self._dirty.add("gpu")
+                self.node_generation += 1
+            kept = self._gpu_nodes.get(name)
+            if kept is not None and kept[0] != (entry, held):
+                self._gpu_nodes[name] = ((entry, held), self._gpu_lines(name, entry[1], set(held)))
+                self._gpu_lines_changed = True
+        except Exception:  # the metrics must never stop the agents' reports
+            log.exception("metrics: GPU sample of %s", name)
 
     def _cached(self, route: str, key: Any, make: Callable[[], bytes]) -> bytes:
         kept = self._kept.get(route)
@@ -566,7 +687,8 @@ class Metrics:
         node's lines are rendered once per sample; each job's once per change of its use."""
         book = self.book
         nodes = self.ctl.nodes
-        changed = len(self._gpu_nodes) != len(book.gpus)
+        changed = len(self._gpu_nodes) != len(book.gpus) or self._gpu_lines_changed
+        self._gpu_lines_changed = False
         per_node: list[list[str]] = []
         for name in sorted(book.gpus):
             entry = book.gpus[name]
@@ -699,36 +821,11 @@ class Metrics:
         accounts, acct_changed = self._accounts.render(self.counts.view("a:"))
         if user_changed or acct_changed:  # a change forces the new text, whatever came before
             self._kept.pop("jobs-users-accts", None)
-        book = self.book
-        gpu_key = (self.counts.generation, len(book.job_gpu),
-                   tuple(entry[0] for entry in book.gpus.values()))
-        if self._owner_gpu is None or self._owner_gpu[0] != gpu_key:
-            self._owner_gpu = (gpu_key, self._gpu_by_owner())
-        by_user, by_account = self._owner_gpu[1]
+        by_user, by_account = self.owner_gpu.render()
         reclaim = expose(self.reclaim_families()).decode()
-        key = (user_changed, acct_changed, self._owner_gpu[0], reclaim)
+        key = (user_changed, acct_changed, by_user, by_account, reclaim)
         return self._cached("jobs-users-accts", key, lambda: "".join(
             (users, by_user, accounts, by_account, reclaim)).encode())
-
-    def _gpu_by_owner(self) -> tuple[str, str]:
-        by_user: dict[str, float] = {}
-        by_account: dict[str, float] = {}
-        jobs = self.ctl.jobs
-        for jid, per_node in self.book.job_gpu.items():
-            job = jobs.get(jid)
-            if job is not None:
-                user, acct = job.user, job.account or ""
-                for util, _mem in per_node.values():
-                    by_user[user] = by_user.get(user, 0.0) + util
-                    by_account[acct] = by_account.get(acct, 0.0) + util
-        out = []
-        for prefix, label, totals in (("user", "username", by_user),
-                                      ("account", "account", by_account)):
-            gutil = Family(f"corral_{prefix}_gpu_utilization_percent",
-                           "Utilisation summed over the GPUs of its running jobs", (label,))
-            gutil.rows = [((k,), v) for k, v in sorted(totals.items())]
-            out.append(expose([gutil]).decode())
-        return out[0], out[1]
 
     def reclaim_families(self) -> Iterator[Family]:
         """Idle-GPU reclaim (controller/reclaim.py): counters since the controller started."""

@@ -17,6 +17,8 @@ from corral.model.hostlists import expand
 from corral.model.job import Job, Step
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from corral.controller.state import Controller
 
 log = logging.getLogger("corral.controller")
@@ -72,6 +74,7 @@ class UsageBook:
         self.gpu_acc: dict[tuple[int, str, str], list[float]] = {}
         # job id -> node -> (utilisation, memory) of its GPUs at the last sample
         self.job_gpu: dict[int, dict[str, tuple[float, float]]] = {}
+        self.sample_listeners: list[Callable[[str], None]] = []  # told each node sampled
 
     # ---- from the agents -------------------------------------------------------------
     def agent_usage(self, time_: float, gpus: list[dict[str, Any]],
@@ -90,6 +93,8 @@ class UsageBook:
             by_node.setdefault(node if node in nodes else nodes[0], []).append(sample)
         for node, samples in by_node.items():
             self._gpu_samples(node, time_, samples)
+            for listener in self.sample_listeners:  # controller.metrics: the node's lines
+                listener(node)
         for entry in steps:
             try:
                 self._step_entry(entry, nodes)
