@@ -274,3 +274,22 @@ def test_private_data_jobs_hides_other_users_jobs() -> None:
         assert views.users(h.ctl, bob, h.clock())["users"] == []
         assert [u["user"] for u in views.users(h.ctl, h.who(0), h.clock())["users"]] == \
             ["user1000"]
+
+
+def test_queue_reports_how_right_the_estimated_starts_were(h: Harness) -> None:
+    a = h.submit(uid=1000, gpus_per_node=4, num_nodes=2, time_limit=600)
+    h.tick()
+    waiting = h.submit(uid=1000, gpus_per_node=4, time_limit=600)
+    h.tick()
+    q = views.queue(h.ctl, h.who(1000), h.clock())
+    assert q["estimates"]["starts"] == 0 and q["estimates"]["median_s"] is None
+    planned = h.job(waiting).sched_start
+    assert planned is not None  # backfill planned it at a's limit
+    h.advance(120)  # a ends 480 s before its limit: the waiting job starts that much earlier
+    h.end(a)
+    h.tick()
+    assert h.job(waiting).state == JobState.RUNNING
+    est = views.queue(h.ctl, h.who(1000), h.clock())["estimates"]
+    assert est["starts"] == 1
+    assert est["median_s"] == pytest.approx(abs(h.job(waiting).start_time - planned))
+    assert est["bias_s"] < 0  # it started earlier than estimated

@@ -476,8 +476,7 @@ class Metrics:
         self.book = book
         self.sched = SchedCounters(ctl)
         self.counts = JobCounts(ctl)
-        self.estimates = StartEstimates()
-        ctl.core.passes.on_planned = self.estimates.planned  # each pass's plan
+        self.estimates: StartEstimates = ctl.estimates  # kept by the controller (the web too)
         ctl.table.subscribe(self._on_job)
         self._nodes: dict[str, NodeLine] = {}
         self._node_names: list[str] = []
@@ -503,7 +502,6 @@ class Metrics:
             self.owner_gpu.track(ev.job)
         elif ev.kind in (JobEventKind.ENDED, JobEventKind.REQUEUED):
             self.owner_gpu.forget(ev.job.job_id)
-        self.estimates.on_job(ev)
 
     def _on_gpu_sample(self, name: str) -> None:
         """A node's GPUs were sampled: its lines are written now, while the samples are at

@@ -27,6 +27,7 @@ from corral.controller.core.lifecycle import StepTable
 from corral.controller.core.passes import node_view
 from corral.controller.core.settings import CoreSettings, sched_params
 from corral.controller.ctld_scripts import CtldScripts
+from corral.controller.estimates import StartEstimates
 from corral.controller.errors import (
     ESLURM_ACCESS_DENIED,
     ESLURM_ALREADY_DONE,
@@ -104,6 +105,10 @@ class Controller:
         self.health_verdicts = HealthVerdicts(self)
         self.prolog = PrologEpilog(self, config)  # controller.prolog: job start/end to nodes
         self.ctld_scripts = CtldScripts(self)  # PrologSlurmctld, EpilogSlurmctld
+        # each job's first estimated start against its real one (metrics, dashboard)
+        self.estimates = StartEstimates()
+        self.core.passes.on_planned = self.estimates.planned
+        self.core.table.subscribe(self.estimates.on_job)
         if self.ctld_scripts.prolog:
             self.shell.launch_gate = self.ctld_scripts.gate_launch
         self.history = NodeHistory(self.core.cluster, self.shell.writer.node_history,

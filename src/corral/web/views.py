@@ -150,7 +150,17 @@ def queue(ctl: Controller, who: Identity, now: float, limit: int | None = None
         jobs = [j for i, j in enumerate(jobs) if i < limit or j.uid == who.uid]
     rows = [job_row(ctl, who, j, now, places.get(j.job_id), details) for j in jobs]
     return {"jobs": rows, "pending": len(pending), "running": len(running),
-            "shown": len(rows), "now": now}
+            "shown": len(rows), "now": now, "estimates": estimate_error(ctl)}
+
+
+def estimate_error(ctl: Controller) -> dict[str, Any]:
+    """How right the estimated starts were: the median and p90 of |actual - first
+    estimate| over the last starts that had one (controller.estimates); None before any."""
+    est = ctl.estimates
+    q = est.quantiles((0.5, 0.9))
+    known = bool(est.errors)
+    return {"starts": len(est.errors), "median_s": q[0.5] if known else None,
+            "p90_s": q[0.9] if known else None, "bias_s": est.bias() if known else None}
 
 
 def why(ctl: Controller, job: Job, now: float) -> dict[str, Any]:

@@ -48,6 +48,14 @@ function ordinal(n) {
   return n + (s[(v - 20) % 10] || s[v] || s[0]);
 }
 
+// seconds in words: 42 s, 7 min, 3.5 h
+function dur(s) {
+  if (s === null || s === undefined) return '?';
+  if (s < 90) return `${Math.round(s)} s`;
+  if (s < 5400) return `${Math.round(s / 60)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+
 // the queue's table (apart: bench/bench_web.py times it in Chromium)
 function queueHtml(q) {
   const rows = q.jobs.map((j) => {
@@ -65,8 +73,12 @@ function queueHtml(q) {
   }).join('');
   const all = q.jobs.length < q.pending + q.running ?
     `<span>the first ${q.jobs.length} shown, and yours: <a href="#queue/all">show all</a></span>` : '';
+  const e = q.estimates;
+  const est = e && e.starts ? `<span class="estimates">estimated starts were off by ` +
+    `${dur(e.median_s)} (median), ${dur(e.p90_s)} (p90) over the last ${e.starts} starts</span>` :
+    '<span class="estimates">no estimated start checked yet</span>';
   return `<h1>Queue</h1><p class="summary"><span>${q.pending} pending</span>
-    <span>${q.running} running</span>${all}</p>
+    <span>${q.running} running</span>${all}${est}</p>
     <table class="queue"><thead><tr><th>Place</th><th>Job</th><th>Name</th><th>User</th>
     <th>Account</th><th>Partition</th><th>State</th><th>GPUs</th>
     <th>Why it waits / nodes</th><th>Start (estimated)</th></tr></thead>
