@@ -27,7 +27,6 @@ from corral.controller.core.lifecycle import StepTable
 from corral.controller.core.passes import node_view
 from corral.controller.core.settings import CoreSettings, sched_params
 from corral.controller.ctld_scripts import CtldScripts
-from corral.controller.estimates import StartEstimates
 from corral.controller.errors import (
     ESLURM_ACCESS_DENIED,
     ESLURM_ALREADY_DONE,
@@ -45,6 +44,7 @@ from corral.controller.errors import (
     SlurmError,
 )
 from corral.controller.errors import invalid_job as _invalid_job
+from corral.controller.estimates import StartEstimates
 from corral.controller.health import HealthChecks, HealthVerdicts
 from corral.controller.history import NodeHistory
 from corral.controller.identity import Authority, Identity, group_name, user_name
