@@ -446,3 +446,9 @@ def test_submission_resent_with_its_submit_id_returns_the_same_job() -> None:
         assert h2.submit(submit_id="ab" * 16, held="user") == a
         assert len(h2.ctl.jobs) == count
         assert h2.submit(submit_id="ef" * 16, held="user") not in (a, other)
+
+
+def test_a_jobs_account_is_lower_cased_as_slurm_does() -> None:
+    with Harness(CONF) as h:
+        job = h.submit(account="LabA")
+        assert h.job(job).account == "laba"

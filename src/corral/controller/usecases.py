@@ -277,6 +277,8 @@ class UseCases:
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
             raise SlurmError("Invalid script arguments", 0)
         spec = self._validate_spec(spec_in)
+        if isinstance(spec.get("account"), str):
+            spec["account"] = spec["account"].lower()  # Slurm lower-cases account names
         sid = spec.get("submit_id")
         if sid:
             done = self._submitted(who.uid, sid)
