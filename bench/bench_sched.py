@@ -38,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from corral.controller import scheduling  # noqa: E402
 from corral.controller.accounts import Caller  # noqa: E402
 from corral.controller.harness import FakeClock, harness_controller  # noqa: E402
 from corral.controller.state import Controller  # noqa: E402
@@ -47,7 +48,7 @@ from corral.model.job import Job, JobState, NodeAlloc  # noqa: E402
 from corral.model.node import Node, Partition  # noqa: E402
 from corral.sched.deps import GoneRecord  # noqa: E402
 from corral.sched.fairshare import Usage  # noqa: E402
-from corral.sched.pipeline import Decision  # noqa: E402
+from corral.sched.pipeline import ClusterSnapshot, Decision  # noqa: E402
 from corral.store.base import JobPayload  # noqa: E402
 from corral.store.memory import MemoryStore  # noqa: E402
 
@@ -177,14 +178,47 @@ def build(n_nodes: int, n_pending: int, n_running: int, seed: int = 1,
 
 
 CPU_TIMES: list[float] = []  # the passes' CPU time (a busy machine inflates wall time)
+# CPU seconds per part of each pass: the controller's snapshot, the pipeline's stages
+# (Decision.stage_seconds, by an injected timer) and the rest (applying the decision)
+PARTS: list[dict[str, float]] = []
+
+
+def _timed_pipeline() -> None:
+    """The controller's run_pass with the pipeline's stage timer, and its snapshot timed."""
+    if getattr(scheduling.run_pass, "timed", False):
+        return
+    plain_run, plain_snapshot = scheduling.run_pass, Controller.snapshot
+
+    def run_pass(snap: ClusterSnapshot) -> Decision:
+        c0 = time.process_time()
+        dec = plain_run(snap, timer=time.process_time)
+        PARTS[-1]["pipeline"] = time.process_time() - c0
+        PARTS[-1].update(dec.stage_seconds)
+        return dec
+
+    def snapshot(self: Controller, now: float) -> ClusterSnapshot:
+        c0 = time.process_time()
+        snap = plain_snapshot(self, now)
+        PARTS[-1]["snapshot"] = time.process_time() - c0
+        return snap
+
+    run_pass.timed = True  # type: ignore[attr-defined]
+    scheduling.run_pass = run_pass  # type: ignore[assignment]
+    Controller.snapshot = snapshot  # type: ignore[method-assign]
 
 
 def one_pass(ctl: Controller) -> tuple[float, Decision | None]:
+    _timed_pipeline()
+
     async def run() -> tuple[float, Decision | None]:
+        PARTS.append({})
         t0, c0 = time.perf_counter(), time.process_time()
         dec = ctl.schedule_pass(NOW)
         elapsed = time.perf_counter() - t0
         CPU_TIMES.append(time.process_time() - c0)
+        part = PARTS[-1]
+        part["apply and the rest"] = CPU_TIMES[-1] - part.get("snapshot", 0.0) \
+            - part.get("pipeline", 0.0)
         await ctl.durable()
         return elapsed, dec
 
@@ -234,6 +268,13 @@ def main() -> int:
           f"planned {len(dec.planned)}, waiting {len(dec.reasons)}: "
           + ", ".join(f"{k} {v}" for k, v in sorted(waiting.items(), key=lambda kv: -kv[1])[:5])
           + ")")
+    parts = PARTS[-args.runs:]
+    print("CPU by part (median ms): " + ", ".join(
+        f"{k} {statistics.median(p.get(k, 0.0) for p in parts) * 1000:.0f}"
+        for k in ("snapshot", "pipeline", "apply and the rest")))
+    print("  pipeline stages (median ms): " + ", ".join(
+        f"{k} {statistics.median(p.get(k, 0.0) for p in parts) * 1000:.0f}"
+        for k in ("eligibility", "priority", "limits", "backfill", "preemption", "decision")))
     if args.preempt:
         print(f"preemptions: {len(dec.preemptions)} jobs placed over "
               f"{sum(len(p.victims) for p in dec.preemptions)} victims")

@@ -20,7 +20,7 @@ cached per node until a job starts there) can beat the best start found so far.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -306,6 +306,7 @@ class Gate(Protocol):
 
 class _Pass:
     gate: Gate | None = None
+    timer: Callable[[], float] | None = None  # measures the preemption checks
 
     def __init__(self, snap: Snapshot, max_planned: int,
                  priorities: dict[int, int] | None = None) -> None:
@@ -980,7 +981,12 @@ class _Pass:
                 self.failed_now[shape] = duration
             if self.preempt is not None and (shape, job.qos) not in self._preempt_failed \
                     and self.preempt.preempts_anyone(job.qos, job.partition):
-                placed = self.try_preempt(job, req, end)
+                if self.timer is None:
+                    placed = self.try_preempt(job, req, end)
+                else:
+                    t0 = self.timer()
+                    placed = self.try_preempt(job, req, end)
+                    dec.preempt_seconds += self.timer() - t0
                 if placed is None:
                     self._preempt_failed.add((shape, job.qos))
                 else:
@@ -1060,14 +1066,17 @@ def _largest_first(caps: list[int], need: int) -> int:
 
 
 def schedule(snap: Snapshot, *, max_planned: int = DEFAULT_MAX_PLANNED,
-             priorities: dict[int, int] | None = None, gate: Gate | None = None) -> Placement:
+             priorities: dict[int, int] | None = None, gate: Gate | None = None,
+             timer: Callable[[], float] | None = None) -> Placement:
     """One pass over the pending jobs: which start now (and where), why the others wait,
     and when the planned ones are expected to start.  `max_planned` bounds how many jobs
     behind each partition's first blocked job get a hold.  `priorities` (job id →
     priority, from the priority stage) overrides each view's own `priority`.  `gate` (the
     limits stage, sched/limits.py) is asked about each job in priority order just before
     it is placed and told of each start; a job it stops waits with its reason and
-    reserves nothing."""
+    reserves nothing.  `timer`, if given, measures the preemption checks
+    (`Placement.preempt_seconds`)."""
     p = _Pass(snap, max_planned, priorities)
     p.gate = gate
+    p.timer = timer
     return p.run()

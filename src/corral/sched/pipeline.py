@@ -21,7 +21,7 @@ carries them (`Decision.preemptions`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from corral.model.assoc import AssocIndex
@@ -106,6 +106,10 @@ class Decision:
     # satisfied), with each entry's state as this pass sees it
     dependency_texts: dict[int, str] = field(default_factory=dict)
     preemptions: list[Preemption] = field(default_factory=list)
+    # seconds each stage took, by the timer the caller gave run_pass (empty without one):
+    # eligibility, priority, limits, backfill (select/cons_tres and backfill, the limit
+    # gate's checks included), preemption (inside backfill, not in its figure), decision
+    stage_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def reason_texts(self) -> dict[int, str]:
@@ -188,10 +192,36 @@ def assoc_factor_of(policy: PolicySnapshot | None, params: SchedParams) -> Fairs
     return factor
 
 
-def run_pass(snap: ClusterSnapshot) -> Decision:
+class _Stages:
+    """Per-stage seconds by the caller's timer (a clock stays outside the pipeline)."""
+
+    __slots__ = ("timer", "seconds", "last")
+
+    def __init__(self, timer: Callable[[], float], seconds: dict[str, float]) -> None:
+        self.timer = timer
+        self.seconds = seconds
+        self.last = timer()
+
+    def done(self, stage: str) -> None:
+        t = self.timer()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + (t - self.last)
+        self.last = t
+
+
+def run_pass(snap: ClusterSnapshot, timer: Callable[[], float] | None = None) -> Decision:
+    """One pass over `snap`.  `timer` (e.g. time.perf_counter), if given, measures each
+    stage into `Decision.stage_seconds`; the decision does not depend on it."""
+    dec = Decision()
+    stages = _Stages(timer, dec.stage_seconds) if timer is not None else None
+    dec = _run_pass(snap, dec, stages)
+    if stages is not None:
+        stages.done("decision")
+    return dec
+
+
+def _run_pass(snap: ClusterSnapshot, dec: Decision, stages: _Stages | None) -> Decision:
     now = snap.now
     params = snap.params
-    dec = Decision()
     running_per_array: dict[int, int] = {}
     for r in snap.running:
         if r.array_job_id is not None:
@@ -205,6 +235,8 @@ def run_pass(snap: ClusterSnapshot) -> Decision:
     dec.reasons.update(elig.reasons)
     dec.became_eligible = elig.became_eligible
     dec.dependency_texts = dependency_texts(snap.pending, index, now, elig.reasons)
+    if stages is not None:
+        stages.done("eligibility")
 
     # 2. priority/multifactor, recomputed for every pending job
     dec.priorities = pass_priorities(snap.pending, now, params.priority, snap.partitions,
@@ -213,6 +245,8 @@ def run_pass(snap: ClusterSnapshot) -> Decision:
     order = dict(dec.priorities)
     for vid, (meta, _) in elig.tasks.items():
         order[vid] = dec.priorities.get(meta, 1)
+    if stages is not None:
+        stages.done("priority")
 
     # 3. limits: a gate backfill asks in priority order, so starts made earlier in this
     # pass count (sched/limits.py)
@@ -223,6 +257,8 @@ def run_pass(snap: ClusterSnapshot) -> Decision:
         snap.policy, {vid: meta for vid, (meta, _) in elig.tasks.items()})
     if elig.partition_of:
         gate = _Siblings(elig.tasks, gate if isinstance(gate, LimitGate) else None)
+    if stages is not None:
+        stages.done("limits")
 
     # 4+5. select/cons_tres and sched/backfill (around advanced reservations, if any)
     view = Snapshot(now=now, nodes=snap.nodes, partitions=snap.partitions,
@@ -231,11 +267,18 @@ def run_pass(snap: ClusterSnapshot) -> Decision:
                     preempt=params.preempt,
                     # [quality] never around reservations: a job must end before one by its limit
                     predicted_runtime={} if snap.reservations else snap.predicted_runtime)
+    preempt_timer = None if stages is None else stages.timer
     if snap.reservations:
         placed = schedule_reserved(view, snap.reservations, max_planned=params.max_planned,
-                                   priorities=order, gate=gate)
+                                   priorities=order, gate=gate, timer=preempt_timer)
     else:
-        placed = schedule(view, max_planned=params.max_planned, priorities=order, gate=gate)
+        placed = schedule(view, max_planned=params.max_planned, priorities=order, gate=gate,
+                          timer=preempt_timer)
+    if stages is not None:
+        stages.done("backfill")
+        if placed.preempt_seconds:
+            stages.seconds["preemption"] = placed.preempt_seconds
+            stages.seconds["backfill"] -= placed.preempt_seconds
     tasks = elig.tasks
     started_tasks: dict[int, int] = {}
     started_keys: set[tuple[int, int | None] | None] = set()

@@ -15,7 +15,7 @@ Pure, like the rest of the pass.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from corral.model.job import NodeAlloc
@@ -50,12 +50,14 @@ def _merge(into: Placement, placed: Placement) -> None:
     into.starts.extend(placed.starts)
     into.reasons.update(placed.reasons)
     into.planned.update(placed.planned)
+    into.preempt_seconds += placed.preempt_seconds
 
 
 def schedule_reserved(snap: Snapshot, reservations: Sequence[Reservation], *,
                       max_planned: int = DEFAULT_MAX_PLANNED,
                       priorities: dict[int, int] | None = None,
-                      gate: Gate | None = None) -> Placement:
+                      gate: Gate | None = None,
+                      timer: Callable[[], float] | None = None) -> Placement:
     now = snap.now
     nodes = dict(snap.nodes)
     running = list(snap.running)
@@ -75,7 +77,8 @@ def schedule_reserved(snap: Snapshot, reservations: Sequence[Reservation], *,
         held = tuple(w for w in blocked_windows(reservations, now, but=r.name) if w[0] in mine)
         placed = schedule(replace(snap, nodes=mine, running=running, pending=jobs,
                                   blocked=held),
-                          max_planned=max_planned, priorities=priorities, gate=gate)
+                          max_planned=max_planned, priorities=priorities, gate=gate,
+                          timer=timer)
         _merge(out, placed)
         views = {j.job_id: j for j in jobs}
         for cid, allocs in placed.starts:
@@ -87,5 +90,6 @@ def schedule_reserved(snap: Snapshot, reservations: Sequence[Reservation], *,
     if others:
         _merge(out, schedule(replace(snap, nodes=nodes, running=running, pending=others,
                                      blocked=tuple(blocked_windows(reservations, now))),
-                             max_planned=max_planned, priorities=priorities, gate=gate))
+                             max_planned=max_planned, priorities=priorities, gate=gate,
+                             timer=timer))
     return out

@@ -117,6 +117,8 @@ class Placement:
     # jobs placed as if running jobs were gone: (job id, where it will run, the victims);
     # it waits (reason Resources) until they have stopped
     preemptions: list[tuple[int, list[NodeAlloc], list[int]]] = field(default_factory=list)
+    # seconds spent in preemption checks, by the caller's timer (0 without one)
+    preempt_seconds: float = 0.0
 
     @property
     def reason_texts(self) -> dict[int, str]:
