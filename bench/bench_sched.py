@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from corral.controller import scheduling  # noqa: E402
+from corral.controller.core import passes  # noqa: E402
 from corral.controller.accounts import Caller  # noqa: E402
 from corral.controller.harness import FakeClock, harness_controller  # noqa: E402
 from corral.controller.state import Controller  # noqa: E402
@@ -185,9 +185,9 @@ PARTS: list[dict[str, float]] = []
 
 def _timed_pipeline() -> None:
     """The controller's run_pass with the pipeline's stage timer, and its snapshot timed."""
-    if getattr(scheduling.run_pass, "timed", False):
+    if getattr(passes.run_pass, "timed", False):
         return
-    plain_run, plain_snapshot = scheduling.run_pass, Controller.snapshot
+    plain_run, plain_snapshot = passes.run_pass, passes.Passes.snapshot
 
     def run_pass(snap: ClusterSnapshot) -> Decision:
         c0 = time.process_time()
@@ -196,15 +196,15 @@ def _timed_pipeline() -> None:
         PARTS[-1].update(dec.stage_seconds)
         return dec
 
-    def snapshot(self: Controller, now: float) -> ClusterSnapshot:
+    def snapshot(self: passes.Passes, now: float) -> ClusterSnapshot:
         c0 = time.process_time()
         snap = plain_snapshot(self, now)
         PARTS[-1]["snapshot"] = time.process_time() - c0
         return snap
 
     run_pass.timed = True  # type: ignore[attr-defined]
-    scheduling.run_pass = run_pass  # type: ignore[assignment]
-    Controller.snapshot = snapshot  # type: ignore[method-assign]
+    passes.run_pass = run_pass  # type: ignore[assignment]
+    passes.Passes.snapshot = snapshot  # type: ignore[method-assign]
 
 
 def one_pass(ctl: Controller) -> tuple[float, Decision | None]:

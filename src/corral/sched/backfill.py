@@ -297,6 +297,38 @@ def _earliest_fit(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
     return at
 
 
+class _NodeCandidates:
+    """A node's running jobs as candidates for one (preemptor QoS, partition), with what
+    is derived from them, kept until a victim leaves the node."""
+
+    __slots__ = ("items", "split", "chosen")
+
+    def __init__(self, items: list[tuple[Candidate, bool, bool]]) -> None:
+        self.items = items
+        # whole-node request -> (stuck, candidates, forced, cheapest candidate's cost)
+        self.split: dict[bool, tuple[bool, list[Candidate], list[Candidate],
+                                     tuple[float, float] | None]] = {}
+        # (free, need, whole-node request) -> choose_on_node's answer
+        self.chosen: dict[tuple[tuple[int, int, int], tuple[int, int, int], bool],
+                          tuple[tuple[float, float], list[int]] | None] = {}
+
+
+def _split_candidates(items: list[tuple[Candidate, bool, bool]], whole: bool
+                      ) -> tuple[bool, list[Candidate], list[Candidate],
+                                 tuple[float, float] | None]:
+    """(stuck, optional victims, victims that must go, the cheapest optional one's cost):
+    a job that must go (exclusive, or any for a whole-node request) but may not is stuck."""
+    cands: list[Candidate] = []
+    forced: list[Candidate] = []
+    for item, may, exclusive in items:
+        must = exclusive or whole
+        if must and not may:
+            return True, [], [], None
+        if may:
+            (forced if must else cands).append(item)
+    return False, cands, forced, min((x[0] for x in cands), default=None)
+
+
 class Gate(Protocol):
     """The limits stage as backfill sees it (sched/limits.py LimitGate)."""
 
@@ -369,8 +401,7 @@ class _Pass:
         self.running_on: dict[str, list[RunningView]] = {}
         self._victims: dict[int, tuple[Victim, tuple[float, float]]] = {}
         # (preemptor QoS, partition) -> node -> its running jobs as candidates
-        self._node_candidates: dict[tuple[str, str],
-                                    dict[str, list[tuple[Candidate, bool, bool]]]] = {}
+        self._node_candidates: dict[tuple[str, str], dict[str, _NodeCandidates]] = {}
         # request shapes (with the QoS) for which no victims made room: the pass only
         # takes resources, so they will not later in it either
         self._preempt_failed: set[tuple[Any, ...]] = set()
@@ -457,32 +488,29 @@ class _Pass:
             per_node_cands = self._node_candidates[key] = {}
         best: tuple[float, float] | None = None
         pruned = False
+        fixed = None if req.exclusive else req.node_independent_demand(per_node)
+        whole = req.exclusive
         for node in self.part_nodes.get(job.partition, ()):
             if not node.usable or node.name in req.exc_nodes \
                     or (con is not None and not con.node_may(node.features)) \
                     or (req.filters_nodes and not req.node_may(node)):
                 continue
-            need = (node.cpus, node.mem, node.gpus) if req.exclusive \
-                else req.demand(node, per_node)
+            need = (node.cpus, node.mem, node.gpus) if whole \
+                else fixed if fixed is not None else req.demand(node, per_node)
             if need[0] > node.cpus or need[1] > node.mem or need[2] > node.gpus:
                 continue
             here = per_node_cands.get(node.name)
             if here is None:
-                here = per_node_cands[node.name] = self._candidates_on(node, job, policy, now)
-            cands: list[Candidate] = []
-            forced: list[Candidate] = []
-            stuck = False  # a job that must go (exclusive, or any for a whole node) may not
-            for item, may, exclusive in here:
-                must = exclusive or req.exclusive
-                if must and not may:
-                    stuck = True
-                    break
-                if may:
-                    (forced if must else cands).append(item)
+                here = per_node_cands[node.name] = _NodeCandidates(
+                    self._candidates_on(node, job, policy, now))
+            split = here.split.get(whole)
+            if split is None:
+                split = here.split[whole] = _split_candidates(here.items, whole)
+            stuck, cands, forced, cheapest = split
             if stuck or (not cands and not forced):
                 continue
-            if prune and k == 1 and best is not None and cands and not forced \
-                    and min(x[0] for x in cands) >= best:
+            if prune and k == 1 and best is not None and cheapest is not None \
+                    and not forced and cheapest >= best:
                 pruned = True  # even its cheapest victim costs as much as the best node
                 continue
             free = (0 if node.exclusive and not forced else node.free_cpus,
@@ -492,7 +520,13 @@ class _Pass:
                 free = (node.cpus - sum(x[1] for x in forced),
                         node.mem - sum(x[2] for x in forced),
                         node.gpus - sum(x[3] for x in forced))
-            got = choose_on_node(free, need, cands, forced)
+            # (the same need on the same free resources: the same answer, for jobs of
+            # one shape asking in turn)
+            asked = (free, need, whole)
+            if asked in here.chosen:
+                got = here.chosen[asked]
+            else:
+                got = here.chosen[asked] = choose_on_node(free, need, cands, forced)
             if got is None or not got[1]:
                 continue
             options.append((got[0], node.rank, node, got[1]))

@@ -171,16 +171,6 @@ class Counter:
     run_mins: dict[str, float] = field(default_factory=dict)  # remaining TRES-minutes
 
 
-def _add(d: dict[str, int], tres: Mapping[str, int], sign: int = 1) -> None:
-    for k, v in tres.items():
-        d[k] = d.get(k, 0) + sign * v
-
-
-def _addf(d: dict[str, float], tres: Mapping[str, int], mins: float, sign: int = 1) -> None:
-    for k, v in tres.items():
-        d[k] = d.get(k, 0.0) + sign * v * mins
-
-
 @dataclass(slots=True)
 class Resolved:
     assoc: Association
@@ -273,6 +263,8 @@ class LimitLedger:
         self.used_tres_mins = used_tres_mins or {}
         self.used_wall_mins = used_wall_mins or {}
         self._resolved: dict[tuple[str, str, str | None, str | None], Resolved | None] = {}
+        # the counters a job of each (user, account, partition, qos) charges, made once
+        self._charged: dict[tuple[str, str, str | None, str | None], list[Counter]] = {}
 
     # ---- resolution ---------------------------------------------------------
     def resolve(self, job: JobReq) -> Resolved | None:
@@ -295,10 +287,14 @@ class LimitLedger:
         return r
 
     def _counters(self, r: Resolved, job: JobReq) -> list[Counter]:
-        out = [self.assoc.setdefault(a.id, Counter()) for a in r.chain]
-        for q, _ in r.qos_levels():
-            out.append(self.qos.setdefault(q.name, Counter()))
-            out.append(self.qos_user.setdefault((q.name, job.user), Counter()))
+        key = (job.user, job.account, job.partition, job.qos)  # what `r` was resolved by
+        out = self._charged.get(key)
+        if out is None:
+            out = [self.assoc.setdefault(a.id, Counter()) for a in r.chain]
+            for q, _ in r.qos_levels():
+                out.append(self.qos.setdefault(q.name, Counter()))
+                out.append(self.qos_user.setdefault((q.name, job.user), Counter()))
+            self._charged[key] = out
         return out
 
     # ---- charging -------------------------------------------------------------
@@ -317,12 +313,15 @@ class LimitLedger:
         if r is None:
             return
         left = remaining_min if remaining_min is not None else (job.time_limit_min or 0)
+        items = job.tres.items()
         for c in self._counters(r, job):
             c.jobs += 1
             if not counted_pending:
                 c.submit += 1
-            _add(c.tres, job.tres)
-            _addf(c.run_mins, job.tres, left)
+            tres, run_mins = c.tres, c.run_mins  # (_add and _addf, inlined: 5,000 jobs a pass)
+            for k, v in items:
+                tres[k] = tres.get(k, 0) + v
+                run_mins[k] = run_mins.get(k, 0.0) + v * left
 
     def start(self, job: JobReq) -> None:
         """Charge a job the pass decided to start (it was counted as pending)."""
