@@ -138,6 +138,11 @@ def _natural_order(names: tuple[str, ...]) -> list[str]:
     return found
 
 
+# whether a plain request fits on a partition's idle sample (_Pass._fits_idle), by the
+# request and the sample's nodes: a pure function's answers, kept across passes
+_FITS_IDLE: dict[tuple[Any, ...], bool] = {}
+
+
 # (lower bound, best-fit key, node, cpus, mem, gpus) of one node for one request
 _Bound = tuple[float, tuple[int, int, int, int], _Node, int, int, int]
 
@@ -195,27 +200,30 @@ def _fits_profile(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
     hold on it whole?  Only hold starts lower what is free, so the check runs at now and
     at each event before `end`."""
     c, m, g, j, x = node.free_cpus, node.free_mem, len(node.free_gpus), node.job_count, int(node.exclusive)
+    nc, nm, ng, nj = _needs(node, cpus, mem, gpus, whole)  # (_good, inlined)
     for t, dc, dm, dg, dj, dx in node.event_list():
         if t > now:
             if t >= end:
                 break
-            if not _good(node, c, m, g, j, x, cpus, mem, gpus, whole):
+            if not (x <= 0 and j <= nj and c >= nc and m >= nm and g >= ng):
                 return False
         c += dc
         m += dm
         g += dg
         j += dj
         x += dx
-    return _good(node, c, m, g, j, x, cpus, mem, gpus, whole)
+    return x <= 0 and j <= nj and c >= nc and m >= nm and g >= ng
 
 
-def _good(node: _Node, c: int, m: int, g: int, j: int, x: int,
-          cpus: int, mem: int, gpus: int, whole: bool) -> bool:
-    if x > 0:
-        return False
+_NO_JOB_LIMIT = 1 << 62  # (a job count no node reaches: only a whole-node job needs 0)
+
+
+def _needs(node: _Node, cpus: int, mem: int, gpus: int, whole: bool
+           ) -> tuple[int, int, int, int]:
+    """What `_good` asks of the free resources, as (cpus, mem, gpus, most jobs there)."""
     if whole:
-        return j <= 0 and c >= node.cpus and m >= node.mem and g >= node.gpus
-    return c >= cpus and m >= mem and g >= gpus
+        return node.cpus, node.mem, node.gpus, 0
+    return cpus, mem, gpus, _NO_JOB_LIMIT
 
 
 def _feasible_starts(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
@@ -224,6 +232,7 @@ def _feasible_starts(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
     duration.  Fit turns true only when resources come back (a release or a hold's end),
     so interval starts are event times."""
     c, m, g, j, x = node.free_cpus, node.free_mem, len(node.free_gpus), node.job_count, int(node.exclusive)
+    nc, nm, ng, nj = _needs(node, cpus, mem, gpus, whole)  # (_good, inlined)
     events = node.event_list()
     monotone = not node.holds  # without holds resources only come back
     i, n = 0, len(events)
@@ -235,7 +244,7 @@ def _feasible_starts(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
         j += dj
         x += dx
         i += 1
-    good = _good(node, c, m, g, j, x, cpus, mem, gpus, whole)
+    good = x <= 0 and j <= nj and c >= nc and m >= nm and g >= ng
     if good and monotone:
         return [(now, INFINITE_TIME)]
     out: list[tuple[float, float]] = []
@@ -250,7 +259,7 @@ def _feasible_starts(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
             j += dj
             x += dx
             i += 1
-        now_good = _good(node, c, m, g, j, x, cpus, mem, gpus, whole)
+        now_good = x <= 0 and j <= nj and c >= nc and m >= nm and g >= ng
         if good and not now_good:
             if run_start + duration <= t:
                 out.append((run_start, t - duration))
@@ -268,31 +277,31 @@ def _earliest_fit(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
                   now: float) -> float:
     """The earliest time the job fits on `node` counting only the releases of running jobs
     (holds ignored), or INFINITE_TIME.  Holds only take resources away for a while, so no
-    plan can start the job here earlier: a lower bound of `_feasible_starts`' first start."""
+    plan can start the job here earlier: a lower bound of `_feasible_starts`' first start.
+    Releases only give resources back, so once it fits it keeps fitting: the answer is
+    the time of the release after which it first fits (`now` for one already past)."""
     key = (cpus, mem, gpus, whole)
     found = node.fit_cache.get(key)
     if found is not None:
         return found
     c, m, g, j, x = node.free_cpus, node.free_mem, len(node.free_gpus), node.job_count, int(node.exclusive)
+    nc, nm, ng, nj = _needs(node, cpus, mem, gpus, whole)  # (_good, inlined)
     at = INFINITE_TIME
-    releases = node.sorted_releases
-    if releases is None:
-        releases = node.sorted_releases = sorted(node.releases)
-    i, n = 0, len(releases)
-    while i < n and releases[i][0] <= now:
-        _, dc, dm, dg, dj, dx = releases[i]
-        c, m, g, j, x = c + dc, m + dm, g + dg, j + dj, x + dx
-        i += 1
-    if _good(node, c, m, g, j, x, cpus, mem, gpus, whole):
+    if x <= 0 and j <= nj and c >= nc and m >= nm and g >= ng:
         at = now
-    while at == INFINITE_TIME and i < n:
-        t = releases[i][0]
-        while i < n and releases[i][0] == t:
-            _, dc, dm, dg, dj, dx = releases[i]
-            c, m, g, j, x = c + dc, m + dm, g + dg, j + dj, x + dx
-            i += 1
-        if _good(node, c, m, g, j, x, cpus, mem, gpus, whole):
-            at = t
+    else:
+        releases = node.sorted_releases
+        if releases is None:
+            releases = node.sorted_releases = sorted(node.releases)
+        for t, dc, dm, dg, dj, dx in releases:
+            c += dc
+            m += dm
+            g += dg
+            j += dj
+            x += dx
+            if x <= 0 and j <= nj and c >= nc and m >= nm and g >= ng:
+                at = t if t > now else now
+                break
     node.fit_cache[key] = at
     return at
 
@@ -413,6 +422,7 @@ class _Pass:
         # _plan_members, so its id is stable); see _bounds_of
         self._bounds: dict[int, _Bounds] = {}
         self._groups: dict[tuple[str, str], list[list[NodeView]]] = {}
+        self._group_sigs: dict[tuple[str, str], tuple[tuple[Any, ...], ...]] = {}
 
     # ---- starting jobs now ----------------------------------------------------------
     def try_start(self, req: Request, part: str, end: float) -> list[NodeAlloc] | None:
@@ -823,7 +833,7 @@ class _Pass:
                 if at != INFINITE_TIME:
                     entry[node.rank] = (at, node.static_key, node, c, m, g)
                     order.append(entry[node.rank])
-            order.sort(key=lambda b: (b[0], b[1]))
+            order.sort()  # (by bound, then best-fit key: the keys are unique, nodes never compared)
             self._bounds[id(fits)] = _Bounds(order, entry, share, len(self._started_on))
             return order
         if cached.seen < len(self._started_on):
@@ -892,7 +902,7 @@ class _Pass:
                           available=(("nodes", most),), per_node=False)
         job_any = replace(job, partition="")
         def_mem = self._def_mem(part)
-        if select_nodes(job_any, self._sample(part.name, req, "all"), def_mem) is None:
+        if not self._fits_idle(job_any, req, part.name, "all", def_mem):
             if job.constraint and select_nodes(replace(job_any, constraint=None),
                                                self._sample(part.name, req, "all"),
                                                def_mem) is not None:
@@ -905,7 +915,7 @@ class _Pass:
             return reason(ReasonCode.REQ_NODE_NOT_AVAIL, nodes=tuple(down))
         # Slurm counts only idle nodes as available to a whole-node job.
         kind = "idle" if req.exclusive else "usable"
-        if select_nodes(job_any, self._sample(part.name, req, kind), def_mem) is None:
+        if not self._fits_idle(job_any, req, part.name, kind, def_mem):
             return reason(ReasonCode.NODES_DOWN)
         return None
 
@@ -928,29 +938,64 @@ class _Pass:
         return PendingReason(ReasonCode.RESOURCES, requested=requested,
                              available=(("cpus", most[0]), ("mem", most[1]), ("gpus", most[2])))
 
+    def _fits_idle(self, job_any: PendingView, req: Request, part: str, kind: str,
+                   def_mem: int) -> bool:
+        """Whether `job_any` (its partition cleared) fits on the idle sample of `part`'s
+        nodes of one kind, remembered across passes for a plain request: the answer
+        depends only on the request and on what the sample's nodes are, which rarely
+        changes from one pass to the next."""
+        if req.req_nodes or req.exc_nodes or req.constraint or req.gpu_type \
+                or req.min_tmp_disk:
+            return select_nodes(job_any, self._sample(part, req, kind), def_mem) is not None
+        sig = self._group_sigs.get((part, kind))
+        if sig is None:
+            sig = self._group_sigs[(part, kind)] = tuple(
+                tuple((v.name, v.cpus, v.mem, v.gpus, v.weight, v.partitions, v.features,
+                       v.gpu_type, v.tmp_disk) for v in group)
+                for group in self._groups_of(part, kind))
+        j = job_any  # what select_nodes reads of it (make_request's fields)
+        key = ((j.num_nodes, j.max_nodes, j.num_tasks, j.ntasks_per_node, j.cpus_per_task,
+                j.mem_per_node, j.mem_per_cpu, j.gpus, j.gpus_per_node, j.gpus_per_task,
+                j.exclusive, j.req_nodes, j.exc_nodes, j.nodes_fixed, j.constraint,
+                j.min_cpus, j.gpu_type, j.min_tmp_disk), def_mem, req.most_nodes(), sig)
+        found = _FITS_IDLE.get(key)
+        if found is None:
+            if len(_FITS_IDLE) >= 4096:
+                _FITS_IDLE.clear()
+            found = _FITS_IDLE[key] = select_nodes(
+                job_any, self._sample(part, req, kind), def_mem) is not None
+        return found
+
     def _sample(self, part: str, req: Request, kind: str) -> list[NodeView]:
         """Idle copies of the partition's nodes of one kind ("all", "usable" or "idle" =
         usable with no job).  Whether a job could fit on idle nodes depends only on their
         sizes, so at most `num_nodes` nodes of each size are enough, which keeps this cheap
         when thousands of different requests are checked."""
-        groups = self._groups.get((part, kind))
         special = bool(req.req_nodes or req.exc_nodes or req.constraint or req.gpu_type
                        or req.min_tmp_disk)
-        if groups is None or special:
-            views = [self.snap.nodes[n.name] for n in self.part_nodes.get(part, [])]
-            if kind != "all":
-                idle_only = kind == "idle"
-                views = [v for v in views if v.usable
-                         and (not idle_only or (v.job_count == 0 and not v.exclusive))]
-            if special:
-                return [idle_copy(v) for v in views if v.name not in req.exc_nodes]
-            grouped: dict[tuple[int, int, int], list[NodeView]] = {}
-            for v in views:
-                grouped.setdefault((v.cpus, v.mem, v.gpus), []).append(v)
-            groups = self._groups[(part, kind)] = list(grouped.values())
+        if special:
+            return [idle_copy(v) for v in self._views(part, kind) if v.name not in req.exc_nodes]
         # a job without -N may need up to one node per task (or per GPU of a --gpus total)
         k = req.most_nodes()
-        return [idle_copy(v) for group in groups for v in group[:k]]
+        return [idle_copy(v) for group in self._groups_of(part, kind) for v in group[:k]]
+
+    def _views(self, part: str, kind: str) -> list[NodeView]:
+        views = [self.snap.nodes[n.name] for n in self.part_nodes.get(part, [])]
+        if kind != "all":
+            idle_only = kind == "idle"
+            views = [v for v in views if v.usable
+                     and (not idle_only or (v.job_count == 0 and not v.exclusive))]
+        return views
+
+    def _groups_of(self, part: str, kind: str) -> list[list[NodeView]]:
+        """The partition's nodes of one kind grouped by size (cpus, mem, gpus)."""
+        groups = self._groups.get((part, kind))
+        if groups is None:
+            grouped: dict[tuple[int, int, int], list[NodeView]] = {}
+            for v in self._views(part, kind):
+                grouped.setdefault((v.cpus, v.mem, v.gpus), []).append(v)
+            groups = self._groups[(part, kind)] = list(grouped.values())
+        return groups
 
     def _def_mem(self, part: Partition) -> int:
         return part.def_mem_per_cpu if part.def_mem_per_cpu is not None else self.snap.def_mem_per_cpu

@@ -365,6 +365,8 @@ class DepIndex:
         self._by_array: dict[int, list[DepJob]] = {}
         self._active: set[tuple[int, str]] = set()  # (uid, name) of running/suspended jobs
         self._pending: dict[tuple[int, str], list[DepJob]] = {}
+        # pass_lookup's answers
+        self._looked: dict[tuple[int, int | None], list[tuple[str, int, float | None]]] = {}
 
     def _build(self) -> None:
         jobs, self._jobs = self._jobs, None
@@ -402,6 +404,15 @@ class DepIndex:
         self._build()
         return self._pending
 
+    def pass_lookup(self, job_id: int, task_id: int | None) -> list[tuple[str, int, float | None]]:
+        """`lookup`, each answer made once: for a scheduling pass, during which no job
+        changes (eligibility and the Dependency= texts ask the same questions, and many
+        jobs wait on the same job).  The answers are shared: read them only."""
+        found = self._looked.get((job_id, task_id))
+        if found is None:
+            found = self._looked[(job_id, task_id)] = self.lookup(job_id, task_id)
+        return found
+
     def lookup(self, job_id: int, task_id: int | None) -> list[tuple[str, int, float | None]]:
         js: list[DepJob] = []
         members = self.by_array.get(job_id, ())
@@ -419,7 +430,8 @@ class DepIndex:
                     k = bisect_left(tasks, task_id)
                     if k < len(tasks) and tasks[k] == task_id:
                         js.append(j)
-        out = [(j.state.value, j.exit_code, j.start_time) for j in js]
+        # (_value_: Enum's value property costs a call per job)
+        out = [(j.state._value_, j.exit_code, j.start_time) for j in js]
         if self.gone is not None:
             # an array some of whose tasks already left memory: both halves count
             by_id = self.by_id

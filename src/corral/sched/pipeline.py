@@ -134,7 +134,7 @@ def dependency_texts(pending: Iterable[SchedJob], index: sched_deps.DepIndex,
             continue
         singleton = "singleton" in job.dependency and index.singleton_blocked(job)
         out[job.job_id] = sched_deps.format_dependency(
-            dep, index.lookup, now, singleton_blocked=singleton,
+            dep, index.pass_lookup, now, singleton_blocked=singleton,
             is_array=lambda i: i in index.by_array)
     return out
 
