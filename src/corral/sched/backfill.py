@@ -143,6 +143,21 @@ def _natural_order(names: tuple[str, ...]) -> list[str]:
 _FITS_IDLE: dict[tuple[Any, ...], bool] = {}
 
 
+# make_request's answers by (job shape, DefMemPerCPU): a pure function's, kept across passes
+_REQUESTS: dict[tuple[Any, ...], Request] = {}
+
+
+def _request(job: PendingView, shape: tuple[Any, ...], def_mem: int) -> Request:
+    """make_request(job, def_mem), `shape` being every field of `job` it reads."""
+    key = (shape, def_mem)
+    found = _REQUESTS.get(key)
+    if found is None:
+        if len(_REQUESTS) >= 4096:
+            _REQUESTS.clear()
+        found = _REQUESTS[key] = make_request(job, def_mem)
+    return found
+
+
 # (lower bound, best-fit key, node, cpus, mem, gpus) of one node for one request
 _Bound = tuple[float, tuple[int, int, int, int], _Node, int, int, int]
 
@@ -422,7 +437,7 @@ class _Pass:
         # _plan_members, so its id is stable); see _bounds_of
         self._bounds: dict[int, _Bounds] = {}
         self._groups: dict[tuple[str, str], list[list[NodeView]]] = {}
-        self._group_sigs: dict[tuple[str, str], tuple[tuple[Any, ...], ...]] = {}
+        self._group_sigs: dict[tuple[str, str, int], tuple[tuple[Any, ...], ...]] = {}
 
     # ---- starting jobs now ----------------------------------------------------------
     def try_start(self, req: Request, part: str, end: float) -> list[NodeAlloc] | None:
@@ -900,9 +915,9 @@ class _Pass:
             most = len(members) if part.max_nodes is None else min(len(members), part.max_nodes)
             return reason(ReasonCode.PARTITION_NODE_LIMIT, requested=(("nodes", req.num_nodes),),
                           available=(("nodes", most),), per_node=False)
-        job_any = replace(job, partition="")
         def_mem = self._def_mem(part)
-        if not self._fits_idle(job_any, req, part.name, "all", def_mem):
+        if not self._fits_idle(job, req, part.name, "all", def_mem):
+            job_any = replace(job, partition="")
             if job.constraint and select_nodes(replace(job_any, constraint=None),
                                                self._sample(part.name, req, "all"),
                                                def_mem) is not None:
@@ -915,7 +930,7 @@ class _Pass:
             return reason(ReasonCode.REQ_NODE_NOT_AVAIL, nodes=tuple(down))
         # Slurm counts only idle nodes as available to a whole-node job.
         kind = "idle" if req.exclusive else "usable"
-        if not self._fits_idle(job_any, req, part.name, kind, def_mem):
+        if not self._fits_idle(job, req, part.name, kind, def_mem):
             return reason(ReasonCode.NODES_DOWN)
         return None
 
@@ -938,32 +953,34 @@ class _Pass:
         return PendingReason(ReasonCode.RESOURCES, requested=requested,
                              available=(("cpus", most[0]), ("mem", most[1]), ("gpus", most[2])))
 
-    def _fits_idle(self, job_any: PendingView, req: Request, part: str, kind: str,
+    def _fits_idle(self, job: PendingView, req: Request, part: str, kind: str,
                    def_mem: int) -> bool:
-        """Whether `job_any` (its partition cleared) fits on the idle sample of `part`'s
+        """Whether `job` (in any partition) fits on the idle sample of `part`'s
         nodes of one kind, remembered across passes for a plain request: the answer
         depends only on the request and on what the sample's nodes are, which rarely
         changes from one pass to the next."""
         if req.req_nodes or req.exc_nodes or req.constraint or req.gpu_type \
                 or req.min_tmp_disk:
-            return select_nodes(job_any, self._sample(part, req, kind), def_mem) is not None
-        sig = self._group_sigs.get((part, kind))
-        if sig is None:
-            sig = self._group_sigs[(part, kind)] = tuple(
-                tuple((v.name, v.cpus, v.mem, v.gpus, v.weight, v.partitions, v.features,
-                       v.gpu_type, v.tmp_disk) for v in group)
-                for group in self._groups_of(part, kind))
-        j = job_any  # what select_nodes reads of it (make_request's fields)
+            return select_nodes(replace(job, partition=""), self._sample(part, req, kind),
+                                def_mem) is not None
+        k = req.most_nodes()
+        sig = self._group_sigs.get((part, kind, k))
+        if sig is None:  # the sample's nodes (_sample), as select_nodes reads them
+            sig = self._group_sigs[(part, kind, k)] = tuple(
+                (v.name, v.cpus, v.mem, v.gpus, v.weight, v.partitions, v.features,
+                 v.gpu_type, v.tmp_disk)
+                for group in self._groups_of(part, kind) for v in group[:k])
+        j = job  # what select_nodes reads of it (make_request's fields)
         key = ((j.num_nodes, j.max_nodes, j.num_tasks, j.ntasks_per_node, j.cpus_per_task,
                 j.mem_per_node, j.mem_per_cpu, j.gpus, j.gpus_per_node, j.gpus_per_task,
                 j.exclusive, j.req_nodes, j.exc_nodes, j.nodes_fixed, j.constraint,
-                j.min_cpus, j.gpu_type, j.min_tmp_disk), def_mem, req.most_nodes(), sig)
+                j.min_cpus, j.gpu_type, j.min_tmp_disk), def_mem, sig)
         found = _FITS_IDLE.get(key)
         if found is None:
             if len(_FITS_IDLE) >= 4096:
                 _FITS_IDLE.clear()
             found = _FITS_IDLE[key] = select_nodes(
-                job_any, self._sample(part, req, kind), def_mem) is not None
+                replace(job, partition=""), self._sample(part, req, kind), def_mem) is not None
         return found
 
     def _sample(self, part: str, req: Request, kind: str) -> list[NodeView]:
@@ -1042,7 +1059,7 @@ class _Pass:
                      job.min_cpus, job.gpu_type, job.min_tmp_disk)
             req = self.requests.get(shape)
             if req is None:
-                req = self.requests[shape] = make_request(job, self._def_mem(part))
+                req = self.requests[shape] = _request(job, shape, self._def_mem(part))
             duration = INFINITE_TIME if job.time_limit < 0 else float(job.time_limit)
             if predicted and job.user in predicted and duration != INFINITE_TIME:  # [quality]
                 duration = min(duration, predicted[job.user])  # EASY++: sched/predict.py

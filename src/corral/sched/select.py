@@ -195,9 +195,19 @@ def make_request(job: PendingView, def_mem_per_cpu: int) -> Request:
 _DIGITS = re.compile(r"(\d+)")
 
 
+_NATURAL: dict[str, tuple[object, ...]] = {}
+
+
 def natural_key(name: str) -> tuple[object, ...]:
-    """node-2 before node-10."""
-    return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(name))
+    """node-2 before node-10.  Remembered per name: node names are few and every
+    selection sorts by them."""
+    found = _NATURAL.get(name)
+    if found is None:
+        if len(_NATURAL) >= 65536:
+            _NATURAL.clear()
+        found = _NATURAL[name] = tuple(int(p) if p.isdigit() else p
+                                       for p in _DIGITS.split(name))
+    return found
 
 
 def best_fit_key(node: NodeLike) -> tuple[object, ...]:
