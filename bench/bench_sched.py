@@ -38,8 +38,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from corral.controller.core import passes  # noqa: E402
 from corral.controller.accounts import Caller  # noqa: E402
+from corral.controller.core import passes  # noqa: E402
 from corral.controller.harness import FakeClock, harness_controller  # noqa: E402
 from corral.controller.state import Controller  # noqa: E402
 from corral.model.assoc import Qos  # noqa: E402
