@@ -111,3 +111,21 @@ def test_pass_lookup_answers_once_lookup_reads_anew() -> None:
     jobs[0].state = JobState.COMPLETED
     assert index.lookup(7, None) == [("COMPLETED", 0, None)]
     assert index.pass_lookup(7, None) == [("RUNNING", 0, None)]  # within one pass
+
+
+def test_run_minutes_charged_when_a_limit_reads_them() -> None:
+    """Running jobs' remaining TRES-minutes are added only when a GrpTRESRunMins limit is
+    checked, in charging order; starts after a check count in the next one."""
+    from corral.sched.limits_check import LimitLedger
+    from tests.unit.test_limits_check import job, lab
+
+    db = lab()
+    db.assocs[2].limits.grp_tres_run_mins = {"gres/gpu": 1000}
+    led = LimitLedger(db, "c")
+    led.add_running(job(1, "pi", account="lab", gpus=1, minutes=500), 300)
+    led.add_running(job(2, "ben", gpus=1, minutes=500), 300)
+    assert led.check_start(job(3, "ann", gpus=1, minutes=400)) is None  # 600 + 400
+    led.start(job(3, "ann", gpus=1, minutes=400))
+    hit = led.check_start(job(4, "ann", gpus=1, minutes=1))
+    assert hit is not None and hit.code == "AssocGrpGRESRunMinutes" and hit.used == 1000
+    assert led.check_start(job(5, "pi", account="lab", minutes=60)) is None  # no GPUs asked
