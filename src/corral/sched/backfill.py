@@ -782,12 +782,16 @@ class _Pass:
 
         def take(upto: int) -> None:
             nonlocal taken
-            for _, _, node, c, m, g in bounds[taken:upto]:
-                demand = (c, m, g, whole, duration)
-                spans = node.plan_cache.get(demand)
-                if spans is None:
-                    spans = node.plan_cache[demand] = _feasible_starts(node, c, m, g, whole,
-                                                                       now, duration)
+            for at, _, node, c, m, g in bounds[taken:upto]:
+                if not node.holds:  # (only releases: it fits from its lower bound on)
+                    spans = [(at, INFINITE_TIME)]
+                else:
+                    demand = (c, m, g, whole, duration)
+                    cached = node.plan_cache.get(demand)
+                    if cached is None:
+                        cached = node.plan_cache[demand] = _feasible_starts(
+                            node, c, m, g, whole, now, duration)
+                    spans = cached
                 if spans:
                     starts[node.name] = spans
                     candidates.append(node)
@@ -880,6 +884,11 @@ class _Pass:
         for at, static_key, node, c, m, g in bounds:
             if best is not None and (at, static_key) >= best:
                 break
+            if not node.holds:  # only releases: it fits from its lower bound on
+                key = (at, static_key)
+                if best is None or key < best:
+                    best, chosen = key, node
+                continue
             demand = (c, m, g, whole, duration)
             spans = node.plan_cache.get(demand)
             if spans is None:
