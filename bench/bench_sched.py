@@ -1,7 +1,7 @@
 """Time one full scheduling pass of the controller, as it runs in production.
 
     python bench/bench_sched.py [--runs N] [--jobs N] [--nodes N] [--running N] [--curve]
-                                [--no-policy] [--preempt]
+                                [--no-policy] [--preempt] [--freeze-gc]
 
 One pass = build the snapshot from the controller's state, eligibility (holds, begin
 times, dependencies through the per-pass index), priority/multifactor for every pending
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import random
 import statistics
 import sys
@@ -230,12 +231,17 @@ def one_pass(ctl: Controller) -> tuple[float, Decision | None]:
 
 
 def median_pass(n_nodes: int, n_pending: int, n_running: int, runs: int,
-                policy: bool = True, preempt: bool = False) -> tuple[float, Decision]:
+                policy: bool = True, preempt: bool = False,
+                freeze_gc: bool = False) -> tuple[float, Decision]:
     times = []
     dec: Decision | None = None
     for _ in range(runs):
+        gc.unfreeze()
         ctl = build(n_nodes, n_pending, n_running, seed=1, policy=policy,
                     preempt=preempt)  # same state each run
+        if freeze_gc:  # the built state out of the collector's reach (gc.freeze)
+            gc.collect()
+            gc.freeze()
         elapsed, dec = one_pass(ctl)
         times.append(elapsed)
     assert dec is not None
@@ -253,9 +259,14 @@ def main() -> int:
                     help="without accounts, limits and fairshare")
     ap.add_argument("--preempt", action="store_true",
                     help="with preempt/qos: every tenth pending job may preempt")
+    ap.add_argument("--freeze-gc", action="store_true",
+                    help="gc.freeze() the built state before the pass: without the full "
+                         "collections over the controller's objects that a pass's "
+                         "allocations trigger")
     args = ap.parse_args()
     policy = not args.no_policy
-    t, dec = median_pass(args.nodes, args.jobs, args.running, args.runs, policy, args.preempt)
+    t, dec = median_pass(args.nodes, args.jobs, args.running, args.runs, policy, args.preempt,
+                         args.freeze_gc)
     waiting: dict[str, int] = {}
     for why in dec.reasons.values():
         waiting[why.text()] = waiting.get(why.text(), 0) + 1
