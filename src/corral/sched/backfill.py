@@ -986,7 +986,7 @@ class _Pass:
                 j.min_cpus, j.gpu_type, j.min_tmp_disk), def_mem, sig)
         found = _FITS_IDLE.get(key)
         if found is None:
-            if len(_FITS_IDLE) >= 4096:
+            if len(_FITS_IDLE) >= 256:  # (a key may name every node of a partition)
                 _FITS_IDLE.clear()
             found = _FITS_IDLE[key] = select_nodes(
                 replace(job, partition=""), self._sample(part, req, kind), def_mem) is not None
