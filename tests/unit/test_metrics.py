@@ -231,3 +231,16 @@ def test_kept_text_equals_a_fresh_rendering_after_each_change(h: Harness) -> Non
     same()
     h.advance(120)  # MinJobAge: jobs leave memory without an event
     same()
+
+
+def test_scheduler_route_gives_each_stage_of_the_last_pass(h: Harness) -> None:
+    m = Metrics(h.ctl, UsageBook(h.ctl))
+    before = m.render("scheduler").decode()
+    assert "corral_sched_stage_seconds{" not in before  # no pass decided anything yet
+    h.submit(uid=1000)
+    h.tick()
+    text = m.render("scheduler").decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    stages = {s.labels["stage"]: s.value for s in families["corral_sched_stage_seconds"].samples}
+    assert {"eligibility", "priority", "backfill"} <= set(stages)
+    assert all(v >= 0 for v in stages.values())

@@ -887,8 +887,18 @@ class Metrics:
                            "starts (positive: jobs start later than estimated)", est.bias()))
         return "".join(out)
 
+    def stages(self) -> Iterator[Family]:
+        """Each stage's time in the last pass that decided something (Decision.stage_seconds:
+        eligibility, priority, limits, backfill, preemption, decision)."""
+        fam = Family("corral_sched_stage_seconds",
+                     "Time of each stage of the last scheduling pass", ("stage",))
+        last = self.ctl.last_decision
+        for stage, secs in (last.stage_seconds.items() if last is not None else ()):
+            fam.add((stage,), secs)
+        yield fam
+
     def scheduler_text(self) -> bytes:
-        return expose(self.scheduler()) + self.estimates_text().encode()
+        return expose(self.scheduler()) + expose(self.stages()) + self.estimates_text().encode()
 
     # ---- exposition -----------------------------------------------------------------------
     SECTIONS = ("nodes", "jobs", "partitions", "scheduler", "jobs-users-accts", "gpus")

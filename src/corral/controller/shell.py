@@ -243,7 +243,8 @@ class Shell:
         self.request_schedule()
 
     def schedule_pass(self, now: float) -> Decision | None:
-        decision = self.core.passes.run(now)
+        # the pass's stages timed on the monotonic clock (Decision.stage_seconds: metrics)
+        decision = self.core.passes.run(now, time.perf_counter)
         if decision is not None:
             self.last_decision = decision
         return decision

@@ -82,13 +82,13 @@ class Passes:
             self.history.record(ev.job.user, ev.job.run_seconds(ev.time))
 
     # ---- the pass ------------------------------------------------------------------
-    def run(self, now: float) -> Decision | None:
+    def run(self, now: float, timer: Callable[[], float] | None = None) -> Decision | None:
         """One pass: the pipeline run on a snapshot, its decision applied.  (Usage is
         charged by the periodic duties, `UsageBook.tick`, as Slurm decays it in a thread of
         its own: a pass never pays for it.)"""
         if not self.core.pending:
             return None
-        decision = run_pass(self.snapshot(now))
+        decision = run_pass(self.snapshot(now), timer)
         self.apply(decision, now)
         return decision
 
