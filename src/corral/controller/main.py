@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import resource
@@ -85,6 +86,12 @@ async def serve(home: str, config_path: str, listen: str | None = None) -> int:
     ctl.recover()
     from corral.controller import partitions
     partitions.restore(ctl)  # partitions changed at runtime (scontrol update PartitionName=)
+    # The recovered state (every job record in memory) lives as long as the controller: out
+    # of the cyclic collector's scans, so a pass's allocations do not trigger full
+    # collections over it (bench_sched --freeze-gc: ~0.4 s of a 10,000-job pass).  Reference
+    # counting still frees what is dropped later.
+    gc.collect()
+    gc.freeze()
     stop = asyncio.Event()
     api = Api(ctl, stop.set)
     app = api.app()
