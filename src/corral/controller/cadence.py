@@ -1,6 +1,6 @@
 """When scheduling passes run: one policy, pure, with time as a parameter.
 
-The controller's shell (controller/scheduling.py) runs it in real time on the event loop;
+The controller's shell (controller/shell.py) runs it in real time on the event loop;
 the simulator (corral.sim) runs the same object in virtual time, so a replayed trace sees
 the production cadence:
 

@@ -18,7 +18,7 @@ from corral.store.base import NodeHistoryEnd, NodeHistoryEntry
 
 log = logging.getLogger("corral.controller")
 
-KILL_TASK_FAILED = "Kill task failed"  # controller/lifecycle.py's drain reason
+KILL_TASK_FAILED = "Kill task failed"  # controller/core/lifecycle.py's drain reason
 _OPENS = (NodeEventKind.DRAINED, NodeEventKind.DOWN, NodeEventKind.NOT_RESPONDING)
 
 

@@ -56,7 +56,7 @@ _SUBMIT, _END, _PASS, _TICK = 0, 1, 2, 3
 
 
 def run_now(coro: Any) -> Any:
-    """Run a use case's coroutine that never waits (the writer is `NoWriter`) to its end,
+    """Run a use case's coroutine that never waits (the simulator executes the effects itself: nothing is written) to its end,
     without an event loop."""
     try:
         coro.send(None)
