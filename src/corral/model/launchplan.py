@@ -2,11 +2,11 @@
 
 One record from the controller to that process, in place of a dict read with `.get()` at each
 hop: the controller builds it (`controller.launch.launch_message`, called by the shell after
-the commit), the `launch` message carries it (`model.messages.LaunchJob`), the agent adds
-what only the node knows (`LaunchPlan.node_side`: the script's path, the cgroup root, the
-bound CPUs, the limits from cgroup.conf) and writes it as `launch.json`, and the step
-supervisor (`agent.stepd`) reads it back with `LaunchPlan.from_dict`, which checks every field's type and range, so a bad plan
-fails the step before anything runs.
+the commit), the `launch` message carries it (`model.messages.LaunchJob`), the agent adds what
+only the node knows (`LaunchPlan.node_side`: the script's path, the cgroup root, the bound
+CPUs, the limits from cgroup.conf) and writes it as `launch.json`, and the step supervisor
+(`agent.stepd`) reads it back with `LaunchPlan.from_dict`, which checks every field's type and
+range, so a bad plan fails the step before anything runs.
 
 The fields stay flat on the wire (one JSON object, the keys `launch.json` always had); they
 fall into these groups:
