@@ -73,6 +73,8 @@ def test_scontrol_shows_the_preemption_settings(c: Cluster) -> None:
     config = c.ok("scontrol", "show", "config")
     assert re.search(r"^PreemptMode\s+= REQUEUE$", config, re.M), config
     assert re.search(r"^PreemptType\s+= preempt/qos$", config, re.M), config
+    # the partition sets none: it shows the cluster's mode, as Slurm's scontrol does
+    assert "OverTimeLimit=NONE PreemptMode=REQUEUE" in c.ok("scontrol", "show", "partition")
 
 
 def sacct(c: Cluster, job: int, fields: str) -> str:

@@ -624,3 +624,14 @@ def test_reconfigure_without_endpoint(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(client, "post", post)
     assert scontrol.main(["reconfigure"]) == 1
     assert capsys.readouterr().err.startswith("slurm_reconfigure error: this controller cannot")
+
+
+@pytest.mark.parametrize("shown,printed", [
+    (None, "PreemptMode=OFF"), ("requeue", "PreemptMode=REQUEUE"),
+    ("suspend,gang", "PreemptMode=GANG,SUSPEND")])
+def test_partition_preempt_mode_as_scontrol_prints_it(shown: str | None, printed: str) -> None:
+    part = Partition(name="p", nodes=["node-1"]).to_dict()
+    if shown is not None:  # the controller's effective mode: the partition's, else slurm.conf's
+        part["preempt_mode_shown"] = shown
+    out = scontrol.format_partition(part, [ref_node("node-1", 1)])
+    assert f"\n   OverTimeLimit=NONE {printed}\n" in out

@@ -506,7 +506,8 @@ def format_partition(part: dict[str, Any], nodes: list[dict[str, Any]], *,
         f"PriorityTier={part.get('priority_tier', 1)} RootOnly={yn(part.get('root_only'))} "
         "ReqResv=NO "
         f"OverSubscribe={part.get('oversubscribe') or 'NO'}",
-        "OverTimeLimit=NONE PreemptMode=OFF",
+        "OverTimeLimit=NONE PreemptMode="
+        + _config_value("PreemptMode", str(part.get("preempt_mode_shown") or "OFF")),
         f"State={part.get('state') or 'UP'} TotalCPUs={total_cpus} TotalNodes={len(mine)} "
         "SelectTypeParameters=NONE",
         f"JobDefaults={job_defaults}",

@@ -355,13 +355,19 @@ class Api:
             nodes = [n for n in nodes if n.name in wanted]  # type: ignore[assignment]
         return json_response({
             "nodes": [n.to_dict() for n in nodes],
-            "partitions": [p.to_dict() for p in self.ctl.partitions.values()],
+            "partitions": self._partitions(),
             "now": time.time(),
             "reserved": node_marks(self.ctl, self.ctl.clock()),  # sinfo's resv/maint
         })
 
+    def _partitions(self) -> list[dict[str, Any]]:
+        # PreemptMode= as scontrol shows it: the partition's own, else slurm.conf's
+        cluster_mode = self.ctl.config.options.get("PreemptMode", "") or "OFF"
+        return [{**p.to_dict(), "preempt_mode_shown": p.preempt_mode or cluster_mode}
+                for p in self.ctl.partitions.values()]
+
     async def list_partitions(self, request: web.Request) -> web.Response:
-        return json_response({"partitions": [p.to_dict() for p in self.ctl.partitions.values()]})
+        return json_response({"partitions": self._partitions()})
 
     async def get_config(self, request: web.Request) -> web.Response:
         listen = request.app.get(door.LISTEN)
