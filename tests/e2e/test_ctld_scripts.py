@@ -96,6 +96,19 @@ def test_the_launch_waits_for_the_prolog(cluster: Cluster) -> None:
     assert marker.exists()
 
 
+def test_a_job_cancelled_while_its_launch_waits_ends_cancelled(cluster: Cluster) -> None:
+    c = cluster
+    flag = c.home / "runs" / "slow"
+    flag.touch()
+    try:
+        job = c.sbatch("-J", "slow", "-o", "/dev/null", "--wrap", "true")
+        c.wait_for(lambda: _lines(c, "prolog", job), timeout=30, what="the prolog")
+        c.ok("scancel", str(job))
+    finally:
+        flag.unlink()
+    c.wait_state(job, "CANCELLED", timeout=30)
+
+
 def test_a_failing_prolog_requeues_the_batch_job(cluster: Cluster) -> None:
     c = cluster
     job = c.sbatch("-J", "failonce", "-o", "/dev/null", "--wrap", "true")
