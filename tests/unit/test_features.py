@@ -451,3 +451,17 @@ def test_agent_bound_cpus_replace_ledger_ids(h: Harness) -> None:
     assert h.ctl.nodes["c1"].used_cpu_ids == [0, 1]
     info = h.ctl.ping_info()
     assert info["ok"] and info["host"]
+
+
+def test_reconfigure_rereads_cadence_health_and_prolog_settings(h: Harness) -> None:
+    assert h.ctl.health.program == "" and not h.ctl.prolog.settings.active
+    text = CONF + ("SchedulerParameters=sched_interval=7\nHealthCheckProgram=/bin/true\n"
+                   "HealthCheckInterval=30\nProlog=/bin/true\nPrologSlurmctld=/bin/true\n")
+    h.call(h.ctl.reconfigure, h.who(0), text)
+    assert h.ctl.cadence.params.tick_interval == 7.0
+    assert (h.ctl.health.program, h.ctl.health.interval) == ("/bin/true", 30)
+    assert h.ctl.prolog.settings.prolog == "/bin/true"
+    assert h.ctl.shell.launch_gate is not None  # batch launches wait for PrologSlurmctld
+    h.call(h.ctl.reconfigure, h.who(0), CONF)
+    assert h.ctl.health.program == "" and not h.ctl.prolog.settings.active
+    assert h.ctl.shell.launch_gate is None

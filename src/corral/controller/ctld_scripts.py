@@ -35,12 +35,18 @@ class CtldScripts:
 
     def __init__(self, ctl: Any) -> None:
         self.ctl = ctl
-        o = ctl.config.options
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.subscribed = False
+        self.reload()
+
+    def reload(self) -> None:
+        """slurm.conf's PrologSlurmctld/EpilogSlurmctld, again after `scontrol reconfigure`."""
+        o = self.ctl.config.options
         self.prolog = o.get("PrologSlurmctld", "").strip()
         self.epilog = o.get("EpilogSlurmctld", "").strip()
-        self.tasks: set[asyncio.Task[None]] = set()
-        if self.prolog or self.epilog:
-            ctl.table.subscribe(self.on_job_event)
+        if self.active and not self.subscribed:
+            self.ctl.table.subscribe(self.on_job_event)
+            self.subscribed = True
 
     @property
     def active(self) -> bool:

@@ -48,6 +48,16 @@ def _seconds(text: str, default: int) -> int:
 
 class HealthChecks:
     def __init__(self, config: ClusterConfig) -> None:
+        self.reload(config)
+        self.next_run = 0.0
+        self.cycle_at = 0  # CYCLE: the next node's place in name order
+        # node -> source -> the failing verdict's reason; a passing verdict removes it
+        self.failing: dict[str, dict[str, str]] = {}
+        self.drained: set[str] = set()  # drained by a verdict, not yet resumed
+
+    def reload(self, config: ClusterConfig) -> None:
+        """slurm.conf's HealthCheck* settings (again after `scontrol reconfigure`; the
+        verdicts so far are kept)."""
         o = config.options
         self.program = o.get("HealthCheckProgram", "").strip()
         self.interval = _seconds(o.get("HealthCheckInterval", "0"), 0)
@@ -57,11 +67,6 @@ class HealthChecks:
         self.states = (states - {"CYCLE"}) or {"ANY"}
         self.timeout = float(max(1, _seconds(o.get("HealthCheckTimeout", "60"), 60)))
         self.gate = o.get("CorralHealthCheckResume", "PASSED").strip().upper() != "ANY"
-        self.next_run = 0.0
-        self.cycle_at = 0  # CYCLE: the next node's place in name order
-        # node -> source -> the failing verdict's reason; a passing verdict removes it
-        self.failing: dict[str, dict[str, str]] = {}
-        self.drained: set[str] = set()  # drained by a verdict, not yet resumed
 
     def wanted(self, n: Node) -> bool:
         """Whether HealthCheckNodeState selects `n` now."""

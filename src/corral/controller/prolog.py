@@ -61,11 +61,20 @@ class PrologEpilog:
         self.ctl = ctl
         self.settings = PrologSettings(config)
         self.nodes_of: dict[int, list[str]] = {}  # a started run's nodes, until its end
-        if self.settings.active:
-            ctl.table.subscribe(self.on_job_event)
+        self.subscribed = False
+        self.reload(config)
+
+    def reload(self, config: ClusterConfig) -> None:
+        """slurm.conf's Prolog settings, again after `scontrol reconfigure`."""
+        self.settings = PrologSettings(config)
+        if self.settings.active and not self.subscribed:
+            self.ctl.table.subscribe(self.on_job_event)
+            self.subscribed = True
 
     def on_job_event(self, ev: JobEvent) -> None:
         job = ev.job
+        if not self.settings.active and ev.kind is JobEventKind.STARTED:
+            return  # a reconfigure removed them; runs started before still get their end
         if ev.kind is JobEventKind.STARTED and job.alloc:
             self.nodes_of[job.job_id] = list(job.nodes)
             self._send_start(job)

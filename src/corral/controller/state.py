@@ -488,7 +488,23 @@ class Controller:
         return self.usecases.ping_info()
 
     def reconfigure(self, who: Identity, text: str | None = None) -> list[str]:
-        return self.usecases.reconfigure(who, text)
+        changes = self.usecases.reconfigure(who, text)
+        self._reread_settings()
+        return changes
+
+    def _reread_settings(self) -> None:
+        """After `scontrol reconfigure`: the settings read once at start — the pass cadence,
+        health checks, Prolog/Epilog and PrologSlurmctld/EpilogSlurmctld — from the new
+        slurm.conf (the core's own settings are re-read by the use case)."""
+        from corral.controller.cadence import CadenceParams
+
+        config = self.core.config
+        self.shell.cadence.params = CadenceParams.from_config(config)
+        self.health.reload(config)
+        self.prolog.reload(config)
+        self.ctld_scripts.reload()
+        self.shell.launch_gate = self.ctld_scripts.gate_launch if self.ctld_scripts.prolog \
+            else None
 
 
 def _log_event(ev: JobEvent) -> None:
