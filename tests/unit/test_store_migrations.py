@@ -147,3 +147,138 @@ def test_a_commit_with_a_stale_epoch_is_refused(tmp_path: Path) -> None:
     finally:
         first.close()
         second.close()
+
+
+# ---- schema 5 -> 6: reservations and runtime partitions out of the payload rows 0 and -1 ----
+FIXTURE_V5 = Path(__file__).resolve().parent.parent / "fixtures" / "state-v5"
+T0_V5 = 1_790_000_000.0  # tests/fixtures/make_state_v5.py's
+CONF_V5 = """\
+ClusterName=testcluster
+NodeName=node-[1-4] CPUs=16 RealMemory=64000 Gres=gpu:4
+PartitionName=debug Nodes=node-[1-4] Default=YES MaxTime=INFINITE State=UP
+PartitionName=short Nodes=node-[1-2] MaxTime=10:00 State=UP
+"""
+
+
+def _payload_ids(path: Path) -> list[int]:
+    db = sqlite3.connect(path)
+    try:
+        return [r[0] for r in db.execute("SELECT job_id FROM payloads ORDER BY job_id")]
+    finally:
+        db.close()
+
+
+def test_the_v5_fixture_keeps_reservations_and_partitions_as_payloads() -> None:
+    assert _version(FIXTURE_V5 / "state.db") == 5 < SCHEMA_VERSION
+    assert _payload_ids(FIXTURE_V5 / "state.db") == [-1, 0]
+
+
+def test_reservations_and_runtime_partitions_are_moved_to_their_tables(tmp_path: Path) -> None:
+    from corral.controller import partitions
+    from corral.controller import reservations as resv_ctl
+    from corral.controller.harness import Harness
+
+    path = tmp_path / "state.db"
+    shutil.copy(FIXTURE_V5 / "state.db", path)
+    store = SqliteStore(str(path))
+    try:
+        assert _version(path) == SCHEMA_VERSION
+        assert _payload_ids(path) == []  # the fake job ids are gone from the payloads
+        stored = store.load_reservations()
+        assert [r.name for r in stored.reservations] == ["maint", "root_1", "weekly"]
+        assert stored.next_id == 2
+        table = store.load_runtime_partitions()
+        assert table.partitions is not None
+        assert [p.name for p in table.partitions] == ["debug", "short", "extra"]
+        # the controller restarts on it: every reservation, partition and node attribute
+        with Harness(CONF_V5, store=store, now=T0_V5 + 100) as h:  # type: ignore[arg-type]
+            partitions.restore(h.ctl)
+            extra = h.ctl.partitions["extra"]
+            assert (extra.nodes, extra.state, extra.max_time) == (["node-3", "node-4"],
+                                                                  "DRAIN", 300)
+            assert h.ctl.partitions["short"].max_time == 1200
+            assert h.ctl.nodes["node-3"].partitions == ["debug", "extra"]
+            assert h.ctl.nodes["node-2"].comment == "new disks"
+            assert (h.ctl.nodes["node-3"].features, h.ctl.nodes["node-3"].weight) == \
+                (["fast", "nvme"], 5)
+            book = resv_ctl.book_of(h.ctl)
+            assert book.by_name["maint"].flags == ["MAINT", "IGNORE_JOBS", "SPEC_NODES"]
+            assert book.by_name["maint"].nodes == ["node-1"]
+            assert book.by_name["weekly"].flags == ["WEEKLY", "SPEC_NODES"]
+            assert resv_ctl.node_marks(h.ctl, T0_V5 + 100) == {"node-1": "maint"}
+            # the counter of generated names came along
+            r = h.call(resv_ctl.create, h.ctl, h.who(0),
+                       {"start": T0_V5 + 3 * 86400, "duration": 60, "nodes": "node-3",
+                        "users": "root"})
+            assert r.name == "root_2"
+            h.call(resv_ctl.delete, h.ctl, h.who(0), "weekly")
+            h.call(partitions.delete_partition, h.ctl, h.who(0), "extra")
+    finally:
+        store.close()
+    again = SqliteStore(str(path))
+    try:
+        stored = again.load_reservations()
+        assert [r.name for r in stored.reservations] == ["maint", "root_1", "root_2"]
+        assert stored.next_id == 3
+        table = again.load_runtime_partitions()
+        assert table.partitions is not None
+        assert [p.name for p in table.partitions] == ["debug", "short"]
+        assert table.nodes["node-2"].comment == "new disks"
+    finally:
+        again.close()
+
+
+def test_a_reconfigured_partition_table_is_moved_as_node_comments_only(tmp_path: Path) -> None:
+    """`scontrol reconfigure` left schema 5 a record of node comments and no partitions."""
+    path = tmp_path / "state.db"
+    shutil.copy(FIXTURE_V5 / "state.db", path)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE payloads SET script=? WHERE job_id=-1",
+               (json.dumps({"nodes": {"node-2": {"comment": "new disks"}}}),))
+    db.execute("UPDATE payloads SET script='not json' WHERE job_id=0")
+    db.commit()
+    db.close()
+    store = SqliteStore(str(path))
+    try:
+        table = store.load_runtime_partitions()
+        assert table.partitions is None  # slurm.conf's
+        assert list(table.nodes) == ["node-2"]
+        attrs = table.nodes["node-2"]
+        assert (attrs.features, attrs.weight, attrs.comment) == (None, None, "new disks")
+        # an unreadable book is dropped (logged), not a controller that cannot start
+        assert store.load_reservations().reservations == []
+        assert _payload_ids(path) == []
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_reservations_and_partitions_round_trip_as_records(kind: str, tmp_path: Path) -> None:
+    from corral.model.node import Partition
+    from corral.model.reservation import Reservation
+    from corral.store.base import (
+        NodeAttributes,
+        ReservationChange,
+        RuntimePartitions,
+        StoredReservations,
+    )
+    from corral.store.memory import MemoryStore
+
+    store = MemoryStore() if kind == "memory" else SqliteStore(str(tmp_path / "state.db"))
+    try:
+        assert store.load_reservations() == StoredReservations([], 1)
+        assert store.load_runtime_partitions() == RuntimePartitions(None, {})
+        a = Reservation("a", 10.0, 20.0, ["n1"], users=["root"], flags=["MAINT"])
+        b = Reservation("b", 30.0, 40.0, ["n2"], accounts=["lab"], accounts_not=True)
+        store.write(WriteBatch(reservations=[ReservationChange("a", a, 1),
+                                             ReservationChange("b", b, 5)]))
+        store.write(WriteBatch(reservations=[ReservationChange("a", None, 6)]))
+        assert store.load_reservations() == StoredReservations([b], 6)
+        parts = [Partition("z", ["n1"], default=True), Partition("a", ["n2"], max_time=60)]
+        attrs = {"n1": NodeAttributes(["x"], 3, "c"), "n2": NodeAttributes(comment="d")}
+        store.write(WriteBatch(partitions=RuntimePartitions(parts, attrs)))
+        assert store.load_runtime_partitions() == RuntimePartitions(parts, attrs)
+        store.write(WriteBatch(partitions=RuntimePartitions(None, {"n2": attrs["n2"]})))
+        assert store.load_runtime_partitions() == RuntimePartitions(None, {"n2": attrs["n2"]})
+    finally:
+        store.close()

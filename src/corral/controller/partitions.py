@@ -2,20 +2,23 @@
 PartitionName=…` and `scontrol update NodeName=… Features=|Weight=|Comment=`.
 
 Operators only.  A change acts at once (the next scheduling pass sees it) and is durable:
-the whole runtime table (every partition, and the node attributes changed by hand) is one
-record, kept through the group-commit writer as the payload of job id `RECORD_ID` tagged
-`RECORD_TAG` (as reservations keep theirs under id 0), committed before the caller is
-answered and applied after the controller's recovery on the next start.  `scontrol reconfigure` returns partitions and
-nodes to slurm.conf's definitions and forgets the record, as Slurm does."""
+the whole runtime table (every partition, and the node attributes changed by hand) is
+written, as the core's `PersistPartitions` effect through the shell's group-commit
+writer, to the store's runtime_partitions and runtime_node_attrs tables (store migration
+6; schema 5 kept it as the payload row of job id -1), committed before the caller is
+answered and applied after the controller's recovery on the next start.  `scontrol
+reconfigure` returns partitions and nodes to slurm.conf's definitions and forgets the
+table, as Slurm does."""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
 from typing import Any
 
 from aiohttp import web
 
+from corral.controller.core.effects import PersistPartitions
 from corral.controller.errors import (
     ESLURM_INVALID_NODE_NAME,
     ESLURM_INVALID_PARTITION_NAME,
@@ -25,12 +28,10 @@ from corral.controller.errors import (
 from corral.model import hostlists
 from corral.model.node import Node, Partition
 from corral.model.partspec import PartSpecError, parse_fields
-from corral.store.base import JobPayload
+from corral.store.base import NodeAttributes, RuntimePartitions
 
 log = logging.getLogger("corral.controller")
 
-RECORD_ID = -1  # no job has it; reservations use 0
-RECORD_TAG = "corral-partitions-v1"
 ESLURM_PARTITION_IN_USE = 2046  # slurm_errno.h: "Partition is in use"
 NODE_KEYS = {"features": "features", "availablefeatures": "features",
              "activefeatures": "features", "weight": "weight", "comment": "comment"}
@@ -157,58 +158,50 @@ def _changed(ctl: Any, who: Any, what: str) -> None:
 
 # ---- the durable record ---------------------------------------------------------------
 def save(ctl: Any) -> None:
-    """Queue the runtime table for the writer (the caller awaits durability)."""
-    nodes = {name: {"features": list(n.features), "weight": n.weight, "comment": n.comment}
-             for name, n in ctl.nodes.items()}
-    _write(ctl, {"partitions": [p.to_dict() for p in ctl.partitions.values()], "nodes": nodes})
+    """Queue the runtime table for the writer (the caller awaits durability): copies, as
+    they are now."""
+    _write(ctl, RuntimePartitions(
+        [dataclasses.replace(p, nodes=list(p.nodes)) for p in ctl.partitions.values()],
+        {name: NodeAttributes(list(n.features), n.weight, n.comment)
+         for name, n in ctl.nodes.items()}))
 
 
-def _write(ctl: Any, record: dict[str, Any]) -> None:
-    """Queue the record for the writer; `await ctl.durable()` makes it durable."""
-    text = json.dumps(record, separators=(",", ":"))
-    ctl.writer.payload(RECORD_ID, JobPayload(text, {}, [RECORD_TAG]))
-    ctl.writer.kick()
+def _write(ctl: Any, table: RuntimePartitions) -> None:
+    """Queue the table for the writer; `await ctl.durable()` makes it durable."""
+    ctl.core.out.emit(PersistPartitions(table))
 
 
 def forget(ctl: Any) -> None:
     """`scontrol reconfigure`: slurm.conf's partitions, features and weights win again;
     node comments stay (they are not slurm.conf's)."""
-    comments = {name: {"comment": n.comment} for name, n in ctl.nodes.items() if n.comment}
-    _write(ctl, {"nodes": comments})
+    _write(ctl, RuntimePartitions(None, {name: NodeAttributes(comment=n.comment)
+                                         for name, n in ctl.nodes.items() if n.comment}))
 
 
 def restore(ctl: Any) -> None:
     """After recovery: the partition table and node attributes as last changed at runtime."""
     try:
-        payload = ctl.store.load_payload(RECORD_ID)
-    except Exception:  # a store that refuses an id no job has: nothing was saved
-        payload = None
-    if payload is None or payload.argv[:1] != [RECORD_TAG]:
+        table = ctl.store.load_runtime_partitions()
+    except Exception:
+        log.exception("the runtime partition table in the store is unreadable; slurm.conf's "
+                      "is used")
         return
-    try:
-        record = json.loads(payload.script)
-        parts = None if "partitions" not in record else \
-            [Partition(**p) for p in record["partitions"]]
-        node_attrs = dict(record.get("nodes") or {})
-    except (ValueError, TypeError, KeyError, AttributeError):
-        log.error("the runtime partition table in the store is unreadable; slurm.conf's is used")
-        return
-    if parts is not None:
+    if table.partitions is not None:
         ctl.partitions.clear()
-        for p in parts:
+        for p in table.partitions:
             p.nodes = [x for x in p.nodes if x in ctl.nodes]
             ctl.partitions[p.name] = p
-    for name, attrs in node_attrs.items():
+    for name, attrs in table.nodes.items():
         n = ctl.nodes.get(name)
-        if n is None or not isinstance(attrs, dict):
+        if n is None:
             continue
-        if "features" in attrs:
-            n.features = [str(f) for f in attrs["features"] or []]
-        if isinstance(attrs.get("weight"), int):
-            n.weight = attrs["weight"]
-        n.comment = str(attrs.get("comment") or "")
+        if attrs.features is not None:
+            n.features = list(attrs.features)
+        if attrs.weight is not None:
+            n.weight = attrs.weight
+        n.comment = attrs.comment
     _relink(ctl)
-    if parts is not None:
+    if table.partitions is not None:
         log.info("runtime partition table restored: %s", ", ".join(ctl.partitions) or "none")
 
 

@@ -1,7 +1,7 @@
 """Persistence: the one write path between the controller's memory and its store.
 
 Changes are marked dirty in memory (jobs, nodes, payloads, the fairshare usage, accounting
-rows, the token/key registry); one writer task commits everything dirty in one store
+rows, the token/key registry, Slurm reservations, the runtime partition table); one writer task commits everything dirty in one store
 transaction (one fsync per batch, however many requests it holds), carrying the epoch the
 writer took from the store, and a request answers only once its change is committed
 (`await durable()`).
@@ -34,6 +34,8 @@ from corral.store.base import (
     NodeHistoryEntry,
     NodeRecord,
     PreparedBatch,
+    ReservationChange,
+    RuntimePartitions,
     StaleEpoch,
     Store,
     UsageRecord,
@@ -78,6 +80,8 @@ class GroupCommitWriter:
         self.after: list[tuple[Send, dict[str, Any]] | Launch] = []
         self.next_id_dirty = False
         self.crontab_records: list[CrontabRecord] = []  # scrontab (controller/crontab.py)
+        self.reservation_changes: list[ReservationChange] = []  # controller/reservations.py
+        self.runtime_partitions: RuntimePartitions | None = None  # the latest; replaces
         self.usage_state: dict[str, Any] | None = None
         self.usage_records: list[UsageRecord] = []
         self.auth_records: list[AuthRecord] = []
@@ -109,6 +113,15 @@ class GroupCommitWriter:
     def next_job_id(self) -> None:
         self.next_id_dirty = True
 
+    def reservation(self, change: ReservationChange) -> None:
+        self.reservation_changes.append(change)
+        self.kick()
+
+    def partitions(self, table: RuntimePartitions) -> None:
+        """The runtime partition table: only the latest is written."""
+        self.runtime_partitions = table
+        self.kick()
+
     def usage(self, state: dict[str, Any] | None, records: list[UsageRecord]) -> None:
         """The fairshare state (replaces what is stored) and hourly usage (added to it)."""
         if state is not None:
@@ -136,7 +149,7 @@ class GroupCommitWriter:
         self.kick()
 
     def _pending(self) -> bool:
-        if self.crontab_records:
+        if self.crontab_records or self.reservation_changes or self.runtime_partitions:
             return True
         return bool(self.dirty_jobs or self.dirty_nodes or self.payloads or self.next_id_dirty
                     or self.usage_state is not None or self.usage_records
@@ -217,6 +230,8 @@ class GroupCommitWriter:
             auth=self.auth_records, node_events=self.node_events, epoch=self.epoch)
         self.dirty_jobs = {}
         batch.crontabs, self.crontab_records = self.crontab_records, []
+        batch.reservations, self.reservation_changes = self.reservation_changes, []
+        batch.partitions, self.runtime_partitions = self.runtime_partitions, None
         self.dirty_nodes = set()
         self.payloads = []
         self.next_id_dirty = False
@@ -234,6 +249,9 @@ class GroupCommitWriter:
         self.dirty_nodes.update(n.name for n in batch.nodes)
         self.payloads[:0] = batch.payloads
         self.crontab_records[:0] = batch.crontabs
+        self.reservation_changes[:0] = batch.reservations
+        if self.runtime_partitions is None:  # a newer table wins over the failed one
+            self.runtime_partitions = batch.partitions
         self.next_id_dirty = self.next_id_dirty or batch.next_job_id is not None
         if self.usage_state is None:
             self.usage_state = batch.usage_state

@@ -2,22 +2,23 @@
 (`scontrol create|update|delete|show reservation`), the submit check of `--reservation`,
 and what the scheduling pass and sinfo read of it.
 
-Persistence: the whole book is one record written through the controller's group-commit
-writer: the payload row of job id 0 (job ids start at 1), its script holding the book as
-JSON and its argv `[RECORD_TAG]`.  A change answers only once that record is durable, so
+Persistence: each reservation is a row of the store's `reservations` table (store
+migration 6; schema 5 kept the whole book as the payload row of job id 0), written
+through the core's effects (`PersistReservation`) and the shell's group-commit writer
+with the counter of generated names.  A change answers only once it is durable, so
 reservations survive a controller restart.  Slurm's rules (slurmctld/reservation.c) and
 messages (slurm_errno.c) are followed; see model/reservation.py for what is acted on.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import pwd
 from typing import Any
 
 from aiohttp import web
 
+from corral.controller.core.effects import PersistReservation
 from corral.controller.errors import (
     ESLURM_INVALID_ACCOUNT,
     ESLURM_INVALID_NODE_NAME,
@@ -35,12 +36,9 @@ from corral.model.reservation import (
     ordered_flags,
     split_names,
 )
-from corral.store.base import JobPayload
+from corral.store.base import ReservationChange, StoredReservations
 
 log = logging.getLogger("corral.controller")
-
-RECORD_ID = 0
-RECORD_TAG = "corral-reservations-v1"
 
 # slurm_errno.h (22.05)
 ESLURM_NODES_BUSY = 2016
@@ -66,24 +64,21 @@ class ReservationBook:
 
     def __init__(self, ctl: Any) -> None:
         self.ctl = ctl
-        self.by_name: dict[str, Reservation] = {}
-        self.next_id = 1
         try:
-            payload = ctl.store.load_payload(RECORD_ID)
-        except Exception:  # no record yet in a store that refuses unknown ids
-            payload = None
-        if payload is not None and payload.argv[:1] == [RECORD_TAG]:
-            data = json.loads(payload.script)
-            self.next_id = int(data.get("next_id", 1))
-            for d in data.get("reservations", []):
-                r = Reservation.from_dict(d)
-                self.by_name[r.name] = r
+            stored = ctl.store.load_reservations()
+        except Exception:
+            log.exception("could not load the reservations")
+            stored = StoredReservations()
+        self.by_name: dict[str, Reservation] = {r.name: r for r in stored.reservations}
+        self.next_id = stored.next_id
 
-    def save(self) -> None:
-        data = {"next_id": self.next_id,
-                "reservations": [r.to_dict() for r in self.by_name.values()]}
-        self.ctl.writer.payload(RECORD_ID, JobPayload(json.dumps(data), {}, [RECORD_TAG]))
-        self.ctl.writer.kick()
+    def save(self, *names: str) -> None:
+        """Persist the named reservations as they are now (removed when gone)."""
+        for name in names:
+            r = self.by_name.get(name)
+            copy = None if r is None else Reservation.from_dict(r.to_dict())
+            self.ctl.core.out.emit(PersistReservation(ReservationChange(name, copy,
+                                                                        self.next_id)))
 
     def live(self, now: float) -> list[Reservation]:
         """The reservations not over, oldest start first; ended ones are dropped (Slurm
@@ -93,7 +88,7 @@ class ReservationBook:
             for name in gone:
                 del self.by_name[name]
             log.info("reservations ended: %s", ", ".join(gone))
-            self.save()
+            self.save(*gone)
         return sorted(self.by_name.values(), key=lambda r: (r.window(now)[0], r.name))
 
 
@@ -307,7 +302,7 @@ def create(ctl: Any, who: Any, req: dict[str, Any]) -> Reservation:
                 break
     r.name = name
     book.by_name[name] = r
-    book.save()
+    book.save(name)
     ctl.request_schedule()
     log.info("reservation %s created by %s: %s", name, who.user, r.to_dict())
     return r
@@ -370,7 +365,7 @@ def update(ctl: Any, who: Any, name: str, req: dict[str, Any]) -> Reservation:
             raise _err("Requested reservation overlaps with another reservation",
                        ESLURM_RESERVATION_OVERLAP)
     book.by_name[name] = r
-    book.save()
+    book.save(name)
     ctl.request_schedule()
     log.info("reservation %s updated by %s: %s", name, who.user, r.to_dict())
     return r
@@ -386,7 +381,7 @@ def delete(ctl: Any, who: Any, name: str) -> None:
     if any(getattr(j, "reservation", None) == name for j in ctl.running.values()):
         raise _err("Requested reservation is in use", ESLURM_RESERVATION_BUSY)
     del book.by_name[name]
-    book.save()
+    book.save(name)
     ctl.request_schedule()
     log.info("reservation %s deleted by %s", name, who.user)
 

@@ -5,7 +5,8 @@ path to the store), the agent links, the pass cadence on the wall clock — and 
 what the core emits (controller/core/effects.py):
 
 - `PersistJob`, `PersistNode`, `PersistPayload`, `PersistNextJobId`, `PersistUsage`,
-  `PersistCrontab` are marked in the writer, committed in the next batch;
+  `PersistCrontab`, `PersistReservation`, `PersistPartitions` are marked in the writer,
+  committed in the next batch;
 - `Control` and `Launch` wait for that commit (`after_commit`, `launch_after_commit`):
   nothing reaches an agent before the change it depends on is durable, and nothing is
   sent while a commit fails; a launch's message is built from the committed record in
@@ -35,7 +36,9 @@ from corral.controller.core.effects import (
     PersistJob,
     PersistNextJobId,
     PersistNode,
+    PersistPartitions,
     PersistPayload,
+    PersistReservation,
     PersistUsage,
     ReadGoneJobs,
     ScheduleSoon,
@@ -142,6 +145,12 @@ class Shell:
             writer.usage(effect.state, list(effect.records))
         elif isinstance(effect, PersistCrontab):
             writer.crontab(effect.record)
+        elif isinstance(effect, PersistReservation):
+            self.changes += 1
+            writer.reservation(effect.change)
+        elif isinstance(effect, PersistPartitions):
+            self.changes += 1
+            writer.partitions(effect.table)
         elif isinstance(effect, ReadGoneJobs):
             self._read_gone(effect.ids)
         elif isinstance(effect, SignalSteps):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from corral.model.job import Job
+from corral.model.node import Partition
+from corral.model.reservation import Reservation
 
 
 @dataclass(slots=True)
@@ -140,6 +142,50 @@ class CrontabRecord:
     record: dict[str, Any] | None
 
 
+@dataclass(frozen=True, slots=True)
+class ReservationChange:
+    """One reservation written (`reservation`) or removed (None), with the counter of
+    generated names (`next_id`) as it stands after the change."""
+
+    name: str
+    reservation: Reservation | None
+    next_id: int
+
+
+@dataclass(slots=True)
+class StoredReservations:
+    reservations: list[Reservation] = field(default_factory=list)  # by name
+    next_id: int = 1
+
+
+@dataclass(slots=True)
+class NodeAttributes:
+    """A node's attributes as changed at runtime (scontrol update NodeName=…): None keeps
+    slurm.conf's features or weight."""
+
+    features: list[str] | None = None
+    weight: int | None = None
+    comment: str = ""
+
+
+@dataclass(slots=True)
+class RuntimePartitions:
+    """The partition table and node attributes changed at runtime (controller/partitions.py),
+    written whole: `partitions` None means slurm.conf's table (never changed, or reset by
+    `scontrol reconfigure`)."""
+
+    partitions: list[Partition] | None = None  # in the controller's order
+    nodes: dict[str, NodeAttributes] = field(default_factory=dict)
+
+
+_PARTITION_FIELDS = frozenset(f.name for f in fields(Partition))
+
+
+def partition_from_dict(d: dict[str, Any]) -> Partition:
+    """A stored partition record (Partition.to_dict); keys this release lacks are dropped."""
+    return Partition(**{k: v for k, v in d.items() if k in _PARTITION_FIELDS})
+
+
 @dataclass(slots=True)
 class WriteBatch:
     """Everything one commit writes, in one transaction."""
@@ -152,6 +198,8 @@ class WriteBatch:
     usage: list[UsageRecord] = field(default_factory=list)  # added to the hourly records
     accounting: AccountingChange = field(default_factory=AccountingChange)
     crontabs: list[CrontabRecord] = field(default_factory=list)  # scrontab's, by user
+    reservations: list[ReservationChange] = field(default_factory=list)  # in order
+    partitions: RuntimePartitions | None = None  # replaces the stored runtime table
     auth: list[AuthRecord] = field(default_factory=list)
     # node history, in order: an event opened, or a node's open event closed
     node_events: list[NodeHistoryEntry | NodeHistoryEnd] = field(default_factory=list)
@@ -160,7 +208,7 @@ class WriteBatch:
     epoch: int | None = None
 
     def __bool__(self) -> bool:
-        if self.crontabs:
+        if self.crontabs or self.reservations or self.partitions is not None:
             return True
         return bool(self.jobs or self.payloads or self.nodes or self.next_job_id is not None
                     or self.usage_state is not None or self.usage or self.accounting
@@ -189,7 +237,8 @@ def prepare_batch(batch: WriteBatch) -> PreparedBatch:
         rows.append((j["job_id"], j.get("array_job_id"), j["uid"], j["state"], j["submit_time"],
                      j.get("start_time"), j.get("end_time"), jsonio.dumps(j)))
     rest = WriteBatch(payloads=batch.payloads, nodes=batch.nodes, next_job_id=batch.next_job_id,
-                      crontabs=batch.crontabs,
+                      crontabs=batch.crontabs, reservations=batch.reservations,
+                      partitions=batch.partitions,
                       usage_state=batch.usage_state, usage=batch.usage,
                       accounting=batch.accounting, auth=batch.auth,
                       node_events=batch.node_events, epoch=batch.epoch)
@@ -265,5 +314,12 @@ class Store(Protocol):
 
     def load_crontabs(self) -> dict[int, dict[str, Any]]:
         """Every user's scrontab record by uid."""
+
+    # ---- Slurm reservations, the runtime partition table ---------------------------
+    def load_reservations(self) -> StoredReservations: ...
+
+    def load_runtime_partitions(self) -> RuntimePartitions:
+        """What `scontrol create|update|delete PartitionName=` and `scontrol update
+        NodeName=` left; an empty RuntimePartitions when nothing was changed."""
 
     def close(self) -> None: ...

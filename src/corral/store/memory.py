@@ -9,19 +9,24 @@ from typing import Any
 
 from corral import jsonio
 from corral.model.job import Job, JobState
+from corral.model.reservation import Reservation
 from corral.store.base import (
     ACCOUNTING_KINDS,
     AuthState,
     JobPayload,
+    NodeAttributes,
     NodeHistoryEnd,
     NodeHistoryEntry,
     NodeRecord,
     PreparedBatch,
+    RuntimePartitions,
     StaleEpoch,
+    StoredReservations,
     UsageRecord,
     WriteBatch,
     accounting_change,
     accounting_order,
+    partition_from_dict,
     prepare_batch,
 )
 
@@ -44,6 +49,10 @@ class MemoryStore:
         self.usage: dict[tuple[str, float, int], UsageRecord] = {}
         self.events: dict[tuple[str, str, float], NodeHistoryEntry] = {}
         self.crontabs: dict[int, dict[str, Any]] = {}
+        self.reservations: dict[str, dict[str, Any]] = {}  # records copied in and out
+        self.reservation_next_id = 1
+        self.partitions: list[dict[str, Any]] | None = None
+        self.node_attrs: dict[str, NodeAttributes] = {}
 
     def take_epoch(self) -> int:
         self.epoch += 1
@@ -73,6 +82,19 @@ class MemoryStore:
                 self.crontabs.pop(c.uid, None)
             else:
                 self.crontabs[c.uid] = json.loads(json.dumps(c.record))
+        for change in b.reservations:
+            if change.reservation is None:
+                self.reservations.pop(change.name, None)
+            else:
+                self.reservations[change.name] = change.reservation.to_dict()
+            self.reservation_next_id = change.next_id
+        if b.partitions is not None:
+            table = b.partitions
+            self.partitions = None if table.partitions is None else \
+                [json.loads(json.dumps(p.to_dict())) for p in table.partitions]
+            self.node_attrs = {name: NodeAttributes(None if a.features is None
+                                                    else list(a.features), a.weight, a.comment)
+                               for name, a in table.nodes.items()}
         if b.next_job_id is not None:
             self.meta_next_id = b.next_job_id
         if b.usage_state is not None:
@@ -222,6 +244,18 @@ class MemoryStore:
 
     def load_crontabs(self) -> dict[int, dict[str, Any]]:
         return {k: json.loads(json.dumps(v)) for k, v in self.crontabs.items()}
+
+    def load_reservations(self) -> StoredReservations:
+        return StoredReservations([Reservation.from_dict(self.reservations[name])
+                                   for name in sorted(self.reservations)],
+                                  self.reservation_next_id)
+
+    def load_runtime_partitions(self) -> RuntimePartitions:
+        return RuntimePartitions(
+            None if self.partitions is None else
+            [partition_from_dict(json.loads(json.dumps(p))) for p in self.partitions],
+            {name: NodeAttributes(None if a.features is None else list(a.features), a.weight,
+                                  a.comment) for name, a in self.node_attrs.items()})
 
     def close(self) -> None:
         pass

@@ -15,6 +15,7 @@ import os
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from corral.store.base import NewerSchema
 
@@ -143,6 +144,84 @@ def _4_node_history(db: sqlite3.Connection, _path: str) -> None:
     CREATE INDEX IF NOT EXISTS node_events_by_node ON node_events (cluster, node, end_time)""")
 
 
+# how schema 5 kept them: payload rows of job ids no job has, the record as JSON in `script`
+LEGACY_RESERVATIONS = (0, "corral-reservations-v1")
+LEGACY_PARTITIONS = (-1, "corral-partitions-v1")
+
+
+def _legacy_record(db: sqlite3.Connection, job_id: int, tag: str) -> dict[str, Any] | None:
+    if db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='payloads'") \
+            .fetchone() is None:  # some files of the first releases have none
+        return None
+    row = db.execute("SELECT script, argv FROM payloads WHERE job_id=?", (job_id,)).fetchone()
+    if row is None:
+        return None
+    try:
+        if json.loads(row[1])[:1] != [tag]:
+            return None
+        record = json.loads(row[0])
+    except (ValueError, TypeError):
+        record = None
+    if not isinstance(record, dict):
+        log.error("payload row %d (%s) is unreadable; dropped", job_id, tag)
+        record = {}
+    db.execute("DELETE FROM payloads WHERE job_id=?", (job_id,))
+    return record
+
+
+def _6_reservations_and_partitions(db: sqlite3.Connection, _path: str) -> None:
+    """Slurm reservations and the runtime partition table get tables of their own, and
+    leave the payload rows 0 and -1 where schema 5 kept them (one JSON document each).
+    The records are moved as they are (the JSON of Reservation.to_dict, Partition.to_dict),
+    so this migration needs no model code."""
+    _run(db, """
+    CREATE TABLE reservations (
+        name TEXT PRIMARY KEY,
+        record TEXT NOT NULL
+    );
+    CREATE TABLE runtime_partitions (
+        position INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        record TEXT NOT NULL
+    );
+    CREATE TABLE runtime_node_attrs (
+        name TEXT PRIMARY KEY,
+        features TEXT,
+        weight INTEGER,
+        comment TEXT NOT NULL
+    )""")
+    resv = _legacy_record(db, *LEGACY_RESERVATIONS)
+    if resv is not None:
+        items = resv.get("reservations")
+        for r in items if isinstance(items, list) else []:
+            if isinstance(r, dict) and r.get("name"):
+                db.execute("INSERT OR REPLACE INTO reservations VALUES (?,?)",
+                           (str(r["name"]), json.dumps(r, separators=(",", ":"))))
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('reservation_next_id', ?)",
+                   (str(int(resv.get("next_id", 1))),))
+        log.info("moved %d reservations into their table",
+                 len(items) if isinstance(items, list) else 0)
+    parts = _legacy_record(db, *LEGACY_PARTITIONS)
+    if parts is not None:
+        table = parts.get("partitions")
+        if isinstance(table, list):
+            db.executemany("INSERT OR REPLACE INTO runtime_partitions VALUES (?,?,?)",
+                           [(i, str(p["name"]), json.dumps(p, separators=(",", ":")))
+                            for i, p in enumerate(table) if isinstance(p, dict) and p.get("name")])
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('runtime_partitions', '1')")
+        nodes = parts.get("nodes")
+        for name, attrs in nodes.items() if isinstance(nodes, dict) else ():
+            if not isinstance(attrs, dict):
+                continue
+            features = attrs.get("features") if "features" in attrs else None
+            weight = attrs.get("weight")
+            db.execute("INSERT OR REPLACE INTO runtime_node_attrs VALUES (?,?,?,?)",
+                       (str(name), None if features is None else json.dumps(list(features)),
+                        weight if isinstance(weight, int) else None,
+                        str(attrs.get("comment") or "")))
+        log.info("moved the runtime partition table into its tables")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "jobs, payloads, nodes", _1_jobs),
     Migration(2, "accounting: acct_records, node_events, usage_state, usage_hours", _2_accounting),
@@ -150,6 +229,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "node history: node_events.reason_user, .source, an index by node",
               _4_node_history),
     Migration(5, "crontabs (scrontab)", _5_crontabs),
+    Migration(6, "reservations, runtime_partitions, runtime_node_attrs (from payload rows 0, -1)",
+              _6_reservations_and_partitions),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].number
 

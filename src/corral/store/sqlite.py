@@ -14,19 +14,25 @@ from typing import Any
 
 from corral import jsonio
 from corral.model.job import Job, JobState
+from corral.model.reservation import Reservation
 from corral.store.base import (
     ACCOUNTING_KINDS,
     AuthState,
     JobPayload,
+    NodeAttributes,
     NodeHistoryEnd,
     NodeHistoryEntry,
     NodeRecord,
     PreparedBatch,
+    ReservationChange,
+    RuntimePartitions,
     StaleEpoch,
+    StoredReservations,
     UsageRecord,
     WriteBatch,
     accounting_change,
     accounting_order,
+    partition_from_dict,
     prepare_batch,
 )
 from corral.store.migrations import SCHEMA_VERSION, migrate
@@ -137,6 +143,10 @@ class SqliteStore:
                     db.executemany("INSERT OR REPLACE INTO auth_records VALUES (?,?,?)",
                                    [(r.kind, r.id, json.dumps(r.record, separators=(",", ":")))
                                     for r in b.auth])
+                if b.reservations:
+                    self._write_reservations(b.reservations)
+                if b.partitions is not None:
+                    self._write_partitions(b.partitions)
                 for c in b.crontabs:
                     if c.record is None:
                         db.execute("DELETE FROM crontabs WHERE uid=?", (c.uid,))
@@ -164,6 +174,32 @@ class SqliteStore:
             db.execute("INSERT OR REPLACE INTO usage_hours VALUES (?,?,?,?,?)",
                        (r.cluster, r.assoc_id, r.period_start,
                         json.dumps(tres, separators=(",", ":")), billing))
+
+    def _write_reservations(self, changes: list[ReservationChange]) -> None:
+        db = self._db
+        for c in changes:
+            if c.reservation is None:
+                db.execute("DELETE FROM reservations WHERE name=?", (c.name,))
+            else:
+                db.execute("INSERT OR REPLACE INTO reservations VALUES (?,?)",
+                           (c.name, _dumps(c.reservation.to_dict())))
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('reservation_next_id', ?)",
+                   (str(changes[-1].next_id),))
+
+    def _write_partitions(self, table: RuntimePartitions) -> None:
+        db = self._db
+        db.execute("DELETE FROM runtime_partitions")
+        db.execute("DELETE FROM runtime_node_attrs")
+        if table.partitions is None:
+            db.execute("DELETE FROM meta WHERE key='runtime_partitions'")
+        else:
+            db.executemany("INSERT INTO runtime_partitions VALUES (?,?,?)",
+                           [(i, p.name, _dumps(p.to_dict()))
+                            for i, p in enumerate(table.partitions)])
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('runtime_partitions', '1')")
+        db.executemany("INSERT INTO runtime_node_attrs VALUES (?,?,?,?)",
+                       [(name, None if a.features is None else _dumps(a.features), a.weight,
+                         a.comment) for name, a in table.nodes.items()])
 
     # direct writes, unfenced, for tools and tests (the controller goes through its writer)
     def replace_accounting(self, records: dict[str, list[dict[str, Any]]]) -> None:
@@ -321,9 +357,37 @@ class SqliteStore:
             rows = self._db.execute("SELECT uid, record FROM crontabs").fetchall()
         return {int(uid): json.loads(text) for uid, text in rows}
 
+    def load_reservations(self) -> StoredReservations:
+        with self._lock:
+            rows = self._db.execute("SELECT record FROM reservations ORDER BY name").fetchall()
+            row = self._db.execute(
+                "SELECT value FROM meta WHERE key='reservation_next_id'").fetchone()
+        return StoredReservations([Reservation.from_dict(json.loads(r[0])) for r in rows],
+                                  int(row[0]) if row else 1)
+
+    def load_runtime_partitions(self) -> RuntimePartitions:
+        with self._lock:
+            db = self._db
+            present = db.execute(
+                "SELECT 1 FROM meta WHERE key='runtime_partitions'").fetchone() is not None
+            parts = db.execute("SELECT record FROM runtime_partitions ORDER BY position") \
+                .fetchall()
+            attrs = db.execute("SELECT name, features, weight, comment FROM runtime_node_attrs "
+                               "ORDER BY rowid").fetchall()
+        return RuntimePartitions(
+            [partition_from_dict(json.loads(r[0])) for r in parts] if present else None,
+            {str(name): NodeAttributes(None if features is None else
+                                       [str(f) for f in json.loads(features)],
+                                       None if weight is None else int(weight), str(comment))
+             for name, features, weight, comment in attrs})
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _where(*terms: tuple[str, Any]) -> tuple[str, list[Any]]:

@@ -19,7 +19,13 @@ from typing import Any
 from corral.controller.cluster import NodeEvent
 from corral.controller.jobs import JobEvent
 from corral.model.job import Job
-from corral.store.base import CrontabRecord, JobPayload, UsageRecord
+from corral.store.base import (
+    CrontabRecord,
+    JobPayload,
+    ReservationChange,
+    RuntimePartitions,
+    UsageRecord,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +64,22 @@ class PersistUsage:
 @dataclass(frozen=True, slots=True)
 class PersistCrontab:
     record: CrontabRecord
+
+
+@dataclass(frozen=True, slots=True)
+class PersistReservation:
+    """A Slurm reservation created, changed or removed (controller/reservations.py): a
+    copy, taken when it changed."""
+
+    change: ReservationChange
+
+
+@dataclass(frozen=True, slots=True)
+class PersistPartitions:
+    """The runtime partition table and node attributes (controller/partitions.py), a copy
+    taken when they changed: it replaces the stored one."""
+
+    table: RuntimePartitions
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +125,8 @@ class ReadGoneJobs:
 
 
 Effect = (PersistJob | PersistNode | PersistPayload | PersistNextJobId | PersistUsage
-          | PersistCrontab | Launch | Control | SignalSteps | ScheduleSoon | ReadGoneJobs | JobEvent
-          | NodeEvent)
+          | PersistCrontab | PersistReservation | PersistPartitions | Launch | Control
+          | SignalSteps | ScheduleSoon | ReadGoneJobs | JobEvent | NodeEvent)
 
 
 class Outbox:
