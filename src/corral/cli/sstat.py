@@ -11,6 +11,8 @@ import getopt
 import sys
 
 from corral.cli import client
+from corral.cli.common_opts import VERSION_LINE
+from corral.cli.fmt import parse_width
 from corral.cli.sacct import (
     FIELDS,
     Context,
@@ -18,9 +20,9 @@ from corral.cli.sacct import (
     UsageError,
     _value,
     help_fields,
-    parse_fields,
     render,
 )
+from corral.model import hostlists
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -38,6 +40,21 @@ STAT_FIELDS = (
     "TRESUsageOutMax,TRESUsageOutMaxNode,TRESUsageOutMaxTask,TRESUsageOutMin,"
     "TRESUsageOutMinNode,TRESUsageOutMinTask,TRESUsageOutTot")
 STAT_NAMES = STAT_FIELDS.split(",")
+# Every field sstat knows, in Slurm's order: what -e lists and -o matches a prefix against
+SSTAT_NAMES = (
+    "AveCPU", "AveCPUFreq", "AveDiskRead", "AveDiskWrite", "AvePages", "AveRSS", "AveVMSize",
+    "ConsumedEnergy", "ConsumedEnergyRaw", "JobID", "MaxDiskRead", "MaxDiskReadNode",
+    "MaxDiskReadTask", "MaxDiskWrite", "MaxDiskWriteNode", "MaxDiskWriteTask", "MaxPages",
+    "MaxPagesNode", "MaxPagesTask", "MaxRSS", "MaxRSSNode", "MaxRSSTask", "MaxVMSize",
+    "MaxVMSizeNode", "MaxVMSizeTask", "MinCPU", "MinCPUNode", "MinCPUTask", "Nodelist", "NTasks",
+    "Pids", "ReqCPUFreq", "ReqCPUFreqMin", "ReqCPUFreqMax", "ReqCPUFreqGov", "TRESUsageInAve",
+    "TRESUsageInMax", "TRESUsageInMaxNode", "TRESUsageInMaxTask", "TRESUsageInMin",
+    "TRESUsageInMinNode", "TRESUsageInMinTask", "TRESUsageInTot", "TRESUsageOutAve",
+    "TRESUsageOutMax", "TRESUsageOutMaxNode", "TRESUsageOutMaxTask", "TRESUsageOutMin",
+    "TRESUsageOutMinNode", "TRESUsageOutMinTask", "TRESUsageOutTot",
+)
+# sstat's own widths where they are not sacct's (Slurm's sstat field table)
+_SSTAT_WIDTHS = {"AveDiskRead": 12, "AveDiskWrite": 12, "Nodelist": 20, "Pids": 20}
 USAGE = "Usage: sstat [options] -j <job(.stepid)>\n\tUse --help for help\n"
 HELP = """sstat [<OPTION>] -j <job(.stepid)>
     Valid <OPTION> values are:
@@ -89,7 +106,7 @@ def _main(argv: list[str]) -> int:
         if o in ("-a", "--allsteps"):
             allsteps = True
         elif o in ("-e", "--helpformat"):
-            sys.stdout.write(help_fields(STAT_NAMES))
+            sys.stdout.write(help_fields(list(SSTAT_NAMES)))
             return 0
         elif o in ("-h", "--help"):
             sys.stdout.write(HELP)
@@ -108,17 +125,16 @@ def _main(argv: list[str]) -> int:
         elif o in ("-P", "--parsable2"):
             parsable = "P"
         elif o in ("-V", "--version"):
-            sys.stdout.write("slurm 22.05.11\n")
+            sys.stdout.write(VERSION_LINE)
             return 0
     jobs += [a for a in args if a]
     if not jobs:
         sys.stderr.write(f"{PROG}: error: You didn't give me any jobs to stat.\n")
         return 1
     try:
-        fields = [f for f in parse_fields(spec)]
-    except UsageError:
-        bad = next(x for x in spec.split(",") if x.strip() and not _known(x))
-        sys.stderr.write(f'{PROG}: error: Invalid field requested: "{bad.strip()}"\n')
+        fields = parse_stat_fields(spec)
+    except UsageError as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
         return 1
     rows: list[list[str]] = []
     ctx = Context(0.0)
@@ -149,16 +165,37 @@ def _main(argv: list[str]) -> int:
     return 0
 
 
-def _known(item: str) -> bool:
-    low = item.strip().split("%")[0].lower()
-    return any(f.name.lower().startswith(low) for f in FIELDS)
+def parse_stat_fields(spec: str) -> list[Field]:
+    """-o "jobid,maxrss%12": each name is the first of sstat's fields it begins (any case),
+    with sstat's width unless a non-zero "%N" (negative: left-justified) replaces it."""
+    by_name = {f.name.lower(): f for f in FIELDS}
+    out: list[Field] = []
+    for raw in spec.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        name, pct, w = item.partition("%")
+        low = name.lower()
+        match = next((n for n in SSTAT_NAMES if n.lower().startswith(low)), None)
+        if match is None:
+            raise UsageError(f'Invalid field requested: "{name}"')
+        known = by_name.get(match.lower())
+        width = _SSTAT_WIDTHS.get(match, known.width if known is not None else 10)
+        digits = w[1:] if w.startswith("-") else w
+        digits = digits[:len(digits) - len(digits.lstrip("0123456789"))]
+        if pct and parse_width(digits):  # Slurm's atoi(): leading digits, 0 keeps the width
+            width = (-1 if w.startswith("-") else 1) * parse_width(digits)
+        out.append(Field(match, width, known.numeric if known is not None else False))
+    return out
 
 
 def _stat_value(field: Field, job: dict[str, Any], rec: dict[str, Any], ctx: Context) -> str:
     if field.name == "NTasks":
         return str(rec["ntasks"])
-    if field.name not in STAT_NAMES:
-        return ""
+    if field.name == "Nodelist":
+        return hostlists.compress(sorted(rec.get("usage") or {})) or "None assigned"
+    if field.name == "Pids":
+        return ""  # the agents do not report their tasks' process ids
     return _value(field, job, rec, ctx)
 
 

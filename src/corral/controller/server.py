@@ -20,6 +20,7 @@ from corral.controller import auth as door
 from corral.controller.api_common import json_response, peer_identity, query_epoch
 from corral.controller.auth import admit_agent
 from corral.controller.health import on_registered as health_on_registered
+from corral.controller.identity import Identity
 from corral.controller.metrics import add_routes as add_metric_routes
 from corral.controller.state import Controller, SlurmError, _invalid_job
 from corral.controller.steps import StepManager
@@ -492,6 +493,14 @@ class Api:
             raise _invalid_job()
         return jobs
 
+    def _cancel_targets(self, who: Identity, spec: str) -> list[Job]:
+        """What a cancel acts on once the pending array tasks it names are dropped."""
+        dropped = self.ctl.drop_pending_tasks(who, spec)
+        jobs = self.ctl.find_jobs(spec, split=True)
+        if not jobs and not dropped:
+            raise _invalid_job()
+        return jobs
+
     async def signal(self, request: web.Request) -> web.Response:
         who = peer_identity(request, self.ctl)
         body = await json_body(request)
@@ -506,9 +515,9 @@ class Api:
             self.steps.signal_step(who, int(head), int(step_part),
                                    None if body.get("cancel") else int(signum))
             return json_response({"ok": True})
-        jobs = self._jobs_for(spec)
         cancel = bool(body.get("cancel", False))
-        if all(j.state.finished for j in jobs):
+        jobs = self._cancel_targets(who, spec) if cancel else self._jobs_for(spec)
+        if jobs and all(j.state.finished for j in jobs):
             raise SlurmError("Job/step already completing or completed", 2021)
         batch_only = bool(body.get("batch_only"))
         self.ctl.signal_jobs(who, jobs, signum, batch_only=batch_only, cancel=cancel,
@@ -522,7 +531,8 @@ class Api:
     async def action(self, request: web.Request) -> web.Response:
         who = peer_identity(request, self.ctl)
         action = request.match_info["action"]
-        jobs = self._jobs_for(request.match_info["id"])
+        jobs = (self._cancel_targets(who, request.match_info["id"]) if action == "cancel"
+                else self._jobs_for(request.match_info["id"]))
         ctl = self.ctl
         if action in ("hold", "uhold"):
             ctl.hold(who, jobs, action)

@@ -352,6 +352,9 @@ class Controller:
     def split_array_task(self, meta: Job, now: float, task_id: int | None = None) -> Job:
         return self.core.split_array_task(meta, now, task_id)
 
+    def drop_pending_tasks(self, who: Identity, spec: str) -> bool:
+        return self.core.drop_pending_tasks(spec, lambda j: self.auth.check_job_control(who, j))
+
     # ---- identity ----------------------------------------------------------------------
     def identity(self, uid: int, gid: int) -> Identity:
         return self.auth.identity(uid, gid)

@@ -236,16 +236,7 @@ class Core:
         """
         spec = spec.strip()
         if "_" in spec:
-            head, _, tail = spec.partition("_")
-            if not head.isdigit():
-                raise invalid_job()
-            arr = int(head)
-            ranges = task_ranges(tail.strip("[]"), max(self.settings.max_array_size, 1))
-
-            def wanted(t: int | None) -> bool:
-                return t is not None and any(lo <= t <= hi and (t - lo) % step == 0
-                                             for lo, hi, step in ranges)
-
+            arr, wanted = self._task_spec(spec)
             out = []
             for j in list(self.jobs.values()):
                 if j.array_job_id != arr:
@@ -271,6 +262,42 @@ class Core:
         out = [job] if job is not None else []
         out.extend(j for j in self.jobs.values() if j.array_job_id == jid and j.job_id != jid)
         return out
+
+    def _task_spec(self, spec: str) -> tuple[int, Callable[[int | None], bool]]:
+        """"7_[1-3]" → (7, which task ids it names)."""
+        head, _, tail = spec.partition("_")
+        if not head.isdigit():
+            raise invalid_job()
+        ranges = task_ranges(tail.strip("[]"), max(self.settings.max_array_size, 1))
+
+        def wanted(t: int | None) -> bool:
+            return t is not None and any(lo <= t <= hi and (t - lo) % step == 0
+                                         for lo, hi, step in ranges)
+
+        return int(head), wanted
+
+    def drop_pending_tasks(self, spec: str, check: Callable[[Job], None]) -> bool:
+        """Cancel "7_2" (or a range) while those tasks are still in the array's pending
+        record: as in Slurm, they are taken off the record and are gone (no record of
+        their own to show), where splitting them off would leave cancelled records behind.
+        A record whose every task is named is left to the plain cancel.  `check` raises
+        for a caller who may not cancel the array.  True when some task was dropped."""
+        spec = spec.strip()
+        if "_" not in spec:
+            return False
+        arr, wanted = self._task_spec(spec)
+        dropped = False
+        for j in list(self.jobs.values()):
+            if j.array_job_id != arr or not j.array_tasks or j.state != JobState.PENDING:
+                continue
+            named = {t for t in j.array_tasks if wanted(t)}
+            if not named or len(named) == len(j.array_tasks):
+                continue
+            check(j)
+            j.array_tasks = [t for t in j.array_tasks if t not in named]
+            self.out.job(j)
+            dropped = True
+        return dropped
 
     def split_array_task(self, meta: Job, now: float, task_id: int | None = None) -> Job:
         """Take a task (the next one by default) off a pending array record.

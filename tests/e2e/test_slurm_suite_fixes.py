@@ -1,0 +1,38 @@
+"""Differences from Slurm 22.05 that Slurm's own test suite (testsuite/python) found, fixed
+and checked here through the real commands (README.md, "Slurm's own Python test suite")."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.cluster import Cluster, running
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def c(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with running(tmp_path_factory, name="suitefix") as cl:
+        yield cl
+
+
+def test_cancelled_pending_array_task_is_gone(c: Cluster) -> None:
+    """scancel J_7 of a task still in the array's pending record: the task is gone, as in
+    Slurm (job_arrays/test_basics), the others stay pending, a cancel of the array ends it."""
+    arr = c.sbatch("-N1", "--array=0-7", "--begin=now+1hour", "--output=/dev/null",
+                   "--wrap", "sleep 10")
+    c.ok("scancel", f"{arr}_7")
+    r = c.run("scontrol", "show", "job", f"{arr}_7")
+    assert r.returncode == 1 and "Invalid job id specified" in r.stderr, r
+    assert c.squeue_ids("-r", "-j", str(arr)) == [f"{arr}_{t}" for t in range(7)]
+    assert "ArrayTaskId=0-6 " in c.ok("scontrol", "show", "job", str(arr))
+    # a range of them, then one already gone: nothing left to cancel, as Slurm answers
+    c.ok("scancel", f"{arr}_[1-2]")
+    assert c.squeue_ids("-r", "-j", str(arr)) == [f"{arr}_{t}" for t in (0, 3, 4, 5, 6)]
+    r = c.run("scancel", f"{arr}_7")
+    assert r.returncode == 1 and "Invalid job id specified" in r.stderr, r
+    c.ok("scancel", str(arr))
+    c.wait_state(arr, "CANCELLED")
+
