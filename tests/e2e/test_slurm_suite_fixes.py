@@ -3,6 +3,7 @@ and checked here through the real commands (README.md, "Slurm's own Python test 
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -28,11 +29,26 @@ def test_cancelled_pending_array_task_is_gone(c: Cluster) -> None:
     assert r.returncode == 1 and "Invalid job id specified" in r.stderr, r
     assert c.squeue_ids("-r", "-j", str(arr)) == [f"{arr}_{t}" for t in range(7)]
     assert "ArrayTaskId=0-6 " in c.ok("scontrol", "show", "job", str(arr))
-    # a range of them, then one already gone: nothing left to cancel, as Slurm answers
+    # a range of them, then one already gone: an invalid job id, which scancel keeps quiet about
+    # without -v
     c.ok("scancel", f"{arr}_[1-2]")
     assert c.squeue_ids("-r", "-j", str(arr)) == [f"{arr}_{t}" for t in (0, 3, 4, 5, 6)]
-    r = c.run("scancel", f"{arr}_7")
-    assert r.returncode == 1 and "Invalid job id specified" in r.stderr, r
+    r = c.run("scancel", "-v", f"{arr}_7")
+    assert r.stderr.endswith(f"Kill job error on job id {arr}_7: Invalid job id specified\n"), r
     c.ok("scancel", str(arr))
     c.wait_state(arr, "CANCELLED")
 
+
+
+def test_percent_N_is_the_short_host_name(c: Cluster) -> None:
+    """%N in --output/--error is the short host name of the machine the step runs on, as
+    slurmstepd expands it (srun/test_--output--error_formatting), for srun and sbatch."""
+    host = socket.gethostname().split(".")[0]
+    c.ok("srun", "-N1", "--output=srun.%N.out", "--error=srun.%N.err", "printenv",
+         "SLURMD_NODENAME", timeout=60)
+    node = (c.workdir / f"srun.{host}.out").read_text().strip()
+    assert node.startswith("node-") and (c.workdir / f"srun.{host}.err").exists()
+    assert f"NodeHostName={host} " in c.ok("scontrol", "show", "node", node)
+    jid = c.sbatch("-N1", "--output=batch.%N.%j.out", "--wrap", "hostname")
+    c.wait_state(jid, "COMPLETED")
+    assert (c.workdir / f"batch.{host}.{jid}.out").read_text().strip() == socket.gethostname()
