@@ -52,3 +52,24 @@ def test_percent_N_is_the_short_host_name(c: Cluster) -> None:
     jid = c.sbatch("-N1", "--output=batch.%N.%j.out", "--wrap", "hostname")
     c.wait_state(jid, "COMPLETED")
     assert (c.workdir / f"batch.{host}.{jid}.out").read_text().strip() == socket.gethostname()
+
+
+def test_debugger_test_prints_the_mpir_process_table(c: Cluster) -> None:
+    """srun --debugger-test (srun/test_--multi-prog): one line per task, its host and
+    program (a --multi-prog file's per rank); the tasks still run under Corral."""
+    conf = c.workdir / "mpmd.conf"
+    conf.write_text("1-2   hostname\n0,3   echo hi %t\n")
+    r = c.run("srun", "--debugger-test", "-n4", "-N1", "-O", "-l", "--multi-prog",
+              str(conf), timeout=60)
+    assert r.returncode == 0, r
+    table = sorted(ln for ln in r.stderr.splitlines() if ln.startswith("srun: task:"))
+    node = table[0].split("host:")[1].split(",")[0]
+    assert node.startswith("node-")
+    assert table == [f"srun: task:{t}, host:{node}, pid:0, executable:{exe}"
+                     for t, exe in enumerate(["echo", "hostname", "hostname", "echo"])]
+    assert "0: hi 0" in r.stdout and "3: hi 3" in r.stdout
+    r = c.run("srun", "--debugger-test", "-n2", "true", timeout=60)
+    assert r.returncode == 0 and r.stderr.count("executable:true") == 2, r
+    # a task the file does not name: refused before anything runs, as in Slurm
+    r = c.run("srun", "--debugger-test", "-n5", "--multi-prog", str(conf), timeout=60)
+    assert r.returncode != 0 and f"Configuration file {conf} invalid" in r.stderr, r

@@ -164,13 +164,13 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
         if key == "quiet":
             req.quiet += 1
             return
-        if key in ALLOC_UNSUPPORTED and key not in ("multi-prog", "no-allocate"):
+        if key in ALLOC_UNSUPPORTED and key not in _STEP_FLAGS:
             fail(PROG, f"--{name} is not supported by Corral")
         if key in _FLAGS:
             value: Any = True
         elif key == "gpu-bind":
             value = _gpu_bind(arg or "")
-        elif key in ("multi-prog", "no-allocate"):
+        elif key in _STEP_FLAGS:
             value = True
         elif key == "propagate":
             value = _propagate(arg)
@@ -214,6 +214,10 @@ def _set(req: SrunRequest, option: Option, arg: str | None, source: str, now: fl
 _LOG_LEVELS = ("quiet", "fatal", "error", "info", "verbose", "debug", "debug2", "debug3",
                "debug4", "debug5")
 _MAX_SLURMD_DEBUG = 6 - 2
+
+
+# srun's own flags among the options an allocation (salloc) refuses
+_STEP_FLAGS = ("multi-prog", "no-allocate", "debugger-test")
 
 
 def _slurmd_debug(arg: str, req: SrunRequest) -> int:
@@ -984,8 +988,29 @@ class Session:
             for node, count in zip(msg.nodes, msg.tasks_per_node, strict=False):
                 self.info(f"{PROG}: launch/slurm: _task_start: Node {node}, {count} tasks "
                           f"started")
+        if self.req.v.get("debugger-test"):
+            self.dump_proctable()
         if self.req.step.get("stdin") != "none":
             self.stdin_open = True
+
+    def dump_proctable(self) -> None:
+        """--debugger-test (Slurm's hidden MPIR check): the process table a parallel debugger
+        would read, one line per task once the step has started.  The agents do not tell
+        srun their tasks' process ids (pid:0), and the tasks run on: Slurm holds them
+        stopped for a debugger."""
+        from corral.model.jobenv import multi_prog_argv
+
+        step = self.step
+        assert step is not None
+        text = self.req.step.get("multi_prog")
+        argv = list(self.req.step.get("argv") or [])
+        for task in range(step.ntasks):
+            if text is not None:
+                exe = (multi_prog_argv(text, task, []) or ["(null)"])[0]
+            else:
+                exe = argv[0] if argv else "(null)"
+            self.info(f"{PROG}: task:{task}, host:{step.node_of(task)}, pid:0, "
+                      f"executable:{exe}")
 
     def on_exit(self, task: int, exit_code: int, sig: int) -> None:
         self.router.flush_task(task)
