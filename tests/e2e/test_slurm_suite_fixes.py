@@ -73,3 +73,27 @@ def test_debugger_test_prints_the_mpir_process_table(c: Cluster) -> None:
     # a task the file does not name: refused before anything runs, as in Slurm
     r = c.run("srun", "--debugger-test", "-n5", "--multi-prog", str(conf), timeout=60)
     assert r.returncode != 0 and f"Configuration file {conf} invalid" in r.stderr, r
+
+
+def test_sstat_fields_of_its_own(c: Cluster) -> None:
+    """sstat -e lists Slurm's 51 sstat fields (sstat/test_-e); -o takes sstat's own names and
+    widths: Nodelist (the step's nodes), Pids (empty: not reported), AveDiskRead at 12."""
+    names = c.ok("sstat", "-e").split()
+    assert len(names) == 51 and {"Nodelist", "Pids", "TRESUsageInTot", "MinCPU"} <= set(names)
+    job = c.sbatch("--acctg-freq=1", "--wrap", "sleep 60")
+    try:
+        c.wait_state(job, "RUNNING")
+        node = c.ok("squeue", "-h", "-j", str(job), "-o", "%N").strip()
+        rows: list[str] = []
+
+        def sampled() -> bool:
+            nonlocal rows
+            r = c.run("sstat", "-j", str(job), "-n", "-P", "-o", "JobID,Nodelist,NTasks,Pids")
+            rows = [ln for ln in r.stdout.splitlines() if ln]
+            return r.returncode == 0 and bool(rows)
+        c.wait_for(sampled, timeout=30, what="sstat figures")
+        assert rows == [f"{job}.batch|{node}|1|"], rows
+        header = c.ok("sstat", "-j", str(job), "-o", "nodel,avediskr").splitlines()[0]
+        assert header == f"{'Nodelist':>20} {'AveDiskRead':>12} "
+    finally:
+        c.run("scancel", str(job))
