@@ -44,3 +44,10 @@ def test_format_refuses_unknown_field(capsys: pytest.CaptureFixture[str]) -> Non
 def test_version_is_the_other_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert sstat.main(["--version"]) == 0
     assert capsys.readouterr().out == "slurm 22.05.8\n"
+
+
+def test_sdiag_version_is_the_other_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    from corral.cli import sdiag
+
+    assert sdiag.main(["-V"]) == 0
+    assert capsys.readouterr().out == "slurm 22.05.8\n"

@@ -13,6 +13,7 @@ import sys
 import time
 
 from corral.cli import client
+from corral.cli.common_opts import VERSION_LINE
 
 PROG = "sdiag"
 USAGE = "Usage: sdiag [-M cluster] [-aritT]\n"
@@ -84,7 +85,7 @@ def _main(argv: list[str]) -> int:
                              "Corral (they count since the controller started)\n")
             return 1
         if a in ("-V", "--version"):
-            sys.stdout.write("slurm 22.05.11\n")
+            sys.stdout.write(VERSION_LINE)  # the version every other command gives
             return 0
         if a not in ("-a", "--all", "-i", "--sort-by-id", "-t", "--sort-by-time",
                      "-T", "--sort-by-time2"):
