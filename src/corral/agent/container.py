@@ -51,7 +51,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 
-from corral.agent import images
+from corral.agent import images, nvidia_hook
 from corral.agent.launch import ExecRequest, LaunchFailure, as_user
 from corral.model.launchplan import ContainerSpec
 from corral.model.pyxis import parse_mount
@@ -580,9 +580,15 @@ def wrap(request: ExecRequest) -> None:
     for ns in spec.unshare:
         argv.append(f"--unshare-{ns}")
     bind = "--ro-bind" if not spec.writable else "--bind"
-    # as Enroot: the host's /dev, a new /proc, /sys read-only, a private /run
-    argv += [bind, rootfs, "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
-             "--ro-bind", "/sys", "/sys", "--tmpfs", "/run"]
+    env = container_environment(request.env, image_env, spec)
+    gpu = _gpu_mounts(request, image_env)
+    # as Enroot (with ENROOT_RESTRICT_DEV): a /dev of the container's own with the host's
+    # shared memory and the task's GPUs only, a new /proc, /sys read-only, a private /run
+    argv += [bind, rootfs, "/", *dev_args(), "--proc", "/proc", "--ro-bind", "/sys", "/sys",
+             "--tmpfs", "/run"]
+    if gpu is not None:  # (after /run: the driver's files are seen under it)
+        argv += gpu.bwrap_args()
+        gpu.apply_env(env)
     if request.carry_program:  # the batch script, from the agent's spool, read-only
         argv += ["--ro-bind", request.argv[0], BATCH_SCRIPT]
         request.argv[0] = BATCH_SCRIPT
@@ -595,7 +601,30 @@ def wrap(request: ExecRequest) -> None:
         with contextlib.suppress(ValueError, TypeError):
             request.argv = [str(a) for a in json.loads(entrypoint)] + request.argv
     request.wrapper = argv + request.wrapper
-    request.env = container_environment(request.env, image_env, spec)
+    request.env = env
+
+
+# the host's parts of /dev a task may need besides bubblewrap's own (null, zero, full,
+# random, urandom, tty, a new pts): memory shared between the job's tasks, RDMA devices
+SHARED_DEV = ("/dev/shm", "/dev/mqueue", "/dev/hugepages", "/dev/infiniband")
+
+
+def dev_args() -> list[str]:
+    args = ["--dev", "/dev"]
+    for path in SHARED_DEV:
+        args += ["--dev-bind-try", path, path]
+    return args
+
+
+def _gpu_mounts(request: ExecRequest, image_env: dict[str, str],
+                ) -> nvidia_hook.GpuMounts | None:
+    """The task's GPUs in its container (agent.nvidia_hook), None where it has none."""
+    gpus = (request.gpus if request.gpus is not None
+            else nvidia_hook.parse_gpu_list(request.env.get("CUDA_VISIBLE_DEVICES")))
+    try:
+        return nvidia_hook.mounts_for(gpus, request.env, image_env)
+    except nvidia_hook.HookError as e:
+        raise _fail(str(e)) from None
 
 
 def container_environment(job_env: dict[str, str], image_env: dict[str, str],

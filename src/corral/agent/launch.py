@@ -214,6 +214,7 @@ class ExecRequest:
     job_id: int = 0
     step: str = "batch"
     cpus: list[int] | None = None
+    gpus: list[int] | None = None  # its GPUs on this node (None: CUDA_VISIBLE_DEVICES says)
     rlimits: dict[str, tuple[int, bool]] = field(default_factory=dict)
     container: ContainerSpec | None = None
     container_dir: str | None = None  # where this node keeps its jobs' containers
