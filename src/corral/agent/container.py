@@ -14,9 +14,9 @@ turns a request whose plan names a container into one that runs the same program
   joined the job's cgroup and taken its CPUs and limits, exactly like a task without a
   container: an unprivileged user namespace and a mount namespace, the user's own uid (or
   0 inside with --container-remap-root, which maps to the user's uid outside and gives no
-  host privilege), no new privileges (setuid files in the image do not elevate), the
-  host's /dev (the job's GPUs; the job's cgroup still governs which devices it may open),
-  /proc and /sys;
+  host privilege), no new privileges (setuid files in the image do not elevate), a /dev of
+  its own with the host's shared memory and the task's GPUs only (their driver's files too,
+  agent.nvidia_hook), /proc and /sys;
 - the user's mounts (`--container-mounts`): each source checked as the job's user before
   the step starts (a path the user cannot read is refused with Pyxis' wording), and bound
   by bubblewrap running as that user, so the kernel checks it again;
