@@ -68,9 +68,10 @@ def test_a_step_with_gpus_reads_the_nvidia_variables(
     assert r.returncode == 0, r.stderr
     # no driver on this node: the step runs with its GPUs' variables and no driver files
     out = c.ok("srun", "-N1", "-w", "node-1", "--gres=gpu:2", image, "sh", "-c",
-               "echo CUDA=$CUDA_VISIBLE_DEVICES; ls /run/corral-nvidia 2>/dev/null || echo none",
-               timeout=120)
-    assert out == "CUDA=0,1\nnone\n", out
+               "echo $CUDA_VISIBLE_DEVICES $SLURM_STEP_GPUS; "
+               "ls /run/corral-nvidia 2>/dev/null || echo none", timeout=120)
+    cuda, step, none = out.split()
+    assert cuda == step and len(cuda.split(",")) == 2 and none == "none", out
     assert c.ok("srun", "-N1", "-w", "node-1", "echo", "usable") == "usable\n"
 
 
