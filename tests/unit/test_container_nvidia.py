@@ -246,3 +246,20 @@ def test_a_sandbox_sees_its_gpu_and_the_driver_and_nothing_else(tmp_path: Path) 
     # driver's are bound at the same place under the container's /dev, which has none else)
     assert out.stdout.splitlines() == ["nvidia-uvm", "nvidia1", "nvidiactl", "the driver",
                                        "GPU 0: fake", "writable", "0"]
+
+
+def test_programs_are_looked_for_beside_the_driver_first_and_scripts_are_skipped(
+        tmp_path: Path) -> None:
+    # NVIDIA's container images keep the driver in /usr/local/nvidia/{lib64,bin}, and
+    # /usr/bin/nvidia-smi may be a script that execs the real one by its host path (seen on
+    # a lent H100): inside a container that path does not exist
+    text = "\tlibcuda.so.1 (libc6,x86-64) => /usr/local/nvidia/lib64/libcuda.so.1\n" \
+           "\tlibcuda.so.1 (libc6) => /usr/local/nvidia/lib/libcuda.so.1\n"
+    assert h.bin_dirs(text)[0] == "/usr/local/nvidia/bin"
+    assert h.bin_dirs(text)[1:] == list(h._BIN_DIRS)
+    assert h.bin_dirs(LDCONFIG) == list(h._BIN_DIRS)  # a multiarch directory: none beside
+    script, elf = tmp_path / "script", tmp_path / "elf"
+    script.write_text("#!/bin/sh\nexec /usr/local/nvidia/bin/nvidia-smi \"$@\"\n")
+    elf.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(9))
+    assert not h._is_elf(str(script)) and h._is_elf(str(elf))
+    assert not h._is_elf(str(tmp_path / "absent"))

@@ -189,6 +189,31 @@ def _stem_of(name: str) -> str | None:
     return None
 
 
+def bin_dirs(ldconfig_text: str) -> list[str]:
+    """Where the driver's programs are looked for: beside the driver's own libraries first
+    (`/usr/local/nvidia/lib64` -> `/usr/local/nvidia/bin`, as container images of NVIDIA's
+    lay the driver out), then the system's directories."""
+    out: list[str] = []
+    for name, is64, path in parse_ldconfig(ldconfig_text):
+        lib_dir = os.path.dirname(path)
+        if is64 and _stem_of(name) in ("libcuda.so", "libnvidia-ml.so") \
+                and os.path.basename(lib_dir) in ("lib64", "lib"):
+            d = os.path.join(os.path.dirname(lib_dir), "bin")
+            if d not in out and d not in _BIN_DIRS:
+                out.append(d)
+    return out + list(_BIN_DIRS)
+
+
+def _is_elf(path: str) -> bool:
+    """A program, not a wrapper script: a script that execs the real program by its host
+    path (`/usr/bin/nvidia-smi` on some hosts) finds nothing inside the container."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
 def driver_from_ldconfig(ldconfig_text: str, dev_names: set[str],
                          binaries: dict[str, str], minors: dict[int, int]) -> Driver:
     libs: dict[str, str] = {}
@@ -383,9 +408,9 @@ def _discover(gpus: list[int], dev_dir: str) -> Driver:
         pass
     binaries: dict[str, str] = {}
     for name in {b for names in BINARIES.values() for b in names}:
-        for d in _BIN_DIRS:
+        for d in bin_dirs(ld_text):
             p = os.path.join(d, name)
-            if os.access(p, os.X_OK):
+            if os.access(p, os.X_OK) and _is_elf(p):
                 binaries[name] = p
                 break
     drv = driver_from_ldconfig(ld_text, dev_names, binaries, gpu_minors(info))
