@@ -36,6 +36,7 @@ from corral.agent import gpu  # noqa: E402
 from corral.agent.usage import UsageSampler  # noqa: E402
 from corral.controller.harness import FakeClock, harness_controller  # noqa: E402
 from corral.controller.metrics import Metrics  # noqa: E402
+from corral.controller.metrics_gpus import full_text  # noqa: E402
 from corral.controller.usage import UsageBook  # noqa: E402
 from corral.model.config import ClusterConfig  # noqa: E402
 from corral.model.job import Job, JobState, NodeAlloc, Step  # noqa: E402
@@ -92,23 +93,27 @@ LISTENER_TIMES: list[float] = []  # what the metrics spend on each node's GPU sa
 def churn(metrics: Metrics, rng: random.Random, step: int) -> None:
     """What changes between two scrapes 15-30 s apart: every node's GPU sample and free
     memory (heartbeats), every running job's GPU use, and 100 new jobs (their submission
-    events).  The samples are put in the usage book as `UsageBook.agent_usage` leaves them
-    (its own cost, O(running jobs) per sample, is not the scrape's), and its listeners told
-    (the metrics write the node's GPU lines then: timed apart, in LISTENER_TIMES)."""
+    events).  Each node's sample is put in the usage book as `UsageBook.agent_usage` leaves
+    it, the use of the jobs on the node summed (the book's own cost, O(running jobs) per
+    sample, is not the metrics'), then its listeners told, as agent_usage does: the metrics
+    write the node's and its jobs' lines then (timed apart, in LISTENER_TIMES)."""
     ctl, book = metrics.ctl, metrics.book
+    on_node: dict[str, list[dict[str, tuple[float, float]]]] = {}
+    for per_node in book.job_gpu.values():
+        for node in per_node:
+            on_node.setdefault(node, []).append(per_node)
     for n in ctl.nodes.values():
         n.free_mem = 400_000 + rng.randint(0, 1000)
         samples = [{"index": i, "util": float(rng.randint(0, 100)), "memory_used": 1 << 30,
                     "memory_total": 80 << 30, "power_w": 300.0, "processes": [{"pid": 1}]}
                    for i in range(8)]
         book.gpus[n.name] = (NOW + step, samples)
+        for per_node in on_node.get(n.name, ()):
+            per_node[n.name] = (float(rng.randint(0, 100)), 1 << 30)
         t = time.perf_counter()
         for listener in book.sample_listeners:  # as agent_usage does: the metrics' share
             listener(n.name)
         LISTENER_TIMES.append(time.perf_counter() - t)
-    for per_node in book.job_gpu.values():
-        for node in per_node:
-            per_node[node] = (float(rng.randint(0, 100)), 1 << 30)
     base = max(ctl.jobs) + 1
     for jid in range(base, base + 100):
         user = f"u{rng.randint(1, 500)}"
@@ -139,7 +144,9 @@ def bench_scrape(runs: int, n_jobs: int, n_nodes: int) -> None:
         print(f"  /metrics/{section or '(all)':<18} median {statistics.median(changed) * 1e3:7.2f} ms"
               f"   {statistics.median(same) * 1e3:7.2f} ms  ({size // 1024} KiB)")
     print(f"  at each node's GPU sample the metrics spend a median "
-          f"{statistics.median(LISTENER_TIMES) * 1e6:.0f} µs (its lines written then)")
+          f"{statistics.median(LISTENER_TIMES) * 1e6:.0f} µs (its and its jobs' lines written then)")
+    same = metrics.render("gpus") == full_text(metrics.ctl, metrics.book)
+    print(f"  /metrics/gpus kept text equals a full rendering: {same}")
 
 
 def bench_sampling(runs: int, steps: int = 8) -> None:

@@ -40,6 +40,17 @@ def format_value(x: float) -> str:
     return repr(float(x)) if math.isfinite(x) else ("NaN" if x != x else ("+Inf" if x > 0 else "-Inf"))
 
 
+def header(name: str, doc: str) -> str:
+    """A gauge's HELP and TYPE lines."""
+    doc = doc.replace("\\", "\\\\").replace("\n", "\\n")
+    return f"# HELP {name} {doc}\n# TYPE {name} gauge\n"
+
+
+def format_number(x: float) -> str:
+    """A sample's value (an int as it is: the common case, the fast path)."""
+    return str(x) if type(x) is int else format_value(x)
+
+
 def expose(families: Iterable[Family]) -> bytes:
     """The families in the Prometheus text format (version 0.0.4), as prometheus-client's
     generate_latest writes gauges."""

@@ -244,3 +244,80 @@ def test_scheduler_route_gives_each_stage_of_the_last_pass(h: Harness) -> None:
     stages = {s.labels["stage"]: s.value for s in families["corral_sched_stage_seconds"].samples}
     assert {"eligibility", "priority", "backfill"} <= set(stages)
     assert all(v >= 0 for v in stages.values())
+
+
+GPU_CONF = """\
+ClusterName=t
+MinJobAge=30
+NodeName=g[1-5] CPUs=4 RealMemory=4000 Gres=gpu:2
+PartitionName=debug Nodes=g[1-5] Default=YES
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_gpus_route_kept_equals_a_full_rendering_after_random_changes(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """/metrics/gpus is kept in blocks (nodes, jobs) that only changes re-render: after
+    each of a random sequence of changes (GPU samples, submissions, starts, ends,
+    requeues, cancels, jobs leaving memory, a node seen for the first time) the text equals
+    the route rendered from scratch."""
+    import random
+
+    from corral.controller import metrics_gpus
+
+    monkeypatch.setattr(metrics_gpus, "NODE_BLOCK", 2)  # several blocks of each kind
+    monkeypatch.setattr(metrics_gpus, "JOB_BLOCK_SHIFT", 1)
+    rng = random.Random(seed)
+    with Harness(GPU_CONF) as h:
+        book = UsageBook(h.ctl)
+        m = Metrics(h.ctl, book)
+        clock = [0.0]
+        job_rows_seen = []
+
+        def sample(node: str) -> None:
+            clock[0] += 1
+            gpus = [{"index": i, "util": float(rng.choice([0, 0, 30, 55.5, 100])),
+                     "memory_used": rng.randint(0, 4) << 28, "memory_total": 1 << 30,
+                     "power_w": rng.choice([None, 70.0]), "processes": []} for i in range(2)]
+            h.call(book.agent_usage, clock[0], gpus, [], [node])
+
+        def same() -> None:
+            got, want = m.render("gpus").decode(), metrics_gpus.full_text(h.ctl, book).decode()
+            assert got.splitlines() == want.splitlines()
+            job_rows_seen.append("corral_job_gpu_utilization_percent{" in got)
+
+        same()
+        for n in ("g1", "g3"):
+            sample(n)
+        same()
+        kinds = ["submit", "submit", "tick", "sample", "sample", "sample", "end", "requeue",
+                 "cancel", "advance", "new node"]
+        for _ in range(100):
+            kind = rng.choice(kinds)
+            running = [j for j in h.ctl.running.values() if j.batch_host]
+            if kind == "submit":
+                h.submit(uid=rng.choice([1000, 1001]), gpus_per_node=rng.choice([0, 1, 2]),
+                         account=rng.choice(["", "lab"]) or None)
+            elif kind == "tick":
+                h.tick()
+            elif kind == "sample":  # mostly where jobs run
+                busy = [a.node for j in running for a in j.alloc]
+                sample(rng.choice(busy if busy and rng.random() < 0.8 else
+                                  ["g1", "g2", "g3", "g4", "g5"]))
+            elif kind == "end" and running:
+                h.end(rng.choice(running).job_id)
+            elif kind == "requeue" and running:
+                h.call(h.ctl.requeue, h.who(0), [rng.choice(running)], False)
+            elif kind == "cancel" and running:
+                job = rng.choice(running)
+                h.call(h.ctl.signal_jobs, h.who(0), [job], 15, batch_only=False, cancel=True)
+                if job.state is JobState.COMPLETING:
+                    h.end(job.job_id, "CANCELLED")
+            elif kind == "advance":
+                h.advance(rng.choice([5, 40]))  # 40: finished jobs leave memory (MinJobAge)
+            elif kind == "new node":
+                sample(f"x{rng.randint(0, 3)}")  # sampled, but not in the configuration
+            if rng.random() < 0.6:  # not every change is followed by a scrape
+                same()
+        same()
+        assert any(job_rows_seen) and 'node="x' in m.render("gpus").decode()  # all was tried

@@ -29,6 +29,7 @@ from aiohttp import web
 from corral.controller.errors import SlurmError
 from corral.controller.estimates import StartEstimates
 from corral.controller.jobs import JobEvent, JobEventKind
+from corral.controller.metrics_gpus import GpuRoute
 from corral.controller.reclaim import reclaimer
 from corral.controller.usage import UsageBook
 from corral.exposition import CONTENT_TYPE, Family, expose
@@ -340,13 +341,6 @@ NODE_STATE_SERIES = [
     ("IDLE", "idle", "Number of nodes in Idle state"),
     ("MIXED", "mixed", "Number of nodes in Mixed state"),
     ("noresp", "noresp", "Number of nodes with Not Responding flag")]
-GPU_SERIES: list[tuple[str, str]] = [
-    ("corral_gpu_utilization_percent",
-     "GPU utilisation at the last sample (NVML), per node and GPU"),
-    ("corral_gpu_memory_used_bytes", "GPU memory in use at the last sample"),
-    ("corral_gpu_power_watts", "GPU power draw at the last sample"),
-    ("corral_gpu_allocated", "1 if a job holds the GPU, else 0"),
-]
 
 
 class NodeLine:
@@ -484,13 +478,13 @@ class Metrics:
         self.alloc_generation = 0  # grows when a node's allocation or state changes
         self._dirty: set[str] = set()  # node parts changed since /metrics/nodes was joined
         self._node_text: dict[str, str] = {}  # /metrics/nodes' text by part
-        self._gpu_nodes: dict[str, tuple[Any, list[str]]] = {}
-        self._job_gpu: dict[int, tuple[Any, str, str, str]] = {}
         self._users = GroupLines("slurm_user_", "username")
         self._accounts = GroupLines("slurm_account_", "account")
         self._partitions = GroupLines("slurm_partition_", "partition")
         self._kept: dict[str, tuple[Any, bytes]] = {}  # route -> (what it showed, its bytes)
-        self._gpu_lines_changed = False  # a node's /metrics/gpus lines written at its sample
+        self.gpu_route = GpuRoute(ctl, book)
+        ctl.table.subscribe(self.gpu_route.on_job)
+        ctl.cluster.subscribers.append(self.gpu_route.on_node)
         book.sample_listeners.append(self._on_gpu_sample)
         self.owner_gpu = OwnerGpu(ctl, book)
         self._partition_nodes: tuple[Any, str] | None = None
@@ -509,6 +503,7 @@ class Metrics:
         before: nothing is rendered for a route no one reads."""
         try:
             self.owner_gpu.on_sample(name)
+            self.gpu_route.on_sample(name)
             n = self.ctl.nodes.get(name)
             entry = self.book.gpus.get(name)
             if n is None or entry is None:
@@ -520,10 +515,6 @@ class Metrics:
                 self._gpu_part(ln, n, entry)
                 self._dirty.add("gpu")
                 self.node_generation += 1
-            kept = self._gpu_nodes.get(name)
-            if kept is not None and kept[0] != (entry, held):
-                self._gpu_nodes[name] = ((entry, held), self._gpu_lines(name, entry[1], set(held)))
-                self._gpu_lines_changed = True
         except Exception:  # the metrics must never stop the agents' reports
             log.exception("metrics: GPU sample of %s", name)
 
@@ -681,76 +672,9 @@ class Metrics:
 
     # ---- /metrics/gpus (Corral's) ----------------------------------------------------------
     def gpus_text(self) -> bytes:
-        """Per GPU and per job: Corral's series, on their own route (they are many).  Each
-        node's lines are rendered once per sample; each job's once per change of its use."""
-        book = self.book
-        nodes = self.ctl.nodes
-        changed = len(self._gpu_nodes) != len(book.gpus) or self._gpu_lines_changed
-        self._gpu_lines_changed = False
-        per_node: list[list[str]] = []
-        for name in sorted(book.gpus):
-            entry = book.gpus[name]
-            n = nodes.get(name)
-            held = tuple(n.alloc_gpus) if n is not None else ()
-            key = (entry, held)
-            kept = self._gpu_nodes.get(name)
-            if kept is None or kept[0] != key:
-                changed = True
-                kept = self._gpu_nodes[name] = (key, self._gpu_lines(name, entry[1], set(held)))
-            per_node.append(kept[1])
-        if len(self._gpu_nodes) > len(book.gpus):
-            self._gpu_nodes = {k: v for k, v in self._gpu_nodes.items() if k in book.gpus}
-        jobs = self.ctl.jobs
-        job_rows: list[tuple[str, str]] = []
-        live = book.job_gpu
-        for jid in sorted(live):
-            job = jobs.get(jid)
-            if job is None:
-                continue
-            per = live[jid]
-            use = tuple(per.values())
-            kept_job = self._job_gpu.get(jid)
-            if kept_job is None or kept_job[0] != use:
-                changed = True
-                who = (f'{{jobid="{jid}",username="{_label(job.user)}",'
-                       f'account="{_label(job.account or "")}"}} ')
-                kept_job = self._job_gpu[jid] = (
-                    use, who,
-                    f"corral_job_gpu_utilization_percent{who}{_num(sum(u for u, _ in use))}\n",
-                    f"corral_job_gpu_memory_used_bytes{who}{_num(sum(m for _, m in use))}\n")
-            job_rows.append((kept_job[2], kept_job[3]))
-        if len(self._job_gpu) > len(job_rows):
-            self._job_gpu = {k: v for k, v in self._job_gpu.items() if k in live}
-            changed = True
-        kept_all = self._kept.get("gpus")
-        if kept_all is not None and not changed:
-            return kept_all[1]
-        out: list[str] = []
-        for i, (name, doc) in enumerate(GPU_SERIES):
-            out.append(_header(name, doc))
-            out.extend([lines[i] for lines in per_node])
-        out.append(_header("corral_job_gpu_utilization_percent",
-                           "Utilisation summed over the job's GPUs at the last sample"))
-        out.extend([u for u, _m in job_rows])
-        out.append(_header("corral_job_gpu_memory_used_bytes",
-                           "Memory in use on the job's GPUs at the last sample"))
-        out.extend([m for _u, m in job_rows])
-        body = "".join(out).encode()
-        self._kept["gpus"] = (None, body)
-        return body
-
-    @staticmethod
-    def _gpu_lines(node: str, samples: list[dict[str, Any]], held: set[int]) -> list[str]:
-        util, mem, power, alloc = [], [], [], []
-        node_label = _label(node)
-        for g in samples:
-            lab = f'{{node="{node_label}",gpu="{g["index"]}"}} '
-            util.append(f"corral_gpu_utilization_percent{lab}{_num(g['util'])}\n")
-            mem.append(f"corral_gpu_memory_used_bytes{lab}{_num(g['memory_used'])}\n")
-            if g["power_w"] is not None:
-                power.append(f"corral_gpu_power_watts{lab}{_num(g['power_w'])}\n")
-            alloc.append(f"corral_gpu_allocated{lab}{int(g['index'] in held)}\n")
-        return ["".join(util), "".join(mem), "".join(power), "".join(alloc)]
+        """Per GPU and per job: Corral's series, on their own route (they are many), kept
+        between scrapes by controller.metrics_gpus."""
+        return self.gpu_route.render()
 
     # ---- /metrics/jobs -------------------------------------------------------------------
     def jobs_text(self) -> bytes:
