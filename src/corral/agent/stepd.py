@@ -639,13 +639,22 @@ class Supervisor:
     def _write_detached(self, fd: int, data: bytes) -> None:
         """Write to the job's file from a forked writer: even a regular file may block for
         good (a FUSE file system of the user's), and the supervisor must not.  The writer
-        is our child, so the step's end kills it if it is stuck."""
+        is our child, so the step's end kills it if it is stuck.  It writes as the job's
+        user (the descriptor was opened as them; the write counts against their quota and
+        limits, as their own would), never as root."""
         pid = os.fork()
         if pid == 0:
+            code = 1
             try:
+                if os.geteuid() == 0 and self.head is not None and self.head.uid != 0:
+                    self._become_owner()
                 os.write(fd, data)
+                code = 0
+            except OSError as e:
+                self.note(f"cannot write to the job's stderr as uid "
+                          f"{self.head.uid if self.head else '?'}: {e.strerror}")
             finally:
-                os._exit(0)
+                os._exit(code)
         self.writers.append(pid)
 
     def _wait_writers(self, timeout: float = 2.0) -> None:
@@ -1053,7 +1062,10 @@ class Supervisor:
                 # A longer limit re-arms the warning signal (as Slurm does on extension).
                 self.warn_sent = self._elapsed() >= self.time_limit - self.warn_signal[1]
         elif isinstance(message, messages.NotifyOp):
-            pass  # shown by the job's srun/salloc sessions (the controller relays it there)
+            # `scontrol notify` and idle-GPU reclaim's notice: Slurm's batch step logs it as
+            # an error, which lands in the job's stderr (srun/salloc get theirs from the
+            # controller)
+            self._job_stderr_message(message.message)
 
     # -- time ---------------------------------------------------------------------------
     def _elapsed(self) -> float:

@@ -886,8 +886,9 @@ class TimeLimitOp(Message):
 
 @_S.add
 class NotifyOp(Message):
-    """`scontrol notify`: Slurm prints it on the job's srun/salloc (the controller relays it
-    there); the batch step has nowhere of its own to show it."""
+    """`scontrol notify` (and idle-GPU reclaim's notice): the batch step writes it to the job's
+    stderr as `slurmstepd: error: MESSAGE`, as Slurm's does; a job's srun/salloc gets it from
+    the controller (UserMessage)."""
 
     KEY = "op"
     TYPE = "notify"
