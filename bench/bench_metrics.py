@@ -9,7 +9,8 @@ typed reasons), every node's GPUs sampled (controller.usage) — each of the fiv
 (controller.metrics.Metrics.render).  Each is timed twice: after what changes between two
 scrapes (every node's GPU sample and free memory, 100 new jobs: `churn`), and again with
 nothing changed (the bytes kept from the scrape before).  Target: under 20 ms per route on
-the project's slow 2-core machine.
+the project's slow 2-core machine.  Wall-clock medians, and the scraping thread's CPU time
+(what a busy machine's other work does not inflate).
 
 Sampling: what the agent spends per interval (agent.usage.UsageSampler.sample) on a node
 running 8 steps: reading their cgroups (a fake cgroup v2 tree in a temporary directory,
@@ -128,21 +129,27 @@ def bench_scrape(runs: int, n_jobs: int, n_nodes: int) -> None:
     rng = random.Random(2)
     print(f"cluster: {n_nodes} nodes x 8 GPUs, {n_jobs} jobs "
           f"(built in {time.perf_counter() - t:.1f} s)")
-    print("  route                       after a change   nothing changed")
+    print("  route                       after a change   nothing changed     "
+          "CPU: after a change / nothing changed")
     step = 0
     for section in [*Metrics.SECTIONS, None]:
         changed, same, size = [], [], 0
+        cpu_changed, cpu_same = [], []
         for _ in range(runs):
             step += 1
             churn(metrics, rng, step)
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             size = len(metrics.render(section))
             changed.append(time.perf_counter() - t)
-            t = time.perf_counter()
+            cpu_changed.append(time.thread_time() - c)
+            t, c = time.perf_counter(), time.thread_time()
             metrics.render(section)
             same.append(time.perf_counter() - t)
+            cpu_same.append(time.thread_time() - c)
         print(f"  /metrics/{section or '(all)':<18} median {statistics.median(changed) * 1e3:7.2f} ms"
-              f"   {statistics.median(same) * 1e3:7.2f} ms  ({size // 1024} KiB)")
+              f"   {statistics.median(same) * 1e3:7.2f} ms  ({size // 1024:>4} KiB)"
+              f"  {statistics.median(cpu_changed) * 1e3:7.2f} ms / "
+              f"{statistics.median(cpu_same) * 1e3:.2f} ms")
     print(f"  at each node's GPU sample the metrics spend a median "
           f"{statistics.median(LISTENER_TIMES) * 1e6:.0f} µs (its and its jobs' lines written then)")
     same = metrics.render("gpus") == full_text(metrics.ctl, metrics.book)
