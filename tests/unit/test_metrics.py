@@ -260,7 +260,8 @@ def test_gpus_route_kept_equals_a_full_rendering_after_random_changes(
     """/metrics/gpus is kept in blocks (nodes, jobs) that only changes re-render: after
     each of a random sequence of changes (GPU samples, submissions, starts, ends,
     requeues, cancels, jobs leaving memory, a node seen for the first time) the text equals
-    the route rendered from scratch."""
+    the route rendered from scratch; now and then the other routes are checked against a
+    Metrics made from the state at that point."""
     import random
 
     from corral.controller import metrics_gpus
@@ -319,5 +320,9 @@ def test_gpus_route_kept_equals_a_full_rendering_after_random_changes(
                 sample(f"x{rng.randint(0, 3)}")  # sampled, but not in the configuration
             if rng.random() < 0.6:  # not every change is followed by a scrape
                 same()
+            if rng.random() < 0.2:  # the other kept routes, against a Metrics made now
+                fresh = Metrics(h.ctl, book)
+                for r in ("nodes", "jobs", "partitions", "jobs-users-accts"):
+                    assert m.render(r) == fresh.render(r), r
         same()
         assert any(job_rows_seen) and 'node="x' in m.render("gpus").decode()  # all was tried

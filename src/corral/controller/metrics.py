@@ -281,6 +281,7 @@ class GroupLines:
         self.headers = [_header(name, doc) for name, doc, _get in self.specs]
         self.label = label
         self.kept: dict[str, tuple[tuple[int, int], list[str]]] = {}
+        self.heads: dict[str, list[str]] = {}
         self.text = ""
 
     def render(self, groups: dict[str, JobAgg]) -> tuple[str, bool]:
@@ -294,13 +295,17 @@ class GroupLines:
             kept = self.kept.get(name)
             if kept is None or kept[0] != key:
                 changed = True
-                head = [f'{spec[0]}{{{self.label}="{_label(name)}"}} ' for spec in self.specs]
+                head = self.heads.get(name)
+                if head is None:  # a group's label part, written once
+                    head = self.heads[name] = [f'{spec[0]}{{{self.label}="{_label(name)}"}} '
+                                               for spec in self.specs]
                 kept = self.kept[name] = (key, [f"{h}{_num(spec[2](a))}\n"
                                                 for h, spec in zip(head, self.specs, strict=True)])
             per.append(kept[1])
         if len(self.kept) > len(groups):
             for gone in [k for k in self.kept if k not in groups]:
                 del self.kept[gone]
+                self.heads.pop(gone, None)
         if changed or not self.text:
             out: list[str] = []
             for i, header in enumerate(self.headers):
@@ -382,7 +387,8 @@ class OwnerGpu:
         self.job_util: dict[int, float] = {}  # job -> utilisation summed over its GPUs
         self.members: dict[str, dict[int, float]] = {}  # owner -> job -> its utilisation
         self.dirty: set[str] = set()
-        self.totals: dict[str, float] = {}
+        self.lines: dict[str, str] = {}  # owner -> its line
+        self.order: dict[str, list[str]] = {}  # "u:"/"a:" -> the owners, sorted
         self.text: tuple[str, str] | None = None
         for job in list(ctl.running.values()):
             self.track(job)
@@ -434,27 +440,36 @@ class OwnerGpu:
         for job_id in self.node_jobs.get(node, ()):
             self.update(job_id)
 
+    FAMILIES = (("u:", "corral_user_gpu_utilization_percent", "username"),
+                ("a:", "corral_account_gpu_utilization_percent", "account"))
+
     def render(self) -> tuple[str, str]:
-        """The two families' text: per user, per account (kept until an owner changes)."""
+        """The two families' text: per user, per account.  An owner's line is written anew
+        when its jobs' use changed; the owners are sorted again when one comes or goes."""
         if self.text is not None and not self.dirty:
             return self.text
+        lines = self.lines
+        names = {tag: (name, label) for tag, name, label in self.FAMILIES}
+        came_or_went = self.text is None
         for key in self.dirty:
             m = self.members.get(key)
             if m:
-                self.totals[key] = sum(m.values())
+                # rounded: the sums' last bits do not depend on the order jobs came in
+                total = round(sum(m.values()), 6)
+                name, label = names[key[:2]]
+                came_or_went = came_or_went or key not in lines
+                lines[key] = f'{name}{{{label}="{_label(key[2:])}"}} {_value(total)}\n'
             else:
-                self.totals.pop(key, None)
+                came_or_went = came_or_went or key in lines
+                lines.pop(key, None)
                 self.members.pop(key, None)
         self.dirty.clear()
-        out = []
-        for prefix, label in (("user", "username"), ("account", "account")):
-            gutil = Family(f"corral_{prefix}_gpu_utilization_percent",
-                           "Utilisation summed over the GPUs of its running jobs", (label,))
-            tag = prefix[0] + ":"
-            # rounded: the sums' last bits do not depend on the order jobs came in
-            gutil.rows = sorted(((k[2:],), round(v, 6)) for k, v in self.totals.items()
-                                if k.startswith(tag))
-            out.append(expose([gutil]).decode())
+        if came_or_went:
+            self.order = {tag: sorted(k for k in lines if k.startswith(tag))
+                          for tag, _n, _l in self.FAMILIES}
+        out = [_header(name, "Utilisation summed over the GPUs of its running jobs")
+               + "".join([lines[k] for k in self.order[tag]])
+               for tag, name, _label in self.FAMILIES]
         self.text = (out[0], out[1])
         return self.text
 
