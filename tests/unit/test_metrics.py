@@ -326,3 +326,23 @@ def test_gpus_route_kept_equals_a_full_rendering_after_random_changes(
                     assert m.render(r) == fresh.render(r), r
         same()
         assert any(job_rows_seen) and 'node="x' in m.render("gpus").decode()  # all was tried
+
+
+def test_gpus_route_unscraped_for_long_forgets_what_it_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What changed is remembered for the next scrape; with no scrape for long the route
+    drops its kept text (bounded memory) and the next scrape renders everything."""
+    from corral.controller import metrics_gpus
+
+    with Harness(GPU_CONF) as h:
+        book = UsageBook(h.ctl)
+        m = Metrics(h.ctl, book)
+        route = m.gpu_route
+        before = m.render("gpus")
+        assert route.text is not None
+        h.submit()
+        assert route.text is not None and route.dirty_jobs
+        monkeypatch.setattr(metrics_gpus, "FORGET_SLACK", -5)
+        h.submit()
+        assert route.text is None and not route.dirty_jobs
+        assert m.render("gpus") == metrics_gpus.full_text(h.ctl, book) == before

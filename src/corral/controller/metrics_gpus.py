@@ -45,6 +45,9 @@ JOB_SERIES: list[tuple[str, str]] = [
 ]
 NODE_BLOCK = 32  # nodes per block, in name order
 JOB_BLOCK_SHIFT = 6  # jobs per block: the ids that share id >> JOB_BLOCK_SHIFT
+# changed jobs remembered for the next scrape beyond twice the jobs in memory: no one
+# scrapes (jobs left memory meanwhile); the kept text is dropped, the next scrape renders all
+FORGET_SLACK = 1024
 
 
 def node_lines(node: str, samples: list[dict[str, Any]], held: set[int]) -> tuple[bytes, ...]:
@@ -184,13 +187,23 @@ class GpuRoute:
         job = ev.job
         jid = job.job_id
         nodes = {a.node for a in job.alloc if a.gpus}
-        self.dirty_nodes.update(self.job_nodes.get(jid, ()))
-        self.dirty_nodes.update(nodes)
+        if self.text is not None:  # before the first scrape, that scrape looks at everything
+            self.dirty_nodes.update(self.job_nodes.get(jid, ()))
+            self.dirty_nodes.update(nodes)
+            self.dirty_jobs.add(jid)
+            if len(self.dirty_jobs) > 2 * len(self.ctl.jobs) + FORGET_SLACK:
+                self._reset()  # no scrape for long: the next one renders everything
         self._track(jid, nodes if job.state.active else set())
-        self.dirty_jobs.add(jid)
+
+    def _reset(self) -> None:
+        self.text = None
+        self.nodes, self.jobs = Blocks(len(GPU_SERIES)), Blocks(len(JOB_SERIES))
+        self.node_block = {}
+        self.dirty_nodes, self.dirty_jobs, self.seen_jobs = set(), set(), set()
 
     def on_node(self, ev: NodeEvent) -> None:
-        self.dirty_nodes.add(ev.node.name)
+        if self.text is not None:
+            self.dirty_nodes.add(ev.node.name)
 
     def on_sample(self, node: str) -> None:
         """The node's GPUs were sampled (and its jobs' use summed): their lines now."""
