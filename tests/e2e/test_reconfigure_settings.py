@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from corral import paths
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, running
 
 BASE = """\
 ClusterName=testcluster
@@ -28,13 +28,8 @@ exit 0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    home = Path(tmp_path_factory.mktemp("reconf"))
-    c = Cluster(home, BASE)
-    try:
-        c.start()
+    with running(tmp_path_factory, BASE, "reconf") as c:
         yield c
-    finally:
-        c.stop()
 
 
 def _runs(log: Path, job: int) -> set[str]:
