@@ -377,9 +377,11 @@ class _Pass:
         self.nodes = {n.name: n for n in self.by_rank}
         # [reservations hook] advanced reservations' node windows (sched/reserved.py) are
         # held whole, so a job fits on such a node only if it ends before the window.
+        self.windows: dict[str, list[tuple[float, float]]] = {}  # (preemption skips them)
         for name, start, end in snap.blocked:
             if name in self.nodes:
                 self.nodes[name].holds.append((start, end, 0, 0, 0, True))
+                self.windows.setdefault(name, []).append((start, end))
         for r in snap.running:
             if r.end_time == INFINITE_TIME:
                 continue
@@ -520,6 +522,8 @@ class _Pass:
                     or (con is not None and not con.node_may(node.features)) \
                     or (req.filters_nodes and not req.node_may(node)):
                 continue
+            if any(s < end and now < e for s, e in self.windows.get(node.name, ())):
+                continue  # [quality] a reservation's node, in its window: not this job's
             need = (node.cpus, node.mem, node.gpus) if whole \
                 else fixed if fixed is not None else req.demand(node, per_node)
             if need[0] > node.cpus or need[1] > node.mem or need[2] > node.gpus:
