@@ -72,9 +72,11 @@ def cmd_sim(args: argparse.Namespace) -> int:
             text = gpu_cluster_conf(nodes, args.gpus_per_node)
         config = parse_config(text)
         if args.load is not None and not args.trace.startswith("lab:"):
-            from corral.sim.compare import compress
+            from corral.sim.compare import compress, fits_config
 
-            jobs = compress(jobs, sum(n.gpus for n in config.nodes), args.load)
+            # (jobs the cluster refuses offer no load)
+            jobs = compress(jobs, sum(n.gpus for n in config.nodes), args.load,
+                            fits_config(config))
     except (TraceError, ConfigError) as e:
         print(f"corral sim: error: {e}", file=sys.stderr)
         return 1
