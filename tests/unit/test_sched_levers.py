@@ -117,3 +117,27 @@ def test_the_simulator_runs_every_order() -> None:
                 + gpu_cluster_conf(2, 8))
         result = Simulator(parse_config(conf), jobs).run()
         assert all(r.end is not None and r.state == "COMPLETED" for r in result.records), order
+
+
+def test_predictions_for_the_order_alone_never_move_the_plan() -> None:
+    # one node of 8 GPUs (tests/unit/test_predict.py's case): with EASY++ carol's 4-GPU job
+    # backfills at 220 s on her prediction; ordering by predictions keeps the plan made
+    # with limits, so she waits for bob as without predictions
+    one = gpu_cluster_conf(1, 8)
+    jobs = [TraceJob(0, 100, 1000, 4, 4, user="alice"),
+            TraceJob(0, 50, 1200, 4, 4, user="carol"),
+            TraceJob(200, 900, 1000, 4, 4, user="alice"),
+            TraceJob(210, 100, 1000, 8, 8, user="bob"),
+            TraceJob(220, 50, 1200, 4, 4, user="carol")]
+
+    def sim(params: str) -> Simulator:
+        s = Simulator(parse_config(f"SchedulerParameters={params}\n" + one), jobs)
+        s.run()
+        return s
+
+    order = sim("bf_job_part_count_reserve=1,corral_bf_order=predicted")
+    plain = sim("bf_job_part_count_reserve=1")
+    easy_pp = sim("bf_job_part_count_reserve=1,corral_predict_runtime=2")
+    assert order.ctl.core.passes.history.mean("carol") == 50  # the order's history is kept
+    assert [r.start for r in order.records] == [r.start for r in plain.records]
+    assert order.records[4].start == 1200 and easy_pp.records[4].start == 220
