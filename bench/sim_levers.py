@@ -27,9 +27,12 @@ from corral.sim.generate import gpu_cluster_conf, lab_mix
 from corral.sim.metrics import summarise
 from corral.sim.trace import TraceJob, read_trace
 
-DEFAULT_POLICIES = ["fcfs", "easy", "default", "sp:bf_job_part_count_reserve=2",
-                    "sp:bf_job_part_count_reserve=4", "sp:bf_job_part_count_reserve=8",
-                    "easy++", "default++"]
+DEFAULT_POLICIES = ["easy", "default", "easy++",
+                    "sp:bf_job_part_count_reserve=1+corral_bf_order=limit",
+                    "sp:bf_job_part_count_reserve=1+corral_bf_order=predicted",
+                    "sp:bf_job_part_count_reserve=1+corral_bf_order=largest",
+                    "sp:bf_job_part_count_reserve=2+corral_bf_reserve_min_gpus=8",
+                    "sp:bf_job_part_count_reserve=4+corral_bf_reserve_min_gpus=16"]
 
 
 def conf_of(name: str, base: str) -> str:
