@@ -35,13 +35,6 @@ DEFAULT_POLICIES = ["easy", "default", "easy++",
                     "sp:bf_job_part_count_reserve=4+corral_bf_reserve_min_gpus=16"]
 
 
-def conf_of(name: str, base: str) -> str:
-    if name.startswith("sp:"):
-        items = ",".join(name[3:].split("+"))
-        return f"SchedulerParameters={items}\n" + base
-    return policy_conf(name, base)
-
-
 # (a)'s nodes: 8 GPUs with the CPUs and memory its largest jobs ask (121 CPUs, 720 GiB), so
 # that none is refused (on 64-CPU nodes 20 8-GPU jobs, 28 % of its GPU-hours, were)
 TRACE_CPUS, TRACE_MEM_MB = 128, 768_000
@@ -59,7 +52,7 @@ def run(label: str, jobs: list[TraceJob], base: str, names: list[str]) -> dict[s
     print(f"\n{label}: {len(jobs)} jobs", flush=True)
     header()
     for name in names:
-        r = easy if name == "easy" else Simulator(parse_config(conf_of(name, base)), jobs).run()
+        r = easy if name == "easy" else Simulator(parse_config(policy_conf(name, base)), jobs).run()
         s = summarise(r)
         ex = wait_excess(r, easy)
         out[name] = (window_utilisation(r), s.mean_wait, s.idle_gpu_seconds_while_pending,

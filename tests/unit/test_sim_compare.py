@@ -111,7 +111,7 @@ def test_cli_compares_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[st
                         "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0].split()[:2] == ["policy", "util"]
+    assert lines[0].split()[:4] == ["policy", "util", "%", "arriving"]
     assert [ln.split()[0] for ln in lines[1:4]] == ["fcfs", "easy", "default"]
     assert "mean wait by size and by user" in out
     assert png.read_bytes()[:4] == b"\x89PNG"
@@ -154,3 +154,16 @@ def test_utilisation_while_jobs_arrive() -> None:
     # the 8-GPU job waits for the long one; over the first 100 s one GPU of 8 was busy
     assert window_utilisation(result) == pytest.approx(1 / 8)
     assert summarise(result).utilisation < 0.2
+
+
+def test_scheduler_parameters_as_a_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    conf = policy_conf("sp:bf_job_part_count_reserve=1+corral_bf_order=limit",
+                       "SchedulerParameters=bf_interval=30\n" + LAB)
+    assert "SchedulerParameters=bf_interval=30,bf_job_part_count_reserve=1," \
+           "corral_bf_order=limit" in conf
+    params = sched_params(parse_config(conf))
+    assert (params.max_planned, params.levers.order) == (0, "limit")
+    assert corral_main(["sim", "lab:40:2", "--policy",
+                        "easy,sp:bf_job_part_count_reserve=1+corral_bf_order=limit"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split()[0] == "sp:bf_job_part_count_reserve=1+corral_bf_order=limit"

@@ -46,6 +46,11 @@ def _with_option(text: str, key: str, value: str) -> str:
 
 
 def policy_conf(name: str, base: str) -> str:
+    """slurm.conf text of a built-in policy, or of `sp:ITEM+ITEM` (SchedulerParameters items
+    added to the cluster's, e.g. `sp:bf_job_part_count_reserve=1+corral_bf_order=limit`)."""
+    if name.startswith("sp:"):
+        items = ",".join(i for i in name[3:].split("+") if i)
+        return _with_option(base, "SchedulerParameters", items) if items else base
     if name == "fcfs":
         return _with_option(base, "SchedulerType", "sched/builtin")
     if name == "easy":
@@ -162,13 +167,18 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(_fmt_row(r, widths) for r in [header, *rows]) + "\n"
 
 
-def render_summaries(names: Sequence[str], sums: Sequence[Summary]) -> str:
-    header = ["policy", "util %", "wait mean s", "median s", "p95 s", "mean bsld",
-              "idle GPU-s pending", "makespan s", "started", "timeouts"]
-    rows = [[n, f"{s.utilisation * 100:.1f}", f"{s.mean_wait:.0f}", f"{s.median_wait:.0f}",
+def render_summaries(names: Sequence[str], sums: Sequence[Summary],
+                     arriving: Sequence[float]) -> str:
+    """One row per policy: `util %` over the makespan, `arriving %` while jobs arrive
+    (`window_utilisation`)."""
+    header = ["policy", "util %", "arriving %", "wait mean s", "median s", "p95 s",
+              "mean bsld", "idle GPU-s pending", "makespan s", "started", "timeouts"]
+    rows = [[n, f"{s.utilisation * 100:.1f}", f"{a * 100:.1f}", f"{s.mean_wait:.0f}",
+             f"{s.median_wait:.0f}",
              f"{s.p95_wait:.0f}", f"{s.mean_bounded_slowdown:.2f}",
              f"{s.idle_gpu_seconds_while_pending:.0f}", f"{s.makespan:.0f}",
-             f"{s.started}/{s.jobs}", str(s.timed_out)] for n, s in zip(names, sums, strict=True)]
+             f"{s.started}/{s.jobs}", str(s.timed_out)]
+            for n, s, a in zip(names, sums, arriving, strict=True)]
     return table(header, rows)
 
 
