@@ -1153,8 +1153,8 @@ def _walk(ordered: list[PendingView], blocked: set[str], p: _Pass, snap: Snapsho
     planned (sched/levers.py).  With `corral_bf_order` other than priority, a job of a
     partition already blocked that no hold would protect (the planning budget spent, or
     too small for `corral_bf_reserve_min_gpus`) is put off, and the put-off jobs come
-    last, shortest (limit or prediction) first, to start now or wait: the holds are made
-    in priority order as before, so the order changes no hold."""
+    last, shortest (limit or prediction) or largest (GPUs) first, to start now or wait:
+    the holds are made in priority order as before, so the order changes no hold."""
     levers = snap.levers
     if levers.order == "priority":
         for pos, job in enumerate(ordered):
