@@ -111,7 +111,7 @@ def test_cli_compares_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[st
                         "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0].split()[:2] == ["policy", "util"]
+    assert lines[0].split()[:4] == ["policy", "util", "%", "arriving"]
     assert [ln.split()[0] for ln in lines[1:4]] == ["fcfs", "easy", "default"]
     assert "mean wait by size and by user" in out
     assert png.read_bytes()[:4] == b"\x89PNG"
@@ -126,3 +126,44 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "--plot needs --policy" in capsys.readouterr().err
     assert corral_main(["sim", "lab:10", "--policy", f"conf:{tmp_path}/none"]) == 1
     assert corral_main(["sim", "lab:10", "--load", "0", "--policy", "easy"]) == 1
+
+
+def test_compress_counts_only_the_jobs_the_cluster_can_run() -> None:
+    from corral.sim.compare import fits_config, fits_nodes
+
+    jobs = [TraceJob(0, 100, 100, cpus=4, gpus=2), TraceJob(1000, 100, 100, cpus=4, gpus=2),
+            TraceJob(500, 10_000, 10_000, cpus=100, gpus=8)]  # more CPUs than a node has
+    fits = fits_nodes(64, 512_000, 8, 4)
+    assert [fits(j) for j in jobs] == [True, True, False]
+    assert fits(TraceJob(0, 1, 1, cpus=100, gpus=16))  # 50 CPUs on each of 2 nodes
+    assert not fits(TraceJob(0, 1, 1, cpus=4, gpus=40))  # 5 nodes of 4
+    assert [fits_config(parse_config(gpu_cluster_conf(4, 8)))(j) for j in jobs] \
+        == [True, True, False]
+    # 400 GPU-s that can run on 4 GPUs: 100 s from first to last submission (counting the
+    # refused job's 80,000 GPU-s made it 20,100 s)
+    assert [j.submit for j in compress(jobs, 4, 1.0, fits)] == [0, 100, 50]
+    assert compress(jobs, 4, 1.0)[1].submit == 20_100
+
+
+def test_utilisation_while_jobs_arrive() -> None:
+    from corral.sim.compare import window_utilisation
+
+    # 8 GPUs; jobs arrive over 100 s; a 1-GPU job runs 10,000 s (the tail)
+    jobs = [TraceJob(0, 10_000, 10_000, cpus=1, gpus=1), TraceJob(100, 50, 50, cpus=8, gpus=8)]
+    result = Simulator(parse_config(gpu_cluster_conf(1, 8)), jobs).run()
+    # the 8-GPU job waits for the long one; over the first 100 s one GPU of 8 was busy
+    assert window_utilisation(result) == pytest.approx(1 / 8)
+    assert summarise(result).utilisation < 0.2
+
+
+def test_scheduler_parameters_as_a_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    conf = policy_conf("sp:bf_job_part_count_reserve=1+corral_bf_order=limit",
+                       "SchedulerParameters=bf_interval=30\n" + LAB)
+    assert "SchedulerParameters=bf_interval=30,bf_job_part_count_reserve=1," \
+           "corral_bf_order=limit" in conf
+    params = sched_params(parse_config(conf))
+    assert (params.max_planned, params.levers.order) == (0, "limit")
+    assert corral_main(["sim", "lab:40:2", "--policy",
+                        "easy,sp:bf_job_part_count_reserve=1+corral_bf_order=limit"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split()[0] == "sp:bf_job_part_count_reserve=1+corral_bf_order=limit"

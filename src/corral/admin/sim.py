@@ -35,7 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="run every pass and tick the cadence arms, even those nothing changed")
     p.add_argument("--policy", metavar="LIST",
                    help="compare policies side by side: fcfs, easy, default, easy++, "
-                        "default++, conf:PATH (comma-separated)")
+                        "default++, sp:ITEM+ITEM (SchedulerParameters items added), "
+                        "conf:PATH (comma-separated)")
     p.add_argument("--plot", metavar="PNG", help="with --policy: GPUs busy over time, a PNG")
     p.add_argument("--nodes", type=int, metavar="N",
                    help="without --config: N nodes (default 64, 4 for lab:N)")
@@ -72,9 +73,11 @@ def cmd_sim(args: argparse.Namespace) -> int:
             text = gpu_cluster_conf(nodes, args.gpus_per_node)
         config = parse_config(text)
         if args.load is not None and not args.trace.startswith("lab:"):
-            from corral.sim.compare import compress
+            from corral.sim.compare import compress, fits_config
 
-            jobs = compress(jobs, sum(n.gpus for n in config.nodes), args.load)
+            # (jobs the cluster refuses offer no load)
+            jobs = compress(jobs, sum(n.gpus for n in config.nodes), args.load,
+                            fits_config(config))
     except (TraceError, ConfigError) as e:
         print(f"corral sim: error: {e}", file=sys.stderr)
         return 1
@@ -144,6 +147,7 @@ def compare(args: argparse.Namespace, base: str, jobs: list[TraceJob]) -> int:
         render_excess,
         render_groups,
         render_summaries,
+        window_utilisation,
     )
     from corral.sim.engine import Simulator
     from corral.sim.metrics import summarise
@@ -151,7 +155,7 @@ def compare(args: argparse.Namespace, base: str, jobs: list[TraceJob]) -> int:
     names = [n.strip() for n in args.policy.split(",") if n.strip()]
     confs = []
     for name in names:
-        if name in BUILTIN:
+        if name in BUILTIN or name.startswith("sp:"):
             confs.append(policy_conf(name, base))
         elif name.startswith("conf:"):
             try:
@@ -161,7 +165,7 @@ def compare(args: argparse.Namespace, base: str, jobs: list[TraceJob]) -> int:
                 return 1
         else:
             print(f"corral sim: error: unknown policy {name!r} (fcfs, easy, default, "
-                  f"easy++, default++, conf:PATH)", file=sys.stderr)
+                  f"easy++, default++, sp:ITEM+ITEM, conf:PATH)", file=sys.stderr)
             return 1
     if not names:
         print("corral sim: error: --policy needs at least one policy", file=sys.stderr)
@@ -174,7 +178,8 @@ def compare(args: argparse.Namespace, base: str, jobs: list[TraceJob]) -> int:
     except ConfigError as e:
         print(f"corral sim: error: {e}", file=sys.stderr)
         return 1
-    sys.stdout.write(render_summaries(names, [summarise(r) for r in results]))
+    sys.stdout.write(render_summaries(names, [summarise(r) for r in results],
+                                      [window_utilisation(r) for r in results]))
     sys.stdout.write(render_excess(names, results))  # [quality] the bound against EASY
     sys.stdout.write("\nmean wait by size and by user (s)\n")
     sys.stdout.write(render_groups(names, results, jobs))

@@ -377,9 +377,11 @@ class _Pass:
         self.nodes = {n.name: n for n in self.by_rank}
         # [reservations hook] advanced reservations' node windows (sched/reserved.py) are
         # held whole, so a job fits on such a node only if it ends before the window.
+        self.windows: dict[str, list[tuple[float, float]]] = {}  # (preemption skips them)
         for name, start, end in snap.blocked:
             if name in self.nodes:
                 self.nodes[name].holds.append((start, end, 0, 0, 0, True))
+                self.windows.setdefault(name, []).append((start, end))
         for r in snap.running:
             if r.end_time == INFINITE_TIME:
                 continue
@@ -520,6 +522,8 @@ class _Pass:
                     or (con is not None and not con.node_may(node.features)) \
                     or (req.filters_nodes and not req.node_may(node)):
                 continue
+            if any(s < end and now < e for s, e in self.windows.get(node.name, ())):
+                continue  # [quality] a reservation's node, in its window: not this job's
             need = (node.cpus, node.mem, node.gpus) if whole \
                 else fixed if fixed is not None else req.demand(node, per_node)
             if need[0] > node.cpus or need[1] > node.mem or need[2] > node.gpus:
@@ -1040,8 +1044,11 @@ class _Pass:
             return (-(p.priority_tier if p else 0), -pr, j.submit_time, j.job_id)
 
         blocked: set[str] = set()
-        predicted = snap.predicted_runtime  # [quality]
-        for pos, job in enumerate(sorted(snap.pending, key=order)):
+        levers = snap.levers  # [quality] sched/levers.py
+        predicted = snap.predicted_runtime if levers.plan_predictions else None
+        min_gpus = levers.reserve_min_gpus
+        for pos, job, may_plan in _walk(sorted(snap.pending, key=order), blocked, self,
+                                        snap):
             part = parts.get(job.partition)
             if part is None or part.state == "DOWN":
                 dec.reasons[job.job_id] = reason(ReasonCode.PARTITION_DOWN)
@@ -1117,7 +1124,8 @@ class _Pass:
                 why = self.resources_reason(req, job.partition) if first \
                     else reason(ReasonCode.PRIORITY)
             dec.reasons[job.job_id] = why
-            if not first and (not snap.backfill or self.planned_count >= self.max_planned):
+            if not first and (not snap.backfill or self.planned_count >= self.max_planned
+                              or not may_plan or (min_gpus and _gpus(job) < min_gpus)):
                 continue
             failed_plan = self.plan_failed.get(shape)
             if failed_plan is not None and duration >= failed_plan:
@@ -1132,6 +1140,43 @@ class _Pass:
             self.hold(req, nodes, start, duration)
             dec.planned[job.job_id] = (start, [n.name for n in nodes])
         return dec
+
+
+def _gpus(job: PendingView) -> int:
+    """GPUs a job asks for in all."""
+    return max(job.gpus, job.gpus_per_node * job.num_nodes + job.gpus_per_task * job.num_tasks)
+
+
+def _walk(ordered: list[PendingView], blocked: set[str], p: _Pass, snap: Snapshot
+          ) -> Iterator[tuple[int, PendingView, bool]]:
+    """[quality] The jobs in the pass's order with their position and whether they may be
+    planned (sched/levers.py).  With `corral_bf_order` other than priority, a job of a
+    partition already blocked that no hold would protect (the planning budget spent, or
+    too small for `corral_bf_reserve_min_gpus`) is put off, and the put-off jobs come
+    last, shortest (limit or prediction) or largest (GPUs) first, to start now or wait:
+    the holds are made in priority order as before, so the order changes no hold."""
+    levers = snap.levers
+    if levers.order == "priority":
+        for pos, job in enumerate(ordered):
+            yield pos, job, True
+        return
+    predicted = snap.predicted_runtime if levers.order == "predicted" else {}
+    min_gpus = levers.reserve_min_gpus
+    later: list[tuple[float, int, PendingView]] = []
+    for pos, job in enumerate(ordered):
+        if job.partition in blocked and (p.planned_count >= p.max_planned
+                                         or (min_gpus and _gpus(job) < min_gpus)):
+            if levers.order == "largest":
+                later.append((-_gpus(job), pos, job))
+                continue
+            limit = INFINITE_TIME if job.time_limit < 0 else float(job.time_limit)
+            guess = predicted.get(job.user) if predicted else None
+            later.append((limit if guess is None else min(limit, guess), pos, job))
+            continue
+        yield pos, job, True
+    later.sort(key=lambda x: (x[0], x[1]))
+    for _, pos, job in later:
+        yield pos, job, False
 
 
 def _constraint(req: Request) -> Constraint | None:

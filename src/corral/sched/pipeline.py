@@ -34,6 +34,7 @@ from . import deps as sched_deps
 from .backfill import DEFAULT_MAX_PLANNED, schedule
 from .eligibility import SchedJob, eligibility
 from .fairshare import FairshareView
+from .levers import Levers
 from .limits import LimitGate, PolicySnapshot, limit_gate
 from .preempt import PreemptPolicy
 from .priority import Fairshare, PriorityParams, pass_priorities
@@ -55,6 +56,7 @@ class SchedParams:
     array_tasks_per_pass: int = ARRAY_TASKS_PER_PASS
     preempt: PreemptPolicy | None = None  # PreemptType and the QoS/partition settings
     predict_runtime: int = 0  # [quality] corral_predict_runtime=N (sched/predict.py)
+    levers: Levers = Levers()  # [quality] corral_bf_... (sched/levers.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +268,8 @@ def _run_pass(snap: ClusterSnapshot, dec: Decision, stages: _Stages | None) -> D
                     def_mem_per_cpu=params.def_mem_per_cpu, backfill=params.backfill,
                     preempt=params.preempt,
                     # [quality] never around reservations: a job must end before one by its limit
-                    predicted_runtime={} if snap.reservations else snap.predicted_runtime)
+                    predicted_runtime={} if snap.reservations else snap.predicted_runtime,
+                    levers=params.levers)
     preempt_timer = None if stages is None else stages.timer
     if snap.reservations:
         placed = schedule_reserved(view, snap.reservations, max_planned=params.max_planned,

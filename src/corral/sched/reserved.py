@@ -50,6 +50,7 @@ def _merge(into: Placement, placed: Placement) -> None:
     into.starts.extend(placed.starts)
     into.reasons.update(placed.reasons)
     into.planned.update(placed.planned)
+    into.preemptions.extend(placed.preemptions)
     into.preempt_seconds += placed.preempt_seconds
 
 

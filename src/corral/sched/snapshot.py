@@ -16,6 +16,7 @@ from corral.model.job import NodeAlloc
 from corral.model.node import Partition
 from corral.model.reasons import PendingReason
 
+from .levers import Levers
 from .preempt import PreemptPolicy
 
 INFINITE_TIME = float("inf")
@@ -103,6 +104,7 @@ class Snapshot:
     # [quality] user -> predicted run time (sched/predict.py): a job's planned duration is
     # min(its limit, this); empty: its limit
     predicted_runtime: Mapping[str, float] = field(default_factory=dict)
+    levers: Levers = Levers()  # [quality] backfill's order and hold rules (sched/levers.py)
 
 
 @dataclass(slots=True)

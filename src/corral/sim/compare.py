@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from corral.model.config import ClusterConfig
 from corral.sim.engine import SimResult
 from corral.sim.metrics import Summary, percentile
 from corral.sim.trace import TraceJob
@@ -45,6 +46,11 @@ def _with_option(text: str, key: str, value: str) -> str:
 
 
 def policy_conf(name: str, base: str) -> str:
+    """slurm.conf text of a built-in policy, or of `sp:ITEM+ITEM` (SchedulerParameters items
+    added to the cluster's, e.g. `sp:bf_job_part_count_reserve=1+corral_bf_order=limit`)."""
+    if name.startswith("sp:"):
+        items = ",".join(i for i in name[3:].split("+") if i)
+        return _with_option(base, "SchedulerParameters", items) if items else base
     if name == "fcfs":
         return _with_option(base, "SchedulerType", "sched/builtin")
     if name == "easy":
@@ -77,18 +83,61 @@ def wait_excess(result: SimResult, baseline: SimResult) -> Excess:
                   sum(1 for x in extra if x > 0), len(extra))
 
 
-def compress(jobs: Sequence[TraceJob], total_gpus: int, load: float) -> list[TraceJob]:
+def compress(jobs: Sequence[TraceJob], total_gpus: int, load: float,
+             fits: Callable[[TraceJob], bool] | None = None) -> list[TraceJob]:
     """The same jobs with submit times scaled so that the offered load (GPU-seconds asked
-    for over GPU-seconds available between the first and last submission) is `load`."""
+    for over GPU-seconds available between the first and last submission) is `load`.
+    With `fits` (`fits_nodes`), only the jobs the cluster can run count: a job it refuses
+    offers no load (counting them made a trace whose largest jobs were refused look
+    twice as loaded as it was)."""
     if not jobs or total_gpus <= 0 or load <= 0:
         return list(jobs)
     first = min(j.submit for j in jobs)
     span = max(j.submit for j in jobs) - first
-    work = sum(j.gpus * min(j.run_time, j.time_limit) for j in jobs)
+    work = sum(j.gpus * min(j.run_time, j.time_limit) for j in jobs
+               if fits is None or fits(j))
     if span <= 0 or work <= 0:
         return list(jobs)
     factor = work / (total_gpus * load) / span
     return [replace(j, submit=round((j.submit - first) * factor, 3)) for j in jobs]
+
+
+def fits_nodes(cpus: int, mem_mb: int, gpus: int, count: int) -> Callable[[TraceJob], bool]:
+    """Whether the simulator can run a job on `count` nodes of (cpus, mem_mb, gpus): as
+    sim/engine.py asks for it (a job of more GPUs than a node has on as many whole nodes as
+    it needs, its CPUs and memory shared out among them)."""
+    def fits(j: TraceJob) -> bool:
+        nodes = -(-j.gpus // gpus) if gpus and j.gpus > gpus else 1
+        return nodes <= count and -(-j.cpus // nodes) <= cpus \
+            and (not mem_mb or -(-j.mem_mb // nodes) <= mem_mb)
+    return fits
+
+
+def fits_config(config: ClusterConfig) -> Callable[[TraceJob], bool]:
+    """`fits_nodes` for a cluster's nodes (the largest shape, all its nodes)."""
+    if not config.nodes:
+        return lambda j: False
+    n = max(config.nodes, key=lambda x: (x.gpus, x.cpus, x.real_memory))
+    return fits_nodes(n.cpus, n.real_memory, n.gpus, len(config.nodes))
+
+
+def window_utilisation(result: SimResult) -> float:
+    """GPU utilisation between the first and the last submission: while the trace still
+    offers work.  (Over the makespan, a trace with a long tail, such as one 19-day job
+    started early, measures the tail: every policy that runs all jobs gets the same.)"""
+    subs = [r.submit for r in result.records]
+    if not subs or result.total_gpus <= 0:
+        return 0.0
+    lo, hi = min(subs), max(subs)
+    if hi <= lo:
+        return 0.0
+    busy = 0.0
+    for r in result.records:
+        if r.start is None:
+            continue
+        end = r.end if r.end is not None else hi
+        busy += r.gpus * max(0.0, min(end, hi) - max(r.start, lo))
+    return busy / (result.total_gpus * (hi - lo))
 
 
 def busy_series(result: SimResult) -> list[tuple[float, int]]:
@@ -118,13 +167,18 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(_fmt_row(r, widths) for r in [header, *rows]) + "\n"
 
 
-def render_summaries(names: Sequence[str], sums: Sequence[Summary]) -> str:
-    header = ["policy", "util %", "wait mean s", "median s", "p95 s", "mean bsld",
-              "idle GPU-s pending", "makespan s", "started", "timeouts"]
-    rows = [[n, f"{s.utilisation * 100:.1f}", f"{s.mean_wait:.0f}", f"{s.median_wait:.0f}",
+def render_summaries(names: Sequence[str], sums: Sequence[Summary],
+                     arriving: Sequence[float]) -> str:
+    """One row per policy: `util %` over the makespan, `arriving %` while jobs arrive
+    (`window_utilisation`)."""
+    header = ["policy", "util %", "arriving %", "wait mean s", "median s", "p95 s",
+              "mean bsld", "idle GPU-s pending", "makespan s", "started", "timeouts"]
+    rows = [[n, f"{s.utilisation * 100:.1f}", f"{a * 100:.1f}", f"{s.mean_wait:.0f}",
+             f"{s.median_wait:.0f}",
              f"{s.p95_wait:.0f}", f"{s.mean_bounded_slowdown:.2f}",
              f"{s.idle_gpu_seconds_while_pending:.0f}", f"{s.makespan:.0f}",
-             f"{s.started}/{s.jobs}", str(s.timed_out)] for n, s in zip(names, sums, strict=True)]
+             f"{s.started}/{s.jobs}", str(s.timed_out)]
+            for n, s, a in zip(names, sums, arriving, strict=True)]
     return table(header, rows)
 
 

@@ -18,7 +18,8 @@ Three shortcuts keep month-long traces fast, all off with `exact=True`: a pass o
 that nothing could have changed since the last one (no job event since) is skipped (it
 could only re-age priorities); a pass after submissions alone is skipped when the free GPUs
 and CPUs add up to less than each new job asks (it could start nothing: the last pass
-started what the free resources allowed); and the agents never fall silent
+started what the free resources allowed; not with preemption on, where a new job may
+start on a victim's resources); and the agents never fall silent
 (SlurmdTimeout=0).
 A pass takes `pass_cost` seconds of virtual time (0 by default), which is what the
 cadence's coalescing sees.
@@ -41,7 +42,7 @@ from corral.controller.errors import SlurmError
 from corral.controller.identity import Identity
 from corral.controller.jobs import JobEvent, JobEventKind
 from corral.controller.state import Controller
-from corral.model.config import ClusterConfig
+from corral.model.config import ClusterConfig, preempt_settings
 from corral.model.job import Job, JobState
 from corral.sim.trace import TraceJob
 from corral.store.base import Store
@@ -140,6 +141,8 @@ class Simulator:
         self._who: dict[str, Identity] = {}
         self._gpus_per_node = max((n.gpus for n in self.ctl.nodes.values()), default=0)
         self._cpus_per_node = max((n.cpus for n in self.ctl.nodes.values()), default=1)
+        kind, mode, _ = preempt_settings(config.options)
+        self._preempts = kind != "preempt/none" and mode != "off"
         names = list(self.ctl.nodes)
         self.ctl.agent_registered(names, lambda msg: None, {"start_time": self.now}, [])
 
@@ -198,6 +201,8 @@ class Simulator:
         condition: a pass it fails would start nothing)."""
         if not arrived:
             return False
+        if self._preempts:  # [quality] a new job may start on a victim's resources
+            return True
         gpus = cpus = 0
         for n in self.ctl.nodes.values():
             if n.usable:
@@ -243,6 +248,8 @@ class Simulator:
             spec["account"] = j.account
         if j.partition and j.partition in self.ctl.partitions:
             spec["partition"] = j.partition
+        if j.qos:  # [quality] preemption in virtual time
+            spec["qos"] = j.qos
         return spec
 
     def _submit(self, index: int) -> None:

@@ -44,6 +44,7 @@ class TraceJob:
     user: str = "user"
     account: str = ""
     partition: str = ""
+    qos: str = ""  # submitted with --qos (preemption, sched/preempt.py); "": the default
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,8 @@ class Passes:
         self.core = core
         # run times of each user's recent jobs, for corral_predict_runtime (in memory: a
         # restarted controller plans with time limits until its users' jobs end again)
-        self.history = RuntimeHistory(core.settings.sched_params.predict_runtime)
+        params = core.settings.sched_params
+        self.history = RuntimeHistory(params.levers.history_depth(params.predict_runtime))
         core.table.subscribe(self.on_event)
         # told each pass's plan {job id: (start, nodes)} (controller.estimates, via metrics)
         self.on_planned: Callable[[dict[int, tuple[float, list[str]]]], None] | None = None
@@ -96,10 +97,12 @@ class Passes:
         core = self.core
         params = self.params()
         history = self.history
-        history.resize(params.predict_runtime)
+        history.resize(params.levers.history_depth(params.predict_runtime))
         if history.depth > 0 and history.recent:  # EASY++ (sched/predict.py)
             mean = history.mean
-            running = [running_view(j, now, mean(j.user)) for j in core.running.values()]
+            plan = params.predict_runtime > 0  # [quality] else for backfill's order alone
+            running = [running_view(j, now, mean(j.user) if plan else None)
+                       for j in core.running.values()]
             predicted = history.means(j.user for j in core.pending.values())
         else:
             running = [running_view(j, now) for j in core.running.values()]

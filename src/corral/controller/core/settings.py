@@ -10,6 +10,7 @@ from corral.model.jobspec import DEFAULT_MAX_SCRIPT_SIZE, max_script_size
 from corral.model.timefmt import parse_time_limit
 from corral.sched.backfill import DEFAULT_MAX_PLANNED
 from corral.sched.fairshare import FairshareParams, parse_billing_weights
+from corral.sched.levers import parse_levers
 from corral.sched.limits_check import parse_enforce
 from corral.sched.pipeline import SchedParams
 from corral.sched.predict import parse_depth
@@ -51,6 +52,7 @@ def sched_params(config: ClusterConfig) -> SchedParams:
         backfill=config.options.get("SchedulerType", "sched/backfill") != "sched/builtin",
         max_planned=_bf_reserve(config.options.get("SchedulerParameters", "")),
         predict_runtime=parse_depth(config.options.get("SchedulerParameters", "")),
+        levers=parse_levers(config.options.get("SchedulerParameters", "")),
     )
 
 
