@@ -3,7 +3,6 @@ and checked here through the real commands (README.md, "Slurm's own Python test 
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -38,20 +37,6 @@ def test_cancelled_pending_array_task_is_gone(c: Cluster) -> None:
     c.ok("scancel", str(arr))
     c.wait_state(arr, "CANCELLED")
 
-
-
-def test_percent_N_is_the_short_host_name(c: Cluster) -> None:
-    """%N in --output/--error is the short host name of the machine the step runs on, as
-    slurmstepd expands it (srun/test_--output--error_formatting), for srun and sbatch."""
-    host = socket.gethostname().split(".")[0]
-    c.ok("srun", "-N1", "--output=srun.%N.out", "--error=srun.%N.err", "printenv",
-         "SLURMD_NODENAME", timeout=60)
-    node = (c.workdir / f"srun.{host}.out").read_text().strip()
-    assert node.startswith("node-") and (c.workdir / f"srun.{host}.err").exists()
-    assert f"NodeHostName={host} " in c.ok("scontrol", "show", "node", node)
-    jid = c.sbatch("-N1", "--output=batch.%N.%j.out", "--wrap", "hostname")
-    c.wait_state(jid, "COMPLETED")
-    assert (c.workdir / f"batch.{host}.{jid}.out").read_text().strip() == socket.gethostname()
 
 
 def test_debugger_test_prints_the_mpir_process_table(c: Cluster) -> None:

@@ -76,16 +76,13 @@ def launch_message(job: Job, *, store: Store, config_path: str, cluster_name: st
         env["SLURM_OPEN_MODE"] = "a"  # srun in the script appends too, as in Slurm
     is_array = job.array_job_id is not None
     default_out = "slurm-%A_%a.out" if is_array else "slurm-%j.out"
-    # %N is the short host name of the machine the step runs on (slurmstepd's), the
-    # node's name only until its agent has said which machine that is
-    host = node.hostname if node is not None and node.hostname else first.node
 
     def path(pattern: str | None, default: str | None) -> str | None:
         p = pattern or default
         if p is None:
             return None
         p = expand_pattern(p, job_id=job.job_id, name=job.name, user=job.user,
-                           node=host, array_job_id=job.array_job_id,
+                           node=first.node, array_job_id=job.array_job_id,
                            array_task_id=job.array_task_id)
         return p if os.path.isabs(p) else os.path.join(job.work_dir, p)
 

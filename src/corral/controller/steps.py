@@ -643,8 +643,6 @@ class StepManager:
         for idx, (node, count) in enumerate(zip(step.nodes, step.tasks_per_node, strict=True)):
             sender = ctl.agent_senders.get(node)
             node_gpus = step.gpus.get(node)
-            known = ctl.nodes.get(node)
-            host = known.hostname if known is not None and known.hostname else node  # %N
             for local in range(count):
                 task_gpus = bind_task_gpus(bind_kind, bind_numbers, local, node_gpus) \
                     if node_gpus else None
@@ -659,11 +657,11 @@ class StepManager:
                 if "SLURM_CPUS_PER_TASK" in req.env or req.cpus_per_task > 1:
                     env["SLURM_CPUS_PER_TASK"] = str(req.cpus_per_task)  # srun's -c wins
 
-                def path(p: str | None, tid: int = task_id, nidx: int = idx, host: str = host) -> str | None:
+                def path(p: str | None, tid: int = task_id, nidx: int = idx, nname: str = node) -> str | None:
                     if not p:
                         return None
                     out = expand_pattern(p, job_id=job.job_id, name=job.name, user=job.user,
-                                         node=host, array_job_id=job.array_job_id,
+                                         node=nname, array_job_id=job.array_job_id,
                                          array_task_id=job.array_task_id, step=str(step.step_id),
                                          task=tid, node_index=nidx)
                     return out if os.path.isabs(out) else os.path.join(cwd, out)

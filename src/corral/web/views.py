@@ -271,17 +271,15 @@ def node_page(ctl: Controller, n: Node, history: list[dict[str, Any]], now: floa
 
 
 # ---- a job's page ---------------------------------------------------------------------------
-def output_path(job: Job, which: str = "stdout", host: str | None = None) -> str | None:
-    """Where the batch step writes its output (as launch.py expands it; `host`: the
-    batch node's host name, for %N)."""
+def output_path(job: Job, which: str = "stdout") -> str | None:
+    """Where the batch step writes its output (as launch.py expands it)."""
     if not job.batch:
         return None
     default = "slurm-%A_%a.out" if job.array_job_id is not None else "slurm-%j.out"
     pattern = (job.stderr or job.stdout or default) if which == "stderr" else \
         (job.stdout or default)
     node = job.batch_host or (job.alloc[0].node if job.alloc else "")
-    p = expand_pattern(pattern, job_id=job.job_id, name=job.name, user=job.user,
-                       node=host or node,
+    p = expand_pattern(pattern, job_id=job.job_id, name=job.name, user=job.user, node=node,
                        array_job_id=job.array_job_id, array_task_id=job.array_task_id)
     return p if os.path.isabs(p) else os.path.join(job.work_dir, p)
 
@@ -328,8 +326,6 @@ def job_page(ctl: Controller, job: Job, history: list[tuple[float, str, str]], n
 
     owner = Identity(job.uid, job.gid, job.user, False)
     d = job_row(ctl, owner, job, now, places.get(job.job_id))
-    batch_node = ctl.nodes.get(job.batch_host or (job.alloc[0].node if job.alloc else ""))
-    host = batch_node.hostname if batch_node is not None and batch_node.hostname else None
     d.update(name=job.name, group=job.group, qos=job.qos, work_dir=job.work_dir,
              command=job.command or "", submit_line=job.submit_line, end_time=job.end_time,
              exit_code=f"{job.exit_code}:{job.term_signal}", restarts=job.restart_count,
@@ -340,8 +336,7 @@ def job_page(ctl: Controller, job: Job, history: list[tuple[float, str, str]], n
              alloc=[{"node": a.node, "cpus": a.cpus, "mem_mb": a.mem_mb, "gpus": list(a.gpus)}
                     for a in job.alloc],
              timeline=timeline(job, history), notices=list(job.notices),
-             stdout=output_path(job, host=host) or "",
-             stderr=output_path(job, "stderr", host=host) or "")
+             stdout=output_path(job) or "", stderr=output_path(job, "stderr") or "")
     d["details"] = True
     live = getattr(book, "live", None) or {}
     job_gpu = (getattr(book, "job_gpu", None) or {}).get(job.job_id, {})
