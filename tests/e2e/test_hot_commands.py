@@ -15,7 +15,7 @@ from tests.e2e.cluster import DEFAULT_CONFIG, Cluster, running
 CONFIG = DEFAULT_CONFIG + "PartitionName=secret Nodes=node-[3-4] Hidden=YES State=UP\n"
 # A variable of each command's own: the hot form then leaves the command to do it all.
 FULL = {"SQUEUE_CORRAL_TEST": "1", "SINFO_CORRAL_TEST": "1", "SCONTROL_CORRAL_TEST": "1",
-        "SCANCEL_CORRAL_TEST": "1"}
+        "SCANCEL_CORRAL_TEST": "1", "SACCT_CORRAL_TEST": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +63,7 @@ def test_hot_forms_print_what_the_commands_print(cluster: Cluster) -> None:
     assert "drain" in _same(cluster, "sinfo")
     for job in (held, array, run, done):
         assert f"JobId={job} " in _same(cluster, "scontrol", "show", "job", str(job))
+        assert f"\n{job}" in _same(cluster, "sacct", "-j", str(job))
     assert "ArrayTaskId=1-5%2" in _same(cluster, "scontrol", "show", "jobs", str(array))
     assert "Reason=hot test" in _same(cluster, "scontrol", "show", "node", "node-4")
     assert _same(cluster, "scontrol", "show", "nodes", "node-1").startswith("NodeName=node-1 ")
@@ -70,9 +71,10 @@ def test_hot_forms_print_what_the_commands_print(cluster: Cluster) -> None:
     _same(cluster, "scontrol", "show", "job", "999999")
     _same(cluster, "scontrol", "show", "node", "node-99")
     _same(cluster, "scancel", "999999")
+    _same(cluster, "sacct", "-j", "999999")
 
     for argv in (["squeue"], ["sinfo"], ["scontrol", "show", "job", str(run)],
-                 ["scontrol", "show", "node", "node-4"]):
+                 ["scontrol", "show", "node", "node-4"], ["sacct", "-j", str(done)]):
         rc, out, imported = _hot(cluster, *argv)
         assert rc == 0 and out == cluster.ok(*argv, env=FULL) and not imported, argv
     cluster.ok("scontrol", "update", "NodeName=node-4", "State=RESUME")
@@ -91,7 +93,7 @@ def test_other_forms_are_left_to_the_commands(cluster: Cluster) -> None:
     for argv in (["squeue", "-h"], ["sinfo", "-N"], ["scontrol", "show", "job"],
                  ["scontrol", "-o", "show", "job", "1"], ["scontrol", "show", "node", "node-[1-2]"],
                  ["scancel", "1", "2"], ["scancel", "-v", "1"], ["scancel", "01"],
-                 ["sacct", "-j", "1"]):
+                 ["sacct", "-j", "1", "-X"], ["sacct", "-j", "1_2"]):
         assert _hot(cluster, *argv) == (None, "", False), argv
     tz = subprocess.run([sys.executable, "-c", "from corral.cli import hot; "
                          "print(hot.run('sinfo', []))"], capture_output=True, text=True,

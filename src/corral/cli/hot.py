@@ -1,6 +1,6 @@
 """The hot commands' common forms, answered with one request and one write (issue #19).
 
-`squeue`, `sinfo`, `scontrol show job|node ID` and `scancel JOBID`, as users and scripts
+`squeue`, `sinfo`, `scontrol show job|node ID`, `sacct -j JOBID` and `scancel JOBID`, as users and scripts
 type them most, cost here little more than Python's own start: this module imports
 nothing beyond the interpreter's built-ins and `_socket`, where the full command modules
 import ~20 modules (os alone ~2 ms).  The controller prints the text itself, with the
@@ -29,7 +29,7 @@ CANCEL_BODY = b'{"signal":9,"batch_only":false,"full":false,"cancel":true}'
 # option parsing); and each command's own, by prefix.
 _ENV_ANY = (b"TZ", b"SLURM_TIME_FORMAT", b"SLURM_CLUSTERS", b"SLURM_CONF", b"POSIXLY_CORRECT")
 _ENV_PREFIX = {"squeue": b"SQUEUE_", "sinfo": b"SINFO_", "scontrol": b"SCONTROL_",
-               "scancel": b"SCANCEL_"}
+               "scancel": b"SCANCEL_", "sacct": b"SACCT_"}
 # What an id may hold to go into a path as it is (RFC 3986 unreserved: quote() keeps it).
 _PLAIN = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
 _SHOW = {"job": "job", "jobs": "job", "node": "node", "nodes": "node"}
@@ -173,14 +173,20 @@ def run(command: str, args: list[str]) -> int | None:
         elif command == "scontrol" and len(args) == 3 and args[0] == "show" \
                 and args[1] in _SHOW and _plain(args[2]):
             text = _text(f"/v1/text/scontrol?show={_SHOW[args[1]]}&id={args[2]}")
-        elif command == "scancel" and len(args) == 1 and args[0].isdigit() \
-                and args[0].isascii() and args[0][0] != "0":
+        elif command == "sacct" and len(args) == 2 and args[0] == "-j" and _job_id(args[1]):
+            text = _text(f"/v1/text/sacct?id={args[1]}")
+        elif command == "scancel" and len(args) == 1 and _job_id(args[0]):
             return _scancel(args[0])
         else:
             return None
         return None if text is None else _write(text)
     except KeyboardInterrupt:
         return 130
+
+
+def _job_id(text: str) -> bool:
+    """A plain job number, as the commands print it (no sign, no leading zero)."""
+    return text.isdigit() and text.isascii() and text[0] != "0"
 
 
 def _plain(ident: str) -> bool:

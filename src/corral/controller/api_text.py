@@ -1,8 +1,9 @@
 """The hot commands' common forms printed by the controller (issue #19).
 
 `GET /v1/text/sinfo` answers what a plain `sinfo` prints, `GET /v1/text/scontrol?show=
-job|node&id=ID` what `scontrol show job|node ID` prints, as text/plain: the command's own
-code (sinfo.sinfo_text, scontrol.show_text) run here on the same answers the command
+job|node&id=ID` what `scontrol show job|node ID` prints, `GET /v1/text/sacct?id=JOBID`
+what `sacct -j JOBID` prints, as text/plain: the command's own code (sinfo.sinfo_text,
+scontrol.show_text, sacct.job_text) run here on the same answers the command
 would ask for (the routes' own handlers, called for this request's caller, so what a
 user may see is the same).  The command (cli/hot.py) then only writes the text, without
 importing its modules or decoding JSON.
@@ -80,5 +81,21 @@ def add_routes(router: web.UrlDispatcher, api: Api) -> None:
             return _declined("error")
         return _text(text)
 
+    async def sacct(request: web.Request) -> web.Response:
+        if any(k in os.environ for k in _ENV):
+            return _declined("environment")
+        job_id = request.query.get("id", "")
+        if not (job_id.isdigit() and job_id.isascii()):
+            return _declined("query")
+        from corral.cli import sacct as command
+
+        try:
+            records = await answer_of(request, f"/v1/accounting?ids={job_id}&all_users=1",
+                                      api.accounting)
+        except Exception:  # an unknown job, a refusal: the command's own path prints it
+            return _declined("lookup")
+        return _text(command.job_text(job_id, records))
+
+    router.add_get("/v1/text/sacct", sacct)
     router.add_get("/v1/text/sinfo", sinfo)
     router.add_get("/v1/text/scontrol", scontrol)
