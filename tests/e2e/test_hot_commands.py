@@ -95,6 +95,8 @@ def test_other_forms_are_left_to_the_commands(cluster: Cluster) -> None:
                  ["scancel", "1", "2"], ["scancel", "-v", "1"], ["scancel", "01"],
                  ["sacct", "-j", "1", "-X"], ["sacct", "-j", "1_2"]):
         assert _hot(cluster, *argv) == (None, "", False), argv
+    cluster.sbatch("-H", "-J", "naïve", "--wrap", "true")  # printed as the locale says
+    assert _hot(cluster, "squeue") == (None, "", False)
     tz = subprocess.run([sys.executable, "-c", "from corral.cli import hot; "
                          "print(hot.run('sinfo', []))"], capture_output=True, text=True,
                         env={**cluster.env, "TZ": "UTC"}, timeout=60)

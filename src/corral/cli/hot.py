@@ -114,7 +114,9 @@ def _text(path: str) -> bytes | None:
     if status != 200 or b"\r\ncontent-type: text/plain" not in header \
             or b"transfer-encoding" in header:
         return None
-    return content
+    # the commands encode what they print as this process's locale says: leave any
+    # character beyond ASCII to them
+    return content if content.isascii() else None
 
 
 def _write(data: bytes) -> int:
