@@ -3,10 +3,13 @@
 Each command runs as a fresh interpreter, so every module it imports is paid on
 every `sbatch`/`squeue`.  These modules once cost 20-45 ms (typing, dataclasses →
 inspect, urllib.parse, corral.model.job's enum/dataclasses; then json and getopt, which
-bring re, enum, functools, collections and gettext).  The hot commands (issue #19) run
-within ~10 ms of `python -I -S -c pass`: their launchers start Python that way
-(launchers/), and each imports at most the number of modules in HOT_BUDGET, counted
-as the launcher starts them.  Timings belong to bench/bench_commands.py.
+bring re, enum, functools, collections and gettext).  The hot commands (issue #19) aim
+at ~10 ms over `python -I -S -c pass`: their launchers start Python that way
+(launchers/) and import cli/hot.py first, which answers the common forms (plain squeue
+and sinfo, scontrol show job|node ID, sacct -j JOBID, scancel JOBID) with nothing but
+the interpreter's built-ins; every other form imports its command, at most the number
+of modules in HOT_BUDGET, counted as the launcher starts them.  Timings belong to
+bench/bench_commands.py.
 """
 
 from __future__ import annotations
