@@ -137,7 +137,13 @@ def _plain_env(command: str) -> bool:
 
 
 def _scancel(job_id: str) -> int | None:
-    answer = _ask("POST", f"/v1/jobs/{job_id}/signal", CANCEL_BODY)
+    try:
+        answer = _ask("POST", f"/v1/jobs/{job_id}/signal", CANCEL_BODY)
+    except (ConnectionResetError, BrokenPipeError):
+        answer = (0, b"", b"")  # lost after sending: as client.request, no answer
+    except OSError as e:  # as client.run_cli reports what the request raised
+        posix.write(2, f"scancel: error: internal error: {type(e).__name__}: {e}\n".encode())
+        return 1
     if answer is None:
         return None  # nothing sent: scancel itself connects (and waits for a restart)
     status, _, content = answer
@@ -149,8 +155,9 @@ def _scancel(job_id: str) -> int | None:
     if status:
         try:
             decoded = json_loads(content) if content else None
-        except ValueError:
-            decoded = None
+        except ValueError as e:  # client.request raises it, client.run_cli reports it
+            posix.write(2, f"scancel: error: internal error: ValueError: {e}\n".encode())
+            return 1
         message = decoded.get("error", f"HTTP {status}") if isinstance(decoded, dict) \
             else f"HTTP {status}"
     else:
