@@ -4,8 +4,10 @@
                                    [--only commands|curve|polling]
 
 Prints: the interpreter's floor (`python -I -S -c pass`, the interpreter the commands in
-DIR run: DIR/python), each hot command's median wall time and its difference from the
-floor on an idle 4-node cluster; `squeue` at 0, 2,000, 10,000 and 50,000 queued jobs; and
+DIR run: DIR/python), each hot command's median wall time, its difference from the
+floor, and its CPU time (user + system) over the floor's, on an idle 4-node cluster —
+as typed (its common form answered by cli/hot.py) and as the full command (a variable of
+its own set, which makes cli/hot.py decline); `squeue` at 0, 2,000, 10,000 and 50,000 queued jobs; and
 the polling load: a scheduling pass and a submission with and without 16 clients asking
 the controller in a loop for what a plain `squeue` asks (10,000 jobs): its text, printed
 by the controller once per change (controller/answers.py), or with --before's
@@ -47,9 +49,18 @@ BEFORE = os.path.abspath(_arg("--before", "")) if "--before" in sys.argv else No
 
 
 def _wall(argv: list[str], env: dict[str, str], cwd: str) -> float:
+    return _timed(argv, env, cwd)[0]
+
+
+def _timed(argv: list[str], env: dict[str, str], cwd: str) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system of the command and what it ran)."""
     t0 = time.perf_counter()
-    subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t0
+    p = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return wall, usage.ru_utime + usage.ru_stime
 
 
 def _ms(seconds: float) -> str:
@@ -89,41 +100,67 @@ def fill_held(c: BenchCluster, n: int) -> None:
         t.join()
 
 
+# A variable of the command's own, which no Corral command reads: its common form then
+# runs the full command (cli/hot.py declines), for the "full" column.
+FULL_ENV = {"sbatch": "SBATCH_BENCH_FULL", "squeue": "SQUEUE_BENCH_FULL",
+            "sinfo": "SINFO_BENCH_FULL", "scontrol": "SCONTROL_BENCH_FULL",
+            "sacct": "SACCT_BENCH_FULL", "scancel": "SCANCEL_BENCH_FULL"}
+
+
 def bench_commands(c: BenchCluster) -> None:
     env = dict(c.env, PATH=BIN + os.pathsep + c.env["PATH"])
     c.run(os.path.join(BIN, "sbatch"), "-H", "--wrap", "true")  # job 1 for show/sacct
     commands: dict[str, list[str]] = {
         "floor: python -I -S -c pass": [PYTHON, "-I", "-S", "-c", "pass"],
         "python -c pass (with site)": [PYTHON, "-c", "pass"],
-        "sbatch -H --wrap true": ["sbatch", "-H", "--wrap", "true"],
         "squeue (the held jobs above)": ["squeue"],
         "sinfo": ["sinfo"],
         "scontrol show job 1": ["scontrol", "show", "job", "1"],
         "scontrol show node node-1": ["scontrol", "show", "node", "node-1"],
         "sacct -j 1": ["sacct", "-j", "1"],
         "scancel 999999 (no such job)": ["scancel", "999999"],
+        # last, then a pause: each submission sets the controller to work for a while (its
+        # commit, a scheduling pass), and the other commands are timed on an idle cluster
+        "sbatch -H --wrap true": ["sbatch", "-H", "--wrap", "true"],
     }
-    samples: dict[str, list[float]] = {k: [] for k in commands}
-    before: dict[str, list[float]] = {k: [] for k in commands if commands[k][0] != PYTHON}
+    samples: dict[str, list[tuple[float, float]]] = {k: [] for k in commands}
+    full: dict[str, list[tuple[float, float]]] = {k: [] for k in commands
+                                                  if commands[k][0] != PYTHON}
+    before: dict[str, list[tuple[float, float]]] = {k: [] for k in full}
     for _ in range(RUNS):
         for name, argv in commands.items():
             cmd = argv if argv[0] == PYTHON else [os.path.join(BIN, argv[0]), *argv[1:]]
-            samples[name].append(_wall(cmd, env, c.work))
+            samples[name].append(_timed(cmd, env, c.work))
+            if name in full:
+                full[name].append(_timed(cmd, dict(env, **{FULL_ENV[argv[0]]: "1"}), c.work))
             if BEFORE is not None and name in before:
-                before[name].append(_wall([os.path.join(BEFORE, argv[0]), *argv[1:]], env, c.work))
-    floor = statistics.median(samples["floor: python -I -S -c pass"])
-    print(f"\nCommands on an idle 4-node cluster (median of {RUNS}, commands from {BIN})")
-    extra = f" {'before':>10s} {'- floor':>10s}" if BEFORE is not None else ""
-    print(f"{'':34s} {'median':>10s} {'- floor':>10s}{extra}")
+                before[name].append(_timed([os.path.join(BEFORE, argv[0]), *argv[1:]], env,
+                                           c.work))
+        time.sleep(0.3)
+    floor = statistics.median(w for w, _ in samples["floor: python -I -S -c pass"])
+    floor_cpu = statistics.median(u for _, u in samples["floor: python -I -S -c pass"])
+
+    def cells(s: list[tuple[float, float]]) -> str:
+        wall, cpu = statistics.median(w for w, _ in s), statistics.median(u for _, u in s)
+        return f"{_ms(wall)} {_ms(wall - floor)} {_ms(cpu - floor_cpu)}"
+
+    print(f"\nCommands on an idle 4-node cluster (median of {RUNS}, commands from {BIN}); "
+          "each: wall, wall - floor, CPU - floor (user + system)")
+    print(f"{'':34s} {'now':>32s} {'full command':>32s}"
+          f"{'':1s}{'before' if BEFORE is not None else '':>32s}")
     for name, s in samples.items():
-        med = statistics.median(s)
-        row = f"{name:34s} {_ms(med)} {_ms(med - floor)}"
-        if BEFORE is not None and before.get(name):
-            old = statistics.median(before[name])
-            row += f" {_ms(old)} {_ms(old - floor)}"
+        row = f"{name:34s} {cells(s)}"
+        if full.get(name):
+            row += f"  {cells(full[name])}"
+        if before.get(name):
+            row += f"  {cells(before[name])}"
         print(row)
+    print("  (full command: the same argv with a variable of its own set, so that its common "
+          "form is not answered by cli/hot.py")
     if BEFORE is not None:
-        print(f"  (before: commands from {BEFORE})")
+        print(f"   before: commands from {BEFORE})")
+    else:
+        print("   )")
 
 
 def squeue_path(c: BenchCluster) -> str:
@@ -163,15 +200,17 @@ def bench_squeue_curve(c: BenchCluster, sizes: tuple[int, ...], header: bool = T
         if n > have:
             fill_held(c, n - have)
             have = n
-        sq, fl, old = [], [], []
+        sq, fl, old, whole = [], [], [], []
         for _ in range(max(5, RUNS // 3)):
             sq.append(_wall([squeue], env, c.work))
             fl.append(_wall(floor_cmd, env, c.work))
+            whole.append(_wall([squeue], dict(env, **{FULL_ENV["squeue"]: "1"}), c.work))
             if BEFORE is not None:
                 old.append(_wall([os.path.join(BEFORE, "squeue")], env, c.work))
         d = statistics.median(sq) - statistics.median(fl)
         line = (f"  {n:6d} jobs: squeue {_ms(statistics.median(sq))}, floor "
-                f"{_ms(statistics.median(fl))}, difference {_ms(d)}")
+                f"{_ms(statistics.median(fl))}, difference {_ms(d)}; the full command "
+                f"{_ms(statistics.median(whole) - statistics.median(fl))} over the floor")
         if old:
             line += (f"; before {_ms(statistics.median(old))}, difference "
                      f"{_ms(statistics.median(old) - statistics.median(fl))}")

@@ -3,10 +3,13 @@
 Each command runs as a fresh interpreter, so every module it imports is paid on
 every `sbatch`/`squeue`.  These modules once cost 20-45 ms (typing, dataclasses →
 inspect, urllib.parse, corral.model.job's enum/dataclasses; then json and getopt, which
-bring re, enum, functools, collections and gettext).  The hot commands (issue #19) run
-within ~10 ms of `python -I -S -c pass`: their launchers start Python that way
-(launchers/), and each imports at most the number of modules in HOT_BUDGET, counted
-as the launcher starts them.  Timings belong to bench/bench_commands.py.
+bring re, enum, functools, collections and gettext).  The hot commands (issue #19) aim
+at ~10 ms over `python -I -S -c pass`: their launchers start Python that way
+(launchers/) and import cli/hot.py first, which answers the common forms (plain squeue
+and sinfo, scontrol show job|node ID, sacct -j JOBID, scancel JOBID) with nothing but
+the interpreter's built-ins; every other form imports its command, at most the number
+of modules in HOT_BUDGET, counted as the launcher starts them.  Timings belong to
+bench/bench_commands.py.
 """
 
 from __future__ import annotations
@@ -173,3 +176,33 @@ def test_percent_substitution_matches_the_regex(pattern: str) -> None:
         return f"<{width}|{code}>"
     expected = re.sub(r"%(\d*)([AajJuxNnts%])", lambda m: sub(m.group(1), m.group(2)), pattern)
     assert scontrol._substitute_percent(pattern, sub) == expected
+
+
+def test_hot_forms_import_nothing_beyond_the_interpreter() -> None:
+    # cli/hot.py answers the common forms (launchers/corral-launch imports it first)
+    assert _modules_without_site("corral.cli.hot") == ["corral", "corral.cli", "corral.cli.hot"]
+
+
+def test_hot_squeue_asks_what_a_plain_squeue_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from corral.cli import hot
+
+    asked: list[str] = []
+
+    def answer(method: str, path: str, body: object = None, **kw: object) -> str:
+        asked.append(f"{method} {path}")
+        return "JOBID\n"
+
+    monkeypatch.setattr(client, "request", answer)
+    monkeypatch.delenv("SQUEUE_FORMAT", raising=False)
+    monkeypatch.delenv("SQUEUE_SORT", raising=False)
+    monkeypatch.delenv("SLURM_CLUSTERS", raising=False)
+    assert squeue._main([]) == 0
+    assert asked == [f"GET {hot.SQUEUE_PATH}"]
+
+
+def test_hot_scancel_sends_what_scancel_sends() -> None:
+    from corral.cli import hot, scancel
+
+    options = scancel.parse_args(["12"])
+    assert not isinstance(options, int)
+    assert hot.CANCEL_BODY == client.json_dumps(options.request_body()).encode()

@@ -119,6 +119,7 @@ def test_requests_during_a_print_wait_for_it(monkeypatch: pytest.MonkeyPatch) ->
         return real(*args)
 
     monkeypatch.setattr(answers, "squeue_text", slow_print)
+    monkeypatch.setattr(answers, "PRINT_ON_LOOP", 0)  # these few rows too: on the thread
     rng = random.Random(3)
     jobs = [dict(_random_job(rng, i), state="PENDING", start_time=None) for i in range(1, 20)]
     fields, rows = list(jobs[0]), [list(j.values()) for j in jobs]

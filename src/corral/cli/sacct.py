@@ -846,6 +846,18 @@ def _main(argv: list[str]) -> int:
     return 0
 
 
+def job_text(job_id: str, ans: dict[str, Any]) -> str:
+    """What `sacct -j JOBID` prints (that option alone, SACCT_FORMAT unset) from the
+    controller's answer to GET /v1/accounting?ids=JOBID&all_users=1, as _main prints it
+    (the controller prints that form with it: controller/api_text.py)."""
+    sel = Selection()
+    sel.job_ids = parse_job_ids(job_id)
+    now = float(ans.get("now") or time.time())
+    return format_sacct(select_jobs(ans.get("jobs") or [], sel, now),
+                        parse_fields(DEFAULT_FIELDS), Context(now=now), steps=True,
+                        parsable=None, header=True, delimiter="|", job_ids=sel.job_ids)
+
+
 def main(argv: list[str] | None = None) -> int:
     return client.run_cli(PROG, _main, argv)
 

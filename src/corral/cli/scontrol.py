@@ -941,51 +941,56 @@ def _show(entity: str, ident: str | None, one_liner: bool, details: bool = False
         # uname's node name is gethostname(2) on Linux, without importing socket.
         out.write(format_config(cfg, time.time(), os.uname().nodename.split(".")[0]))
         return 0
-    tres_gpu = _tres_gpu(client.get("/v1/config"))
+    config = client.get("/v1/config")
     if entity == "jobs":
         try:
             ans = client.get("/v1/jobs", ids=ident, finished=1)
         except client.ApiError as e:
             sys.stderr.write(f"slurm_load_jobs error: {e.message}\n")
             return 1
+    else:
+        ans = client.get("/v1/nodes")
+    rc, text, error = show_text(entity, ident, one_liner, details, config, ans)
+    out.write(text)
+    sys.stderr.write(error)
+    return rc
+
+
+def show_text(entity: str, ident: str | None, one_liner: bool, details: bool,
+              config: dict[str, Any], ans: dict[str, Any]) -> tuple[int, str, str]:
+    """`scontrol show jobs|nodes|partitions [ident]` from the controller's answers (its
+    config, and its jobs or nodes): (exit code, stdout, stderr).  The controller prints
+    `show job|node ID` with it too (controller/api_text.py)."""
+    tres_gpu = _tres_gpu(config)
+    if entity == "jobs":
         jobs = array_element(ans.get("jobs") or [], ident)
         if not jobs:
             if ident:
-                sys.stderr.write("slurm_load_jobs error: Invalid job id specified\n")
-                return 1
-            out.write("No jobs in the system\n")
-            return 0
+                return 1, "", "slurm_load_jobs error: Invalid job id specified\n"
+            return 0, "No jobs in the system\n", ""
         now = float(ans.get("now") or time.time())
-        out.write("".join(format_job(j, now, one_liner=one_liner, tres_gpu=tres_gpu,
-                                     details=details) for j in jobs))
-        return 0
-    ans = client.get("/v1/nodes")
+        return 0, "".join(format_job(j, now, one_liner=one_liner, tres_gpu=tres_gpu,
+                                     details=details) for j in jobs), ""
     nodes = ans.get("nodes") or []
     if entity == "nodes":
         if ident:
             wanted = set(hostlists.expand(ident))
             nodes = [n for n in nodes if n["name"] in wanted]
             if not nodes:
-                out.write(f"Node {ident} not found\n")
-                return 1
+                return 1, f"Node {ident} not found\n", ""
         if not nodes:
-            out.write("No nodes in the system\n")
-            return 0
-        out.write("".join(format_node(n, one_liner=one_liner, tres_gpu=tres_gpu,
-                                      now=ans.get("now")) for n in nodes))
-        return 0
+            return 0, "No nodes in the system\n", ""
+        return 0, "".join(format_node(n, one_liner=one_liner, tres_gpu=tres_gpu,
+                                      now=ans.get("now")) for n in nodes), ""
     parts = ans.get("partitions") or []
     if ident:
         parts = [p for p in parts if p["name"] == ident]
         if not parts:
-            out.write(f"Partition {ident} not found\n")
-            return 1
+            return 1, f"Partition {ident} not found\n", ""
     if not parts:
-        out.write("No partitions in the system\n")
-        return 0
-    out.write("".join(format_partition(p, nodes, one_liner=one_liner, tres_gpu=tres_gpu)
-                      for p in parts))
-    return 0
+        return 0, "No partitions in the system\n", ""
+    return 0, "".join(format_partition(p, nodes, one_liner=one_liner, tres_gpu=tres_gpu)
+                      for p in parts), ""
 
 
 # slurm_errno.h: a job update (hold, release, update) of another user's job fails with

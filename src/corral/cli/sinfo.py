@@ -713,15 +713,21 @@ def _main(argv: list[str]) -> int:
         from corral.cli.scontrol_resv import sinfo_reservations
         return sinfo_reservations(parsed.header)
     answer = client.get("/v1/nodes")
+    sys.stdout.write(cluster_line)
+    sys.stdout.write(sinfo_text(parsed, answer))
+    sys.stdout.flush()
+    return 0
+
+
+def sinfo_text(o: Options, answer: dict[str, Any]) -> str:
+    """What sinfo prints with options `o` from the controller's GET /v1/nodes answer (the
+    controller prints a plain `sinfo` with it too: controller/api_text.py)."""
     nodes = answer.get("nodes", [])
     mark_reserved(nodes, answer.get("reserved") or {})
     parts = answer.get("partitions", [])
     now = float(answer.get("now") or time.time())
-    prepare(parsed, nodes, parts)
-    sys.stdout.write(cluster_line)
-    sys.stdout.write(format_sinfo(nodes, parts, now, parsed))
-    sys.stdout.flush()
-    return 0
+    prepare(o, nodes, parts)
+    return format_sinfo(nodes, parts, now, o)
 
 
 def main(argv: list[str] | None = None) -> int:

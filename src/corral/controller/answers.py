@@ -39,6 +39,9 @@ MAX_PRINTERS = 4
 # The squeue fields whose values are containers (tests/unit/test_squeue_text.py checks it).
 CONTAINER_FIELDS = frozenset({"nodes", "sched_nodes", "array_tasks"})
 FILL_ON_LOOP = 256  # running jobs whose TIME a request fills in on the loop (~1 ms)
+# Rows a squeue text is printed from on the loop itself (well under a millisecond): handing
+# a small queue to the printing thread and back cost more (1-5 ms on a busy machine).
+PRINT_ON_LOOP = 200
 
 
 class SqueueText:
@@ -60,12 +63,12 @@ Answer = bytes | SqueueText  # a rows prefix (with_now completes it), or a text
 class RowsCache:
     """Encoded `{"fields": ..., "rows": ...` prefixes (or squeue texts) by query string.
 
-    A squeue text is printed on a thread of its own, one at a time: printing 10,000 jobs
-    takes tens of milliseconds, which the loop spends on submissions meanwhile; the
-    requests that come while it is printed wait for that print rather than start their
-    own.  A text is printed again only when its rows differ from the last ones printed
-    for that query: a scheduling pass that changed nothing, a change to other jobs, or
-    MAX_AGE_S passing cost the rows alone (compared in C)."""
+    A squeue text of more than PRINT_ON_LOOP jobs is printed on a thread of its own, one
+    at a time: printing 10,000 jobs takes tens of milliseconds, which the loop spends on
+    submissions meanwhile; the requests that come while it is printed wait for that print
+    rather than start their own.  A text is printed again only when its rows differ from
+    the last ones printed for that query: a scheduling pass that changed nothing, a change
+    to other jobs, or MAX_AGE_S passing cost the rows alone (compared in C)."""
 
     def __init__(self) -> None:
         self._entries: dict[str, tuple[tuple[int, int], float, Answer]] = {}
@@ -99,7 +102,8 @@ class RowsCache:
     async def print_text(self, query: str, generation: tuple[int, int], fields: list[str],
                          rows: list[list[Any]], states: str | None,
                          hidden: set[str] | None) -> SqueueText | None:
-        """squeue_text(...) printed on the answers' thread, and kept."""
+        """squeue_text(...) printed (on the answers' thread beyond PRINT_ON_LOOP rows), and
+        kept."""
         key = (query, generation)
         printing = self._printing.get(key)
         last = self._printed.get(query)
@@ -121,6 +125,11 @@ class RowsCache:
 
                 printer = QueuePrinter(fields)
             _keep_recent(self._printers, query, printer)
+            if len(rows) <= PRINT_ON_LOOP:  # here and now, kept as the thread's would be
+                text = squeue_text(fields, rows, states, hidden, printer)
+                if text is not None:
+                    self._printed_now(query, generation, rows, hidden, text)
+                return text
             printing = asyncio.get_running_loop().run_in_executor(
                 self._thread(), squeue_text, fields, rows, states, hidden, printer)
             self._printing[key] = printing
@@ -130,11 +139,15 @@ class RowsCache:
                 if not done.cancelled() and done.exception() is None:
                     text = done.result()
                     if text is not None:
-                        self.put(query, generation, text)
-                        self._printed.pop(query, None)
-                        _keep_recent(self._printed, query, (rows, hidden, text))
+                        self._printed_now(query, generation, rows, hidden, text)
             printing.add_done_callback(printed)
         return await asyncio.shield(printing)
+
+    def _printed_now(self, query: str, generation: tuple[int, int], rows: list[list[Any]],
+                     hidden: set[str] | None, text: SqueueText) -> None:
+        self.put(query, generation, text)
+        self._printed.pop(query, None)
+        _keep_recent(self._printed, query, (rows, hidden, text))
 
     async def respond(self, answer: Answer, now: float) -> web.Response:
         """The response for an answer, at `now`."""

@@ -235,6 +235,8 @@ class Api:
         add_web_routes(app, self)  # /v1/events, /v1/why, /v1/web/login and the dashboard
         from corral.controller.partitions import add_routes as add_partition_routes
         add_partition_routes(r, self.ctl)  # scontrol create|update|delete PartitionName=
+        from corral.controller.api_text import add_routes as add_text_routes
+        add_text_routes(r, self)  # sinfo's and scontrol show's text (cli/hot.py)
         return app
 
     # ---- read endpoints -------------------------------------------------
