@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 def test_requeue_runs_the_job_again(cluster: Cluster) -> None:
     log = cluster.workdir / "requeue.log"
-    jid = cluster.sbatch("--wrap", f"echo run $SLURM_RESTART_COUNT >> {log}; sleep 30")
+    jid = cluster.sbatch("--wrap", f"echo run ${{SLURM_RESTART_COUNT:-0}} >> {log}; sleep 30")
     cluster.wait_for(lambda: log.exists() and "run 0" in log.read_text(), what="first run")
     cluster.ok("scontrol", "requeue", str(jid))
     cluster.wait_for(lambda: "run 1" in log.read_text(), timeout=30, what="second run")

@@ -293,7 +293,15 @@ def _main(argv: list[str]) -> int:
     i = 0
     while i < len(argv):
         a = argv[i]
-        if rest:
+        # sacctmgr reads its options with GNU getopt: they may follow the command too
+        # (`sacctmgr show assoc -n -P`), up to a `--`
+        if a == "--":
+            rest.extend(argv[i + 1:])
+            break
+        if a == "help" and not rest:
+            sys.stdout.write(usage())
+            return 0
+        if not a.startswith("-") or len(a) == 1:
             rest.append(a)
         elif a in ("-i", "--immediate"):
             immediate = True
@@ -309,7 +317,7 @@ def _main(argv: list[str]) -> int:
             pass
         elif answer_info_option(a, usage(), usage(), help_opts=("-h", "--help", "help")):
             return 0
-        elif a.startswith("-") and len(a) > 1 and not rest:
+        elif not a.startswith("--"):
             # combined short flags: -in, -nP
             flags = a[1:]
             if all(c in "inPpQvrs" for c in flags):

@@ -8,6 +8,7 @@ import functools
 import logging
 import os
 import pwd
+import re
 from typing import Any
 
 from corral.model.arrays import parse_array_spec
@@ -72,6 +73,9 @@ def launch_message(job: Job, *, store: Store, config_path: str, cluster_name: st
         step = ids[1] - ids[0] if len(ids) > 1 else 1
         env.update(array_environment(len(ids), ids[0], ids[-1], step))
     env.setdefault("SLURM_CONF", config_path)
+    # slurmstepd applies sbatch's SLURM_UMASK to the batch step and unsets it there
+    umask_text = env.pop("SLURM_UMASK", "")
+    umask = int(umask_text, 8) if re.fullmatch(r"[0-7]{1,4}", umask_text) else None
     if payload.open_mode == "append":
         env["SLURM_OPEN_MODE"] = "a"  # srun in the script appends too, as in Slurm
     is_array = job.array_job_id is not None
@@ -96,7 +100,7 @@ def launch_message(job: Job, *, store: Store, config_path: str, cluster_name: st
         job_id=job.job_id, step="batch", node_name=first.node,
         restart_count=job.restart_count,
         uid=job.uid, gid=job.gid, user=job.user, home=home,
-        script_text=payload.script, argv=list(payload.argv), env=env,
+        script_text=payload.script, argv=list(payload.argv), env=env, umask=umask,
         work_dir=job.work_dir, stdout=stdout, stderr=stderr,
         stdin=path(job.stdin, "/dev/null"), open_mode=payload.open_mode,
         time_limit=job.time_limit, kill_wait=kill_wait,

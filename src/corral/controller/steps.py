@@ -30,6 +30,7 @@ from corral.model import hostlists
 from corral.model import messages as m
 from corral.model.job import Job, JobState, NodeAlloc, Step
 from corral.model.jobenv import (
+    GPU_VARIABLES,
     GpuBindError,
     allocation_environment,
     bind_task_gpus,
@@ -647,6 +648,9 @@ class StepManager:
                 task_gpus = bind_task_gpus(bind_kind, bind_numbers, local, node_gpus) \
                     if node_gpus else None
                 env = dict(req.env)
+                if node_gpus is not None and not node_gpus:
+                    for key in GPU_VARIABLES:  # inherited from srun's caller; a step without
+                        env.pop(key, None)     # GPUs has none (as slurmd unsets them)
                 env.update(step_environment(
                     job, cluster_name=ctl.cluster_name, submit_host=submit_host, step_id=step.step_id,
                     step_nodes=step.nodes, tasks_per_node=step.tasks_per_node, node_index=idx,

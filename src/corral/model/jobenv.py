@@ -71,14 +71,15 @@ def batch_environment(job: Job, *, cluster_name: str, submit_host: str) -> dict[
         "SLURM_NODEID": "0",
         "SLURM_GTIDS": "0",
         "SLURMD_NODENAME": first.node if first else "",
-        "SLURM_RESTART_COUNT": str(job.restart_count),
         "SLURM_PRIO_PROCESS": str(job.nice),
         "SLURM_TOPOLOGY_ADDR": first.node if first else "",
         "SLURM_TOPOLOGY_ADDR_PATTERN": "node",
         "SLURM_NODE_ALIASES": "(null)",
-        "SLURM_JOB_START_TIME": str(int(job.start_time or 0)),
-        "SLURM_JOB_END_TIME": str(int((job.start_time or 0) + job.time_limit) if job.time_limit > 0 else 0),
     }
+    # slurmd sets it from a job's first requeue on (env.c); SLURM_JOB_START_TIME and
+    # SLURM_JOB_END_TIME came with Slurm 23.02, after the 22.05 Corral follows
+    if job.restart_count:
+        env["SLURM_RESTART_COUNT"] = str(job.restart_count)
     if job.ntasks_per_node:
         env["SLURM_NTASKS_PER_NODE"] = str(job.ntasks_per_node)
     if job.cpus_per_task > 1 or "SLURM_CPUS_PER_TASK" in env:
@@ -153,8 +154,7 @@ def step_environment(job: Job, *, cluster_name: str, submit_host: str, step_id: 
         "SLURM_LAUNCH_NODE_IPADDR": "127.0.0.1",
         "SLURM_SRUN_COMM_HOST": "127.0.0.1",
     })
-    for key in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE", "CUDA_VISIBLE_DEVICES",
-                "GPU_DEVICE_ORDINAL"):
+    for key in GPU_VARIABLES:
         env.pop(key, None)
     env.update(gpu_variables(gpus, task_gpus))
     if gpus_per_task:
@@ -162,12 +162,17 @@ def step_environment(job: Job, *, cluster_name: str, submit_host: str, step_id: 
     return env
 
 
+# what the gres/gpu plugin sets for a step, and unsets for a step without GPUs on a node
+GPU_VARIABLES = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE", "CUDA_VISIBLE_DEVICES",
+                 "GPU_DEVICE_ORDINAL")
+
+
 def gpu_variables(step_gpus: list[int] | None, task_gpus: list[int] | None) -> dict[str, str]:
     """The GPU variables of one task: the GPUs it is bound to (`task_gpus`, or all of the
     step's on its node when not bound), by their global ids.  As slurmstepd's gpu plugin
     does for a bound task, SLURM_STEP_GPUS names the task's GPUs too."""
-    if step_gpus is None:
-        return {}
+    if not step_gpus:
+        return {}  # a step without GPUs has none of these (Slurm's gres plugin unsets them)
     bound = step_gpus if task_gpus is None else task_gpus
     ids = ",".join(str(g) for g in bound)
     return {"SLURM_STEP_GPUS": ids, "CUDA_VISIBLE_DEVICES": ids, "GPU_DEVICE_ORDINAL": ids,

@@ -1,0 +1,91 @@
+"""A new user's and a lab admin's first day, through the real commands, where Corral
+differed from Slurm 22.05 (env.c, slurmstepd, sacctmgr's getopt)."""
+
+from __future__ import annotations
+
+import stat
+
+import pytest
+
+from tests.e2e.cluster import Cluster
+
+pytestmark = pytest.mark.slow
+
+
+def _env_of(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def test_batch_step_environment_as_slurmd_sets_it(cluster: Cluster) -> None:
+    """The batch step gets sbatch's umask applied but not SLURM_UMASK (slurmstepd unsets
+    it there), no SLURM_RESTART_COUNT before a requeue, and no variables of later Slurms."""
+    out = cluster.workdir / "day-env.out"
+    made = cluster.workdir / "day-env.made"
+    script = (f"env | sort > {out}; umask > {out}.umask; touch {made}; "
+              f"srun -n1 env > {out}.srun")
+    r = cluster.run("bash", "-c", f"umask 0027; sbatch --parsable -o /dev/null --wrap '{script}'")
+    assert r.returncode == 0, r.stderr
+    jid = int(r.stdout.strip())
+    cluster.wait_state(jid, "COMPLETED")
+    env = _env_of(out.read_text())
+    assert env["SLURM_JOB_ID"] == str(jid)
+    for absent in ("SLURM_UMASK", "SLURM_RESTART_COUNT", "SLURM_JOB_START_TIME",
+                   "SLURM_JOB_END_TIME"):
+        assert absent not in env, absent
+    assert (cluster.workdir / "day-env.out.umask").read_text().strip() == "0027"
+    assert stat.S_IMODE(made.stat().st_mode) == 0o640
+    # srun passes its caller's umask on to the step's tasks, where it stays
+    task = _env_of((cluster.workdir / "day-env.out.srun").read_text())
+    assert task["SLURM_UMASK"] == "0027"
+    assert task["SLURM_STEP_ID"] == "0"
+    assert "SLURM_RESTART_COUNT" not in task
+
+
+def test_restart_count_appears_with_the_first_requeue(cluster: Cluster) -> None:
+    log = cluster.workdir / "day-restarts.log"
+    jid = cluster.sbatch("--requeue", "-o", "/dev/null", "--wrap",
+                         f"echo run ${{SLURM_RESTART_COUNT-unset}} >> {log}; sleep 60")
+    cluster.wait_for(lambda: log.exists() and "run unset" in log.read_text(), what="first run")
+    cluster.ok("scontrol", "requeue", str(jid))
+    cluster.wait_for(lambda: "run 1" in log.read_text(), timeout=60, what="second run")
+    assert log.read_text().splitlines() == ["run unset", "run 1"]
+    cluster.ok("scancel", str(jid))
+    cluster.wait_state(jid, "CANCELLED")
+
+
+def test_step_without_gpus_has_no_gpu_variables(cluster: Cluster) -> None:
+    """On GPU nodes, a step that holds no GPUs has none of the gres plugin's variables, not
+    empty ones; one inside a GPU job run with --gres=none drops those it inherited."""
+    task = _env_of(cluster.ok("srun", "-n1", "env", timeout=60))
+    gpu_keys = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE",
+                "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+    assert task["SLURM_STEP_ID"] == "0"
+    for key in gpu_keys:
+        assert key not in task, key
+    out = cluster.workdir / "day-gres-none.out"
+    jid = cluster.sbatch("--gres=gpu:1", "-o", "/dev/null", "--wrap",
+                         f"env > {out}.batch; srun --gres=none env > {out}")
+    cluster.wait_state(jid, "COMPLETED", timeout=60)
+    batch = _env_of((cluster.workdir / "day-gres-none.out.batch").read_text())
+    assert batch["CUDA_VISIBLE_DEVICES"] == batch["SLURM_JOB_GPUS"]
+    step = _env_of(out.read_text())
+    assert step["SLURM_JOB_ID"] == str(jid)
+    for key in gpu_keys:
+        assert key not in step, key
+
+
+def test_sacctmgr_options_after_the_command(cluster: Cluster) -> None:
+    """sacctmgr reads its options with GNU getopt, so admins' `sacctmgr show ... -n -P` and
+    `sacctmgr add ... -i` work as on Slurm."""
+    assert cluster.ok("sacctmgr", "show", "qos", "normal", "format=name,priority", "-n", "-P") \
+        == "normal|0\n"
+    out = cluster.ok("sacctmgr", "add", "account", "daylab", "Description=day", "-i")
+    assert out.startswith(" Adding Account(s)\n  daylab\n")
+    assert cluster.ok("sacctmgr", "list", "account", "daylab", "format=account,descr", "-nP") \
+        == "daylab|day\n"
+    r = cluster.run("sacctmgr", "show", "account", "-x")
+    assert r.returncode == 1
+    assert r.stderr == ("sacctmgr: invalid option -- 'x'\n"
+                        "Try \"sacctmgr --help\" for more information\n")
+    cluster.ok("sacctmgr", "delete", "account", "daylab", "-i")
+    assert cluster.ok("sacctmgr", "show", "account", "daylab", "-n", "-P") == ""
