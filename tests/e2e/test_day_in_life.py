@@ -89,3 +89,25 @@ def test_sacctmgr_options_after_the_command(cluster: Cluster) -> None:
                         "Try \"sacctmgr --help\" for more information\n")
     cluster.ok("sacctmgr", "delete", "account", "daylab", "-i")
     assert cluster.ok("sacctmgr", "show", "account", "daylab", "-n", "-P") == ""
+
+
+def test_allocation_refusals_worded_as_salloc_and_srun_word_them(cluster: Cluster) -> None:
+    """The controller's own line comes first (`invalid partition specified`, as sbatch
+    prints it); salloc says `Job submit/allocate failed` where srun says `Unable to
+    allocate resources` (salloc.c keeps srun's words for an --immediate that cannot run)."""
+    r = cluster.run("salloc", "-p", "nosuch", "true")
+    assert (r.returncode, r.stderr) == (1, (
+        "salloc: error: invalid partition specified: nosuch\n"
+        "salloc: error: Job submit/allocate failed: Invalid partition name specified\n"))
+    r = cluster.run("srun", "-p", "nosuch", "true")
+    assert (r.returncode, r.stderr) == (1, (
+        "srun: error: invalid partition specified: nosuch\n"
+        "srun: error: Unable to allocate resources: Invalid partition name specified\n"))
+    r = cluster.run("salloc", "--gres=gpu:99", "true")
+    assert (r.returncode, r.stderr) == (1, (
+        "salloc: error: Job submit/allocate failed: Requested node configuration is not "
+        "available\n"))
+    r = cluster.run("salloc", "-I", "-H", "true")
+    assert (r.returncode, r.stderr) == (1, (
+        "salloc: error: Unable to allocate resources: Immediate execution impossible, "
+        "insufficient priority\n"))

@@ -178,7 +178,7 @@ def test_hetjob_refused(tmp_path: Path) -> None:
 
 def test_immediate_with_hold_refused() -> None:
     assert run("salloc", "--immediate", "--hold", "true") == (
-        1, "salloc: error: Job submit/allocate failed: Immediate execution impossible, "
+        1, "salloc: error: Unable to allocate resources: Immediate execution impossible, "
            "insufficient priority\n")
 
 

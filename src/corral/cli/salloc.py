@@ -116,6 +116,21 @@ def _set(req: SallocRequest, option: Option, arg: str | None, now: float, cwd: s
     req.v[key] = value
 
 
+# the errors salloc.c words as `Unable to allocate resources` when --immediate is given:
+# ESLURM_NOT_TOP_PRIORITY, ESLURM_NODES_BUSY and ETIMEDOUT
+_IMMEDIATE_ERRORS = (IMMEDIATE_HELD, "Requested nodes are busy",
+                     "Socket timed out on send/recv operation")
+
+
+def allocation_refusal(line: str, immediate: bool) -> str:
+    """The controller words a refused allocation as srun prints it; salloc.c says `Job
+    submit/allocate failed` but for the errors of an --immediate request above."""
+    head = "Unable to allocate resources: "
+    if not line.startswith(head) or (immediate and line[len(head):] in _IMMEDIATE_ERRORS):
+        return line
+    return "Job submit/allocate failed: " + line[len(head):]
+
+
 def default_shell(env: dict[str, str]) -> str:
     """$SHELL, else the login shell from the password database, else /bin/sh."""
     shell = env.get("SHELL")
@@ -152,7 +167,7 @@ def parse_salloc(argv: list[str], env: dict[str, str], cwd: str, now: float, *,
     req.immediate = v.get("immediate")
     if req.immediate is not None and v.get("hold"):
         # slurmctld refuses at once: a held job never has the top priority.
-        fail(PROG, f"Job submit/allocate failed: {IMMEDIATE_HELD}")
+        fail(PROG, f"Unable to allocate resources: {IMMEDIATE_HELD}")  # salloc.c, with -I
     try:
         req_nodes = node_list(v["nodelist"], cwd) if "nodelist" in v else []
         if "nodefile" in v:
@@ -287,7 +302,8 @@ class Salloc:
                         self.ws.push_back(msgs[i + 1:])  # e.g. an "ended" right behind
                         return dict(msg)
                     elif kind == "error":
-                        self.error(str(msg.get("message") or "unknown error"))
+                        for line in str(msg.get("message") or "unknown error").split("\n"):
+                            self.error(allocation_refusal(line, self.req.immediate is not None))
                         return 1
                     elif kind == "ended":
                         self.info(f"Job allocation {self.job_id} has been revoked.")

@@ -957,7 +957,8 @@ class Session:
                 self.info(f"{PROG}: {text}")
         elif isinstance(msg, m.Error):
             self.router.flush_all()
-            self.error(msg.message or "unknown error")
+            for line in (msg.message or "unknown error").split("\n"):
+                self.error(line)
             self.rc = 1
         elif isinstance(msg, m.UserMessage):
             self.info(f"{PROG}: {msg.message}")  # Slurm: info("%s", um->msg)

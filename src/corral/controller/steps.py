@@ -342,7 +342,10 @@ class StepManager:
         try:
             job = await self.ctl.submit(who, spec, "", env, [], None)
         except SlurmError as e:
-            raise SlurmError(f"Unable to allocate resources: {e.message}") from None
+            # the controller's own line first (`invalid partition specified: X`), as Slurm's
+            # RESPONSE_SLURM_RC_MSG; the client prints each line as an error
+            first = f"{e.user_msg}\n" if e.user_msg else ""
+            raise SlurmError(f"{first}Unable to allocate resources: {e.message}") from None
         session.alloc = job.job_id
         self.alloc_sessions[job.job_id] = send
         fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
