@@ -111,3 +111,28 @@ def test_allocation_refusals_worded_as_salloc_and_srun_word_them(cluster: Cluste
     assert (r.returncode, r.stderr) == (1, (
         "salloc: error: Unable to allocate resources: Immediate execution impossible, "
         "insufficient priority\n"))
+
+
+def test_resume_only_brings_back_a_drained_or_down_node(cluster: Cluster) -> None:
+    """slurmctld refuses a state change that means nothing for the node (RESUME of a node
+    in service, IDLE of one running a job) with `Invalid node state specified` and exit 1,
+    after changing the other nodes named."""
+    refused = "slurm_update error: Invalid node state specified\n"
+    r = cluster.run("scontrol", "update", "nodename=node-1", "state=resume")
+    assert (r.returncode, r.stderr) == (1, refused)
+    cluster.ok("scontrol", "update", "nodename=node-2", "state=drain", "reason=day swap")
+    try:
+        r = cluster.run("scontrol", "update", "nodename=node-[1-2]", "state=resume")
+        assert (r.returncode, r.stderr) == (1, refused)
+        assert cluster.ok("sinfo", "-h", "-N", "-n", "node-2", "-p", "debug", "-o", "%t") \
+            == "idle\n"  # node-2 came back all the same
+    finally:
+        cluster.run("scontrol", "update", "nodename=node-2", "state=resume")
+    jid = cluster.sbatch("-w", "node-3", "-o", "/dev/null", "--wrap", "sleep 60")
+    try:
+        cluster.wait_state(jid, "RUNNING")
+        r = cluster.run("scontrol", "update", "nodename=node-3", "state=idle")
+        assert (r.returncode, r.stderr) == (1, refused)
+        cluster.ok("scontrol", "update", "nodename=node-3", "state=undrain")
+    finally:
+        cluster.ok("scancel", str(jid))

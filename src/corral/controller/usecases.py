@@ -26,6 +26,7 @@ from corral.controller.errors import (
     ESLURM_INVALID_FEATURE,
     ESLURM_INVALID_GRES,
     ESLURM_INVALID_NODE_NAME,
+    ESLURM_INVALID_NODE_STATE,
     ESLURM_INVALID_PARTITION_NAME,
     ESLURM_INVALID_QOS,
     ESLURM_INVALID_TASK_MEMORY,
@@ -824,6 +825,8 @@ class UseCases:
         if st not in ("drain", "fail", "down", "resume", "idle", "undrain"):
             raise SlurmError(f"Invalid node state specified: {state}", 0)
         now = self.shell.clock()
+        refused = [n for n in nodes if not _node_state_change_valid(n, st)]
+        nodes = [n for n in nodes if n not in refused]
         for n in nodes:
             if st in ("drain", "fail"):
                 n.admin_state = "drain"
@@ -850,6 +853,8 @@ class UseCases:
                                  .get(n.admin_state, NodeEventKind.RESUMED), now)
             self.core.out.node(n.name)
         self.core.out.schedule()
+        if refused:  # the others changed, as slurmctld's update_node goes on past them
+            raise SlurmError("Invalid node state specified", ESLURM_INVALID_NODE_STATE)
 
     # ---- configuration ------------------------------------------------------------------
     def config_info(self) -> dict[str, Any]:
@@ -957,3 +962,14 @@ class UseCases:
     def _dynamic_nodes(self) -> set[str]:
         configured = {n.name for n in self.core.config.nodes}
         return {name for name in self.core.nodes if name not in configured}
+
+
+def _node_state_change_valid(n: Node, state: str) -> bool:
+    """slurmctld's _valid_node_state_change: RESUME only brings back a drained, failed or
+    down node, IDLE only a down or idle one; DRAIN, DOWN, FAIL and UNDRAIN always apply."""
+    down = n.admin_state == "down" or (not n.registered and not n.responding)
+    if state == "resume":
+        return down or n.admin_state != "up"
+    if state == "idle":
+        return down or (n.job_count == 0 and n.alloc_cpus == 0)
+    return True
