@@ -136,3 +136,13 @@ def test_resume_only_brings_back_a_drained_or_down_node(cluster: Cluster) -> Non
         cluster.ok("scontrol", "update", "nodename=node-3", "state=undrain")
     finally:
         cluster.ok("scancel", str(jid))
+
+
+def test_sreport_options_after_the_command(cluster: Cluster) -> None:
+    """sreport reads its options with GNU getopt too: `sreport cluster utilization -t
+    percent -P` is `sreport -t percent -P cluster utilization`."""
+    after = cluster.ok("sreport", "cluster", "utilization", "-t", "percent", "-P")
+    before = cluster.ok("sreport", "-t", "percent", "-P", "cluster", "utilization")
+    assert after == before
+    assert "Usage reported in Percentage of Total\n" in after
+    assert "Cluster|Allocated|Down|PLND Down|Idle|Reserved|Reported\n" in after

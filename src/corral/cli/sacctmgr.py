@@ -290,6 +290,7 @@ def _main(argv: list[str]) -> int:
     with_assoc = False
     parsable = 0
     rest: list[str] = []
+    posix_scan = bool(os.environ.get("POSIXLY_CORRECT"))  # glibc's getopt stops at an operand
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -301,7 +302,7 @@ def _main(argv: list[str]) -> int:
         if a == "help" and not rest:
             sys.stdout.write(usage())
             return 0
-        if not a.startswith("-") or len(a) == 1:
+        if not a.startswith("-") or len(a) == 1 or (rest and posix_scan):
             rest.append(a)
         elif a in ("-i", "--immediate"):
             immediate = True

@@ -263,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: list[str]) -> int:
     try:
-        opts, rest = getopt.getopt(args, "hnpPt:T:VvQaM:",
+        # GNU getopt as sreport.c's getopt_long: options may follow the command too
+        opts, rest = getopt.gnu_getopt(args, "hnpPt:T:VvQaM:",
                                    ["help", "noheader", "parsable", "parsable2", "tres=",
                                     "version", "usage", "verbose", "quiet", "all_clusters",
                                     "cluster=", "local", "federation"])
