@@ -146,3 +146,18 @@ def test_sreport_options_after_the_command(cluster: Cluster) -> None:
     assert after == before
     assert "Usage reported in Percentage of Total\n" in after
     assert "Cluster|Allocated|Down|PLND Down|Idle|Reserved|Reported\n" in after
+
+
+def test_salloc_shell_has_the_allocation_variables_only(cluster: Cluster) -> None:
+    """salloc exports env.c's env_array_for_job to its command; the job's uid, user and gid
+    are slurmd's, so only srun's tasks have them."""
+    r = cluster.run("salloc", "-n2", "bash", "-c", "env; echo ===; srun -n1 env", timeout=60)
+    assert r.returncode == 0, r.stderr
+    shell_text, _, task_text = r.stdout.partition("===\n")
+    shell, task = _env_of(shell_text), _env_of(task_text)
+    assert shell["SLURM_NTASKS"] == "2" and shell["SLURM_JOB_ID"] == task["SLURM_JOB_ID"]
+    for key in ("SLURM_JOB_UID", "SLURM_JOB_GID", "SLURM_JOB_USER", "SLURM_PRIO_PROCESS",
+                "SLURM_PROCID", "SLURMD_NODENAME"):
+        assert key not in shell, key
+    assert task["SLURM_JOB_UID"] == "0" and task["SLURM_JOB_USER"] == "root"
+    assert task["SLURM_PRIO_PROCESS"] == "0"

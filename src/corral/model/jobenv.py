@@ -114,12 +114,14 @@ def array_environment(count: int, min_id: int, max_id: int, step: int) -> dict[s
 
 
 def allocation_environment(job: Job, *, cluster_name: str, submit_host: str) -> dict[str, str]:
-    """What salloc exports to the shell it starts (on the submit host, not a node)."""
+    """What salloc exports to the shell it starts (on the submit host, not a node): env.c's
+    env_array_for_job, without what only slurmd sets (the job's uid, user and gid among it)."""
     env = batch_environment(job, cluster_name=cluster_name, submit_host=submit_host)
     for key in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_GTIDS", "SLURMD_NODENAME",
                 "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_TOPOLOGY_ADDR",
                 "SLURM_TOPOLOGY_ADDR_PATTERN", "SLURM_CPUS_ON_NODE", "SLURM_GPUS_ON_NODE",
-                "SLURM_JOB_GPUS", "SLURM_STEP_GPUS"):
+                "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_JOB_UID", "SLURM_JOB_GID",
+                "SLURM_JOB_USER", "SLURM_PRIO_PROCESS", "SLURM_RESTART_COUNT"):
         env.pop(key, None)
     return env
 
