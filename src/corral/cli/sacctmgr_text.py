@@ -116,8 +116,12 @@ def _add_user(c: dict[str, Any]) -> str:
 
 def _add_qos(c: dict[str, Any]) -> str:
     descr = c.get("description")
+    # sacctmgr_print_qos_limits' lines, MaxJobsPerUser's unpadded as Slurm prints it
+    limits = "".join(f"  {label} = {value}\n" if label == "MaxJobsPerUser"
+                     else f"  {label:<25}= {value}\n"
+                     for label, value in (c.get("settings") or {}).items())
     return (" Adding QOS(s)\n" + _lines(_names(c)) + " Settings\n"
-            + f"  Description    = {descr if descr is not None else 'QOS Name'}\n")
+            + f"  Description    = {descr if descr is not None else 'QOS Name'}\n" + limits)
 
 
 def _add_coordinator(c: dict[str, Any]) -> str:
