@@ -161,3 +161,17 @@ def test_salloc_shell_has_the_allocation_variables_only(cluster: Cluster) -> Non
         assert key not in shell, key
     assert task["SLURM_JOB_UID"] == "0" and task["SLURM_JOB_USER"] == "root"
     assert task["SLURM_PRIO_PROCESS"] == "0"
+
+
+def test_sacctmgr_unknown_entity_as_slurm_refuses_it(cluster: Cluster) -> None:
+    r = cluster.run("sacctmgr", "show", "bogus")
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == (
+        "No valid entity in list command\nInput line must include \"Account\", "
+        "\"Association\", \"Cluster\", \"Configuration\",\n\"Event\", \"Federation\", "
+        "\"Problem\", \"QOS\", \"Resource\", \"Reservation\",\n\"RunAwayJobs\", \"Stats\", "
+        "\"Transaction\", \"TRES\", \"User\", or \"WCKey\"\n")
+    r = cluster.run("sacctmgr", "-i", "add", "bogus", "name=x")
+    assert (r.returncode, r.stderr) == (1, (
+        "No valid entity in add command\nInput line must include \"Account\", \"Cluster\", "
+        "\"Coordinator\", \"Federation\", \"QOS\", \"Resource\", or \"User\"\n"))

@@ -195,7 +195,7 @@ def test_every_bad_line_is_refused_with_slurms_message_and_changes_nothing(c: Cl
         for args, msg in [
             (("add",), "Need an entity to add"),
             (("frobnicate", "user", "x"), "invalid keyword: frobnicate"),
-            (("add", "widget", "x"), "Unknown entity type: widget"),
+            (("add", "widget", "x"), "No valid entity in add command"),
             (("add", "user"), "Need name of user to add."),
             (("add", "user", "nobody1"), "Need a default account for these users to add."),
             (("add", "user", "nobody1", "account=nosuch"), "This account 'nosuch' doesn't exist."),

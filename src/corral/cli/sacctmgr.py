@@ -141,11 +141,32 @@ def render(rows: list[dict[str, str]], fields: list[tuple[str, int]], *, header:
     return "".join(line + "\n" for line in out)
 
 
-def _entity(word: str) -> str:
+# the entities Slurm's sacctmgr knows for each command, and what it says for another word
+_SLURM_ENTITIES = {
+    "add": (("account", "cluster", "coordinator", "federation", "qos", "resource", "user"),
+            '"Account", "Cluster", "Coordinator", "Federation", "QOS", "Resource", or "User"'),
+    "show": (("accounts", "associations", "clusters", "configuration", "events", "federation",
+              "problems", "runawayjobs", "orphanjobs", "lostjobs", "qos", "resource",
+              "reservations", "resv", "stats", "transactions", "txn", "users", "wckeys", "tres"),
+             '"Account", "Association", "Cluster", "Configuration",\n"Event", "Federation", '
+             '"Problem", "QOS", "Resource", "Reservation",\n"RunAwayJobs", "Stats", '
+             '"Transaction", "TRES", "User", or "WCKey"'),
+    "modify": (("account", "cluster", "federation", "job", "qos", "resource", "user"),
+               '"Account", "Cluster", "Federation", "Job", "QOS", "Resource" or "User"'),
+    "delete": (("account", "cluster", "coordinator", "federation", "qos", "resource", "user"),
+               '"Account", "Cluster", "Coordinator", "Federation", "QOS", "Resource", or "User"'),
+}
+
+
+def _entity(word: str, cmd: str = "show") -> str:
     low = word.lower()
     for canon, names in ENTITY_NAMES.items():
         if low in names or (len(low) >= 3 and canon.startswith(low)):
             return canon
+    known, listed = _SLURM_ENTITIES[cmd]
+    if not any(name.startswith(low) for name in known):
+        verb = "list" if cmd == "show" else cmd
+        raise UsageError(f"No valid entity in {verb} command\nInput line must include {listed}")
     raise UsageError(f" Unknown entity type: {word}")
 
 
@@ -347,7 +368,7 @@ def _main(argv: list[str]) -> int:
             return _load(rest[1:], immediate)
         if len(rest) < 2:
             raise UsageError(f" Need an entity to {cmd}")
-        entity = _entity(rest[1])
+        entity = _entity(rest[1], cmd)
         spec = parse_specs(cmd, rest[2:])
         if with_assoc:
             spec["options"] = {**dict(spec["options"]), "withassoc": True}  # type: ignore[call-overload]
