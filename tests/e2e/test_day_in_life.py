@@ -175,3 +175,27 @@ def test_sacctmgr_unknown_entity_as_slurm_refuses_it(cluster: Cluster) -> None:
     assert (r.returncode, r.stderr) == (1, (
         "No valid entity in add command\nInput line must include \"Account\", \"Cluster\", "
         "\"Coordinator\", \"Federation\", \"QOS\", \"Resource\", or \"User\"\n"))
+
+
+def test_srun_jobid_of_no_running_job(cluster: Cluster) -> None:
+    """srun's existing_allocation(): the controller's refusal (job_alloc_info_ptr's
+    ESLURM_JOB_PENDING or ESLURM_ALREADY_DONE, or an unknown id), then what to check."""
+    r = cluster.run("srun", "--jobid=999999", "true")
+    assert (r.returncode, r.stderr) == (1, (
+        "srun: error: Unable to confirm allocation for job 999999: Invalid job id specified\n"
+        "srun: Check SLURM_JOB_ID environment variable. Expired or invalid job 999999\n"))
+    done = cluster.sbatch("-o", "/dev/null", "--wrap", "true")
+    cluster.wait_state(done, "COMPLETED")
+    r = cluster.run("srun", "true", env={"SLURM_JOB_ID": str(done)})
+    assert (r.returncode, r.stderr) == (1, (
+        f"srun: error: Slurm job {done} has expired\n"
+        f"srun: Check SLURM_JOB_ID environment variable. Expired or invalid job {done}\n"))
+    held = cluster.sbatch("-H", "--wrap", "true")
+    try:
+        r = cluster.run("srun", f"--jobid={held}", "true")
+        assert (r.returncode, r.stderr) == (1, (
+            f"srun: error: Unable to confirm allocation for job {held}: Job is pending "
+            f"execution\nsrun: Check SLURM_JOB_ID environment variable. Expired or invalid "
+            f"job {held}\n"))
+    finally:
+        cluster.ok("scancel", str(held))

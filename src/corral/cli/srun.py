@@ -47,6 +47,7 @@ from corral.cli.options import (
     spec_problem,
     step_gpu_options,
 )
+from corral.lazyre import LazyPattern
 from corral.model import messages as m
 from corral.model.pyxis import PYXIS_HELP, container_from_options
 
@@ -62,6 +63,8 @@ EXIT_GATHER = 0.05  # seconds exit lines wait for other tasks of their node endi
 VERSION_TEXT = "slurm-wlm 22.05.8\n"
 TRY_HELP = f'Try "{PROG} --help" for more information\n'
 STEPS_RESOURCE = "/v1/steps/ws"
+# an allocation srun --jobid (or SLURM_JOB_ID) names that the controller does not confirm
+_NO_ALLOCATION = LazyPattern(r"Unable to confirm allocation for job (\d+):|Slurm job (\d+) has expired")
 
 # srun's own options (the rest are allocation options, shared with salloc).
 _FLAGS = frozenset({"label", "pty", "overlap", "unbuffered", "disable-status",
@@ -959,6 +962,10 @@ class Session:
             self.router.flush_all()
             for line in (msg.message or "unknown error").split("\n"):
                 self.error(line)
+            expired = _NO_ALLOCATION.match(msg.message or "")
+            if expired:  # srun's existing_allocation() says what to check
+                self.info(f"{PROG}: Check SLURM_JOB_ID environment variable. Expired or "
+                          f"invalid job {expired.group(1) or expired.group(2)}")
             self.rc = 1
         elif isinstance(msg, m.UserMessage):
             self.info(f"{PROG}: {msg.message}")  # Slurm: info("%s", um->msg)

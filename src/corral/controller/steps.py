@@ -322,6 +322,13 @@ class StepManager:
         if job is None:
             raise SlurmError(f"Unable to confirm allocation for job {job_id}: Invalid job id specified")
         self.ctl.check_owner(who, job)
+        # slurmctld's job_alloc_info_ptr: ESLURM_JOB_PENDING, then ESLURM_ALREADY_DONE
+        # (which srun words as an expired job)
+        if job.state == JobState.PENDING:
+            raise SlurmError(f"Unable to confirm allocation for job {job_id}: "
+                             "Job is pending execution")
+        if job.state.finished:
+            raise SlurmError(f"Slurm job {job_id} has expired")
         if job.state != JobState.RUNNING:
             raise SlurmError(f"Unable to confirm allocation for job {job_id}: "
                              "Job/step already completing or completed")
