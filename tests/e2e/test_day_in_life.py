@@ -199,3 +199,23 @@ def test_srun_jobid_of_no_running_job(cluster: Cluster) -> None:
             f"job {held}\n"))
     finally:
         cluster.ok("scancel", str(held))
+
+
+def test_salloc_names_its_job_interactive(cluster: Cluster) -> None:
+    """Slurm 22.05's salloc names the job `interactive` (`no-shell` with --no-shell) unless
+    -J names it, whatever the command."""
+    r = cluster.run("salloc", "-N1", "bash", "-c", "echo $SLURM_JOB_ID $SLURM_JOB_NAME",
+                    timeout=60)
+    assert r.returncode == 0, r.stderr
+    jid, name = r.stdout.split()
+    assert name == "interactive"
+    assert cluster.ok("sacct", "-X", "-n", "-P", "-j", jid, "-o", "JobName") == "interactive\n"
+    r = cluster.run("salloc", "-J", "mine", "true", timeout=60)
+    assert r.returncode == 0, r.stderr
+    r = cluster.run("salloc", "--no-shell", "-t", "1", timeout=60)
+    assert r.returncode == 0, r.stderr
+    jid = r.stderr.split("Granted job allocation ")[1].split()[0]
+    try:
+        assert cluster.ok("squeue", "-h", "-j", jid, "-o", "%j") == "no-shell\n"
+    finally:
+        cluster.ok("scancel", jid)

@@ -183,7 +183,9 @@ def parse_salloc(argv: list[str], env: dict[str, str], cwd: str, now: float, *,
     except GresError:
         fail(PROG, "Job submit/allocate failed: Invalid generic resource (gres) "
                    "specification")
-    name = str(v["job-name"]) if "job-name" in v else os.path.basename(req.command[0])
+    # salloc's _opt_verify names the job before its command is looked at
+    name = str(v["job-name"]) if "job-name" in v else \
+        ("no-shell" if req.no_shell else "interactive")
     req.spec = job_spec(
         v, name=name, cwd=cwd, submit_line=" ".join([PROG, *argv]), req_nodes=req_nodes,
         exc_nodes=exc_nodes, min_nodes=min_nodes, max_nodes=max_nodes, ntasks=ntasks,
