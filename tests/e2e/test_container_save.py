@@ -132,10 +132,12 @@ def test_a_batch_script_in_a_container_is_saved_at_its_end(
     path = Path(user.pw_dir) / "save.sbatch"
     path.write_text(script)
     os.chown(path, user.pw_uid, user.pw_gid)
-    r = _as(c, user, "sbatch", "--parsable", str(path))
+    # submitted under umask 027: the image is made with sbatch's umask, as the step's files
+    r = _as(c, user, "sh", "-c", f"umask 027; exec sbatch --parsable {path}")
     assert r.returncode == 0, r.stderr
     c.wait_state(int(r.stdout.strip().split(";")[0]), "COMPLETED", timeout=60)
-    assert _wait_for_file(saved).st_uid == user.pw_uid
+    st = _wait_for_file(saved)
+    assert st.st_uid == user.pw_uid and st.st_mode & 0o777 == 0o640, oct(st.st_mode)
     r = _as(c, user, "srun", "-N1", f"--container-image={saved}", "cat", "/tmp/batch-note")
     assert r.returncode == 0 and r.stdout == "from-batch\n", r.stderr
     c.wait_for(lambda: not _mounts_of(c), 30, "the containers' mounts to go")

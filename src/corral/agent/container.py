@@ -356,11 +356,13 @@ def _note_save(jdir: str, spec: ContainerSpec, request: ExecRequest, rootfs: str
     if spec.save is None or request.env.get("SLURM_NODEID", "0") != "0":
         return
     directory, name = _save_target(spec, request)
-    umask = request.env.get("SLURM_UMASK", "0022")
-    try:
-        mode = 0o666 & ~int(umask, 8)
-    except ValueError:
-        mode = 0o644
+    if request.umask is not None:  # a batch step's: slurmstepd unsets SLURM_UMASK there
+        mode = 0o666 & ~request.umask
+    else:
+        try:
+            mode = 0o666 & ~int(request.env.get("SLURM_UMASK", "0022"), 8)
+        except ValueError:
+            mode = 0o644
     ident = request.ident
     record = {"rootfs": rootfs, "directory": directory, "name": name, "mode": f"{mode:o}",
               "uid": ident.uid, "gid": ident.gid, "groups": list(ident.groups),

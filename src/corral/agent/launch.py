@@ -215,6 +215,7 @@ class ExecRequest:
     step: str = "batch"
     cpus: list[int] | None = None
     gpus: list[int] | None = None  # its GPUs on this node (None: CUDA_VISIBLE_DEVICES says)
+    umask: int | None = None  # the batch step's (sbatch's, no longer in env); None: SLURM_UMASK
     rlimits: dict[str, tuple[int, bool]] = field(default_factory=dict)
     container: ContainerSpec | None = None
     container_dir: str | None = None  # where this node keeps its jobs' containers

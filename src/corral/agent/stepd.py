@@ -795,8 +795,8 @@ class Supervisor:
         request = launch_mod.ExecRequest(
             argv=[plan.script, *plan.argv], env=dict(plan.env), cwd=plan.work_dir or "/tmp",
             ident=self._identity(), job_id=plan.job_id, step=plan.step, cpus=plan.cpus or None,
-            gpus=list(plan.gpus), container=plan.container, container_dir=plan.container_dir,
-            image_cache=plan.image_cache, carry_program=True)
+            gpus=list(plan.gpus), umask=plan.umask, container=plan.container,
+            container_dir=plan.container_dir, image_cache=plan.image_cache, carry_program=True)
         try:
             return launch_mod.prepare(request)
         except launch_mod.LaunchFailure as e:
