@@ -22,6 +22,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
+from heapq import heappop, heappush
 from typing import Any, Protocol
 
 from corral.model.job import NodeAlloc
@@ -774,47 +775,46 @@ class _Pass:
 
     def _plan_many(self, req: Request, fits: list[tuple[_Node, int, int, int]], k: int,
                    duration: float) -> tuple[float, list[_Node]] | None:
-        """A plan on `k` nodes (none required), sweeping only the nodes that can matter:
-        nodes are added in order of their lower bound until none left out could be free
-        by the earliest time found (the sweep up to that time is then the full one's)."""
+        """A plan on `k` nodes (none required): `_sweep` over every node that could hold
+        the request, its events made lazily.  A node's spans start no earlier than its
+        lower bound and the bounds come in order, so a node joins the sweep only once the
+        sweep reaches its bound: the nodes that are free only after the answer cost
+        nothing (the events are taken in `_sweep`'s order, so the answer is the same)."""
         bounds = self._bounds_of(fits, req.exclusive)
         whole = req.exclusive
         now = self.now
-        starts: dict[str, list[tuple[float, float]]] = {}
-        candidates: list[_Node] = []
-        taken = 0
-
-        def take(upto: int) -> None:
-            nonlocal taken
-            for at, _, node, c, m, g in bounds[taken:upto]:
-                if not node.holds:  # (only releases: it fits from its lower bound on)
-                    spans = [(at, INFINITE_TIME)]
-                else:
-                    demand = (c, m, g, whole, duration)
-                    cached = node.plan_cache.get(demand)
-                    if cached is None:
-                        cached = node.plan_cache[demand] = _feasible_starts(
-                            node, c, m, g, whole, now, duration)
-                    spans = cached
-                if spans:
-                    starts[node.name] = spans
-                    candidates.append(node)
-            taken = max(taken, upto)
-
-        take(min(k, len(bounds)))
+        by_rank = self.by_rank
+        events: list[tuple[float, int, int]] = []  # a heap of (time, 0 start / 1 end, rank)
+        active: set[int] = set()
+        i, n = 0, len(bounds)
         while True:
-            found = self._sweep(candidates, starts, k, set())
-            if found is None:
-                if taken >= len(bounds):
-                    return None
-                take(min(len(bounds), 2 * taken))
+            while i < n and (not events or bounds[i][0] <= events[0][0]):
+                at, _, node, c, m, g = bounds[i]
+                i += 1
+                if not node.holds:  # (only releases: it fits from its lower bound on)
+                    heappush(events, (at, 0, node.rank))
+                    continue
+                demand = (c, m, g, whole, duration)
+                spans = node.plan_cache.get(demand)
+                if spans is None:
+                    spans = node.plan_cache[demand] = _feasible_starts(
+                        node, c, m, g, whole, now, duration)
+                for a, b in spans:
+                    heappush(events, (a, 0, node.rank))
+                    if b != INFINITE_TIME:  # (every start is finite: it comes first)
+                        heappush(events, (b, 1, node.rank))
+            if not events:
+                return None
+            t, kind, rank = heappop(events)
+            if kind == 1:
+                active.discard(rank)
                 continue
-            more = taken
-            while more < len(bounds) and bounds[more][0] <= found[0]:
-                more += 1
-            if more == taken:
-                return found
-            take(more)
+            active.add(rank)
+            if len(active) >= k:
+                if t == INFINITE_TIME:
+                    return None
+                picked = sorted((by_rank[r] for r in active), key=lambda x: x.static_key)
+                return t, picked[:k]
 
     def _plan_nodes(self, req: Request, part: str, per_node: int, members: Iterable[_Node],
                     con: Constraint | None) -> list[tuple[_Node, int, int, int]]:

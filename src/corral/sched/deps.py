@@ -32,6 +32,8 @@ FAILED = "failed"
 KINDS = ("after", "afterany", "afterok", "afternotok", "aftercorr", "singleton")
 _UNSUPPORTED = ("afterburstbuffer", "expand")
 _FINISHED = frozenset(s.value for s in FINISHED_STATES)
+_PENDING = JobState.PENDING.value
+_COMPLETED = JobState.COMPLETED.value
 
 # (state, exit code, start time) of every record the reference names
 Lookup = Callable[[int, int | None], list[tuple[str, int, float | None]]]
@@ -182,9 +184,14 @@ def item_state(item: DepItem, lookup: Lookup, now: float, *, singleton_blocked: 
         records = lookup(item.job_id, item.task_id)
     if not records:
         return FULFILLED  # job is gone (or never existed): dependency lifted
-    pending = any(state == JobState.PENDING.value for state, _, _ in records)
-    finished = all(state in _FINISHED for state, _, _ in records)
-    ok = all(state == JobState.COMPLETED.value and code == 0 for state, code, _ in records)
+    pending, finished, ok = False, True, True  # (one loop: most items name one record)
+    for state, code, _ in records:
+        if state == _PENDING:
+            pending = True
+        if state not in _FINISHED:
+            finished = False
+        if state != _COMPLETED or code != 0:
+            ok = False
     kind = item.kind
     if kind == "after":
         if pending:
@@ -234,15 +241,20 @@ def evaluate(dep: Dependency, lookup: Lookup, now: float, *, job_user: str = "",
 
 def format_dependency(dep: Dependency, lookup: Lookup | None = None, now: float = 0.0, *,
                       singleton_blocked: bool = False, array_task_id: int | None = None,
-                      is_array: Callable[[int], bool] | None = None) -> str:
+                      is_array: Callable[[int], bool] | None = None,
+                      states: list[str] | None = None) -> str:
     """The Dependency= text of `scontrol show job`: entries not yet fulfilled, each with
     its state, e.g. "afterok:1_*(unfulfilled)".  "" once the whole dependency is satisfied
     (scontrol prints (null)).  Without `lookup`, every entry shows as unfulfilled (what a
     job shows right after submission).  `is_array(id)` tells whether a plain id names an
-    array, which Slurm prints as ID_*."""
+    array, which Slurm prints as ID_*.  `states`: each entry's state, already known (the
+    scheduling pass's `DepIndex.item_states`), instead of `lookup`."""
     if not dep.items:
         return ""
-    if lookup is None:
+    if states is not None:
+        if _combine(dep, states) == SATISFIED:
+            return ""
+    elif lookup is None:
         states = [FAILED if i.failed else UNFULFILLED for i in dep.items]
     else:
         states = [item_state(i, lookup, now, singleton_blocked=singleton_blocked,
@@ -367,6 +379,8 @@ class DepIndex:
         self._pending: dict[tuple[int, str], list[DepJob]] = {}
         # pass_lookup's answers
         self._looked: dict[tuple[int, int | None], list[tuple[str, int, float | None]]] = {}
+        # item_states' answers per entry (but singleton, which depends on the job)
+        self._states: dict[DepItem, str] = {}
 
     def _build(self) -> None:
         jobs, self._jobs = self._jobs, None
@@ -413,14 +427,37 @@ class DepIndex:
             found = self._looked[(job_id, task_id)] = self.lookup(job_id, task_id)
         return found
 
+    def item_states(self, dep: Dependency, now: float, singleton_blocked: bool) -> list[str]:
+        """`item_state` of each entry of `dep` at `now` (no job's own array task id), each
+        entry's answer made once a pass: eligibility and the Dependency= texts ask the
+        same, and many jobs wait on the same job."""
+        memo = self._states
+        out: list[str] = []
+        for item in dep.items:
+            if item.kind == "singleton":
+                out.append(item_state(item, self.pass_lookup, now,
+                                      singleton_blocked=singleton_blocked))
+                continue
+            state = memo.get(item)
+            if state is None:
+                state = memo[item] = item_state(item, self.pass_lookup, now)
+            out.append(state)
+        return out
+
+    def verdict(self, dep: Dependency, now: float, singleton_blocked: bool) -> str:
+        """`evaluate(dep, pass_lookup, now, …)`, from the memoised entries' states."""
+        return _combine(dep, self.item_states(dep, now, singleton_blocked))
+
     def lookup(self, job_id: int, task_id: int | None) -> list[tuple[str, int, float | None]]:
+        self._build()
         js: list[DepJob] = []
-        members = self.by_array.get(job_id, ())
+        members = self._by_array.get(job_id, ())
         if task_id is None:
-            own = self.by_id.get(job_id)
+            own = self._by_id.get(job_id)
             if own is not None:
                 js.append(own)
-            js.extend(j for j in members if j.job_id != job_id)
+            if members:
+                js.extend(j for j in members if j.job_id != job_id)
         else:
             for j in members:
                 if j.array_task_id == task_id:
@@ -432,11 +469,13 @@ class DepIndex:
                         js.append(j)
         # (_value_: Enum's value property costs a call per job)
         out = [(j.state._value_, j.exit_code, j.start_time) for j in js]
-        if self.gone is not None:
+        gone = self.gone
+        if gone is not None and (job_id in gone.by_array
+                                 or (task_id is None and job_id in gone.by_id)):
             # an array some of whose tasks already left memory: both halves count
-            by_id = self.by_id
+            by_id = self._by_id
             out.extend((r.state, r.exit_code, r.start_time)
-                       for r in self.gone.records(job_id, task_id) if r.job_id not in by_id)
+                       for r in gone.records(job_id, task_id) if r.job_id not in by_id)
         return out
 
     def singleton_blocked(self, job: DepJob) -> bool:

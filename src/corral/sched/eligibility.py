@@ -110,8 +110,7 @@ def check_job(job: SchedJob, now: float, partitions: Mapping[str, Partition],
         singleton = "singleton" in job.dependency and index.singleton_blocked(job)
         try:
             dep = sched_deps.parse_cached(job.dependency)
-            verdict = sched_deps.evaluate(dep, index.pass_lookup, now,
-                                          singleton_blocked=singleton)
+            verdict = index.verdict(dep, now, singleton)
         except sched_deps.DependencyError:
             verdict = sched_deps.NEVER
         if verdict == sched_deps.WAITING:

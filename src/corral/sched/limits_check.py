@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 
 from corral.model.assoc import AssocDB, Association, AssocIndex, Limits, Qos
 from corral.model.tres import Tres
@@ -56,6 +57,7 @@ _PART = {"cpu": "Cpu", "mem": "Mem", "node": "Node", "gres": "GRES", "billing": 
          "energy": "Energy", "license": "License", "bb": "BB", "unknown": "Unknown"}
 
 
+@cache
 def reason_name(scope: str, kind: str, tres: str) -> str:
     """scope: "Assoc" or "QOS"; kind: grp, grp_mins, grp_run_mins, max_per_job,
     max_per_node, max_mins_per_job, max_per_user, min_per_job."""
@@ -197,6 +199,15 @@ class Resolved:
             self._qos_levels = out
         return self._qos_levels
 
+    _limited_qos: list[tuple[Qos, dict[str, set[str]]]] | None = None
+
+    def limited_qos(self) -> list[tuple[Qos, dict[str, set[str]]]]:
+        """`qos_levels` without the QoS that set no limit (nothing to check there)."""
+        if self._limited_qos is None:
+            self._limited_qos = [(q, skip) for q, skip in self.qos_levels()
+                                 if not q.limits.empty()]
+        return self._limited_qos
+
 
 def _qos_skip(q: Qos | None) -> dict[str, set[str]]:
     """Which association limits a QoS overrides (it sets the same kind, for that TRES)."""
@@ -263,6 +274,8 @@ class LimitLedger:
         self.used_tres_mins = used_tres_mins or {}
         self.used_wall_mins = used_wall_mins or {}
         self._resolved: dict[tuple[str, str, str | None, str | None], Resolved | None] = {}
+        # by (association id, QoS, partition QoS): what `_resolved` entries share
+        self._resolved_assoc: dict[tuple[int, str | None, str | None], Resolved] = {}
         # running jobs' remaining TRES-minutes not yet added to their counters' run_mins:
         # (counters, the job's TRES, minutes left), in charging order; added (in that
         # order, so the sums are the same) only when a GrpTRESRunMins limit is checked
@@ -278,15 +291,19 @@ class LimitLedger:
         a = self.index.job_assoc(self.cluster, job.user, job.account, job.partition)
         r = None
         if a is not None:
-            chain = self.index.chain(a)
             q = self.db.qos.get(job.qos) if job.qos else None
             pname = self.part_qos.get(job.partition or "")
             pq = self.db.qos.get(pname) if pname else None
             if pq is not None and pq is q:
                 pq = None  # the same QoS once
-            pskip = _qos_skip(pq)
-            r = Resolved(a, chain, q, _levels(chain), _merge_skip(_qos_skip(q), pskip),
-                         pq, pskip)
+            # (jobs in partitions without an association of their own share one)
+            same = (a.id, q.name if q is not None else None, pq.name if pq is not None else None)
+            r = self._resolved_assoc.get(same)
+            if r is None:
+                chain = self.index.chain(a)
+                pskip = _qos_skip(pq)
+                r = self._resolved_assoc[same] = Resolved(
+                    a, chain, q, _levels(chain), _merge_skip(_qos_skip(q), pskip), pq, pskip)
         self._resolved[key] = r
         return r
 
@@ -337,6 +354,61 @@ class LimitLedger:
                     run_mins[k] = run_mins.get(k, 0.0) + v * left
         self._run_mins_due.clear()
 
+    def add_running_jobs(self, running: Iterable[tuple[JobReq, float | None]]) -> None:
+        """`add_running` for many jobs: the counters are charged once per (user, account,
+        partition, QoS) with the group's totals (integer sums: the same counts whatever
+        the grouping), the remaining minutes kept per job in their order."""
+        groups: dict[tuple[str, str, str | None, str | None],
+                     tuple[list[Counter], list[int], dict[str, int]] | None] = {}
+        due = self._run_mins_due
+        for job, remaining_min in running:
+            key = (job.user, job.account, job.partition, job.qos)
+            if key in groups:
+                group = groups[key]
+            else:
+                r = self.resolve(job)
+                group = groups[key] = None if r is None else (self._counters(r, job), [0], {})
+            if group is None:
+                continue
+            counters, count, totals = group
+            count[0] += 1
+            items = job.tres.items()
+            for k, v in items:
+                totals[k] = totals.get(k, 0) + v
+            left = remaining_min if remaining_min is not None else (job.time_limit_min or 0)
+            due.append((counters, items, left))
+        for group in groups.values():
+            if group is None:
+                continue
+            counters, count, totals = group
+            n = count[0]
+            for c in counters:
+                c.jobs += n
+                c.submit += n
+                tres = c.tres
+                for k, v in totals.items():
+                    tres[k] = tres.get(k, 0) + v
+
+    def add_pending_jobs(self, pending: Iterable[JobReq]) -> None:
+        """`add_pending` for many jobs, each counter charged once per (user, account,
+        partition, QoS)."""
+        counts: dict[tuple[str, str, str | None, str | None], list[int]] = {}
+        first: list[JobReq] = []
+        for job in pending:
+            key = (job.user, job.account, job.partition, job.qos)
+            count = counts.get(key)
+            if count is None:
+                counts[key] = [job.count]
+                first.append(job)
+            else:
+                count[0] += job.count
+        for job, count in zip(first, counts.values(), strict=True):
+            r = self.resolve(job)
+            if r is None:
+                continue
+            for c in self._counters(r, job):
+                c.submit += count[0]
+
     def start(self, job: JobReq) -> None:
         """Charge a job the pass decided to start (it was counted as pending)."""
         self.add_running(job, None, counted_pending=True)
@@ -347,7 +419,7 @@ class LimitLedger:
         if r is None:
             return None  # no association: the submit check (enforce=associations) refuses
         items = _sorted(job.tres)
-        for q, skip in r.qos_levels():
+        for q, skip in r.limited_qos():
             hit = self._check_qos(job, items, q, submit=False, skip=skip)
             if hit:
                 return hit
@@ -399,9 +471,7 @@ class LimitLedger:
             mine=self.qos_user.get((q.name, job.user)) or _EMPTY,
             used_mins=self.used_tres_mins.get(q.name, {}),
             used_wall=self.used_wall_mins.get(q.name, 0.0),
-            per_user_counts=(("max_jobs_per_user", "MaxJobsPerUser"),
-                             ("max_submit_jobs_per_user", "MaxSubmitJobsPerUser")),
-            skip=skip or {})
+            per_user_counts=_QOS_USER_COUNTS, skip=skip or {})
 
     def _check_assocs(self, job: JobReq, items: list[tuple[str, int]], r: Resolved,
                       submit: bool) -> LimitHit | None:
@@ -412,15 +482,17 @@ class LimitLedger:
             hit = _check_level("Assoc", where, lim, job, items, submit, grp=c, mine=c,
                                used_mins=self.used_tres_mins.get(a.id, {}),
                                used_wall=self.used_wall_mins.get(a.id, 0.0),
-                               per_user_counts=(("max_jobs", "MaxJobs"),
-                                                ("max_submit_jobs", "MaxSubmitJobs")),
-                               skip=r.qos_skip)
+                               per_user_counts=_ASSOC_USER_COUNTS, skip=r.qos_skip)
             if hit:
                 return hit
         return None
 
 
 _EMPTY = Counter()  # read only: a level nothing is charged to yet
+# the per-user job counts of each scope: (limit field, sacctmgr's name, a submit count)
+_QOS_USER_COUNTS = (("max_jobs_per_user", "MaxJobsPerUser", False),
+                    ("max_submit_jobs_per_user", "MaxSubmitJobsPerUser", True))
+_ASSOC_USER_COUNTS = (("max_jobs", "MaxJobs", False), ("max_submit_jobs", "MaxSubmitJobs", True))
 
 
 def _inherited_max(chain: list[Association]) -> Limits:
@@ -452,7 +524,7 @@ def _skip(skip: Mapping[str, set[str]], name: str, tres: str = "*") -> bool:
 def _check_level(scope: str, where: str, lim: Limits, job: JobReq,
                  items: list[tuple[str, int]], submit: bool, *,
                  grp: Counter, mine: Counter, used_mins: Mapping[str, float],
-                 used_wall: float, per_user_counts: Iterable[tuple[str, str]],
+                 used_wall: float, per_user_counts: Iterable[tuple[str, str, bool]],
                  skip: Mapping[str, set[str]]) -> LimitHit | None:
     """One association or QoS: counts, wall, then TRES, in Slurm's order.  At submit
     (`submit`) the running counts are not checked, the submit counts are, and the TRES
@@ -461,38 +533,39 @@ def _check_level(scope: str, where: str, lim: Limits, job: JobReq,
             allowed: float) -> LimitHit:
         return LimitHit(code, limit, where, tres, req, used, allowed)
 
+    # (skip is empty unless a QoS overrides association limits: `_skip` only then)
     # -- job counts
     if submit:
-        if lim.grp_submit_jobs is not None and not _skip(skip, "grp_submit_jobs") \
+        if lim.grp_submit_jobs is not None and not (skip and _skip(skip, "grp_submit_jobs")) \
                 and grp.submit + job.count > lim.grp_submit_jobs:
             return hit(COUNT_REASONS[(scope, "grp_submit_jobs")], "GrpSubmitJobs", None, job.count,
                        grp.submit, lim.grp_submit_jobs)
-        for field_name, label in per_user_counts:
-            if "submit" not in field_name:
+        for field_name, label, counts_submit in per_user_counts:
+            if not counts_submit:
                 continue
             v = getattr(lim, field_name)
-            if v is not None and not _skip(skip, "max_submit_jobs") \
+            if v is not None and not (skip and _skip(skip, "max_submit_jobs")) \
                     and mine.submit + job.count > v:
                 return hit(COUNT_REASONS[(scope, field_name)], label, None, job.count,
                            mine.submit, v)
     else:
-        if lim.grp_jobs is not None and not _skip(skip, "grp_jobs") \
+        if lim.grp_jobs is not None and not (skip and _skip(skip, "grp_jobs")) \
                 and grp.jobs + 1 > lim.grp_jobs:
             return hit(COUNT_REASONS[(scope, "grp_jobs")], "GrpJobs", None, 1, grp.jobs,
                        lim.grp_jobs)
-        for field_name, label in per_user_counts:
-            if "submit" in field_name:
+        for field_name, label, counts_submit in per_user_counts:
+            if counts_submit:
                 continue
             v = getattr(lim, field_name)
-            if v is not None and not _skip(skip, "max_jobs") and mine.jobs + 1 > v:
+            if v is not None and not (skip and _skip(skip, "max_jobs")) and mine.jobs + 1 > v:
                 return hit(COUNT_REASONS[(scope, field_name)], label, None, 1, mine.jobs, v)
     # -- wall time
     t = job.time_limit_min
-    if not submit and lim.grp_wall is not None and not _skip(skip, "grp_wall") \
+    if not submit and lim.grp_wall is not None and not (skip and _skip(skip, "grp_wall")) \
             and used_wall >= lim.grp_wall:
         return hit(COUNT_REASONS[(scope, "grp_wall")], "GrpWall", None, t or 0, used_wall,
                    lim.grp_wall)
-    if lim.max_wall is not None and t is not None and not _skip(skip, "max_wall") \
+    if lim.max_wall is not None and t is not None and not (skip and _skip(skip, "max_wall")) \
             and t > lim.max_wall:
         return hit(COUNT_REASONS[(scope, "max_wall")], "MaxWall", None, t, 0, lim.max_wall)
     # -- TRES, per job and per node (can never pass: same at submit and at start)
@@ -508,24 +581,24 @@ def _check_level(scope: str, where: str, lim: Limits, job: JobReq,
                            0, m)
     for name, value in items if lim.max_tres_per_job else ():
         m = lim.max_tres_per_job.get(name)
-        if m is not None and value > m and not _skip(skip, "max_tres_per_job", name):
+        if m is not None and value > m and not (skip and _skip(skip, "max_tres_per_job", name)):
             return hit(reason_name(scope, "max_per_job", name),
                        "MaxTRESPerJob" if scope == "QOS" else "MaxTRES", name, value, 0, m)
     for name, value in _sorted(job.tres_per_node) if lim.max_tres_per_node else ():
         m = lim.max_tres_per_node.get(name)
-        if m is not None and value > m and not _skip(skip, "max_tres_per_node", name):
+        if m is not None and value > m and not (skip and _skip(skip, "max_tres_per_node", name)):
             return hit(reason_name(scope, "max_per_node", name), "MaxTRESPerNode", name, value,
                        0, m)
     if t is not None and lim.max_tres_mins_per_job:
         for name, value in items:
             m = lim.max_tres_mins_per_job.get(name)
-            if m is not None and value * t > m and not _skip(skip, "max_tres_mins_per_job", name):
+            if m is not None and value * t > m and not (skip and _skip(skip, "max_tres_mins_per_job", name)):
                 return hit(reason_name(scope, "max_mins_per_job", name), "MaxTRESMins", name,
                            value * t, 0, m)
     # -- TRES, group and per user
     for name, value in items if (lim.grp_tres or lim.max_tres_per_user) else ():
         m = lim.grp_tres.get(name)
-        if m is not None and not _skip(skip, "grp_tres", name):
+        if m is not None and not (skip and _skip(skip, "grp_tres", name)):
             used = 0 if submit else grp.tres.get(name, 0)
             if used + value > m:
                 return hit(reason_name(scope, "grp", name), "GrpTRES", name, value, used, m)
@@ -539,12 +612,12 @@ def _check_level(scope: str, where: str, lim: Limits, job: JobReq,
         return None
     for name, value in items:
         m = lim.grp_tres_mins.get(name)
-        if m is not None and not _skip(skip, "grp_tres_mins", name) \
+        if m is not None and not (skip and _skip(skip, "grp_tres_mins", name)) \
                 and used_mins.get(name, 0.0) >= m:
             return hit(reason_name(scope, "grp_mins", name), "GrpTRESMins", name, value,
                        used_mins.get(name, 0.0), m)
         m = lim.grp_tres_run_mins.get(name)
-        if m is not None and t is not None and not _skip(skip, "grp_tres_run_mins", name):
+        if m is not None and t is not None and not (skip and _skip(skip, "grp_tres_run_mins", name)):
             used_run = grp.run_mins.get(name, 0.0)
             if used_run + value * t > m:
                 return hit(reason_name(scope, "grp_run_mins", name), "GrpTRESRunMins", name,
@@ -555,8 +628,18 @@ def _check_level(scope: str, where: str, lim: Limits, job: JobReq,
 _ORDER = {"cpu": 0, "mem": 1, "energy": 2, "node": 3, "billing": 4}
 
 
+# the TRES names of a request in checking order, by the names in the request's order
+_NAME_ORDER: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
 def _sorted(tres: Mapping[str, int]) -> list[tuple[str, int]]:
-    return sorted(tres.items(), key=lambda kv: (_ORDER.get(kv[0], 9), kv[0]))
+    names = tuple(tres)
+    order = _NAME_ORDER.get(names)
+    if order is None:
+        if len(_NAME_ORDER) >= 256:
+            _NAME_ORDER.clear()
+        order = _NAME_ORDER[names] = tuple(sorted(names, key=lambda k: (_ORDER.get(k, 9), k)))
+    return [(name, tres[name]) for name in order]
 
 
 # ---- submission: which association and QoS a job gets --------------------------------
@@ -662,10 +745,8 @@ def build_ledger(db: AssocDB, cluster: str, *, running: Iterable[tuple[JobReq, f
     (for the submit counts), decayed usage (fairshare.tres_minutes of the usage state)."""
     led = LimitLedger(db, cluster, used_tres_mins=used_tres_mins, used_wall_mins=used_wall_mins,
                       part_qos=part_qos)
-    for j, left in running:
-        led.add_running(j, left)
-    for j in pending:
-        led.add_pending(j)
+    led.add_running_jobs(running)
+    led.add_pending_jobs(pending)
     return led
 
 

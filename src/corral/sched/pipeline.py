@@ -123,6 +123,11 @@ def dependency_texts(pending: Iterable[SchedJob], index: sched_deps.DepIndex,
     """Dependency= of each pending job that has one, e.g. "afterok:5(unfulfilled)"; ""
     for one that passed eligibility (its dependency is satisfied)."""
     out: dict[int, str] = {}
+    by_array = index.by_array
+
+    def is_array(job_id: int) -> bool:
+        return job_id in by_array
+
     for job in pending:
         if not job.dependency or job.state is not JobState.PENDING:
             continue
@@ -136,8 +141,7 @@ def dependency_texts(pending: Iterable[SchedJob], index: sched_deps.DepIndex,
             continue
         singleton = "singleton" in job.dependency and index.singleton_blocked(job)
         out[job.job_id] = sched_deps.format_dependency(
-            dep, index.pass_lookup, now, singleton_blocked=singleton,
-            is_array=lambda i: i in index.by_array)
+            dep, is_array=is_array, states=index.item_states(dep, now, singleton))
     return out
 
 
