@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
@@ -36,7 +36,7 @@ _PENDING = JobState.PENDING.value
 _COMPLETED = JobState.COMPLETED.value
 
 # (state, exit code, start time) of every record the reference names
-Lookup = Callable[[int, int | None], list[tuple[str, int, float | None]]]
+Lookup = Callable[[int, int | None], Sequence[tuple[str, int, float | None]]]
 
 
 class DependencyError(ValueError):
@@ -375,10 +375,14 @@ class DepIndex:
         self._jobs: Iterable[DepJob] | None = jobs
         self._by_id: dict[int, DepJob] = {}
         self._by_array: dict[int, list[DepJob]] = {}
+        # for singleton, made on its first use (a list per pending job is costly)
+        self._names_built = False
         self._active: set[tuple[int, str]] = set()  # (uid, name) of running/suspended jobs
         self._pending: dict[tuple[int, str], list[DepJob]] = {}
         # pass_lookup's answers
-        self._looked: dict[tuple[int, int | None], list[tuple[str, int, float | None]]] = {}
+        # (tuples: the collector stops tracking them, they are not promoted through its
+        # generations)
+        self._looked: dict[tuple[int, int | None], tuple[tuple[str, int, float | None], ...]] = {}
         # item_states' answers per entry (but singleton, which depends on the job)
         self._states: dict[DepItem, str] = {}
 
@@ -386,12 +390,20 @@ class DepIndex:
         jobs, self._jobs = self._jobs, None
         if jobs is None:
             return
-        by_id, by_array, active, pending = self._by_id, self._by_array, self._active, self._pending
-        running, waiting = ACTIVE_STATES, JobState.PENDING
+        by_id, by_array = self._by_id, self._by_array
         for j in jobs:
             by_id[j.job_id] = j
             if j.array_job_id is not None:
                 by_array.setdefault(j.array_job_id, []).append(j)
+
+    def _build_names(self) -> None:
+        self._build()
+        if self._names_built:
+            return
+        self._names_built = True
+        active, pending = self._active, self._pending
+        running, waiting = ACTIVE_STATES, JobState.PENDING
+        for j in self._by_id.values():
             st = j.state
             if st in running:
                 active.add((j.uid, j.name))
@@ -410,21 +422,22 @@ class DepIndex:
 
     @property
     def active(self) -> set[tuple[int, str]]:
-        self._build()
+        self._build_names()
         return self._active
 
     @property
     def pending(self) -> dict[tuple[int, str], list[DepJob]]:
-        self._build()
+        self._build_names()
         return self._pending
 
-    def pass_lookup(self, job_id: int, task_id: int | None) -> list[tuple[str, int, float | None]]:
+    def pass_lookup(self, job_id: int, task_id: int | None
+                    ) -> tuple[tuple[str, int, float | None], ...]:
         """`lookup`, each answer made once: for a scheduling pass, during which no job
         changes (eligibility and the Dependency= texts ask the same questions, and many
-        jobs wait on the same job).  The answers are shared: read them only."""
+        jobs wait on the same job)."""
         found = self._looked.get((job_id, task_id))
         if found is None:
-            found = self._looked[(job_id, task_id)] = self.lookup(job_id, task_id)
+            found = self._looked[(job_id, task_id)] = tuple(self.lookup(job_id, task_id))
         return found
 
     def item_states(self, dep: Dependency, now: float, singleton_blocked: bool) -> list[str]:

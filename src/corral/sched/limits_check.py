@@ -278,10 +278,16 @@ class LimitLedger:
         self._resolved_assoc: dict[tuple[int, str | None, str | None], Resolved] = {}
         # running jobs' remaining TRES-minutes not yet added to their counters' run_mins:
         # (counters, the job's TRES, minutes left), in charging order; added (in that
-        # order, so the sums are the same) only when a GrpTRESRunMins limit is checked
-        self._run_mins_due: list[tuple[list[Counter], Iterable[tuple[str, int]], float]] = []
+        # order, so the sums are the same) only when a GrpTRESRunMins limit is checked,
+        # and kept only when some association or QoS sets one
+        self._run_mins_due: list[tuple[list[Counter], Mapping[str, int], float]] = []
+        self._run_mins_read = any(a.limits.grp_tres_run_mins for a in db.assocs.values()) \
+            or any(q.limits.grp_tres_run_mins for q in db.qos.values())
         # the counters a job of each (user, account, partition, qos) charges, made once
         self._charged: dict[tuple[str, str, str | None, str | None], list[Counter]] = {}
+        # what check_start checks for a job of each (user, account, partition, qos)
+        self._start_checks: dict[tuple[str, str, str | None, str | None],
+                                 list[_LevelCheck] | None] = {}
 
     # ---- resolution ---------------------------------------------------------
     def resolve(self, job: JobReq) -> Resolved | None:
@@ -343,14 +349,15 @@ class LimitLedger:
             tres = c.tres  # (inlined: 5,000 jobs a pass)
             for k, v in items:
                 tres[k] = tres.get(k, 0) + v
-        self._run_mins_due.append((counters, items, left))
+        if self._run_mins_read:
+            self._run_mins_due.append((counters, job.tres, left))
 
     def _add_run_mins(self) -> None:
         """Charge the remaining TRES-minutes of the running jobs, in the order they came."""
-        for counters, items, left in self._run_mins_due:
+        for counters, tres, left in self._run_mins_due:
             for c in counters:
                 run_mins = c.run_mins
-                for k, v in items:
+                for k, v in tres.items():
                     run_mins[k] = run_mins.get(k, 0.0) + v * left
         self._run_mins_due.clear()
 
@@ -360,7 +367,7 @@ class LimitLedger:
         the grouping), the remaining minutes kept per job in their order."""
         groups: dict[tuple[str, str, str | None, str | None],
                      tuple[list[Counter], list[int], dict[str, int]] | None] = {}
-        due = self._run_mins_due
+        due = self._run_mins_due if self._run_mins_read else None
         for job, remaining_min in running:
             key = (job.user, job.account, job.partition, job.qos)
             if key in groups:
@@ -372,11 +379,11 @@ class LimitLedger:
                 continue
             counters, count, totals = group
             count[0] += 1
-            items = job.tres.items()
-            for k, v in items:
+            for k, v in job.tres.items():
                 totals[k] = totals.get(k, 0) + v
-            left = remaining_min if remaining_min is not None else (job.time_limit_min or 0)
-            due.append((counters, items, left))
+            if due is not None:
+                left = remaining_min if remaining_min is not None else (job.time_limit_min or 0)
+                due.append((counters, job.tres, left))
         for group in groups.values():
             if group is None:
                 continue
@@ -415,15 +422,42 @@ class LimitLedger:
 
     # ---- checks ---------------------------------------------------------------
     def check_start(self, job: JobReq) -> LimitHit | None:
-        r = self.resolve(job)
-        if r is None:
+        key = (job.user, job.account, job.partition, job.qos)
+        if key in self._start_checks:
+            checks = self._start_checks[key]
+        else:
+            checks = self._start_checks[key] = self._start_checks_of(job)
+        if checks is None:
             return None  # no association: the submit check (enforce=associations) refuses
         items = _sorted(job.tres)
-        for q, skip in r.limited_qos():
-            hit = self._check_qos(job, items, q, submit=False, skip=skip)
+        for scope, where, lim, grp, mine, used_mins, used_wall, counts, skip in checks:
+            if lim.grp_tres_run_mins and self._run_mins_due:
+                self._add_run_mins()
+            hit = _check_level(scope, where, lim, job, items, False, grp=grp, mine=mine,
+                               used_mins=used_mins, used_wall=used_wall,
+                               per_user_counts=counts, skip=skip)
             if hit:
                 return hit
-        return self._check_assocs(job, items, r, submit=False)
+        return None
+
+    def _start_checks_of(self, job: JobReq) -> list[_LevelCheck] | None:
+        """The levels check_start checks for jobs like `job` (the same user, account,
+        partition and QoS), in order: the QoS that set limits, then the associations,
+        each with its counters (made now: those a start charges) and usage."""
+        r = self.resolve(job)
+        if r is None:
+            return None
+        self._counters(r, job)
+        out: list[_LevelCheck] = []
+        for q, skip in r.limited_qos():
+            out.append(("QOS", f"qos {q.name}", q.limits, self.qos[q.name],
+                        self.qos_user[(q.name, job.user)], self.used_tres_mins.get(q.name, {}),
+                        self.used_wall_mins.get(q.name, 0.0), _QOS_USER_COUNTS, skip or {}))
+        for a, where, lim in r.levels:
+            c = self.assoc[a.id]
+            out.append(("Assoc", where, lim, c, c, self.used_tres_mins.get(a.id, {}),
+                        self.used_wall_mins.get(a.id, 0.0), _ASSOC_USER_COUNTS, r.qos_skip))
+        return out
 
     def check_submit(self, job: JobReq) -> SubmitRefusal | None:
         """Submit-time limits: the submit counts always; size and time with DenyOnLimit."""
@@ -493,6 +527,10 @@ _EMPTY = Counter()  # read only: a level nothing is charged to yet
 _QOS_USER_COUNTS = (("max_jobs_per_user", "MaxJobsPerUser", False),
                     ("max_submit_jobs_per_user", "MaxSubmitJobsPerUser", True))
 _ASSOC_USER_COUNTS = (("max_jobs", "MaxJobs", False), ("max_submit_jobs", "MaxSubmitJobs", True))
+# one level check_start checks: (scope, where, its limits, the group's counter, the
+# user's counter, decayed TRES-minutes, wall minutes, per-user counts, what a QoS skips)
+_LevelCheck = tuple[str, str, Limits, "Counter", "Counter", Mapping[str, float], float,
+                    tuple[tuple[str, str, bool], ...], Mapping[str, set[str]]]
 
 
 def _inherited_max(chain: list[Association]) -> Limits:
