@@ -287,7 +287,7 @@ class LimitLedger:
         self._charged: dict[tuple[str, str, str | None, str | None], list[Counter]] = {}
         # what check_start checks for a job of each (user, account, partition, qos)
         self._start_checks: dict[tuple[str, str, str | None, str | None],
-                                 list[_LevelCheck] | None] = {}
+                                 list[_StartLevel] | None] = {}
 
     # ---- resolution ---------------------------------------------------------
     def resolve(self, job: JobReq) -> Resolved | None:
@@ -430,17 +430,15 @@ class LimitLedger:
         if checks is None:
             return None  # no association: the submit check (enforce=associations) refuses
         items = _sorted(job.tres)
-        for scope, where, lim, grp, mine, used_mins, used_wall, counts, skip in checks:
-            if lim.grp_tres_run_mins and self._run_mins_due:
+        for level in checks:
+            if level.lim.grp_tres_run_mins and self._run_mins_due:
                 self._add_run_mins()
-            hit = _check_level(scope, where, lim, job, items, False, grp=grp, mine=mine,
-                               used_mins=used_mins, used_wall=used_wall,
-                               per_user_counts=counts, skip=skip)
+            hit = level.check(job, items)
             if hit:
                 return hit
         return None
 
-    def _start_checks_of(self, job: JobReq) -> list[_LevelCheck] | None:
+    def _start_checks_of(self, job: JobReq) -> list[_StartLevel] | None:
         """The levels check_start checks for jobs like `job` (the same user, account,
         partition and QoS), in order: the QoS that set limits, then the associations,
         each with its counters (made now: those a start charges) and usage."""
@@ -448,15 +446,18 @@ class LimitLedger:
         if r is None:
             return None
         self._counters(r, job)
-        out: list[_LevelCheck] = []
+        out: list[_StartLevel] = []
         for q, skip in r.limited_qos():
-            out.append(("QOS", f"qos {q.name}", q.limits, self.qos[q.name],
-                        self.qos_user[(q.name, job.user)], self.used_tres_mins.get(q.name, {}),
-                        self.used_wall_mins.get(q.name, 0.0), _QOS_USER_COUNTS, skip or {}))
+            out.append(_StartLevel("QOS", f"qos {q.name}", q.limits, self.qos[q.name],
+                                   self.qos_user[(q.name, job.user)],
+                                   self.used_tres_mins.get(q.name, {}),
+                                   self.used_wall_mins.get(q.name, 0.0), _QOS_USER_COUNTS,
+                                   skip or {}))
         for a, where, lim in r.levels:
             c = self.assoc[a.id]
-            out.append(("Assoc", where, lim, c, c, self.used_tres_mins.get(a.id, {}),
-                        self.used_wall_mins.get(a.id, 0.0), _ASSOC_USER_COUNTS, r.qos_skip))
+            out.append(_StartLevel("Assoc", where, lim, c, c, self.used_tres_mins.get(a.id, {}),
+                                   self.used_wall_mins.get(a.id, 0.0), _ASSOC_USER_COUNTS,
+                                   r.qos_skip))
         return out
 
     def check_submit(self, job: JobReq) -> SubmitRefusal | None:
@@ -527,10 +528,82 @@ _EMPTY = Counter()  # read only: a level nothing is charged to yet
 _QOS_USER_COUNTS = (("max_jobs_per_user", "MaxJobsPerUser", False),
                     ("max_submit_jobs_per_user", "MaxSubmitJobsPerUser", True))
 _ASSOC_USER_COUNTS = (("max_jobs", "MaxJobs", False), ("max_submit_jobs", "MaxSubmitJobs", True))
-# one level check_start checks: (scope, where, its limits, the group's counter, the
-# user's counter, decayed TRES-minutes, wall minutes, per-user counts, what a QoS skips)
-_LevelCheck = tuple[str, str, Limits, "Counter", "Counter", Mapping[str, float], float,
-                    tuple[tuple[str, str, bool], ...], Mapping[str, set[str]]]
+
+
+class _StartLevel:
+    """One association or QoS as `check_start` checks it, made once per pass for the jobs
+    of one (user, account, partition, QoS): its counters bound, what a QoS overrides
+    taken out.  A level with only the common limits (job counts, wall, GrpTRES,
+    MaxTRESPerUser) is checked by `check`'s own short path, in `_check_level`'s order
+    and with its answers; any other by `_check_level`."""
+
+    __slots__ = ("scope", "where", "lim", "grp", "mine", "used_mins", "used_wall", "counts",
+                 "skip", "short", "grp_jobs", "user_jobs", "grp_wall", "max_wall", "grp_tres",
+                 "user_tres")
+
+    def __init__(self, scope: str, where: str, lim: Limits, grp: Counter, mine: Counter,
+                 used_mins: Mapping[str, float], used_wall: float,
+                 counts: tuple[tuple[str, str, bool], ...],
+                 skip: Mapping[str, set[str]]) -> None:
+        self.scope, self.where, self.lim, self.grp, self.mine = scope, where, lim, grp, mine
+        self.used_mins, self.used_wall, self.counts, self.skip = used_mins, used_wall, counts, skip
+        self.short = not (lim.min_tres_per_job or lim.max_tres_per_job or lim.max_tres_per_node
+                          or lim.max_tres_mins_per_job or lim.grp_tres_mins
+                          or lim.grp_tres_run_mins)
+
+        def kept(name: str) -> bool:
+            return not (skip and _skip(skip, name))
+
+        self.grp_jobs = lim.grp_jobs if kept("grp_jobs") else None
+        # (field, sacctmgr's name, value) of the per-user running job count
+        field_name, label, _ = next(c for c in counts if not c[2])
+        value = getattr(lim, field_name)
+        self.user_jobs = (field_name, label, value) \
+            if value is not None and kept("max_jobs") else None
+        self.grp_wall = lim.grp_wall if kept("grp_wall") else None
+        self.max_wall = lim.max_wall if kept("max_wall") else None
+        self.grp_tres = {name: m for name, m in lim.grp_tres.items()
+                         if not (skip and _skip(skip, "grp_tres", name))}
+        self.user_tres = lim.max_tres_per_user
+
+    def check(self, job: JobReq, items: list[tuple[str, int]]) -> LimitHit | None:
+        if not self.short:
+            return _check_level(self.scope, self.where, self.lim, job, items, False,
+                                grp=self.grp, mine=self.mine, used_mins=self.used_mins,
+                                used_wall=self.used_wall, per_user_counts=self.counts,
+                                skip=self.skip)
+        scope, grp = self.scope, self.grp
+        if self.grp_jobs is not None and grp.jobs + 1 > self.grp_jobs:
+            return LimitHit(COUNT_REASONS[(scope, "grp_jobs")], "GrpJobs", self.where, None, 1,
+                            grp.jobs, self.grp_jobs)
+        if self.user_jobs is not None:
+            field_name, label, most = self.user_jobs
+            if self.mine.jobs + 1 > most:
+                return LimitHit(COUNT_REASONS[(scope, field_name)], label, self.where, None, 1,
+                                self.mine.jobs, most)
+        t = job.time_limit_min
+        if self.grp_wall is not None and self.used_wall >= self.grp_wall:
+            return LimitHit(COUNT_REASONS[(scope, "grp_wall")], "GrpWall", self.where, None,
+                            t or 0, self.used_wall, self.grp_wall)
+        if self.max_wall is not None and t is not None and t > self.max_wall:
+            return LimitHit(COUNT_REASONS[(scope, "max_wall")], "MaxWall", self.where, None, t,
+                            0, self.max_wall)
+        grp_tres, user_tres = self.grp_tres, self.user_tres
+        if grp_tres or user_tres:
+            for name, value in items:
+                m = grp_tres.get(name)
+                if m is not None:
+                    used = grp.tres.get(name, 0)
+                    if used + value > m:
+                        return LimitHit(reason_name(scope, "grp", name), "GrpTRES", self.where,
+                                        name, value, used, m)
+                m = user_tres.get(name)
+                if m is not None:
+                    used = self.mine.tres.get(name, 0)
+                    if used + value > m:
+                        return LimitHit(reason_name(scope, "max_per_user", name),
+                                        "MaxTRESPerUser", self.where, name, value, used, m)
+        return None
 
 
 def _inherited_max(chain: list[Association]) -> Limits:
