@@ -213,7 +213,8 @@ def item_state(item: DepItem, lookup: Lookup, now: float, *, singleton_blocked: 
     return FULFILLED if ok else FAILED
 
 
-def _combine(dep: Dependency, states: list[str]) -> str:
+def combine(dep: Dependency, states: Sequence[str]) -> str:
+    """The dependency's verdict from its entries' states (`item_state`)."""
     if not states:
         return SATISFIED
     if dep.any_of:
@@ -236,13 +237,13 @@ def evaluate(dep: Dependency, lookup: Lookup, now: float, *, job_user: str = "",
     aftercorr pairs with the same task of the other array."""
     states = [item_state(i, lookup, now, singleton_blocked=singleton_blocked,
                          array_task_id=array_task_id) for i in dep.items]
-    return _combine(dep, states)
+    return combine(dep, states)
 
 
 def format_dependency(dep: Dependency, lookup: Lookup | None = None, now: float = 0.0, *,
                       singleton_blocked: bool = False, array_task_id: int | None = None,
                       is_array: Callable[[int], bool] | None = None,
-                      states: list[str] | None = None) -> str:
+                      states: Sequence[str] | None = None) -> str:
     """The Dependency= text of `scontrol show job`: entries not yet fulfilled, each with
     its state, e.g. "afterok:1_*(unfulfilled)".  "" once the whole dependency is satisfied
     (scontrol prints (null)).  Without `lookup`, every entry shows as unfulfilled (what a
@@ -252,14 +253,14 @@ def format_dependency(dep: Dependency, lookup: Lookup | None = None, now: float 
     if not dep.items:
         return ""
     if states is not None:
-        if _combine(dep, states) == SATISFIED:
+        if combine(dep, states) == SATISFIED:
             return ""
     elif lookup is None:
         states = [FAILED if i.failed else UNFULFILLED for i in dep.items]
     else:
         states = [item_state(i, lookup, now, singleton_blocked=singleton_blocked,
                              array_task_id=array_task_id) for i in dep.items]
-        if _combine(dep, states) == SATISFIED:
+        if combine(dep, states) == SATISFIED:
             return ""
     out: list[str] = []
     sep = ""
@@ -440,7 +441,8 @@ class DepIndex:
             found = self._looked[(job_id, task_id)] = tuple(self.lookup(job_id, task_id))
         return found
 
-    def item_states(self, dep: Dependency, now: float, singleton_blocked: bool) -> list[str]:
+    def item_states(self, dep: Dependency, now: float, singleton_blocked: bool
+                    ) -> tuple[str, ...]:
         """`item_state` of each entry of `dep` at `now` (no job's own array task id), each
         entry's answer made once a pass: eligibility and the Dependency= texts ask the
         same, and many jobs wait on the same job."""
@@ -455,11 +457,22 @@ class DepIndex:
             if state is None:
                 state = memo[item] = item_state(item, self.pass_lookup, now)
             out.append(state)
-        return out
+        return tuple(out)
 
-    def verdict(self, dep: Dependency, now: float, singleton_blocked: bool) -> str:
-        """`evaluate(dep, pass_lookup, now, …)`, from the memoised entries' states."""
-        return _combine(dep, self.item_states(dep, now, singleton_blocked))
+    def dependency_text(self, text: str, dep: Dependency, states: tuple[str, ...]) -> str:
+        """`format_dependency(dep, states=states, is_array=…)` of a job's dependency `text`
+        (parsed: `dep`), the arrays being this pass's, remembered across passes: the
+        answer depends on nothing else, and a waiting job's rarely changes."""
+        by_array = self.by_array
+        arrays = tuple(i.job_id in by_array for i in dep.items) if by_array else ()
+        key = (text, states, arrays)
+        found = _TEXTS.get(key)
+        if found is None:
+            if len(_TEXTS) >= 65536:
+                _TEXTS.clear()
+            found = _TEXTS[key] = format_dependency(
+                dep, states=states, is_array=lambda job_id: job_id in by_array)
+        return found
 
     def lookup(self, job_id: int, task_id: int | None) -> list[tuple[str, int, float | None]]:
         self._build()
@@ -498,6 +511,11 @@ class DepIndex:
             return True
         return any(j.job_id < job.job_id and j.array_job_id != job.array_job_id
                    for j in self.pending.get(key, ()))
+
+
+# DepIndex.dependency_text's answers by (dependency text, its entries' states, whether
+# each entry's id names an array): a pure function's, kept across passes
+_TEXTS: dict[tuple[str, tuple[str, ...], tuple[bool, ...]], str] = {}
 
 
 @lru_cache(maxsize=65536)

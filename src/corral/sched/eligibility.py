@@ -93,6 +93,9 @@ class Eligible:
     tasks: dict[int, tuple[int, int | None]] = field(default_factory=dict)
     # candidate id -> the partition it stands for (jobs submitted to several)
     partition_of: dict[int, str] = field(default_factory=dict)
+    # `scontrol show job` Dependency= of every pending job with a dependency: its
+    # entries not yet fulfilled with their states ("" once it is satisfied)
+    dependency_texts: dict[int, str] = field(default_factory=dict)
 
 
 def held_reason(job: SchedJob) -> PendingReason:
@@ -100,28 +103,47 @@ def held_reason(job: SchedJob) -> PendingReason:
 
 
 def check_job(job: SchedJob, now: float, partitions: Mapping[str, Partition],
-              index: sched_deps.DepIndex, running_per_array: Mapping[int, int]) -> PendingReason | None:
-    """The first test `job` fails, or None when it is eligible."""
+              index: sched_deps.DepIndex, running_per_array: Mapping[int, int],
+              dependency_texts: dict[int, str] | None = None) -> PendingReason | None:
+    """The first test `job` fails, or None when it is eligible.  With `dependency_texts`,
+    the job's Dependency= text goes there (when it has a dependency, whatever it fails)."""
+    early = None
     if job.held:
-        return held_reason(job)
-    if job.begin_time and job.begin_time > now:
-        return reason(ReasonCode.BEGIN_TIME)
-    if job.dependency:
-        singleton = "singleton" in job.dependency and index.singleton_blocked(job)
-        try:
-            dep = sched_deps.parse_cached(job.dependency)
-            verdict = index.verdict(dep, now, singleton)
-        except sched_deps.DependencyError:
-            verdict = sched_deps.NEVER
-        if verdict == sched_deps.WAITING:
+        early = held_reason(job)
+    elif job.begin_time and job.begin_time > now:
+        early = reason(ReasonCode.BEGIN_TIME)
+    if job.dependency and (early is None or dependency_texts is not None):
+        verdict = _dependency_verdict(job, now, index, dependency_texts)
+        if early is None and verdict == sched_deps.WAITING:
             return reason(ReasonCode.DEPENDENCY)
-        if verdict == sched_deps.NEVER:
+        if early is None and verdict == sched_deps.NEVER:
             return reason(ReasonCode.DEPENDENCY_NEVER)
+    if early is not None:
+        return early
     if "," in job.partition:  # -p a,b: eligible when any of them may run it
         whys = [partition_reason(job, partitions.get(p), running_per_array)
                 for p in job.partition.split(",")]
         return None if any(w is None for w in whys) else whys[0]
     return partition_reason(job, partitions.get(job.partition), running_per_array)
+
+
+def _dependency_verdict(job: SchedJob, now: float, index: sched_deps.DepIndex,
+                        texts: dict[int, str] | None) -> str:
+    """satisfied / waiting / never for the job's dependency; its text into `texts`."""
+    text = job.dependency or ""
+    singleton = "singleton" in text and index.singleton_blocked(job)
+    try:
+        dep = sched_deps.parse_cached(text)
+    except sched_deps.DependencyError:
+        if texts is not None:
+            texts[job.job_id] = text
+        return sched_deps.NEVER
+    states = index.item_states(dep, now, singleton)
+    verdict = sched_deps.combine(dep, states)
+    if texts is not None:
+        texts[job.job_id] = "" if verdict == sched_deps.SATISFIED \
+            else index.dependency_text(text, dep, states)
+    return verdict
 
 
 def partition_reason(job: SchedJob, part: Partition | None,
@@ -217,7 +239,7 @@ def eligibility(pending: Iterable[SchedJob], now: float, partitions: Mapping[str
     for job in pending:
         if job.state is not JobState.PENDING:
             continue
-        why = check_job(job, now, partitions, index, running_per_array)
+        why = check_job(job, now, partitions, index, running_per_array, out.dependency_texts)
         if why is None and (reservations or getattr(job, "reservation", None)):
             why = reservation_reason(job, now, reservations or {}, partitions)
         if why is None and job.array_tasks is None and job.array_job_id is not None:

@@ -288,6 +288,9 @@ class LimitLedger:
         # what check_start checks for a job of each (user, account, partition, qos)
         self._start_checks: dict[tuple[str, str, str | None, str | None],
                                  list[_StartLevel] | None] = {}
+        # the levels themselves, shared by the groups that check the same one: (scope,
+        # QoS name or association id, user for a QoS, the overrides' identity)
+        self._start_levels: dict[tuple[str, str | int, str, int], _StartLevel] = {}
 
     # ---- resolution ---------------------------------------------------------
     def resolve(self, job: JobReq) -> Resolved | None:
@@ -447,17 +450,25 @@ class LimitLedger:
             return None
         self._counters(r, job)
         out: list[_StartLevel] = []
+        made = self._start_levels
         for q, skip in r.limited_qos():
-            out.append(_StartLevel("QOS", f"qos {q.name}", q.limits, self.qos[q.name],
-                                   self.qos_user[(q.name, job.user)],
-                                   self.used_tres_mins.get(q.name, {}),
-                                   self.used_wall_mins.get(q.name, 0.0), _QOS_USER_COUNTS,
-                                   skip or {}))
+            key: tuple[str, str | int, str, int] = ("QOS", q.name, job.user, id(skip))
+            level = made.get(key)
+            if level is None:
+                level = made[key] = _StartLevel(
+                    "QOS", f"qos {q.name}", q.limits, self.qos[q.name],
+                    self.qos_user[(q.name, job.user)], self.used_tres_mins.get(q.name, {}),
+                    self.used_wall_mins.get(q.name, 0.0), _QOS_USER_COUNTS, skip or {})
+            out.append(level)
         for a, where, lim in r.levels:
-            c = self.assoc[a.id]
-            out.append(_StartLevel("Assoc", where, lim, c, c, self.used_tres_mins.get(a.id, {}),
-                                   self.used_wall_mins.get(a.id, 0.0), _ASSOC_USER_COUNTS,
-                                   r.qos_skip))
+            key = ("Assoc", a.id, "", id(r.qos_skip))
+            level = made.get(key)
+            if level is None:
+                c = self.assoc[a.id]
+                level = made[key] = _StartLevel(
+                    "Assoc", where, lim, c, c, self.used_tres_mins.get(a.id, {}),
+                    self.used_wall_mins.get(a.id, 0.0), _ASSOC_USER_COUNTS, r.qos_skip)
+            out.append(level)
         return out
 
     def check_submit(self, job: JobReq) -> SubmitRefusal | None:

@@ -21,11 +21,11 @@ carries them (`Decision.preemptions`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from corral.model.assoc import AssocIndex
-from corral.model.job import JobState, NodeAlloc
+from corral.model.job import NodeAlloc
 from corral.model.node import Partition
 from corral.model.reasons import PendingReason, ReasonCode, reason
 from corral.model.reservation import Reservation
@@ -116,33 +116,6 @@ class Decision:
     @property
     def reason_texts(self) -> dict[int, str]:
         return {k: r.text() for k, r in self.reasons.items()}
-
-
-def dependency_texts(pending: Iterable[SchedJob], index: sched_deps.DepIndex,
-                     now: float, waiting: Mapping[int, PendingReason]) -> dict[int, str]:
-    """Dependency= of each pending job that has one, e.g. "afterok:5(unfulfilled)"; ""
-    for one that passed eligibility (its dependency is satisfied)."""
-    out: dict[int, str] = {}
-    by_array = index.by_array
-
-    def is_array(job_id: int) -> bool:
-        return job_id in by_array
-
-    for job in pending:
-        if not job.dependency or job.state is not JobState.PENDING:
-            continue
-        if job.job_id not in waiting:
-            out[job.job_id] = ""
-            continue
-        try:
-            dep = sched_deps.parse_cached(job.dependency)
-        except sched_deps.DependencyError:
-            out[job.job_id] = job.dependency
-            continue
-        singleton = "singleton" in job.dependency and index.singleton_blocked(job)
-        out[job.job_id] = sched_deps.format_dependency(
-            dep, is_array=is_array, states=index.item_states(dep, now, singleton))
-    return out
 
 
 def fairshare_of(policy: PolicySnapshot | None, params: SchedParams) -> Fairshare | None:
@@ -240,7 +213,7 @@ def _run_pass(snap: ClusterSnapshot, dec: Decision, stages: _Stages | None) -> D
                        {r.name: r for r in snap.reservations})
     dec.reasons.update(elig.reasons)
     dec.became_eligible = elig.became_eligible
-    dec.dependency_texts = dependency_texts(snap.pending, index, now, elig.reasons)
+    dec.dependency_texts = elig.dependency_texts
     if stages is not None:
         stages.done("eligibility")
 
