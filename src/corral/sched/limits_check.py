@@ -289,7 +289,7 @@ class LimitLedger:
         self._start_checks: dict[tuple[str, str, str | None, str | None],
                                  list[_StartLevel] | None] = {}
         # the levels themselves, shared by the groups that check the same one: (scope,
-        # QoS name or association id, user for a QoS, the overrides' identity)
+        # QoS name or association id, user for a QoS, the overrides' identity, 0: none)
         self._start_levels: dict[tuple[str, str | int, str, int], _StartLevel] = {}
 
     # ---- resolution ---------------------------------------------------------
@@ -432,11 +432,16 @@ class LimitLedger:
             checks = self._start_checks[key] = self._start_checks_of(job)
         if checks is None:
             return None  # no association: the submit check (enforce=associations) refuses
-        items = _sorted(job.tres)
+        items = None  # (the general check's: made for the first level that needs it)
         for level in checks:
-            if level.lim.grp_tres_run_mins and self._run_mins_due:
-                self._add_run_mins()
-            hit = level.check(job, items)
+            if level.short:
+                hit = level.check_short(job)
+            else:
+                if level.lim.grp_tres_run_mins and self._run_mins_due:
+                    self._add_run_mins()
+                if items is None:
+                    items = _sorted(job.tres)
+                hit = level.check(job, items)
             if hit:
                 return hit
         return None
@@ -452,7 +457,8 @@ class LimitLedger:
         out: list[_StartLevel] = []
         made = self._start_levels
         for q, skip in r.limited_qos():
-            key: tuple[str, str | int, str, int] = ("QOS", q.name, job.user, id(skip))
+            key: tuple[str, str | int, str, int] = ("QOS", q.name, job.user,
+                                                    id(skip) if skip else 0)
             level = made.get(key)
             if level is None:
                 level = made[key] = _StartLevel(
@@ -461,7 +467,7 @@ class LimitLedger:
                     self.used_wall_mins.get(q.name, 0.0), _QOS_USER_COUNTS, skip or {})
             out.append(level)
         for a, where, lim in r.levels:
-            key = ("Assoc", a.id, "", id(r.qos_skip))
+            key = ("Assoc", a.id, "", id(r.qos_skip) if r.qos_skip else 0)
             level = made.get(key)
             if level is None:
                 c = self.assoc[a.id]
@@ -549,8 +555,7 @@ class _StartLevel:
     and with its answers; any other by `_check_level`."""
 
     __slots__ = ("scope", "where", "lim", "grp", "mine", "used_mins", "used_wall", "counts",
-                 "skip", "short", "grp_jobs", "user_jobs", "grp_wall", "max_wall", "grp_tres",
-                 "user_tres")
+                 "skip", "short", "grp_jobs", "user_jobs", "grp_wall", "max_wall", "tres_limits")
 
     def __init__(self, scope: str, where: str, lim: Limits, grp: Counter, mine: Counter,
                  used_mins: Mapping[str, float], used_wall: float,
@@ -573,16 +578,22 @@ class _StartLevel:
             if value is not None and kept("max_jobs") else None
         self.grp_wall = lim.grp_wall if kept("grp_wall") else None
         self.max_wall = lim.max_wall if kept("max_wall") else None
-        self.grp_tres = {name: m for name, m in lim.grp_tres.items()
-                         if not (skip and _skip(skip, "grp_tres", name))}
-        self.user_tres = lim.max_tres_per_user
+        grp_tres = {name: m for name, m in lim.grp_tres.items()
+                    if not (skip and _skip(skip, "grp_tres", name))}
+        user_tres = lim.max_tres_per_user
+        # (TRES, GrpTRES, MaxTRESPerUser) in the order a job's TRES are checked (_sorted)
+        self.tres_limits = [(name, grp_tres.get(name), user_tres.get(name))
+                            for name in sorted(set(grp_tres) | set(user_tres), key=_check_order)]
 
     def check(self, job: JobReq, items: list[tuple[str, int]]) -> LimitHit | None:
-        if not self.short:
-            return _check_level(self.scope, self.where, self.lim, job, items, False,
-                                grp=self.grp, mine=self.mine, used_mins=self.used_mins,
-                                used_wall=self.used_wall, per_user_counts=self.counts,
-                                skip=self.skip)
+        """The general check (`_check_level`); `items`: the job's TRES, `_sorted`."""
+        return _check_level(self.scope, self.where, self.lim, job, items, False,
+                            grp=self.grp, mine=self.mine, used_mins=self.used_mins,
+                            used_wall=self.used_wall, per_user_counts=self.counts,
+                            skip=self.skip)
+
+    def check_short(self, job: JobReq) -> LimitHit | None:
+        """The check of a level with only the common limits (`short`)."""
         scope, grp = self.scope, self.grp
         if self.grp_jobs is not None and grp.jobs + 1 > self.grp_jobs:
             return LimitHit(COUNT_REASONS[(scope, "grp_jobs")], "GrpJobs", self.where, None, 1,
@@ -599,21 +610,21 @@ class _StartLevel:
         if self.max_wall is not None and t is not None and t > self.max_wall:
             return LimitHit(COUNT_REASONS[(scope, "max_wall")], "MaxWall", self.where, None, t,
                             0, self.max_wall)
-        grp_tres, user_tres = self.grp_tres, self.user_tres
-        if grp_tres or user_tres:
-            for name, value in items:
-                m = grp_tres.get(name)
-                if m is not None:
-                    used = grp.tres.get(name, 0)
-                    if used + value > m:
-                        return LimitHit(reason_name(scope, "grp", name), "GrpTRES", self.where,
-                                        name, value, used, m)
-                m = user_tres.get(name)
-                if m is not None:
-                    used = self.mine.tres.get(name, 0)
-                    if used + value > m:
-                        return LimitHit(reason_name(scope, "max_per_user", name),
-                                        "MaxTRESPerUser", self.where, name, value, used, m)
+        tres = job.tres
+        for name, grp_most, user_most in self.tres_limits:
+            value = tres.get(name)
+            if value is None:  # (a TRES the job does not ask for)
+                continue
+            if grp_most is not None:
+                used = grp.tres.get(name, 0)
+                if used + value > grp_most:
+                    return LimitHit(reason_name(scope, "grp", name), "GrpTRES", self.where,
+                                    name, value, used, grp_most)
+            if user_most is not None:
+                used = self.mine.tres.get(name, 0)
+                if used + value > user_most:
+                    return LimitHit(reason_name(scope, "max_per_user", name),
+                                    "MaxTRESPerUser", self.where, name, value, used, user_most)
         return None
 
 
@@ -754,13 +765,18 @@ _ORDER = {"cpu": 0, "mem": 1, "energy": 2, "node": 3, "billing": 4}
 _NAME_ORDER: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
+def _check_order(name: str) -> tuple[int, str]:
+    return _ORDER.get(name, 9), name
+
+
 def _sorted(tres: Mapping[str, int]) -> list[tuple[str, int]]:
+    """The job's TRES in the order limits check them."""
     names = tuple(tres)
     order = _NAME_ORDER.get(names)
     if order is None:
         if len(_NAME_ORDER) >= 256:
             _NAME_ORDER.clear()
-        order = _NAME_ORDER[names] = tuple(sorted(names, key=lambda k: (_ORDER.get(k, 9), k)))
+        order = _NAME_ORDER[names] = tuple(sorted(names, key=_check_order))
     return [(name, tres[name]) for name in order]
 
 
