@@ -9,7 +9,7 @@ from corral.model.job import Job, JobState, NodeAlloc
 from corral.model.node import Partition
 from corral.sched import backfill
 from corral.sched.backfill import schedule
-from corral.sched.deps import DepIndex
+from corral.sched.deps import DepIndex, parse_dependency
 from corral.sched.pipeline import ClusterSnapshot, Decision, SchedParams, run_pass
 from corral.sched.preempt import PreemptPolicy, QosPreempt
 from corral.sched.snapshot import INFINITE_TIME, NodeView, PendingView, RunningView, Snapshot
@@ -104,13 +104,15 @@ def test_answers_kept_across_passes_decide_as_fresh_ones() -> None:
     assert first.reason_texts[3] == "PartitionConfig"  # 16 GPUs fit no node, ever
 
 
-def test_pass_lookup_answers_once_lookup_reads_anew() -> None:
+def test_pass_item_states_answer_once_lookup_reads_anew() -> None:
     jobs = [Job(job_id=7, name="a", user="u", uid=1, gid=1, state=JobState.RUNNING)]
     index = DepIndex(jobs)
-    assert index.pass_lookup(7, None) == [("RUNNING", 0, None)]
+    dep = parse_dependency("afterany:7")
+    assert index.item_states(dep, 0.0, False) == ("unfulfilled",)
     jobs[0].state = JobState.COMPLETED
     assert index.lookup(7, None) == [("COMPLETED", 0, None)]
-    assert index.pass_lookup(7, None) == [("RUNNING", 0, None)]  # within one pass
+    assert index.item_states(dep, 0.0, False) == ("unfulfilled",)  # within one pass
+    assert DepIndex(jobs).item_states(dep, 0.0, False) == ("fulfilled",)
 
 
 def test_run_minutes_charged_when_a_limit_reads_them() -> None:

@@ -380,11 +380,8 @@ class DepIndex:
         self._names_built = False
         self._active: set[tuple[int, str]] = set()  # (uid, name) of running/suspended jobs
         self._pending: dict[tuple[int, str], list[DepJob]] = {}
-        # pass_lookup's answers
-        # (tuples: the collector stops tracking them, they are not promoted through its
-        # generations)
-        self._looked: dict[tuple[int, int | None], tuple[tuple[str, int, float | None], ...]] = {}
-        # item_states' answers per entry (but singleton, which depends on the job)
+        # item_states' answers per entry (but singleton, which depends on the job): for
+        # a scheduling pass, during which no job changes
         self._states: dict[DepItem, str] = {}
 
     def _build(self) -> None:
@@ -431,31 +428,21 @@ class DepIndex:
         self._build_names()
         return self._pending
 
-    def pass_lookup(self, job_id: int, task_id: int | None
-                    ) -> tuple[tuple[str, int, float | None], ...]:
-        """`lookup`, each answer made once: for a scheduling pass, during which no job
-        changes (eligibility and the Dependency= texts ask the same questions, and many
-        jobs wait on the same job)."""
-        found = self._looked.get((job_id, task_id))
-        if found is None:
-            found = self._looked[(job_id, task_id)] = tuple(self.lookup(job_id, task_id))
-        return found
-
     def item_states(self, dep: Dependency, now: float, singleton_blocked: bool
                     ) -> tuple[str, ...]:
         """`item_state` of each entry of `dep` at `now` (no job's own array task id), each
-        entry's answer made once a pass: eligibility and the Dependency= texts ask the
-        same, and many jobs wait on the same job."""
+        entry's answer made once a pass (many jobs wait on the same job)."""
+        self._build()
         memo = self._states
         out: list[str] = []
         for item in dep.items:
             if item.kind == "singleton":
-                out.append(item_state(item, self.pass_lookup, now,
-                                      singleton_blocked=singleton_blocked))
+                out.append(FAILED if item.failed else
+                           UNFULFILLED if singleton_blocked else FULFILLED)
                 continue
             state = memo.get(item)
             if state is None:
-                state = memo[item] = item_state(item, self.pass_lookup, now)
+                state = memo[item] = item_state(item, self._lookup, now)
             out.append(state)
         return tuple(out)
 
@@ -476,6 +463,9 @@ class DepIndex:
 
     def lookup(self, job_id: int, task_id: int | None) -> list[tuple[str, int, float | None]]:
         self._build()
+        return self._lookup(job_id, task_id)
+
+    def _lookup(self, job_id: int, task_id: int | None) -> list[tuple[str, int, float | None]]:
         js: list[DepJob] = []
         members = self._by_array.get(job_id, ())
         if task_id is None:
