@@ -18,7 +18,7 @@ from corral.model.assoc import AssocDB
 from corral.model.reasons import PendingReason, ReasonCode
 
 from .fairshare import UsageState
-from .limits_check import JobReq, LimitLedger, build_ledger
+from .limits_check import JobReq, LimitHit, LimitLedger, build_ledger
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,9 @@ class LimitGate:
         self.ledger = ledger
         self.reqs = reqs
         self.tasks = tasks or {}
+        # the reason of each distinct hit, shared (jobs stopped by one full limit mostly
+        # hit it alike)
+        self._reasons: dict[LimitHit, PendingReason] = {}
 
     def _req(self, cid: int) -> JobReq | None:
         return self.reqs.get(self.tasks.get(cid, cid))
@@ -62,7 +65,11 @@ class LimitGate:
         hit = self.ledger.check_start(req)
         if hit is None:
             return None
-        return PendingReason(ReasonCode.LIMIT, label=hit.code, note=hit.explain())
+        why = self._reasons.get(hit)
+        if why is None:
+            why = self._reasons[hit] = PendingReason(ReasonCode.LIMIT, label=hit.code,
+                                                     note=hit.explain())
+        return why
 
     def started(self, cid: int) -> None:
         req = self._req(cid)

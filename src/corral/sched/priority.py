@@ -168,6 +168,11 @@ def pass_priorities(jobs: Iterable[PriorityJob], now: float, params: PriorityPar
     sized = bool(w.job_size or w.tres)
     fs_cache: dict[tuple[str, str, str], float] = {}
     out: dict[int, int] = {}
+    # (the weights and age_factor's arithmetic in locals: 10,000 jobs a pass)
+    weight_age, weight_partition, weight_fairshare = w.age, w.partition, w.fairshare
+    max_age_s = params.max_age_s
+    if not weight_fairshare:
+        fairshare = None
     for j in jobs:
         if j.held:
             out[j.job_id] = 0
@@ -177,15 +182,18 @@ def pass_priorities(jobs: Iterable[PriorityJob], now: float, params: PriorityPar
             out[j.job_id] = fixed
             continue
         age = 0.0
-        if j.eligible_time is not None:
-            age = age_factor(j.eligible_time, now, params.max_age_s)
-        total = w.age * age + w.partition * part_factor.get(j.partition, 0.0)
-        if fairshare is not None and w.fairshare:
+        eligible_time = j.eligible_time
+        if eligible_time is not None and max_age_s > 0:  # (age_factor)
+            waited = now - eligible_time
+            if waited > 0:
+                age = min(1.0, waited / max_age_s)
+        total = weight_age * age + weight_partition * part_factor.get(j.partition, 0.0)
+        if fairshare is not None:
             key = (getattr(j, "user", ""), getattr(j, "account", ""), j.partition)
             f = fs_cache.get(key)
             if f is None:
                 f = fs_cache[key] = fairshare(*key)
-            total += w.fairshare * f
+            total += weight_fairshare * f
         if assoc is not None and w.assoc:
             key = (getattr(j, "user", ""), getattr(j, "account", ""), j.partition)
             total += w.assoc * assoc(*key)
