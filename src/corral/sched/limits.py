@@ -59,7 +59,7 @@ class LimitGate:
         return self.reqs.get(self.tasks.get(cid, cid))
 
     def check(self, cid: int) -> PendingReason | None:
-        req = self._req(cid)
+        req = self.reqs.get(self.tasks.get(cid, cid))  # (_req, inlined: every candidate)
         if req is None:
             return None
         hit = self.ledger.check_start(req)
@@ -82,7 +82,7 @@ def limit_gate(policy: PolicySnapshot | None, tasks: Mapping[int, int] | None = 
     """The pass's gate, or None when limits are not enforced (nothing to check)."""
     if policy is None or not policy.limits_enforced:
         return None
-    ledger = build_ledger(policy.db, policy.cluster, running=policy.running,
-                          pending=policy.pending.values(),
+    # (the pending jobs' submit counts are not charged: only submission checks read them)
+    ledger = build_ledger(policy.db, policy.cluster, running=policy.running, pending=(),
                           used_tres_mins=policy.used_tres_mins, part_qos=policy.part_qos)
     return LimitGate(ledger, policy.pending, tasks)

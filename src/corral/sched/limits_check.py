@@ -426,9 +426,8 @@ class LimitLedger:
     # ---- checks ---------------------------------------------------------------
     def check_start(self, job: JobReq) -> LimitHit | None:
         key = (job.user, job.account, job.partition, job.qos)
-        if key in self._start_checks:
-            checks = self._start_checks[key]
-        else:
+        checks = self._start_checks.get(key, _UNKNOWN)
+        if checks is _UNKNOWN:
             checks = self._start_checks[key] = self._start_checks_of(job)
         if checks is None:
             return None  # no association: the submit check (enforce=associations) refuses
@@ -541,6 +540,7 @@ class LimitLedger:
 
 
 _EMPTY = Counter()  # read only: a level nothing is charged to yet
+_UNKNOWN: list[_StartLevel] = []  # check_start: a job group not seen yet
 # the per-user job counts of each scope: (limit field, sacctmgr's name, a submit count)
 _QOS_USER_COUNTS = (("max_jobs_per_user", "MaxJobsPerUser", False),
                     ("max_submit_jobs_per_user", "MaxSubmitJobsPerUser", True))
