@@ -289,7 +289,8 @@ def _run_pass(snap: ClusterSnapshot, dec: Decision, stages: _Stages | None) -> D
             continue
         dec.planned.setdefault(cid if task is None else task[0], placed.planned[cid])
     # an array whose every candidate started but which hit its % throttle waits on it
-    by_id = {j.job_id: j for j in snap.pending if j.job_id in started_tasks}
+    by_id = {j.job_id: j for j in snap.pending if j.job_id in started_tasks} \
+        if started_tasks else {}
     for meta_id, n in started_tasks.items():
         record = by_id[meta_id]
         limit = record.array_max_running
