@@ -14,7 +14,9 @@ Cost: a failed request is remembered by its shape (same partition and request), 
 thousands of identical jobs cost one node scan; single-node searches use per-partition
 indexes ordered by the best-fit key; planning walks only the nodes' own event lists, and a
 single-node plan looks only at nodes whose earliest fit by releases alone (a lower bound,
-cached per node until a job starts there) can beat the best start found so far.
+cached per node until a job starts there) can beat the best start found so far; a
+multi-node plan sweeps the nodes' feasible starts as they come in lower-bound order and
+stops at the answer, so nodes free only later cost nothing.
 """
 
 from __future__ import annotations
