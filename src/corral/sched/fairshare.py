@@ -280,10 +280,12 @@ def _charge(state: UsageState, j: RunningJob, delta: float, weights: Mapping[str
             q.tres[k] = q.tres.get(k, 0.0) + run * v
 
 
-def tree_usage(db: AssocDB, cluster: str, own: Mapping[int, Usage]) -> dict[int, Usage]:
-    """Each association's usage including everything below it (Slurm charges parents)."""
+def tree_usage(db: AssocDB, cluster: str, own: Mapping[int, Usage],
+               index: AssocIndex | None = None) -> dict[int, Usage]:
+    """Each association's usage including everything below it (Slurm charges parents).
+    `index`: one already made over `db` (a pass makes one for all its stages)."""
     out: dict[int, Usage] = {}
-    idx = AssocIndex(db)
+    idx = index if index is not None else AssocIndex(db)
     for aid, u in own.items():
         a = db.assocs.get(aid)
         if a is None or a.cluster != cluster:
@@ -323,11 +325,13 @@ def _shares(a: Association) -> int:
 
 
 def fairshare_factors(db: AssocDB, cluster: str, own_usage: Mapping[int, Usage],
-                      fair_tree: bool = True) -> dict[int, ShareInfo]:
-    usage = {k: v.raw for k, v in tree_usage(db, cluster, own_usage).items()}
+                      fair_tree: bool = True,
+                      index: AssocIndex | None = None) -> dict[int, ShareInfo]:
+    index = index if index is not None else AssocIndex(db)
+    usage = {k: v.raw for k, v in tree_usage(db, cluster, own_usage, index).items()}
     if fair_tree:
-        return fair_tree_factors(db, cluster, usage)
-    return classic_factors(db, cluster, usage)
+        return fair_tree_factors(db, cluster, usage, index)
+    return classic_factors(db, cluster, usage, index)
 
 
 def _siblings_info(db: AssocIndex, cluster: str, usage: Mapping[int, float],
@@ -355,8 +359,8 @@ def _siblings_info(db: AssocIndex, cluster: str, usage: Mapping[int, float],
                 stack.append(k)
 
 
-def fair_tree_factors(db: AssocDB, cluster: str,
-                      usage: Mapping[int, float]) -> dict[int, ShareInfo]:
+def fair_tree_factors(db: AssocDB, cluster: str, usage: Mapping[int, float],
+                      index: AssocIndex | None = None) -> dict[int, ShareInfo]:
     """The Fair Tree algorithm: Level FS = S / U among siblings (S: shares over the
     siblings' shares; U: usage over the parent's usage), siblings sorted by Level FS
     (users before accounts on ties), depth-first; users ranked in that order, factor =
@@ -364,7 +368,7 @@ def fair_tree_factors(db: AssocDB, cluster: str,
     rank; a user tied with a sibling account gets the rank of that account's first user;
     tied sibling accounts have their children merged."""
     out: dict[int, ShareInfo] = {}
-    idx = AssocIndex(db)
+    idx = index if index is not None else AssocIndex(db)
     _siblings_info(idx, cluster, usage, out)
     root = idx.find(cluster, ROOT)
     if root is None:
@@ -434,13 +438,13 @@ def _sortable(x: float) -> float:
     return -1.0 if math.isnan(x) else x
 
 
-def classic_factors(db: AssocDB, cluster: str,
-                    usage: Mapping[int, float]) -> dict[int, ShareInfo]:
+def classic_factors(db: AssocDB, cluster: str, usage: Mapping[int, float],
+                    index: AssocIndex | None = None) -> dict[int, ShareInfo]:
     """Classic fairshare: UE = UA + (UE_parent - UA) * S_child / S_siblings (first tier:
     UE = UA), F = 2**(-UE/S) with S the normalised shares (FairShare=parent: the parent's
     S and UE)."""
     out: dict[int, ShareInfo] = {}
-    idx = AssocIndex(db)
+    idx = index if index is not None else AssocIndex(db)
     _siblings_info(idx, cluster, usage, out)
     root = idx.find(cluster, ROOT)
     if root is None:
@@ -482,10 +486,10 @@ class FairshareView:
     milliseconds) from the committed `AssocDB` and the usage state."""
 
     def __init__(self, db: AssocDB, cluster: str, state: UsageState,
-                 fair_tree: bool = True) -> None:
-        self.index = AssocIndex(db)
+                 fair_tree: bool = True, index: AssocIndex | None = None) -> None:
+        self.index = index if index is not None else AssocIndex(db)
         self.cluster = cluster
-        self.infos = fairshare_factors(db, cluster, state.assoc, fair_tree)
+        self.infos = fairshare_factors(db, cluster, state.assoc, fair_tree, self.index)
 
     def factor(self, user: str, account: str, partition: str | None = None) -> float:
         a = self.index.job_assoc(self.cluster, user, account, partition)

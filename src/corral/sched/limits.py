@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from corral.model.assoc import AssocDB
+from corral.model.assoc import AssocDB, AssocIndex
 from corral.model.reasons import PendingReason, ReasonCode
 
 from .fairshare import UsageState
@@ -78,11 +78,14 @@ class LimitGate:
 
 
 def limit_gate(policy: PolicySnapshot | None, tasks: Mapping[int, int] | None = None,
-               candidates: Iterable[int] = ()) -> LimitGate | None:
-    """The pass's gate, or None when limits are not enforced (nothing to check)."""
+               candidates: Iterable[int] = (), index: AssocIndex | None = None
+               ) -> LimitGate | None:
+    """The pass's gate, or None when limits are not enforced (nothing to check).
+    `index`: the pass's index over `policy.db`, if it has one."""
     if policy is None or not policy.limits_enforced:
         return None
     # (the pending jobs' submit counts are not charged: only submission checks read them)
     ledger = build_ledger(policy.db, policy.cluster, running=policy.running, pending=(),
-                          used_tres_mins=policy.used_tres_mins, part_qos=policy.part_qos)
+                          used_tres_mins=policy.used_tres_mins, part_qos=policy.part_qos,
+                          index=index)
     return LimitGate(ledger, policy.pending, tasks)

@@ -263,10 +263,11 @@ class LimitLedger:
     def __init__(self, db: AssocDB, cluster: str, *,
                  used_tres_mins: Mapping[int | str, Mapping[str, float]] | None = None,
                  used_wall_mins: Mapping[int | str, float] | None = None,
-                 part_qos: Mapping[str, str] | None = None) -> None:
+                 part_qos: Mapping[str, str] | None = None,
+                 index: AssocIndex | None = None) -> None:
         self.db = db
         self.part_qos = part_qos or {}  # partition name -> its QOS= (partition QoS)
-        self.index = AssocIndex(db)
+        self.index = index if index is not None else AssocIndex(db)  # (a pass shares one)
         self.cluster = cluster
         self.assoc: dict[int, Counter] = {}
         self.qos: dict[str, Counter] = {}
@@ -878,11 +879,12 @@ def build_ledger(db: AssocDB, cluster: str, *, running: Iterable[tuple[JobReq, f
                  pending: Iterable[JobReq],
                  used_tres_mins: Mapping[int | str, Mapping[str, float]] | None = None,
                  used_wall_mins: Mapping[int | str, float] | None = None,
-                 part_qos: Mapping[str, str] | None = None) -> LimitLedger:
+                 part_qos: Mapping[str, str] | None = None,
+                 index: AssocIndex | None = None) -> LimitLedger:
     """The ledger of one pass: running jobs with their remaining minutes, pending jobs
     (for the submit counts), decayed usage (fairshare.tres_minutes of the usage state)."""
     led = LimitLedger(db, cluster, used_tres_mins=used_tres_mins, used_wall_mins=used_wall_mins,
-                      part_qos=part_qos)
+                      part_qos=part_qos, index=index)
     led.add_running_jobs(running)
     led.add_pending_jobs(pending)
     return led

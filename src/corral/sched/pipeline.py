@@ -118,12 +118,14 @@ class Decision:
         return {k: r.text() for k, r in self.reasons.items()}
 
 
-def fairshare_of(policy: PolicySnapshot | None, params: SchedParams) -> Fairshare | None:
+def fairshare_of(policy: PolicySnapshot | None, params: SchedParams,
+                 index: AssocIndex | None = None) -> Fairshare | None:
     """The pass's fairshare factor of (user, account, partition); None without
-    accounting or without PriorityWeightFairshare."""
+    accounting or without PriorityWeightFairshare.  `index`: the pass's over policy.db."""
     if policy is None or policy.usage is None or not params.priority.weights.fairshare:
         return None
-    return FairshareView(policy.db, policy.cluster, policy.usage, policy.fair_tree).factor
+    return FairshareView(policy.db, policy.cluster, policy.usage, policy.fair_tree,
+                         index).factor
 
 
 class _Siblings:
@@ -150,12 +152,13 @@ class _Siblings:
             self.inner.started(cid)
 
 
-def assoc_factor_of(policy: PolicySnapshot | None, params: SchedParams) -> Fairshare | None:
+def assoc_factor_of(policy: PolicySnapshot | None, params: SchedParams,
+                    index: AssocIndex | None = None) -> Fairshare | None:
     """The association priority factor of (user, account, partition): the Priority= of
     the association or the nearest parent that sets one, over the largest in the tree."""
     if policy is None or not params.priority.weights.assoc:
         return None
-    index = AssocIndex(policy.db)
+    index = index if index is not None else AssocIndex(policy.db)
     top = max((a.priority or 0 for a in policy.db.assocs.values()), default=0)
     if top <= 0:
         return None
@@ -218,9 +221,11 @@ def _run_pass(snap: ClusterSnapshot, dec: Decision, stages: _Stages | None) -> D
         stages.done("eligibility")
 
     # 2. priority/multifactor, recomputed for every pending job
+    # one index over the accounting tree for fairshare, association priority and limits
+    assocs = AssocIndex(snap.policy.db) if snap.policy is not None else None
     dec.priorities = pass_priorities(snap.pending, now, params.priority, snap.partitions,
-                                     fairshare=fairshare_of(snap.policy, params),
-                                     assoc=assoc_factor_of(snap.policy, params))
+                                     fairshare=fairshare_of(snap.policy, params, assocs),
+                                     assoc=assoc_factor_of(snap.policy, params, assocs))
     order = dict(dec.priorities)
     for vid, (meta, _) in elig.tasks.items():
         order[vid] = dec.priorities.get(meta, 1)
@@ -233,7 +238,7 @@ def _run_pass(snap: ClusterSnapshot, dec: Decision, stages: _Stages | None) -> D
     if not candidates:
         return dec
     gate: LimitGate | _Siblings | None = limit_gate(
-        snap.policy, {vid: meta for vid, (meta, _) in elig.tasks.items()})
+        snap.policy, {vid: meta for vid, (meta, _) in elig.tasks.items()}, index=assocs)
     if elig.partition_of:
         gate = _Siblings(elig.tasks, gate if isinstance(gate, LimitGate) else None)
     if stages is not None:
