@@ -520,12 +520,13 @@ class _Pass:
         pruned = False
         fixed = None if req.exclusive else req.node_independent_demand(per_node)
         whole = req.exclusive
+        windows = self.windows
         for node in self.part_nodes.get(job.partition, ()):
             if not node.usable or node.name in req.exc_nodes \
                     or (con is not None and not con.node_may(node.features)) \
                     or (req.filters_nodes and not req.node_may(node)):
                 continue
-            if any(s < end and now < e for s, e in self.windows.get(node.name, ())):
+            if windows and any(s < end and now < e for s, e in windows.get(node.name, ())):
                 continue  # [quality] a reservation's node, in its window: not this job's
             need = (node.cpus, node.mem, node.gpus) if whole \
                 else fixed if fixed is not None else req.demand(node, per_node)
