@@ -1208,6 +1208,10 @@ def _main(argv: list[str]) -> int:
     if command == "help":
         sys.stdout.write(_HELP)
         return 0
+    if command == "show" and rest and "=" in rest[0]:
+        # _show_it: `show job=1` is `show job 1` (the value after '=' wins over a next word)
+        tag, _, value = rest[0].partition("=")
+        rest = [tag, value]
     # reservations: scontrol_resv.py (imported only when asked: `show job` stays light)
     if command in ("create", "update", "delete") or (command == "show" and rest and (
             "reservations".startswith(rest[0].lower())

@@ -1,0 +1,37 @@
+"""Details of scontrol, squeue, sacct and sbatch that follow Slurm 22.05, through the real
+commands on one cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.cluster import Cluster, running
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with running(tmp_path_factory) as c:
+        yield c
+
+
+def test_show_takes_entity_equals_value(cluster: Cluster) -> None:
+    job = cluster.sbatch("-H", "--wrap", "true")
+    try:
+        assert cluster.ok("scontrol", "show", f"job={job}") == \
+            cluster.ok("scontrol", "show", "job", str(job))
+        assert cluster.ok("scontrol", "show", "node=node-2") == \
+            cluster.ok("scontrol", "show", "node", "node-2")
+        assert cluster.ok("scontrol", "show", "Partition=short") == \
+            cluster.ok("scontrol", "show", "partition", "short")
+        cluster.ok("scontrol", "create", "reservation", "ReservationName=maint",
+                   "StartTime=now", "Duration=10", "Nodes=node-4", "Users=root")
+        try:
+            shown = cluster.ok("scontrol", "show", "reservation=maint")
+            assert shown.startswith("ReservationName=maint ")
+            assert shown == cluster.ok("scontrol", "show", "reservation", "maint")
+        finally:
+            cluster.ok("scontrol", "delete", "ReservationName=maint")
+    finally:
+        cluster.ok("scancel", str(job))
