@@ -35,3 +35,32 @@ def test_show_takes_entity_equals_value(cluster: Cluster) -> None:
             cluster.ok("scontrol", "delete", "ReservationName=maint")
     finally:
         cluster.ok("scancel", str(job))
+
+
+def test_update_entity_is_a_case_insensitive_prefix(cluster: Cluster) -> None:
+    cluster.ok("scontrol", "update", "partition=short", "state=down")
+    try:
+        assert " State=DOWN " in cluster.ok("scontrol", "show", "partition", "short")
+    finally:
+        cluster.ok("scontrol", "update", "PAR=short", "State=UP")
+    assert " State=UP " in cluster.ok("scontrol", "show", "partition", "short")
+
+    cluster.ok("scontrol", "update", "nod=node-3", "state=drain", "reason=checking")
+    try:
+        assert "Reason=checking " in cluster.ok("scontrol", "show", "node", "node-3")
+    finally:
+        cluster.ok("scontrol", "update", "NODE=node-3", "state=resume")
+
+    job = cluster.sbatch("-H", "--wrap", "true")
+    try:
+        cluster.ok("scontrol", "update", f"job={job}", "TimeLimit=7", "partition=short")
+        shown = cluster.ok("scontrol", "show", "job", str(job))
+        assert " TimeLimit=00:07:00 " in shown and " Partition=short " in shown
+    finally:
+        cluster.ok("scancel", str(job))
+
+    r = cluster.run("scontrol", "update", "pa=short", "state=down")  # too short for an entity
+    assert r.returncode == 1
+    assert r.stderr == ("No valid entity in update command\n"
+                        'Input line must include "NodeName", "PartitionName", "Reservation", '
+                        '"JobId", or "SlurmctldDebug"\n')

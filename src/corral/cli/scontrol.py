@@ -1120,19 +1120,52 @@ def _reconfigure(args: list[str]) -> int:
     return 0
 
 
+# _update_it's entity tags: each a case-insensitive prefix of at least so many letters.
+_UPDATE_TAGS = (("jobid", 3), ("jobname", 3), ("stepid", 4), ("reservationname", 3),
+                ("nodename", 3), ("frontendname", 2), ("partitionname", 3),
+                ("slurmctlddebug", 2))
+# ... and the order it tries them in (a job update may name a partition or reservation)
+_UPDATE_ORDER = (("jobid", "jobname"), ("stepid",), ("reservationname",), ("nodename",),
+                 ("frontendname",), ("partitionname",), ("slurmctlddebug",))
+_CANONICAL_TAG = {"jobid": "JobId", "nodename": "NodeName", "partitionname": "PartitionName"}
+
+
+def update_tag(word: str) -> str | None:
+    """The entity a word of `scontrol update` names (`par=x` → partitionname), or None."""
+    tag = word.partition("=")[0].lower()
+    for name, least in _UPDATE_TAGS:
+        if len(tag) >= least and name.startswith(tag):
+            return name
+    return None
+
+
+def update_entity(args: list[str]) -> tuple[str | None, list[str]]:
+    """(the entity `scontrol update ARGS` updates, ARGS with its naming word spelled in full
+    so that the entity's parser knows it), in _update_it's order."""
+    tags = [update_tag(a) for a in args]
+    for names in _UPDATE_ORDER:
+        if any(t in names for t in tags):
+            canonical = _CANONICAL_TAG.get(names[0])
+            if canonical is None:
+                return names[0], args
+            return names[0], [f"{canonical}={a.partition('=')[2]}" if t == names[0] and "=" in a
+                              else a for a, t in zip(args, tags, strict=True)]
+    return None, args
+
+
 def _update(args: list[str]) -> int:
     if not args:
         sys.stderr.write("scontrol: error: too few arguments for keyword:update\n")
         return 1
-    keys = {a.partition("=")[0].lower() for a in args}
-    if keys & {"partitionname", "nodename", "node"} and not keys & {"jobid", "job"}:
+    entity, args = update_entity(args)
+    if entity in ("partitionname", "nodename"):
         from corral.cli import scontrol_admin  # partitions and node features: admin only
-        if "partitionname" in keys:
+        if entity == "partitionname":
             return scontrol_admin.partition_command("update", args)
         if scontrol_admin.wants_node_attrs(args):
             return scontrol_admin.node_command(args)
     try:
-        if keys & {"jobid", "job"}:
+        if entity in ("jobid", "jobname"):
             ids, body = parse_update_job(args)
             rc = 0
             for job_id in ids:
@@ -1142,7 +1175,7 @@ def _update(args: list[str]) -> int:
                     sys.stderr.write(f"slurm_update error: {update_error(job_id, e)}\n")
                     rc = 1
             return rc
-        if keys & {"nodename", "node"}:
+        if entity == "nodename":
             names, body = parse_update_node(args)
             try:
                 client.patch(f"/v1/nodes/{quote(names, safe='')}", body)
@@ -1153,12 +1186,12 @@ def _update(args: list[str]) -> int:
     except UsageError as e:
         sys.stderr.write(f"{e}\n")
         return 1
-    if keys & {"reservationname", "frontendname", "stepid"}:
+    if entity is not None:
         sys.stderr.write("scontrol: error: Corral can update jobs, nodes and partitions only\n")
         return 1
     sys.stderr.write("No valid entity in update command\n"
                      "Input line must include \"NodeName\", \"PartitionName\", "
-                     "\"Reservation\", \"JobId\" or \"StepId\"\n")
+                     "\"Reservation\", \"JobId\", or \"SlurmctldDebug\"\n")
     return 1
 
 
