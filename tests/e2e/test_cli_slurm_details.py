@@ -64,3 +64,25 @@ def test_update_entity_is_a_case_insensitive_prefix(cluster: Cluster) -> None:
     assert r.stderr == ("No valid entity in update command\n"
                         'Input line must include "NodeName", "PartitionName", "Reservation", '
                         '"JobId", or "SlurmctldDebug"\n')
+
+
+def _dependency_shown(cluster: Cluster, job: int) -> str:
+    shown = cluster.ok("scontrol", "show", "job", str(job))
+    return shown.split(" Dependency=", 1)[1].split()[0]
+
+
+def test_squeue_dependency_column_is_the_controllers_text(cluster: Cluster) -> None:
+    held = cluster.sbatch("-H", "--wrap", "true")
+    failing = cluster.sbatch("--wrap", "false")
+    waiting = cluster.sbatch(f"--dependency=afterok:{held}", "--wrap", "true")
+    doomed = cluster.sbatch(f"--dependency=afterok:{failing}", "--wrap", "true")
+    try:
+        cluster.wait_state(failing, "FAILED")
+        cluster.wait_for(lambda: "(failed)" in _dependency_shown(cluster, doomed),
+                         what="the dependency on a failed job to show as failed")
+        column = cluster.ok("squeue", "-h", "-o", "%i %E", "-j", f"{waiting},{doomed}")
+        assert sorted(column.splitlines(), key=lambda line: int(line.split()[0])) == [f"{waiting} afterok:{held}(unfulfilled)",
+                                       f"{doomed} afterok:{failing}(failed)"]
+        assert _dependency_shown(cluster, waiting) == f"afterok:{held}(unfulfilled)"
+    finally:
+        cluster.ok("scancel", str(held), str(waiting), str(doomed))

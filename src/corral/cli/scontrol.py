@@ -171,30 +171,9 @@ def _io_paths(job: dict[str, Any]) -> tuple[str, str, str]:
 # ---------------------------------------------------------------------------
 
 def _dependency_str(job: dict[str, Any]) -> str:
-    if job.get("state") != "PENDING":
-        return "(null)"
-    if "dependency_text" in job:  # the controller's own rendering, entries' states included
-        return job["dependency_text"] or "(null)"
-    dep = job.get("dependency")
-    if not dep:
-        return "(null)"
-    reason = job.get("reason")
-    if reason == "DependencyNeverSatisfied":
-        status = "(failed)"
-    elif reason in ("Dependency", "JobHeldUser", "JobHeldAdmin", "BeginTime"):
-        # Held or not yet begun: the controller did not get to the dependency, which
-        # (without dependency_text) is shown as still waiting.
-        status = "(unfulfilled)"
-    else:
-        return "(null)"  # satisfied: Slurm drops fulfilled dependencies from the list
-    import re
+    from corral.cli.depshow import dependency_str  # here: one module less at every start
 
-    out: list[str] = []
-    for sep, item in re.findall(r"(^|[,?])([^,?]+)", dep):
-        kind, _, ids = item.partition(":")
-        parts = [f"{kind}:{i}{status}" for i in ids.split(":")] if ids else [f"{kind}{status}"]
-        out.append((sep if out else "") + ",".join(parts))
-    return "".join(out)
+    return dependency_str(job)
 
 
 def _reason(job: dict[str, Any]) -> str:

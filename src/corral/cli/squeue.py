@@ -188,6 +188,12 @@ def _or_null(v: Any) -> Value:
     return None if v in (None, "") else str(v)
 
 
+def _dependency(job: Job) -> str:
+    from corral.cli.depshow import dependency_str  # here: one module less at every start
+
+    return dependency_str(job)
+
+
 def _hosts_or_empty(v: list[str] | None) -> str:
     return compress(v) if v else ""
 
@@ -251,7 +257,8 @@ COLUMNS: dict[str, Column] = {
             lambda j, n: mbytes_exact(int(j.get("min_tmp_disk") or 0))),
     "h": _C("OVER_SUBSCRIBE", ("exclusive",), lambda j, n: "NO" if j.get("exclusive") else "OK"),
     "f": _C("FEATURES", ("constraint",), lambda j, n: _or_null(j.get("constraint"))),
-    "E": _C("DEPENDENCY", ("dependency",), lambda j, n: _or_null(j.get("dependency"))),
+    "E": _C("DEPENDENCY", ("dependency", "dependency_text", "reason"),
+            lambda j, n: _dependency(j)),
     "k": _C("COMMENT", ("comment",), lambda j, n: _or_null(j.get("comment"))),
     "y": _C("NICE", ("nice",), lambda j, n: str(j.get("nice", 0))),
     "x": _C("EXC_NODES", ("exc_nodes",), lambda j, n: _hosts_or_empty(j.get("exc_nodes")), True),
