@@ -86,3 +86,16 @@ def test_squeue_dependency_column_is_the_controllers_text(cluster: Cluster) -> N
         assert _dependency_shown(cluster, waiting) == f"afterok:{held}(unfulfilled)"
     finally:
         cluster.ok("scancel", str(held), str(waiting), str(doomed))
+
+
+def test_sacct_user_after_allusers_limits_to_that_user(cluster: Cluster) -> None:
+    job = cluster.sbatch("--wrap", "true")
+    cluster.wait_state(job, "COMPLETED")
+
+    def ids(*args: str) -> set[str]:
+        return set(cluster.ok("sacct", "-X", "-n", "-P", "-o", "JobID", *args).split())
+
+    assert str(job) in ids("-a")
+    assert str(job) not in ids("-a", "-u", "nobody")  # -u after -a: nobody's jobs only
+    assert str(job) in ids("-u", "nobody", "-a")      # -a after -u: everyone's
+    assert str(job) in ids("-a", "-u", "root")

@@ -770,7 +770,8 @@ def _main(argv: list[str]) -> int:
             elif opt in ("-u", "--user", "--uid"):
                 if val == "-1":
                     all_users = True
-                else:
+                else:  # after -a, as in sacct: the last of -a and -u wins
+                    all_users = False
                     users = (users or []) + _user_names(val)
             elif opt in ("-s", "--state"):
                 sel.states = (sel.states or frozenset()) | parse_states(val)
