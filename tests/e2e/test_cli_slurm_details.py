@@ -99,3 +99,20 @@ def test_sacct_user_after_allusers_limits_to_that_user(cluster: Cluster) -> None
     assert str(job) not in ids("-a", "-u", "nobody")  # -u after -a: nobody's jobs only
     assert str(job) in ids("-u", "nobody", "-a")      # -a after -u: everyone's
     assert str(job) in ids("-a", "-u", "root")
+
+
+def test_squeue_format_all_is_every_letter(cluster: Cluster) -> None:
+    job = cluster.sbatch("-H", "-J", "allfields", "--wrap", "true")
+    try:
+        letters = [chr(c) for c in range(ord("a"), ord("z") + 1)] + \
+            [chr(c) for c in range(ord("A"), ord("Z") + 1)]
+        spelled = "|".join("%" + c for c in letters)
+        for spec in ("%all", "%ALL"):
+            out = cluster.ok("squeue", "-j", str(job), "-o", spec)
+            assert out == cluster.ok("squeue", "-j", str(job), "-o", spelled)
+            header, row = out.splitlines()
+            assert header.startswith("ACCOUNT|TRES_PER_NODE|MIN_CPUS|")
+            assert len(header.split("|")) == 52 and len(row.split("|")) >= 52
+            assert "|allfields|" in row
+    finally:
+        cluster.ok("scancel", str(job))

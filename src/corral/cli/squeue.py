@@ -1204,6 +1204,8 @@ def parse_args(argv: Sequence[str]) -> tuple[Options, Query] | int:
     else:
         text = fmt_text or os.environ.get("SQUEUE_FORMAT") or (
             START_FORMAT if start else LONG_FORMAT if long_listing else DEFAULT_FORMAT)
+        if text.lower() == "%all":  # parse_format: every letter, a-z then A-Z, '|' between
+            text = ALL_FORMAT
         fmt = parse_percent(text, COLUMNS)
         letters = {}
         long_spec = False
@@ -1220,6 +1222,10 @@ def parse_args(argv: Sequence[str]) -> tuple[Options, Query] | int:
     opts.plain = (long_text is None and text == DEFAULT_FORMAT and sort_text == DEFAULT_SORT
                   and not long_listing and not array and not only_tasks)
     return opts, q
+
+
+ALL_FORMAT = "|".join("%" + chr(c) for c in [*range(ord("a"), ord("z") + 1),
+                                              *range(ord("A"), ord("Z") + 1)])
 
 
 def select_states(jobs: list[Job], states: list[str] | None) -> list[Job]:
