@@ -116,3 +116,20 @@ def test_squeue_format_all_is_every_letter(cluster: Cluster) -> None:
             assert "|allfields|" in row
     finally:
         cluster.ok("scancel", str(job))
+
+
+def test_sbatch_applies_slurm_lines_and_says_so_once(cluster: Cluster) -> None:
+    script = cluster.workdir / "old-style.sh"
+    script.write_text("#!/bin/sh\n#SLURM -J oldstyle\n# a comment\n#SLURM --comment=kept\n"
+                      "#SBATCH -t 5\ntrue\n#SLURM -J ignored-after-the-first-command\n")
+    r = cluster.run("sbatch", "-H", "--parsable", str(script))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ("sbatch: error: Change from #SLURM to #SBATCH in your script and "
+                        "verify the options are valid in sbatch\n")
+    job = int(r.stdout.strip())
+    try:
+        shown = cluster.ok("scontrol", "show", "job", str(job))
+        assert " JobName=oldstyle\n" in shown and " Comment=kept " in shown.replace("\n", " ")
+        assert " TimeLimit=00:05:00 " in shown
+    finally:
+        cluster.ok("scancel", str(job))

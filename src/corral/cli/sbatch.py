@@ -476,7 +476,7 @@ def parse_sbatch(argv: list[str], env: dict[str, str],
 
     # ---- second pass: #SBATCH < SBATCH_* < command line ------------------------
     directive_args: list[str] = []
-    for lineno, text in script_directives(script):
+    for lineno, text in _batch_directives(script):
         words = directive_arguments(text, label, lineno, PROG)
         if words[:1] and words[0].lower() in ("hetjob", "packjob"):
             _refuse_hetjob()
@@ -493,6 +493,24 @@ def parse_sbatch(argv: list[str], env: dict[str, str],
     sub.quiet = quiet > 0
     _finish(sub, req, env, script_path, wrap is not None, cwd, submit_host, umask, prio, argv)
     return sub
+
+
+def _batch_directives(script: str) -> list[tuple[int, str]]:
+    """The #SBATCH lines of a script, and its #SLURM lines, which sbatch still applies after
+    saying once that they should be #SBATCH (_opt_batch_script)."""
+    found = script_directives(script, "#S")
+    directives: list[tuple[int, str]] = []
+    warned = False
+    for lineno, text in found:
+        if text.startswith("BATCH"):
+            directives.append((lineno, text[len("BATCH"):]))
+        elif text.startswith("LURM"):
+            if not warned:
+                sys.stderr.write(f"{PROG}: error: Change from #SLURM to #SBATCH in your script "
+                                 "and verify the options are valid in sbatch\n")
+                warned = True
+            directives.append((lineno, text[len("LURM"):]))
+    return directives
 
 
 def _refuse_hetjob() -> NoReturn:
