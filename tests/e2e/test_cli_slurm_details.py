@@ -3,6 +3,7 @@ commands on one cluster."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -131,5 +132,17 @@ def test_sbatch_applies_slurm_lines_and_says_so_once(cluster: Cluster) -> None:
         shown = cluster.ok("scontrol", "show", "job", str(job))
         assert " JobName=oldstyle\n" in shown and " Comment=kept " in shown.replace("\n", " ")
         assert " TimeLimit=00:05:00 " in shown
+    finally:
+        cluster.ok("scancel", str(job))
+
+
+def test_sbatch_records_its_host_and_session(cluster: Cluster) -> None:
+    job = cluster.sbatch("-H", "--wrap", "true")
+    try:
+        host = os.uname().nodename.split(".")[0]
+        sid = os.getsid(0)  # sbatch runs in this process's session
+        assert f" AllocNode:Sid={host}:{sid}\n" in cluster.ok("scontrol", "show", "job", str(job))
+        out = cluster.ok("squeue", "-h", "-j", str(job), "-O", "allocnodes:30,allocsid:12")
+        assert out.split() == [host, str(sid)]
     finally:
         cluster.ok("scancel", str(job))

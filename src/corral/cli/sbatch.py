@@ -877,6 +877,9 @@ def _run(args: list[str]) -> int:
         payload = build_payload(sub)
         # one id per sbatch run: resent after a lost answer, it returns the same job
         payload["spec"]["submit_id"] = os.urandom(16).hex()
+        # scontrol's AllocNode:Sid=HOST:SID (display only)
+        payload["spec"]["submit_host"] = _short_hostname()
+        payload["spec"]["alloc_sid"] = os.getsid(0)
         reply = client.post("/v1/jobs", payload, idempotent=True)
         job_id = int(reply["job_id"])
     except client.NotRunning as e:

@@ -235,7 +235,8 @@ class Job:
     stdin: str = "/dev/null"
     command: str | None = None  # script path, or None for stdin/--wrap
     submit_line: str = ""
-    submit_host: str = ""
+    submit_host: str = ""  # with alloc_sid, scontrol's AllocNode:Sid= (display only)
+    alloc_sid: int = 0  # the session id of the submitting process
 
     # arrays
     array_job_id: int | None = None

@@ -35,7 +35,8 @@ TOO_LONG = "Pathname of a file, directory or other parameter too long"
 class Field:
     """One field of a job spec.
 
-    `kind`: int, opt_int, signed_int, time_limit, str, bool, nodes, time, hold or container.
+    `kind`: int, opt_int, signed_int, time_limit, str, host, bool, nodes, time, hold or
+    container.
     `options`: the sbatch/srun/salloc options that set it; `option_key` is the first long
     one without its dashes, the key the commands' option parsers store its value under.
     `max_len`: the longest string Slurm accepts.
@@ -94,7 +95,8 @@ FIELDS: tuple[Field, ...] = (
     Field("stdin", "str", ("-i", "--input"), PATH_MAX),
     Field("command", "str", (), PATH_MAX),
     Field("submit_line", "str", (), DEFAULT_MAX_SUBMIT_LINE),
-    Field("submit_host", "str", (), NAME_MAX),
+    Field("submit_host", "host", (), NAME_MAX),
+    Field("alloc_sid", "int", ()),
     Field("account", "str", ("-A", "--account")),
     Field("qos", "str", ("-q", "--qos")),
     Field("nice", "signed_int", ("--nice",)),
@@ -140,6 +142,8 @@ def validate_spec(spec: dict[str, Any]) -> dict[str, Any]:
             if isinstance(v, bool) or not isinstance(v, int | float) or not _finite(v):
                 raise JobSpecError(f"Invalid value for {k}: {v!r}")
             v = int(v)
+            if k == "alloc_sid" and v >= 1 << 32:  # a uint32_t in Slurm
+                raise JobSpecError(f"Invalid value for {k}: {v}")
             if v < 0 and kind != "signed_int" and not (kind == "time_limit" and v == -1):
                 raise JobSpecError(f"Invalid value for {k}: {v}")
         elif kind == "nodes":
@@ -168,6 +172,11 @@ def validate_spec(spec: dict[str, Any]) -> dict[str, Any]:
                 v = ContainerSpec.from_dict(v, "container").to_dict()
             except MessageError as e:
                 raise JobSpecError(f"Invalid container: {e}") from None
+        elif kind == "host":
+            # shown in scontrol's one-line records: a host name's letters only
+            if not isinstance(v, str) or not v.isascii() or len(v) > f.max_len \
+                    or not all(c.isalnum() or c in "-_." for c in v):
+                raise JobSpecError(f"Invalid value for {k}: {v!r}")
         elif kind == "hold":
             if v not in ("user", "admin"):
                 raise JobSpecError("Invalid hold value")
