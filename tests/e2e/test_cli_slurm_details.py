@@ -146,3 +146,29 @@ def test_sbatch_records_its_host_and_session(cluster: Cluster) -> None:
         assert out.split() == [host, str(sid)]
     finally:
         cluster.ok("scancel", str(job))
+
+
+def test_show_step_prints_the_running_steps(cluster: Cluster) -> None:
+    job = cluster.sbatch("-n", "2", "-J", "stepper", "--wrap", "srun -n 2 sleep 60")
+    try:
+        cluster.wait_for(lambda: f"{job}.0" in cluster.ok("squeue", "-h", "-s"), timeout=30,
+                         what="step 0 to run")
+        one = cluster.ok("scontrol", "show", "step", f"{job}.0")
+        lines = one.split("\n")
+        assert lines[0].startswith(f"StepId={job}.0 UserId={os.getuid()} StartTime=")
+        assert lines[0].endswith(" TimeLimit=UNLIMITED")
+        assert lines[1].startswith("   State=RUNNING Partition=debug NodeList=node-")
+        assert lines[2] == "   Nodes=1 CPUs=2 Tasks=2 Name=sleep Network=(null)"
+        assert lines[-3:] == ["   SrunHost:Pid=(null):0", "", ""]
+        everything = cluster.ok("scontrol", "show", "steps", str(job))
+        assert f"StepId={job}.batch " in everything and one in everything
+        assert everything == cluster.ok("scontrol", "show", f"st={job}")
+        assert cluster.ok("scontrol", "-o", "show", "step", f"{job}.0") == \
+            one.replace("\n   ", " ").rstrip("\n") + "\n"
+        r = cluster.run("scontrol", "show", "step", f"{job}.7")
+        assert (r.returncode, r.stdout) == (1, f"Job step {job}.7 not found\n")
+        r = cluster.run("scontrol", "show", "step", "999999")
+        assert (r.returncode, r.stderr) == (1, "slurm_get_job_steps error: Invalid job id "
+                                               "specified\n")
+    finally:
+        cluster.ok("scancel", str(job))

@@ -1235,6 +1235,10 @@ def _main(argv: list[str]) -> int:
         if not rest:
             sys.stderr.write("too few arguments for keyword:show\n")
             return 1
+        if len(rest[0]) >= 2 and "steps".startswith(rest[0].lower()):
+            from corral.cli import scontrol_steps  # only for this command
+
+            return scontrol_steps.show_steps(rest[1] if len(rest) > 1 else None, one_liner)
         entity = _match_entity(rest[0])
         if entity is None:
             sys.stderr.write(f"invalid entity:{rest[0]} for keyword:show \n")
