@@ -184,7 +184,8 @@ class Simulator:
                          self.ctl.sched_passes, time.perf_counter() - t0, self.starts)
 
     def _pass(self, run: Callable[[], None]) -> None:
-        if self.exact or (self.changed and (self.freed or self._may_start(self.arrived))):
+        if self.exact or (self.changed and (self._may_use_freed() if self.freed
+                                            else self._may_start(self.arrived))):
             run()
             # the pass's own starts change nothing a pass would decide again
             self.changed = self.freed = False
@@ -210,13 +211,66 @@ class Simulator:
                 cpus += n.cpus - n.alloc_cpus
         return any(r.gpus <= gpus and r.cpus <= cpus for r in arrived)
 
+    def _may_use_freed(self) -> bool:
+        """Whether a pass could change anything after resources were freed: not when no
+        pending job fits in what is free now (a necessary condition, whatever happened
+        before: a start needs free resources, without preemption or lent resources), and
+        every pending job's eligible time is already set (the pass would set it)."""
+        core = self.ctl.core
+        pending = core.pending
+        if not pending:
+            return False
+        if core.cluster.loans or core.passes.preempt_policy() is not None:
+            return True
+        free = self._free_resources()
+        return any(job.eligible_time is None or self._fits(job, *free)
+                   for job in pending.values())
+
+    def _free_resources(self) -> tuple[int, int, list[int]]:
+        """Free GPUs and CPUs of the usable nodes, and how many nodes have at least g free
+        GPUs, for each g."""
+        gpus = cpus = 0
+        at_least = [0] * (self._gpus_per_node + 1)
+        for n in self.ctl.nodes.values():
+            if n.usable:
+                g = n.gpus - len(n.alloc_gpus)
+                c = n.cpus - n.alloc_cpus
+                gpus += g
+                cpus += c
+                if c > 0:
+                    at_least[max(0, min(g, self._gpus_per_node))] += 1
+        for g in range(len(at_least) - 2, -1, -1):
+            at_least[g] += at_least[g + 1]
+        return gpus, cpus, at_least
+
+    @staticmethod
+    def _fits(job: Job, gpus: int, cpus: int, at_least: list[int]) -> bool:
+        """A necessary condition for `job` to start on free resources: its GPUs and CPUs
+        fit in the free totals, and enough nodes have the GPUs it asks per node."""
+        if job.num_tasks * job.cpus_per_task > cpus or max(
+                job.gpus, job.gpus_per_node * job.num_nodes,
+                job.gpus_per_task * job.num_tasks) > gpus:
+            return False
+        per_node = job.gpus_per_node
+        if per_node <= 0:
+            return True
+        return per_node < len(at_least) and at_least[per_node] >= job.num_nodes
+
     def _tick(self) -> None:
         if self.ticked or self.exact:
             self.ticked = False
             if self.exact:  # the agents heartbeat
                 self.ctl.agent_contact(list(self.ctl.agent_senders))
             periodic_duties(self.ctl, self.now)
-        self.push(self.ctl.cadence.next_tick(self.now), _TICK, None)
+        next_tick = self.ctl.cadence.next_tick
+        at = next_tick(self.now)
+        if not self.ticked and not self.exact and self.queue:
+            # ticks before the next event would find nothing changed and do nothing: the
+            # first one at or after it is queued (the same times, added up the same way)
+            upto = self.queue[0][0]
+            while at < upto:
+                at = next_tick(at)
+        self.push(at, _TICK, None)
 
     # ---- the workload -------------------------------------------------------------------
     def who(self, user: str) -> Identity:
