@@ -127,6 +127,10 @@ class Simulator:
         self.trace = jobs
         self.queue: list[tuple[float, int, int, Any]] = []
         self._seq = 0
+        # the effects the simulation acts on, by type (effects are final dataclasses)
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            JobEvent: self._event, Launch: self._launch, ScheduleSoon: self._schedule_soon,
+            Control: self._control, ReadGoneJobs: self._gone}
         self.ctl = Controller(sim_config(config, exact), store or MemoryStore(),
                               clock=lambda: self.now, pass_driver=SimPasses(self),
                               execute=self._execute)
@@ -324,16 +328,18 @@ class Simulator:
         """What the shell does in production, as the simulation models it: a launch is the
         runtime model, a control stops the job at once, a pass request goes to the cadence;
         nothing is written (the simulation keeps its state in memory)."""
-        if isinstance(effect, JobEvent):
-            self._event(effect)
-        elif isinstance(effect, Launch):
-            self._started(effect.job)
-        elif isinstance(effect, ScheduleSoon):
-            self.ctl.shell.request_schedule(effect.delay)
-        elif isinstance(effect, Control):
-            self._control(effect)
-        elif isinstance(effect, ReadGoneJobs):  # a trace names no job gone from memory
-            self.ctl.core.gone_found(effect.ids, [])
+        handle = self._handlers.get(type(effect))
+        if handle is not None:  # (the others are writes: nothing to do)
+            handle(effect)
+
+    def _launch(self, effect: Launch) -> None:
+        self._started(effect.job)
+
+    def _schedule_soon(self, effect: ScheduleSoon) -> None:
+        self.ctl.shell.request_schedule(effect.delay)
+
+    def _gone(self, effect: ReadGoneJobs) -> None:  # a trace names no job gone from memory
+        self.ctl.core.gone_found(effect.ids, [])
 
     def _started(self, job: Job) -> None:
         """The runtime model in place of a launch: the job ends after its run time, or at

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from corral.controller.cluster import alloc_without
@@ -48,6 +49,13 @@ def node_view(n: Node) -> NodeView:
                     n.gpu_type, n.tmp_disk)
 
 
+# what `node_view` reads of a node (the three lists last)
+_NODE_VIEW_OF = attrgetter("name", "cpus", "real_memory", "gpus", "alloc_cpus", "alloc_mem",
+                           "job_count", "exclusive_job", "admin_state", "responding",
+                           "weight", "gpu_type", "tmp_disk", "alloc_gpus", "partitions",
+                           "features")
+
+
 def running_view(j: Job, now: float, recent_mean: float | None = None) -> RunningView:
     """A running job as the pass sees it; with `recent_mean` (its user's recent run times,
     sched/predict.py) it is expected to end when predicted, not at its limit."""
@@ -75,6 +83,10 @@ class Passes:
         core.table.subscribe(self.on_event)
         # told each pass's plan {job id: (start, nodes)} (controller.estimates, via metrics)
         self.on_planned: Callable[[dict[int, tuple[float, list[str]]]], None] | None = None
+        # the last pass's view of each node and running job, with what it was made from:
+        # a view is made again only when that changed (between two passes few do)
+        self._node_views: dict[str, tuple[Node, tuple[object, ...], NodeView]] = {}
+        self._running_views: dict[int, tuple[Job, tuple[object, ...], RunningView]] = {}
 
     def on_event(self, ev: JobEvent) -> None:
         """An ended job's run time joins its user's history (when it finished on its own)."""
@@ -105,11 +117,11 @@ class Passes:
                        for j in core.running.values()]
             predicted = history.means(j.user for j in core.pending.values())
         else:
-            running = [running_view(j, now) for j in core.running.values()]
+            running = self.running_views(now)
             predicted = {}
         snap = ClusterSnapshot(
             now=now,
-            nodes={n.name: node_view(n) for n in core.nodes.values()},
+            nodes=self.node_views(),
             partitions=core.partitions,
             running=running,
             pending=list(core.pending.values()),
@@ -123,6 +135,50 @@ class Passes:
         if core.cluster.loans:
             self._lent_views(snap.running, now)
         return snap
+
+    def node_views(self) -> dict[str, NodeView]:
+        """`node_view` of every node, the last pass's view of a node reused when nothing
+        it was made from changed."""
+        cache = self._node_views
+        out: dict[str, NodeView] = {}
+        made_of = _NODE_VIEW_OF
+        for n in self.core.nodes.values():
+            key = made_of(n)
+            hit = cache.get(n.name)
+            if hit is not None and hit[0] is n and hit[1] == key:
+                view = hit[2]
+            else:
+                view = node_view(n)
+                # (the lists copied: a node's own lists change in place)
+                cache[n.name] = (n, (*key[:-3], *map(list, key[-3:])), view)
+            out[n.name] = view
+        if len(cache) > len(out):  # nodes gone (reconfigured)
+            for name in [name for name in cache if name not in out]:
+                del cache[name]
+        return out
+
+    def running_views(self, now: float) -> list[RunningView]:
+        """`running_view` of every running job (planned at its time limit), the last
+        pass's view of a job reused when nothing it was made from changed."""
+        cache = self._running_views
+        kept: dict[int, tuple[Job, tuple[object, ...], RunningView]] = {}
+        out: list[RunningView] = []
+        for j in self.core.running.values():
+            if j.start_time is None:  # (planned from `now`)
+                out.append(running_view(j, now))
+                continue
+            key = (j.start_time, j.time_limit, j.exclusive, j.array_job_id, j.qos,
+                   j.partition, j.kill_reason)
+            hit = cache.get(j.job_id)
+            if hit is not None and hit[0] is j and hit[1] == key and hit[2].alloc is j.alloc:
+                view = hit[2]
+                kept[j.job_id] = hit
+            else:
+                view = running_view(j, now)
+                kept[j.job_id] = (j, key, view)
+            out.append(view)
+        self._running_views = kept
+        return out
 
     def _lent_views(self, running: list[RunningView], now: float) -> None:
         """Preemption by suspension, as the pass must see it: a suspended victim holds its
