@@ -102,9 +102,11 @@ def user_groups(user: str, gid: int) -> set[str]:
     return {group_name(g) for g in gids}
 
 
-# A job's request as node selection sees it: every field of its view but these
+# A job's request as node selection sees it: every field of its view but these (node
+# selection, sched/select.py, reads none of them: jobs of every user and time limit share)
 _SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(PendingView)
-                      if f.name not in ("job_id", "priority", "submit_time", "partition"))
+                      if f.name not in ("job_id", "priority", "submit_time", "partition",
+                                        "user", "time_limit", "qos", "reservation"))
 
 
 class UseCases:

@@ -266,15 +266,19 @@ class Simulator:
             if self.exact:  # the agents heartbeat
                 self.ctl.agent_contact(list(self.ctl.agent_senders))
             periodic_duties(self.ctl, self.now)
+        self.push(self._next_tick(), _TICK, None)
+
+    def _next_tick(self) -> float:
+        """When the next tick that can do anything runs: ticks before the next event would
+        find nothing changed and do nothing, so the first one at or after it (the same
+        times, added up tick by tick)."""
         next_tick = self.ctl.cadence.next_tick
         at = next_tick(self.now)
         if not self.ticked and not self.exact and self.queue:
-            # ticks before the next event would find nothing changed and do nothing: the
-            # first one at or after it is queued (the same times, added up the same way)
             upto = self.queue[0][0]
             while at < upto:
                 at = next_tick(at)
-        self.push(at, _TICK, None)
+        return at
 
     # ---- the workload -------------------------------------------------------------------
     def who(self, user: str) -> Identity:
