@@ -56,6 +56,12 @@ _NODE_VIEW_OF = attrgetter("name", "cpus", "real_memory", "gpus", "alloc_cpus", 
                            "features")
 
 
+# what `running_view` reads of a job that has started (its allocation: the list itself,
+# which a fresh view would share too)
+_RUNNING_VIEW_OF = attrgetter("start_time", "time_limit", "exclusive", "array_job_id", "qos",
+                              "partition", "kill_reason", "alloc")
+
+
 def running_view(j: Job, now: float, recent_mean: float | None = None) -> RunningView:
     """A running job as the pass sees it; with `recent_mean` (its user's recent run times,
     sched/predict.py) it is expected to end when predicted, not at its limit."""
@@ -163,14 +169,14 @@ class Passes:
         cache = self._running_views
         kept: dict[int, tuple[Job, tuple[object, ...], RunningView]] = {}
         out: list[RunningView] = []
+        made_of = _RUNNING_VIEW_OF
         for j in self.core.running.values():
-            if j.start_time is None:  # (planned from `now`)
+            if not j.start_time:  # (planned from `now`)
                 out.append(running_view(j, now))
                 continue
-            key = (j.start_time, j.time_limit, j.exclusive, j.array_job_id, j.qos,
-                   j.partition, j.kill_reason)
+            key = made_of(j)
             hit = cache.get(j.job_id)
-            if hit is not None and hit[0] is j and hit[1] == key and hit[2].alloc is j.alloc:
+            if hit is not None and hit[0] is j and hit[1] == key:
                 view = hit[2]
                 kept[j.job_id] = hit
             else:
