@@ -14,13 +14,16 @@ agents:
 - a `Control` (cancel, requeue, time limit) stops the job at once;
 - every start and end is read from the job events among the effects.
 
-Three shortcuts keep month-long traces fast, all off with `exact=True`: a pass or a tick
+Shortcuts keep month-long traces fast, all off with `exact=True`: a pass or a tick
 that nothing could have changed since the last one (no job event since) is skipped (it
 could only re-age priorities); a pass after submissions alone is skipped when the free GPUs
 and CPUs add up to less than each new job asks (it could start nothing: the last pass
 started what the free resources allowed; not with preemption on, where a new job may
-start on a victim's resources); and the agents never fall silent
-(SlurmdTimeout=0).
+start on a victim's resources); a pass after an end is skipped when no pending job fits in
+what is free and none would become eligible in it (`_may_use_freed`: a necessary condition
+for a start, so the schedule is the same; not with preemption or suspended jobs); the ticks
+before the next event that nothing changed are jumped over (`_next_tick`); and the agents
+never fall silent (SlurmdTimeout=0).
 A pass takes `pass_cost` seconds of virtual time (0 by default), which is what the
 cadence's coalescing sees.
 """
