@@ -227,7 +227,7 @@ class Simulator:
         pending = core.pending
         if not pending:
             return False
-        if core.cluster.loans or core.passes.preempt_policy() is not None:
+        if self._preempts or core.cluster.loans:  # a job may start on a victim's resources
             return True
         free = self._free_resources()
         return any(job.eligible_time is None or self._fits(job, *free)
