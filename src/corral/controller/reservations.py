@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 import pwd
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
+if TYPE_CHECKING:  # the routes' types only: the simulator imports this module without a server
+    from aiohttp import web
 
 from corral.controller.core.effects import PersistReservation
 from corral.controller.errors import (
