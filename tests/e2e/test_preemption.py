@@ -55,9 +55,9 @@ for i in $(seq 75); do echo "$i $CUDA_VISIBLE_DEVICES" >> {out}; sleep 0.2; done
 # time); its second run (SLURM_RESTART_COUNT=1) finishes at once.
 VICTIM = """\
 #!/bin/bash
-trap 'echo "TERM $SLURM_RESTART_COUNT" >> {marker}' TERM
-echo "start $SLURM_RESTART_COUNT" >> {marker}
-if [ "$SLURM_RESTART_COUNT" -gt 0 ]; then exit 0; fi
+trap 'echo "TERM ${{SLURM_RESTART_COUNT:-0}}" >> {marker}' TERM
+echo "start ${{SLURM_RESTART_COUNT:-0}}" >> {marker}
+if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then exit 0; fi
 for i in $(seq 120); do sleep 1; done
 """
 
