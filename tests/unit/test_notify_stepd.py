@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pwd
+from typing import Any
 
 from corral.agent import stepd
 from tests.unit.test_stepd import (  # noqa: F401  (fixtures)
@@ -20,11 +21,42 @@ from tests.unit.test_stepd import (  # noqa: F401  (fixtures)
 )
 
 
+def _supervisor_state(job_dir: str) -> str:
+    """What the supervisor was doing, for a timeout's message: its log, its kernel state
+    and its descriptors (these tests once timed out in CI only)."""
+    parts = [f"stepd.log: {read(job_dir, stepd.LOG_FILE)!r}"]
+    try:
+        pid = read(job_dir, stepd.PID_FILE).split()[0]
+        for name in ("status", "wchan", "stack"):
+            try:
+                with open(f"/proc/{pid}/{name}") as f:
+                    text = f.read()
+                if name == "status":
+                    text = " ".join(line for line in text.splitlines()
+                                    if line.split(":")[0] in ("State", "SigBlk", "SigCgt"))
+                parts.append(f"{name}: {text.strip()}")
+            except OSError as e:
+                parts.append(f"{name}: {e}")
+        fds = sorted(os.listdir(f"/proc/{pid}/fd"), key=int)
+        parts.append("fds: " + ", ".join(
+            f"{fd}->{os.readlink(f'/proc/{pid}/fd/{fd}')}" for fd in fds))
+    except (OSError, IndexError) as e:
+        parts.append(f"no supervisor state: {e}")
+    return "\n".join(parts)
+
+
+def _wait_for_notice(predicate: Any, job_dir: str, what: str) -> None:
+    try:
+        _wait_for(predicate, 10, what)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{_supervisor_state(job_dir)}") from None
+
+
 def test_notify_goes_to_the_batch_jobs_stderr(jobs: Jobs) -> None:  # noqa: F811
     d = jobs.start("echo ready\necho from-job >&2\nsleep 300\n")
     _wait_for(lambda: "from-job" in read(d, "err"), 10, "the script to start")
     stepd.send_control(d, {"op": "notify", "message": "checkpoint soon"})
-    _wait_for(lambda: "checkpoint soon" in read(d, "err"), 10, "the notice")
+    _wait_for_notice(lambda: "checkpoint soon" in read(d, "err"), d, "the notice")
     assert read(d, "err") == "from-job\nslurmstepd: error: checkpoint soon\n"
     assert read(d, "out") == "ready\n"  # stderr only, as Slurm's
     stepd.send_control(d, {"op": "cancel"})
@@ -46,7 +78,7 @@ def test_notify_is_written_as_the_owner_and_never_through_a_link_they_plant(
     _wait_for(lambda: "swapped" in read(out_dir, "err.opened"), 10, "the swap")
     assert os.path.islink(os.path.join(out_dir, "err"))
     stepd.send_control(d, {"op": "notify", "message": "GPUs idle"})
-    _wait_for(lambda: "GPUs idle" in read(out_dir, "err.opened"), 10, "the notice")
+    _wait_for_notice(lambda: "GPUs idle" in read(out_dir, "err.opened"), d, "the notice")
     assert read(out_dir, "err.opened") == "swapped\nslurmstepd: error: GPUs idle\n"
     assert read(jobs.base, "victim") == "precious\n"
     assert os.stat(opened).st_uid == other_user.pw_uid
@@ -59,7 +91,8 @@ def test_notify_to_a_job_whose_stderr_is_not_a_file_is_logged(jobs: Jobs) -> Non
     d = jobs.start("echo ready\nsleep 300\n", stderr="/dev/null")
     _wait_for(lambda: read(d, "out") == "ready\n", 10, "the script to start")
     stepd.send_control(d, {"op": "notify", "message": "nowhere to go"})
-    _wait_for(lambda: "nowhere to go" in read(d, "stepd.log"), 10, "the notice in the log")
+    _wait_for_notice(lambda: "nowhere to go" in read(d, "stepd.log"), d,
+                     "the notice in the log")
     assert stepd.is_alive(d)
     stepd.send_control(d, {"op": "cancel"})
     assert wait_status(d)["state"] == "CANCELLED"
