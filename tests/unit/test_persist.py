@@ -91,10 +91,12 @@ def test_a_failed_commit_sends_nothing_and_leaves_the_stored_job(
         h.tick()
     assert seen == []  # no launch, no control
     assert _stored_state(h.store, jid) == "PENDING"  # the store has the job as it was
+    assert h.job(jid).state is JobState.PENDING  # and so has memory: the start was undone
     assert any("store write failed" in r.getMessage() for r in caplog.records)
-    # the store comes back: the start is committed, then (only then) the launch goes out
+    # the store comes back: the next pass starts it, the start is committed, then (only
+    # then) the launch goes out
     failing = False
-    h.call(lambda: None)
+    h.tick()
     assert [(kind, state) for kind, _, state in seen] == [("launch", "RUNNING")]
     assert h.job(jid).state is JobState.RUNNING
 

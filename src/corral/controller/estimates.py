@@ -73,7 +73,7 @@ class StartEstimates:
                 self.started(job.job_id, job.array_job_id, job.start_time)
             else:
                 self.forget(job.job_id)
-        elif ev.kind in (JobEventKind.ENDED, JobEventKind.REQUEUED):
+        elif ev.kind in (JobEventKind.ENDED, JobEventKind.REQUEUED, JobEventKind.UNSTARTED):
             self.forget(job.job_id)  # ended while pending; requeued: estimated anew
 
     def quantiles(self, qs: Iterable[float] = (0.5, 0.9)) -> dict[float, float]:

@@ -17,6 +17,7 @@ failure runs in milliseconds.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -26,7 +27,7 @@ from corral.controller.state import Controller
 from corral.model.config import ClusterConfig, parse_config
 from corral.model.job import Job
 from corral.sched.pipeline import Decision
-from corral.store.base import Store
+from corral.store.base import PreparedBatch, Store
 from corral.store.memory import MemoryStore
 
 T = TypeVar("T")
@@ -43,6 +44,39 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+class FailingStore:
+    """A real store (SQLite or in memory) whose commits a test can make fail (`failing`:
+    each commit raises OSError, the store unchanged) or wait (`hold()` until `release()`:
+    a commit in flight while the loop goes on; for a threaded store).  Everything else is
+    the wrapped store's."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.failing = False
+        self.failed = 0  # commits refused so far
+        self._gate: threading.Event | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def hold(self) -> None:
+        self._gate = threading.Event()
+
+    def release(self) -> None:
+        gate, self._gate = self._gate, None
+        if gate is not None:
+            gate.set()
+
+    def commit(self, prepared: PreparedBatch) -> None:
+        gate = self._gate
+        if gate is not None:
+            gate.wait(30)
+        if self.failing:
+            self.failed += 1
+            raise OSError("injected: the store cannot write")
+        self.store.commit(prepared)
 
 
 class HandPasses:
@@ -69,7 +103,7 @@ def harness_controller(config: ClusterConfig, store: Store, clock: FakeClock) ->
 
 class Harness:
     def __init__(self, conf: str | ClusterConfig, *, now: float = START,
-                 store: MemoryStore | None = None, register: bool = True) -> None:
+                 store: Store | FailingStore | None = None, register: bool = True) -> None:
         self.clock = FakeClock(now)
         self.store = store or MemoryStore()
         config = parse_config(conf) if isinstance(conf, str) else conf

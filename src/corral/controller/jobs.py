@@ -25,6 +25,9 @@ class JobEventKind(StrEnum):
     REQUEUED = "requeued"  # back to PENDING
     SUSPENDED = "suspended"
     RESUMED = "resumed"
+    # a start whose commit failed, undone: PENDING again as before it, its resources
+    # released; no launch, Prolog message or control of that start ever went out
+    UNSTARTED = "unstarted"
 
 
 @dataclass(frozen=True, slots=True)

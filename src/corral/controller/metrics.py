@@ -94,6 +94,8 @@ class SchedCounters:
                 c["failed"] += 1
         elif ev.kind is JobEventKind.REQUEUED:
             c["requeued"] += 1
+        elif ev.kind is JobEventKind.UNSTARTED:  # a start taken back (its commit failed)
+            c["started"] -= 1
 
     def observe_pass(self) -> None:
         """Take the last pass's duration (the controller times each pass)."""
@@ -509,7 +511,7 @@ class Metrics:
             self.book.job_ended(ev.job.job_id)
         if ev.kind is JobEventKind.STARTED:
             self.owner_gpu.track(ev.job)
-        elif ev.kind in (JobEventKind.ENDED, JobEventKind.REQUEUED):
+        elif ev.kind in (JobEventKind.ENDED, JobEventKind.REQUEUED, JobEventKind.UNSTARTED):
             self.owner_gpu.forget(ev.job.job_id)
 
     def _on_gpu_sample(self, name: str) -> None:

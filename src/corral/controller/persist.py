@@ -9,9 +9,12 @@ writer took from the store, and a request answers only once its change is commit
 Nothing reaches an agent before the change it depends on is committed: controls wait in
 `after_commit`, launches in `launch_after_commit` (their message is built after the commit,
 in the store's thread, from the committed record: the script is read there, not on the
-loop).  When a commit fails, nothing is sent: the batch's changes and messages are kept
-and the commit is retried, so the store and the agents stay as they were until it
-succeeds.  A commit refused for a stale epoch (another controller took the store) is
+loop).  When a commit fails, nothing is sent, and the writer asks its owner
+(`on_failure`, the shell) what of the batch to take back: starts decided in it are undone
+in memory (their launches and the messages about them dropped), and submissions never
+made visible are withdrawn (their records and payloads dropped: their clients got the
+error).  The rest of the batch's changes and messages are kept and the commit retried, so
+the store and the agents stay as they were until it succeeds.  A commit refused for a stale epoch (another controller took the store) is
 final: this writer sends and writes nothing more.
 """
 
@@ -55,15 +58,35 @@ T = TypeVar("T")
 
 class Launch:
     """A launch waiting for its commit: `build(committed job)` runs in the store's thread
-    and returns the message; `deliver(message or the exception)` runs on the loop."""
+    and returns the message; `deliver(message or the exception)` runs on the loop.
+    `undo` is the owner's (the core's record of the start, when it was decided in this
+    launch's batch), for `on_failure`."""
 
-    __slots__ = ("job_id", "build", "deliver")
+    __slots__ = ("job_id", "build", "deliver", "undo")
 
     def __init__(self, job_id: int, build: Callable[[Job], dict[str, Any]],
-                 deliver: Callable[[dict[str, Any] | Exception], None]) -> None:
+                 deliver: Callable[[dict[str, Any] | Exception], None],
+                 undo: object = None) -> None:
         self.job_id = job_id
         self.build = build
         self.deliver = deliver
+        self.undo = undo
+
+
+After = tuple[Send, dict[str, Any]] | Launch
+
+
+class TakenBack:
+    """What the owner took back of a failed batch (`GroupCommitWriter.on_failure`): the
+    jobs whose records and payloads are not written (`withdrawn`: submissions never made
+    visible) and the jobs whose launches and messages are not sent (`unsent`)."""
+
+    __slots__ = ("withdrawn", "unsent")
+
+    def __init__(self, withdrawn: set[int] | None = None, unsent: set[int] | None = None
+                 ) -> None:
+        self.withdrawn = withdrawn or set()
+        self.unsent = unsent or set()
 
 
 class GroupCommitWriter:
@@ -77,7 +100,7 @@ class GroupCommitWriter:
         self.dirty_jobs: dict[int, Job] = {}
         self.dirty_nodes: set[str] = set()
         self.payloads: list[tuple[int, JobPayload]] = []
-        self.after: list[tuple[Send, dict[str, Any]] | Launch] = []
+        self.after: list[After] = []
         self.next_id_dirty = False
         self.crontab_records: list[CrontabRecord] = []  # scrontab (controller/crontab.py)
         self.reservation_changes: list[ReservationChange] = []  # controller/reservations.py
@@ -87,6 +110,8 @@ class GroupCommitWriter:
         self.auth_records: list[AuthRecord] = []
         self.node_events: list[NodeHistoryEntry | NodeHistoryEnd] = []  # node history, in order
         self.failures = 0  # commits failed in a row
+        # asked, when a commit fails, what of the batch to take back (the shell)
+        self.on_failure: Callable[[WriteBatch, list[After]], TakenBack] | None = None
         self._flush_waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         # a store that commits in memory needs no thread (the harness's MemoryStore)
@@ -142,10 +167,11 @@ class GroupCommitWriter:
         self.kick()
 
     def launch_after_commit(self, job: Job, build: Callable[[Job], dict[str, Any]],
-                            deliver: Callable[[dict[str, Any] | Exception], None]) -> None:
+                            deliver: Callable[[dict[str, Any] | Exception], None],
+                            undo: object = None) -> None:
         """Send a job's launch once its record (marked now, so in the same commit) is durable."""
         self.dirty_jobs[job.job_id] = job
-        self.after.append(Launch(job.job_id, build, deliver))
+        self.after.append(Launch(job.job_id, build, deliver, undo))
         self.kick()
 
     def _pending(self) -> bool:
@@ -241,11 +267,31 @@ class GroupCommitWriter:
         self.node_events = []
         return batch
 
-    def _give_back(self, batch: WriteBatch, after: list[tuple[Send, dict[str, Any]] | Launch]
-                   ) -> None:
-        """A failed commit's changes and messages, back in front of what came since."""
+    def _take_back(self, batch: WriteBatch, after: list[After]) -> TakenBack:
+        if self.on_failure is None:
+            return TakenBack()
+        try:
+            return self.on_failure(batch, after)
+        except Exception:  # nothing taken back: the whole batch is retried
+            log.exception("taking back a failed commit's decisions failed")
+            return TakenBack()
+
+    def _give_back(self, batch: WriteBatch, after: list[After],
+                   taken: TakenBack | None = None) -> None:
+        """A failed commit's changes and messages, back in front of what came since, less
+        what its owner took back."""
+        withdrawn = taken.withdrawn if taken is not None else set()
+        unsent = taken.unsent if taken is not None else set()
         for job in batch.jobs:
-            self.dirty_jobs.setdefault(job.job_id, job)
+            if job.job_id not in withdrawn:
+                self.dirty_jobs.setdefault(job.job_id, job)
+        if withdrawn:
+            batch.payloads = [p for p in batch.payloads if p[0] not in withdrawn]
+        if unsent:  # (an Epilog's job_end is of an earlier run: it still goes)
+            after = [item for item in after if isinstance(item, Launch)
+                     and item.job_id not in unsent or not isinstance(item, Launch)
+                     and (item[1].get("job_id") not in unsent
+                          or item[1].get("type") == "job_end")]
         self.dirty_nodes.update(n.name for n in batch.nodes)
         self.payloads[:0] = batch.payloads
         self.crontab_records[:0] = batch.crontabs
@@ -284,7 +330,7 @@ class GroupCommitWriter:
                     self.failures += 1
                     log.exception("store write failed (try %d); retrying in %.0f s, nothing "
                                   "is sent until it succeeds", self.failures, RETRY_S)
-                    self._give_back(batch, after)
+                    self._give_back(batch, after, self._take_back(batch, after))
                 if waiter is not None and not waiter.done():
                     waiter.set_exception(SlurmError(f"state store write failed: {e}", 0, 500))
                 if not self.fenced:
@@ -328,7 +374,7 @@ class GroupCommitWriter:
         return rest
 
     def _commit_and_build(self, prepared: PreparedBatch | None,
-                          after: list[tuple[Send, dict[str, Any]] | Launch]
+                          after: list[After]
                           ) -> list[tuple[Launch, dict[str, Any] | Exception]]:
         if prepared is not None:
             self._commit(prepared)
@@ -336,7 +382,7 @@ class GroupCommitWriter:
 
     @staticmethod
     def _build_launches(prepared: PreparedBatch | None,
-                        after: list[tuple[Send, dict[str, Any]] | Launch]
+                        after: list[After]
                         ) -> list[tuple[Launch, dict[str, Any] | Exception]]:
         """Each launch's message, from its job's committed record (after the commit)."""
         out: list[tuple[Launch, dict[str, Any] | Exception]] = []

@@ -85,6 +85,8 @@ class PrologEpilog:
                 nodes = list(job.nodes)  # started before a controller restart
             if nodes:
                 self._send_end(job, nodes)
+        elif ev.kind is JobEventKind.UNSTARTED:  # its job_start was never sent
+            self.nodes_of.pop(job.job_id, None)
 
     def environment(self, job: Job, nodes: list[str]) -> dict[str, str]:
         """Slurm's Prolog/Epilog environment (the node's own names are set on the agent)."""

@@ -10,7 +10,11 @@ what the core emits (controller/core/effects.py):
 - `Control` and `Launch` wait for that commit (`after_commit`, `launch_after_commit`):
   nothing reaches an agent before the change it depends on is durable, and nothing is
   sent while a commit fails; a launch's message is built from the committed record in
-  the store's thread;
+  the store's thread, and goes out only if the job is still in the run and state it was
+  decided for (a job cancelled meanwhile is ended here: its script never starts);
+- a failed commit's starts are taken back (`Lifecycle.unstart`: PENDING again, resources
+  released, the UNSTARTED event) and a pass asked for later; submissions it held that
+  were never made visible are withdrawn (`_commit_failed`);
 - `ScheduleSoon` asks the cadence (controller/cadence.py) for a pass;
 - `ReadGoneJobs` reads from the store off the loop and hands the answer to the core;
 - `SignalSteps` goes to the step manager; job and node events have already reached
@@ -26,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from corral.controller import persist
 from corral.controller.cadence import Cadence, CadenceParams
 from corral.controller.core import Core
 from corral.controller.core.effects import (
@@ -43,12 +48,14 @@ from corral.controller.core.effects import (
     ReadGoneJobs,
     ScheduleSoon,
     SignalSteps,
+    StartUndo,
 )
 from corral.controller.launch import launch_message
-from corral.controller.persist import GroupCommitWriter
-from corral.model.job import Job
+from corral.controller.persist import After, GroupCommitWriter, TakenBack
+from corral.controller.persist import Launch as WaitingLaunch
+from corral.model.job import Job, JobState
 from corral.sched.pipeline import Decision
-from corral.store.base import Store
+from corral.store.base import Store, WriteBatch
 
 log = logging.getLogger("corral.controller")
 
@@ -112,6 +119,7 @@ class Shell:
         # a batch launch may wait for something first (PrologSlurmctld): the gate returns
         # True when it will call the launch itself
         self.launch_gate: Callable[[Job, Callable[[], None]], bool] | None = None
+        self.writer.on_failure = self._commit_failed
         core.out.sink = self.execute
 
     # ---- effects ------------------------------------------------------------------
@@ -133,8 +141,9 @@ class Shell:
                                            "control": effect.control})
         elif isinstance(effect, Launch):
             job = effect.job
+            # a gated launch goes in a later batch than its start: never taken back
             if self.launch_gate is None or not self.launch_gate(job, lambda: self._launch(job)):
-                self._launch(job)
+                self._launch(job, effect.undo)
         elif isinstance(effect, ScheduleSoon):
             self.request_schedule(effect.delay)
         elif isinstance(effect, PersistPayload):
@@ -195,17 +204,32 @@ class Shell:
                               kill_wait=self.core.settings.kill_wait,
                               node=self.core.nodes.get(job.alloc[0].node))
 
-    def _launch(self, job: Job) -> None:
+    def _launch(self, job: Job, undo: StartUndo | None = None) -> None:
         """Send the job's launch once its start is committed (never before: a crash between
         the two would run a job the store does not know runs).  The message is built after
         the commit, in the store's thread, from the committed record."""
         assert job.batch_host is not None
-        job_id = job.job_id
+        run, start = job.restart_count, job.start_time
         self.writer.launch_after_commit(
-            job, self.launch_message, lambda msg: self._deliver_launch(job_id, msg))
+            job, self.launch_message, lambda msg: self._deliver_launch(job, run, start, msg),
+            undo)
 
-    def _deliver_launch(self, job_id: int, msg: dict[str, Any] | Exception) -> None:
+    def _deliver_launch(self, job: Job, run: int, start: float | None,
+                        msg: dict[str, Any] | Exception) -> None:
         now = self.clock()
+        job_id = job.job_id
+        if self.core.jobs.get(job_id) is not job or job.restart_count != run \
+                or job.start_time != start \
+                or job.state not in (JobState.RUNNING, JobState.SUSPENDED):
+            # cancelled, requeued or ended while its commit was pending: the launch of a run
+            # that is over must not start the script.  A job being killed (COMPLETING)
+            # waits for an end its agent will never report: it ends here, as its
+            # kill_reason says (CANCELLED, TIMEOUT, requeued…)
+            log.info("job %d: launch not sent, the job is %s", job_id, job.state.value)
+            if job.state == JobState.COMPLETING and job.restart_count == run \
+                    and job.start_time == start and self.core.jobs.get(job_id) is job:
+                self.core.lifecycle.job_ended(job_id, "CANCELLED", 0, 0, now, now)
+            return
         if isinstance(msg, Exception):
             log.error("cannot build launch for job %d: %s", job_id, msg)
             self.core.lifecycle.job_ended(job_id, "FAILED", 1, 0, now, now, note=str(msg))
@@ -217,6 +241,35 @@ class Shell:
             self.core.lifecycle.job_ended(job_id, "NODE_FAIL", 0, 0, now, now)
             return
         send(msg)
+
+    def _commit_failed(self, batch: WriteBatch, after: list[After]) -> TakenBack:
+        """What a failed commit takes back (the writer asks; it retries the rest): the starts
+        it held, still RUNNING in that run, are undone — PENDING again, resources released,
+        their launch and Prolog messages never sent — and a pass is asked for later; the
+        submissions it held that were never made visible are withdrawn (their clients got
+        the error; a later retry must not make them exist).  Cancels, ends and everything
+        agents reported stay, and are committed when the store takes them."""
+        core = self.core
+        now = self.clock()
+        unsent: set[int] = set()
+        for item in after:
+            if not isinstance(item, WaitingLaunch) or not isinstance(item.undo, StartUndo):
+                continue
+            job = core.jobs.get(item.job_id)
+            if job is not None and core.lifecycle.unstart(job, item.undo, now):
+                unsent.add(job.job_id)
+        withdrawn = {j.job_id for j in batch.jobs
+                     if j.job_id not in core.table.jobs and not j.state.finished}
+        if withdrawn:
+            for key in [k for k, jid in core.submit_ids.items() if jid in withdrawn]:
+                del core.submit_ids[key]
+            log.error("submission of job(s) %s not committed: withdrawn",
+                      ",".join(map(str, sorted(withdrawn))))
+        if unsent:
+            log.error("start of job(s) %s not committed: pending again",
+                      ",".join(map(str, sorted(unsent))))
+            self.request_schedule(persist.RETRY_S)  # when the writer tries again
+        return TakenBack(withdrawn, unsent)
 
     # ---- agent links --------------------------------------------------------------
     def agent_registered(self, node_names: list[str], send: Send,

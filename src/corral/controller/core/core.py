@@ -121,6 +121,8 @@ class Core:
             self.stats["submitted"] += 1
         elif kind is JobEventKind.STARTED:
             self.stats["started"] += 1
+        elif kind is JobEventKind.UNSTARTED:  # its start was taken back (commit failed)
+            self.stats["started"] -= 1
         elif kind is JobEventKind.ENDED:
             key = {JobState.COMPLETED: "completed", JobState.CANCELLED: "cancelled",
                    JobState.TIMEOUT: "timeout"}.get(ev.new, "failed")

@@ -18,7 +18,8 @@ from typing import Any
 
 from corral.controller.cluster import NodeEvent
 from corral.controller.jobs import JobEvent
-from corral.model.job import Job
+from corral.model.job import Job, NodeAlloc, Step
+from corral.model.reasons import PendingReason
 from corral.store.base import (
     CrontabRecord,
     JobPayload,
@@ -83,10 +84,37 @@ class PersistPartitions:
 
 
 @dataclass(frozen=True, slots=True)
+class StartUndo:
+    """What a start changed of a pending job, as it was before, and which run it began
+    (`run`: the job's restart count, `start`: its start time): what `Lifecycle.unstart`
+    restores when the commit of that start fails."""
+
+    run: int
+    start: float
+    reason: str
+    start_time: float | None
+    end_time: float | None
+    alloc: list[NodeAlloc]
+    nodes: list[str]
+    batch_host: str | None
+    num_tasks: int
+    scheduler: str | None
+    sched_start: float | None
+    sched_nodes: list[str]
+    kill_reason: str | None
+    steps: list[Step]
+    partition: str
+    pending_reason: PendingReason | None  # the pass's typed reason (core.pending_reasons)
+
+
+@dataclass(frozen=True, slots=True)
 class Launch:
-    """Start the job's batch step on its batch host, once its start is committed."""
+    """Start the job's batch step on its batch host, once its start is committed.  `undo`
+    (a start decided in this commit's batch) lets the shell take the start back when that
+    commit fails."""
 
     job: Job
+    undo: StartUndo | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from corral.controller.cluster import NodeEventKind
-from corral.controller.core.effects import Control, Launch, SignalSteps
+from corral.controller.core.effects import Control, Launch, SignalSteps, StartUndo
+from corral.controller.jobs import JobEventKind
 from corral.model.job import FINISHED_STATES, Job, JobState, NodeAlloc, Reason, Step
 from corral.model.messages import JOB_END_STATES
 from corral.sched import deps as sched_deps
@@ -123,7 +124,15 @@ class Lifecycle:
         # preempted jobs in their GraceTime: job id -> when they are killed
         self.preempt_deadlines: dict[int, float] = {}
 
-    def start_job(self, job: Job, alloc: list[NodeAlloc], now: float) -> None:
+    def start_job(self, job: Job, alloc: list[NodeAlloc], now: float,
+                  partition: str | None = None) -> None:
+        """Start `job` on `alloc` (in `partition`, one of its -p a,b list, when given)."""
+        undo = StartUndo(job.restart_count, now, job.reason, job.start_time, job.end_time,
+                         job.alloc, job.nodes, job.batch_host, job.num_tasks, job.scheduler,
+                         job.sched_start, job.sched_nodes, job.kill_reason, list(job.steps),
+                         job.partition, self.core.pending_reasons.get(job.job_id))
+        if partition:
+            job.partition = partition
         job.reason = Reason.NONE
         job.start_time = now
         job.end_time = None
@@ -147,7 +156,30 @@ class Lifecycle:
         self.out.job(job)
         self.core.set_state(job, JobState.RUNNING, now)
         if job.batch and job.state == JobState.RUNNING:
-            self.out.emit(Launch(job))
+            self.out.emit(Launch(job, undo))
+
+    def unstart(self, job: Job, undo: StartUndo, now: float) -> bool:
+        """Take back a start whose commit failed: the job is PENDING again with the fields
+        it had before (`undo`), its resources released, and the typed UNSTARTED event
+        tells the subscribers.  Only while the job is still in that run and RUNNING (a
+        cancel, requeue or end since is the user's or an agent's and stays), and not for a
+        preemptor running on resources lent by suspended victims (their suspension went in
+        the same batch; that start is kept and its commit retried).  True when undone."""
+        if job.state != JobState.RUNNING or job.restart_count != undo.run \
+                or job.start_time != undo.start or job.job_id in self.core.cluster.loans \
+                or self.core.cluster.lenders(job.job_id):
+            return False
+        self.core.cluster.release(job, now)
+        job.reason, job.start_time, job.end_time = undo.reason, undo.start_time, undo.end_time
+        job.alloc, job.nodes, job.batch_host = undo.alloc, undo.nodes, undo.batch_host
+        job.num_tasks, job.scheduler = undo.num_tasks, undo.scheduler
+        job.sched_start, job.sched_nodes = undo.sched_start, undo.sched_nodes
+        job.kill_reason, job.steps, job.partition = undo.kill_reason, undo.steps, undo.partition
+        if undo.pending_reason is not None:
+            self.core.pending_reasons[job.job_id] = undo.pending_reason
+        self.out.job(job)
+        self.core.set_state(job, JobState.PENDING, now, JobEventKind.UNSTARTED)
+        return True
 
     # ---------------------------------------------------------- job endings
     def job_ended(self, job_id: int, state: str, exit_code: int, signal: int, end_time: float,

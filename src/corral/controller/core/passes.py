@@ -237,9 +237,8 @@ class Passes:
                     continue
                 job = core.split_array_task(found, now, start.array_task_id)
                 more = more or bool(found.array_tasks)
-            if start.partition:  # -p a,b: it runs in the partition that could start it
-                job.partition = start.partition
-            core.lifecycle.start_job(job, start.alloc, now)
+            # -p a,b: it runs in the partition that could start it (start.partition)
+            core.lifecycle.start_job(job, start.alloc, now, start.partition)
         for job_id, why in decision.reasons.items():
             waiting = pending.get(job_id)
             if waiting is not None:
