@@ -174,3 +174,57 @@ class _nothing:
 
     def __exit__(self, *exc: object) -> bool:
         return False
+
+
+def test_array_tasks_whose_start_failed_start_once_later(h: Harness) -> None:
+    store: FailingStore = h.store  # type: ignore[assignment]
+    seen = _watch_sends(h)
+    arr = h.submit(array="0-3")
+    store.failing = True
+    with pytest.raises(SlurmError):
+        h.tick()
+    assert seen == [] and _free(h) and not h.ctl.running
+    store.failing = False
+    h.tick()
+    running = sorted((j.array_job_id, j.array_task_id) for j in h.ctl.running.values())
+    assert running == [(arr, t) for t in range(4)]
+    launched = [j for kind, j, state in seen if kind == "launch" and state == "RUNNING"]
+    assert sorted(launched) == sorted(j.job_id for j in h.ctl.running.values())
+    for jid in launched:
+        h.end(jid, "COMPLETED")
+    tasks = [j for j in h.store.query_jobs(array_ids=[arr])]
+    assert sorted(t.array_task_id for t in tasks if t.array_task_id is not None) == [0, 1, 2, 3]
+    assert all(t.state is JobState.COMPLETED for t in tasks if t.array_task_id is not None)
+
+
+def test_a_cancel_in_the_failed_batch_is_kept_and_the_start_beside_it_undone(
+        h: Harness) -> None:
+    store: FailingStore = h.store  # type: ignore[assignment]
+    seen = _watch_sends(h)
+    a = h.submit(num_tasks=4)
+    h.tick()
+    assert h.job(a).state is JobState.RUNNING
+    b = h.submit(num_tasks=4)
+    store.failing = True
+
+    async def cancel_and_start() -> None:
+        h.ctl.signal_jobs(h.who(), [h.job(a)], 15, batch_only=False, cancel=True)
+        h.ctl.schedule_pass(h.clock())
+        await h.ctl.durable()
+
+    with pytest.raises(SlurmError):
+        h.loop.run_until_complete(cancel_and_start())
+    assert h.job(a).state is JobState.COMPLETING  # the cancel stays
+    assert h.job(b).state is JobState.PENDING  # the start beside it was taken back
+    assert [kind for kind, j, _ in seen if j in (a, b)] == ["launch"]  # a's, before
+    store.failing = False
+    h.call(asyncio.sleep, 0.2)
+    h.call(lambda: None)
+    assert ("control", a, "COMPLETING") in seen  # sent once its commit succeeded
+    stored = _stored(h.store, a)
+    assert stored is not None and stored.state is JobState.COMPLETING
+    h.end(a, "CANCELLED", signal=15)
+    assert h.job(a).state is JobState.CANCELLED
+    h.tick()
+    assert h.job(b).state is JobState.RUNNING
+    assert ("launch", b, "RUNNING") in seen
