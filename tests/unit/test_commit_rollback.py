@@ -228,3 +228,19 @@ def test_a_cancel_in_the_failed_batch_is_kept_and_the_start_beside_it_undone(
     h.tick()
     assert h.job(b).state is JobState.RUNNING
     assert ("launch", b, "RUNNING") in seen
+
+
+def test_a_start_taken_back_sends_no_prolog_message(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(persist, "RETRY_S", 0.05)
+    store = FailingStore(MemoryStore())
+    with Harness("Prolog=/bin/true\n" + CONF, store=store) as h:
+        seen = _watch_sends(h)
+        jid = h.submit()
+        store.failing = True
+        with pytest.raises(SlurmError):
+            h.tick()
+        assert seen == [] and jid not in h.ctl.prolog.nodes_of
+        store.failing = False
+        h.tick()
+        assert [(kind, j) for kind, j, _ in seen] == [("job_start", jid), ("launch", jid)]

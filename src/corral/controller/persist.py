@@ -89,6 +89,15 @@ class TakenBack:
         self.unsent = unsent or set()
 
 
+def _about(item: After, runs: set[int]) -> bool:
+    """Whether a waiting launch or message is about the current run of a job in `runs`
+    (an Epilog's job_end is about an earlier run: it still goes)."""
+    if isinstance(item, Launch):
+        return item.job_id in runs
+    msg = item[1]
+    return msg.get("job_id") in runs and msg.get("type") != "job_end"
+
+
 class GroupCommitWriter:
     def __init__(self, store: Store, node_record: Callable[[str], NodeRecord],
                  next_id: Callable[[], int]) -> None:
@@ -287,11 +296,8 @@ class GroupCommitWriter:
                 self.dirty_jobs.setdefault(job.job_id, job)
         if withdrawn:
             batch.payloads = [p for p in batch.payloads if p[0] not in withdrawn]
-        if unsent:  # (an Epilog's job_end is of an earlier run: it still goes)
-            after = [item for item in after if isinstance(item, Launch)
-                     and item.job_id not in unsent or not isinstance(item, Launch)
-                     and (item[1].get("job_id") not in unsent
-                          or item[1].get("type") == "job_end")]
+        if unsent:
+            after = [item for item in after if not _about(item, unsent)]
         self.dirty_nodes.update(n.name for n in batch.nodes)
         self.payloads[:0] = batch.payloads
         self.crontab_records[:0] = batch.crontabs
