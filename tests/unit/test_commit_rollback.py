@@ -165,6 +165,7 @@ def test_a_job_cancelled_while_its_start_commits_never_gets_its_launch(
         assert h.job(jid).state is JobState.CANCELLED and _free(h)
         stored = _stored(store, jid)
         assert stored is not None and stored.state is JobState.CANCELLED
+        assert not [s for s in stored.steps if s.step_id == "batch"]  # it never ran
     inner.close()
 
 

@@ -228,6 +228,8 @@ class Shell:
             log.info("job %d: launch not sent, the job is %s", job_id, job.state.value)
             if job.state == JobState.COMPLETING and job.restart_count == run \
                     and job.start_time == start and self.core.jobs.get(job_id) is job:
+                # (no batch step: it never ran, as sacct shows a job cancelled before launch)
+                job.steps = [s for s in job.steps if s.step_id != "batch"]
                 self.core.lifecycle.job_ended(job_id, "CANCELLED", 0, 0, now, now)
             return
         if isinstance(msg, Exception):
