@@ -83,7 +83,7 @@ class PersistPartitions:
     table: RuntimePartitions
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # (not frozen: a frozen init costs ~10x, paid on every start)
 class StartUndo:
     """What a start changed of a pending job, as it was before, and which run it began
     (`run`: the job's restart count, `start`: its start time): what `Lifecycle.unstart`
