@@ -80,6 +80,14 @@ class Cluster:
         lines = [ln for ln in out.splitlines() if ln.strip()]
         return lines[0].split()[0] if lines else ""
 
+    def restarts(self, job: int | str) -> int:
+        """The job's requeue count, as `scontrol show job` prints it (Restarts=; Slurm 22.05's
+        sacct has no Restarts field)."""
+        out = self.ok("scontrol", "show", "job", str(job))
+        m = re.search(r" Restarts=(\d+) ", out)
+        assert m, out
+        return int(m.group(1))
+
     def wait_state(self, job: int | str, states: set[str] | str, timeout: float = 30) -> str:
         want = {states} if isinstance(states, str) else states
         deadline = time.monotonic() + timeout

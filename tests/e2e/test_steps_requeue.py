@@ -85,8 +85,7 @@ def test_requeue_waits_for_the_step_and_the_new_run_starts_at_step_0(cluster: Cl
     assert f"{jid}.1" not in step_ids(cluster, jid)
     rows = cluster.ok("sacct", "-j", str(jid), "-n", "-P", "-o", "JobID,State").split()
     assert f"{jid}.0|RUNNING" in rows and not any(r.startswith(f"{jid}.1|") for r in rows), rows
-    restarts = cluster.ok("sacct", "-j", str(jid), "-X", "-n", "-P", "-o", "Restarts").strip()
-    assert restarts == "1"
+    assert cluster.restarts(jid) == 1
 
     # scancel: sacct says CANCELLED at once, as Slurm records it (issue 18), while squeue
     # shows CG until the step is gone; the job leaves squeue only after that

@@ -211,23 +211,23 @@ def test_more_fields() -> None:
     out = run_pure(jobs, parsable="P", fields=(
         "jobid,user,uid,group,gid,nnodes,ncpus,reqcpus,reqmem,reqnodes,timelimit,timelimitraw,"
         "elapsedraw,cputime,cputimeraw,start,end,submit,eligible,alloctres,reqtres,cluster,"
-        "derivedexitcode,workdir,maxrss,allocnodes,qos,priority,restarts,suspended"))
+        "derivedexitcode,workdir,maxrss,allocnodes,qos,priority,suspended"))
     assert out.splitlines() == [
         "JobID|User|UID|Group|GID|NNodes|NCPUS|ReqCPUS|ReqMem|ReqNodes|Timelimit|TimelimitRaw|"
         "ElapsedRaw|CPUTime|CPUTimeRAW|Start|End|Submit|Eligible|AllocTRES|ReqTRES|Cluster|"
-        "DerivedExitCode|WorkDir|MaxRSS|AllocNodes|QOS|Priority|Restarts|Suspended",
+        "DerivedExitCode|WorkDir|MaxRSS|AllocNodes|QOS|Priority|Suspended",
         "2|root|0|root|0|2|8|8|8G|2|UNLIMITED|UNLIMITED|87|00:11:36|696|2026-11-23T01:10:52|"
         "2026-11-23T01:12:19|2026-11-23T01:10:49|2026-11-23T01:10:49|"
         "billing=8,cpu=8,mem=8G,node=2|billing=8,cpu=8,mem=8G,node=2|anchor|0:15|/||2|normal|"
-        "1|0|00:00:00",
+        "1|00:00:00",
         "2.batch|||||1|4||||||87|00:05:48|348|2026-11-23T01:10:52|2026-11-23T01:12:19|"
-        "2026-11-23T01:10:52|2026-11-23T01:10:52|cpu=4,mem=4G,node=1||anchor||||1||||00:00:00",
+        "2026-11-23T01:10:52|2026-11-23T01:10:52|cpu=4,mem=4G,node=1||anchor||||1|||00:00:00",
         "9|root|0|root|0|1|1|1|1G|1|00:01:00|1|61|00:01:01|61|2026-11-23T01:10:52|"
         "2026-11-23T01:11:53|2026-11-23T01:10:49|2026-11-23T01:10:49|"
         "billing=1,cpu=1,mem=1G,node=1|billing=1,cpu=1,mem=1G,node=1|anchor|0:15|/||1|normal|"
-        "1|0|00:00:00",
+        "1|00:00:00",
         "9.batch|||||1|1||||||61|00:01:01|61|2026-11-23T01:10:52|2026-11-23T01:11:53|"
-        "2026-11-23T01:10:52|2026-11-23T01:10:52|cpu=1,mem=1G,node=1||anchor||||1||||00:00:00",
+        "2026-11-23T01:10:52|2026-11-23T01:10:52|cpu=1,mem=1G,node=1||anchor||||1|||00:00:00",
     ]
 
 
@@ -268,6 +268,9 @@ def test_field_errors_and_prefixes() -> None:
     assert len(sacct.parse_fields("ALL")) == len(sacct.FIELDS)
     with pytest.raises(sacct.UsageError, match='Invalid field requested: "bogus"'):
         sacct.parse_fields("jobid,bogus")
+    # Restarts came with Slurm 23.02: 22.05's sacct refuses it
+    with pytest.raises(sacct.UsageError, match='Invalid field requested: "Restarts"'):
+        sacct.parse_fields("jobid,Restarts")
 
 
 def test_helpformat_layout() -> None:

@@ -99,7 +99,7 @@ _FIELD_TABLE: list[tuple[str, int, bool]] = [
     ("ReqCPUFreqGov", 13, False), ("ReqCPUFreqMax", 13, False), ("ReqCPUFreqMin", 13, False),
     ("ReqCPUS", 8, True), ("ReqMem", 10, False), ("ReqNodes", 8, False),
     ("ReqTRES", 10, False), ("Reservation", 20, False), ("ReservationId", 8, True),
-    ("Reserved", 10, True), ("Restarts", 8, True), ("Start", 19, False),
+    ("Reserved", 10, True), ("Start", 19, False),
     ("State", 10, False), ("Submit", 19, False), ("SubmitLine", 20, False),
     ("Suspended", 10, True), ("SystemComment", 15, False), ("SystemCPU", 10, False),
     ("Timelimit", 10, False), ("TimelimitRaw", 10, False), ("TotalCPU", 10, False),
@@ -457,7 +457,6 @@ GETTERS: dict[str, Getter] = {
     "QOS": _job_only("qos"),
     "Reservation": _job_only("reservation"),
     "Reason": _job_only("reason"),
-    "Restarts": _job_only("restart_count"),
     "Cluster": lambda j, s, c: c.cluster,
     "Suspended": lambda j, s, c: format_hms(0 if s is not None
                                             else float(j.get("suspended_secs") or 0)),
