@@ -893,6 +893,8 @@ class Supervisor:
                 fail("chdir", e.errno or 0, f"couldn't chdir to {work_dir}", 1)
         script = request.argv[0]
         argv = request.command()
+        # the batch script's own pid, as slurmstepd sets it for the batch step's task
+        request.env["SLURM_TASK_PID"] = str(os.getpid())
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         try:
             os.execve(argv[0], argv, request.env)

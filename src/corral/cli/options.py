@@ -780,7 +780,7 @@ def expand_hostlist(expr: str) -> list[str]:
 # The options of CHECKED_NO_EFFECT are not listed: parse_alloc_value checks their value.
 ALLOC_NO_EFFECT = frozenset({
     "contiguous", "delay-boot", "get-user-env", "gpu-bind", "gpu-freq", "gres-flags",
-    "mcs-label", "network", "no-kill", "overcommit", "power", "prefer", "propagate", "reboot", "spread-job", "use-min-nodes", "wait-all-nodes", "wckey", "cpu-bind",
+    "mcs-label", "network", "no-kill", "power", "prefer", "propagate", "reboot", "spread-job", "use-min-nodes", "wait-all-nodes", "wckey", "cpu-bind",
     "accel-bind", "compress", "msg-timeout", "threads", "treewidth", "bell",
     "no-bell", "wait-srun", "exact", "whole", "unbuffered", "resv-ports", "send-libs",
     "quit-on-interrupt", "disable-status", "slurmd-debug", "kill-command", "x11",
@@ -1013,7 +1013,7 @@ _FROM_OPTION = _option_keys(
 _BATCH_FROM_OPTION = _option_keys("requeue", "hint", "acctg_freq")
 # sent only when given: an absent one keeps the controller's default
 _FROM_OPTION_IF_GIVEN = _option_keys("constraint", "priority", "min_cpus", "min_tmp_disk",
-                                     "reservation")
+                                     "reservation", "overcommit")
 _COMPUTED = frozenset({"name", "batch", "num_nodes", "max_nodes", "num_tasks", "gpus",
                        "gpus_per_node", "gpus_per_task", "gpu_type", "req_nodes", "exc_nodes",
                        "stdout", "stderr", "stdin", "command", "submit_line", "held"})

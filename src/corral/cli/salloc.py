@@ -40,6 +40,7 @@ from corral.cli.options import (
     read_hostfile,
     spec_problem,
 )
+from corral.model.jobspec import short_hostname, submitted_from
 from corral.model.pyxis import PYXIS_HELP, container_from_options, pyxis_environment
 
 TYPE_CHECKING = False
@@ -95,6 +96,9 @@ def _set(req: SallocRequest, option: Option, arg: str | None, now: float, cwd: s
             return
         if key in ALLOC_UNSUPPORTED:
             fail(PROG, f"--{option.name} is not supported by Corral")
+        if key == "overcommit":
+            req.v[key] = True
+            return
         if key in ALLOC_NO_EFFECT:
             req.ignored.append(option.name)
             return
@@ -451,12 +455,12 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: list[str]) -> int:
     try:
         req = parse_salloc(args, dict(os.environ), os.getcwd(), time.time(),
-                           submit_host=os.uname().nodename.split(".")[0],
-                           umask=_current_umask())
+                           submit_host=short_hostname(), umask=_current_umask())
     except CliExit as e:
         sys.stdout.write(e.stdout)
         sys.stderr.write(e.stderr)
         return e.code
+    req.spec.update(submitted_from())  # scontrol's AllocNode:Sid=HOST:SID
     for line in req.messages:
         sys.stderr.write(line + "\n")
     return run_request(req)
@@ -580,9 +584,9 @@ Other options:
 Accepted without effect under Corral (values checked as Slurm checks them):
 --acctg-freq, --bell, --contiguous, --cpu-freq, --delay-boot, -m/--distribution,
 --get-user-env, --gpu-bind, --gpu-freq, --gres-flags, --hint, -K/--kill-command,
---mcs-label, --mem-bind, --network, --no-bell, -k/--no-kill, -O/--overcommit,
---power, --prefer, --profile, --reboot, --spread-job, --use-min-nodes,
---wait-all-nodes, --wckey, --x11.
+--mcs-label, --mem-bind, --network, --no-bell, -k/--no-kill, --power,
+--prefer, --profile, --reboot, --spread-job, --use-min-nodes, --wait-all-nodes,
+--wckey, --x11.
 Other Slurm options are refused with an error.
 """
 

@@ -59,6 +59,7 @@ from corral.cli.options import (
     spec_problem,
     verify_hint,
 )
+from corral.model.jobspec import submitted_from
 
 TYPE_CHECKING = False  # annotations only: `typing` would cost every submission ~3 ms
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ _EARLY = frozenset({"help", "usage", "version", "verbose", "quiet", "wrap"})
 _NO_EFFECT = frozenset({
     "contiguous", "cpu-freq", "delay-boot", "distribution", "get-user-env",
     "gpu-bind", "gpu-freq", "gres-flags", "ignore-pbs", "kill-on-invalid-dep", "mcs-label",
-    "mem-bind", "network", "no-kill", "overcommit", "power", "prefer", "profile", "propagate",
+    "mem-bind", "network", "no-kill", "power", "prefer", "profile", "propagate",
     "reboot", "spread-job", "use-min-nodes", "wait-all-nodes", "wckey",
 })
 
@@ -261,7 +262,7 @@ def _set_option(req: _Request, key: str, option: Option, arg: str | None, source
         if a.lower() == "help":
             raise CliExit(0, stdout=_HINT_HELP)
         value = a
-    elif key in ("hold", "parsable", "wait"):
+    elif key in ("hold", "parsable", "wait", "overcommit"):
         value = True
     elif key == "mail-type":
         kinds = [k for k in req.v.get("mail-type", "").split(",") if k]
@@ -877,9 +878,7 @@ def _run(args: list[str]) -> int:
         payload = build_payload(sub)
         # one id per sbatch run: resent after a lost answer, it returns the same job
         payload["spec"]["submit_id"] = os.urandom(16).hex()
-        # scontrol's AllocNode:Sid=HOST:SID (display only)
-        payload["spec"]["submit_host"] = _short_hostname()
-        payload["spec"]["alloc_sid"] = os.getsid(0)
+        payload["spec"].update(submitted_from())  # scontrol's AllocNode:Sid=HOST:SID
         reply = client.post("/v1/jobs", payload, idempotent=True)
         job_id = int(reply["job_id"])
     except client.NotRunning as e:
@@ -1012,8 +1011,8 @@ Accepted without effect under Corral (values checked as Slurm checks them):
 --contiguous, --cpu-freq, --delay-boot, -m/--distribution,
 --get-user-env, --gpu-bind, --gpu-freq, --gres-flags, --ignore-pbs,
 --kill-on-invalid-dep, --mcs-label, --mem-bind, --network, -k/--no-kill,
--O/--overcommit, --power, --prefer, --profile, --propagate, --reboot,
---spread-job, --use-min-nodes, --wait-all-nodes, --wckey.
+--power, --prefer, --profile, --propagate, --reboot, --spread-job,
+--use-min-nodes, --wait-all-nodes, --wckey.
 Other Slurm options are refused with an error.
 """
 

@@ -64,7 +64,8 @@ def job_resources(job: dict[str, Any]) -> dict[str, Any]:
     num_nodes = int(job.get("num_nodes") or 1)
     per_node = job.get("ntasks_per_node")
     ntasks = per_node * num_nodes if per_node else max(int(job.get("num_tasks") or 1), num_nodes)
-    cpus = ntasks * int(job.get("cpus_per_task") or 1)
+    # -O: one task's CPUs per node (slurmctld's min_cpus), whatever the task count
+    cpus = (num_nodes if job.get("overcommit") else ntasks) * int(job.get("cpus_per_task") or 1)
     mem: int | None = None
     if job.get("mem_per_node"):
         mem = int(job["mem_per_node"]) * num_nodes
@@ -275,7 +276,9 @@ def format_job(job: dict[str, Any], now: float, *, one_liner: bool = False,
     else:
         num_nodes = str(nodes_shown)
     per_node = job.get("ntasks_per_node") or 0
-    min_cpus_node = pn_min_cpus(int(job.get("cpus_per_task") or 1), per_node,
+    # (-O: --ntasks-per-node does not raise it, as in slurmctld)
+    min_cpus_node = pn_min_cpus(int(job.get("cpus_per_task") or 1),
+                                None if job.get("overcommit") else per_node,
                                 int(job.get("num_tasks") or 1), job.get("min_cpus"))
     if job.get("mem_per_node") is not None:
         min_mem = f"MinMemoryNode={mem_str(job['mem_per_node'])}"
@@ -705,13 +708,27 @@ def parse_update_job(args: list[str], now: float | None = None) -> tuple[list[st
 
     StartTime= takes Slurm's time forms (`now`, `now+1hour`, `16:00`, `2026-12-01T08:00`…)
     and is sent as epoch seconds; Priority= as an integer."""
+    ids, body, _ = parse_update_job_request(args, now)
+    return ids, body
+
+
+def parse_update_job_request(args: list[str], now: float | None = None,
+                             ) -> tuple[list[str], dict[str, Any], int | None]:
+    """`parse_update_job`, and the uid of UserId= (None without it).  Without JobId= a
+    JobName= names the jobs to update (the ids come back empty): those of that name, of
+    that user only with UserId=, as Slurm 22.05's scontrol does."""
     ids: list[str] = []
     body: dict[str, Any] = {}
+    uid: int | None = None
     for key, value, orig in _split_kv(args):
         if value is None:
             raise UsageError(f"Invalid input: {orig}\nRequest aborted")
         if key in ("jobid", "job"):
             ids += [i for i in value.split(",") if i]
+        elif len(key) >= 3 and "userid".startswith(key):
+            uid = _uid_of(value)
+            if uid is None:
+                raise UsageError(f"Invalid UserID: {value}\nRequest aborted")
         elif key in _JOB_UPDATE_KEYS:
             api_key = _JOB_UPDATE_KEYS[key]
             if api_key == "Nice":
@@ -737,11 +754,38 @@ def parse_update_job(args: list[str], now: float | None = None) -> tuple[list[st
                 body[api_key] = value
         else:
             raise UsageError(f"Update of this parameter is not supported: {orig}\nRequest aborted")
-    if not ids:
+    if not ids and "Name" not in body:
         raise UsageError("No job id specified\nRequest aborted")
     if not body:
         raise UsageError("No changes specified\nRequest aborted")
-    return ids, body
+    return ids, body, uid
+
+
+def _uid_of(text: str) -> int | None:
+    """Slurm's uid_from_string: a user name, or a uid number."""
+    import pwd
+
+    try:
+        return pwd.getpwnam(text).pw_uid
+    except KeyError:
+        pass
+    return int(text) if text.isdigit() and int(text) < 2**32 - 1 else None
+
+
+def jobs_named(name: str, uid: int | None) -> list[str]:
+    """The ids of the jobs called `name` (of `uid` only, when given), as scontrol's
+    _job_name2id finds them; UsageError with its message when there are none."""
+    jobs = client.get("/v1/jobs", finished=1,
+                      fields="job_id,name,uid,array_job_id,array_task_id").get("jobs") or []
+    if not jobs:
+        raise UsageError(f"scontrol: error: JobName {name} not found")
+    ids = [f"{j['array_job_id']}_{j['array_task_id']}" if j.get("array_task_id") is not None
+           else str(j["job_id"]) for j in jobs
+           if j.get("name") == name and (uid is None or j.get("uid") == uid)]
+    if not ids:
+        raise UsageError(f"scontrol: error: No jobs with name '{name}'" if uid is None else
+                         f"scontrol: error: No jobs with user ID {uid} and name '{name}'")
+    return ids
 
 
 def parse_update_node(args: list[str]) -> tuple[str, dict[str, Any]]:
@@ -1145,7 +1189,9 @@ def _update(args: list[str]) -> int:
             return scontrol_admin.node_command(args)
     try:
         if entity in ("jobid", "jobname"):
-            ids, body = parse_update_job(args)
+            ids, body, uid = parse_update_job_request(args)
+            if not ids:  # JobName= without JobId=: every job of that name
+                ids = jobs_named(str(body["Name"]), uid)
             rc = 0
             for job_id in ids:
                 try:

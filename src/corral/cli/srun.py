@@ -49,6 +49,7 @@ from corral.cli.options import (
 )
 from corral.lazyre import LazyPattern
 from corral.model import messages as m
+from corral.model.jobspec import short_hostname, submitted_from
 from corral.model.pyxis import PYXIS_HELP, container_from_options
 
 TYPE_CHECKING = False  # annotations only: `typing` would cost every srun ~3 ms
@@ -493,10 +494,6 @@ def _finish(req: SrunRequest, env: dict[str, str], cwd: str, now: float, argv: l
             v, name=name, cwd=cwd, submit_line=" ".join([PROG, *argv]), req_nodes=req_nodes,
             exc_nodes=exc_nodes, min_nodes=min_nodes, max_nodes=max_nodes, ntasks=ntasks,
             gpus=gpus, nodes_given=nodes_given)
-        if v.get("overcommit"):
-            # -O: "resources are allocated as if only one task per node is requested"
-            req.alloc["num_tasks"] = max(min_nodes, 1)
-            req.alloc["ntasks_per_node"] = None
         problem = spec_problem(req.alloc)
         if problem is not None:
             first, error = problem
@@ -1345,12 +1342,14 @@ def _run(args: list[str]) -> int:
     window = terminal_size(0) if is_tty else None
     try:
         req = parse_srun(args, dict(os.environ), os.getcwd(), time.time(),
-                         submit_host=os.uname().nodename.split(".")[0],
+                         submit_host=short_hostname(),
                          umask=_current_umask(), is_tty=is_tty, window=window)
     except CliExit as e:
         sys.stdout.write(e.stdout)
         sys.stderr.write(e.stderr)
         return e.code
+    if req.alloc is not None:
+        req.alloc.update(submitted_from())  # scontrol's AllocNode:Sid=HOST:SID
     for line in req.messages:
         sys.stderr.write(line + "\n")
     return run_request(req)

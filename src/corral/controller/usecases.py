@@ -469,8 +469,9 @@ class UseCases:
             # slurmctld's _valid_pn_min_mem: more than the partition's MaxMemPerNode
             raise SlurmError("Memory required by task is not available",
                              ESLURM_INVALID_TASK_MEMORY)
+        tasks = job.num_nodes if job.overcommit else job.num_tasks  # -O: one task per node
         if part.max_cpus_per_node is not None and job.num_nodes and -(-(
-                job.num_tasks * job.cpus_per_task) // job.num_nodes) > part.max_cpus_per_node:
+                tasks * job.cpus_per_task) // job.num_nodes) > part.max_cpus_per_node:
             raise SlurmError("Requested node configuration is not available",
                              ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
         if per_node_mem > max_mem:

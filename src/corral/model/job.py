@@ -205,6 +205,9 @@ class Job:
     req_nodes: list[str] = field(default_factory=list)
     exc_nodes: list[str] = field(default_factory=list)
     exclusive: bool = False
+    # -O/--overcommit: allocated as if one task per node were asked (cpus_per_task CPUs on
+    # each node); its num_tasks tasks share them (SLURM_OVERCOMMIT=1 in the job)
+    overcommit: bool = False
     requeue: bool = True
     dependency: str | None = None
     begin_time: float | None = None

@@ -82,6 +82,8 @@ def batch_environment(job: Job, *, cluster_name: str, submit_host: str) -> dict[
         env["SLURM_RESTART_COUNT"] = str(job.restart_count)
     if job.ntasks_per_node:
         env["SLURM_NTASKS_PER_NODE"] = str(job.ntasks_per_node)
+    if job.overcommit:  # slurmstepd's setup_env (and salloc's env_array_for_job)
+        env["SLURM_OVERCOMMIT"] = "1"
     if job.cpus_per_task > 1 or "SLURM_CPUS_PER_TASK" in env:
         env["SLURM_CPUS_PER_TASK"] = str(job.cpus_per_task)
     if job.mem_per_node is not None:

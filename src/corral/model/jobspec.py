@@ -78,6 +78,8 @@ FIELDS: tuple[Field, ...] = (
     Field("req_nodes", "nodes", ("-w", "--nodelist")),
     Field("exc_nodes", "nodes", ("-x", "--exclude")),
     Field("exclusive", "bool", ("--exclusive",)),
+    # -O: allocated as if one task per node were asked; the tasks share its CPUs
+    Field("overcommit", "bool", ("-O", "--overcommit")),
     Field("requeue", "bool", ("--requeue", "--no-requeue")),
     Field("dependency", "str", ("-d", "--dependency"), 128 * 1024),
     Field("begin_time", "time", ("-b", "--begin")),
@@ -187,6 +189,22 @@ def validate_spec(spec: dict[str, Any]) -> dict[str, Any]:
                 raise JobSpecError(TOO_LONG, too_long=True)
         out[k] = v
     return out
+
+
+def short_hostname() -> str:
+    """This host's name up to its first dot (uname's node name is what gethostname(2)
+    returns on Linux, without importing socket)."""
+    import os  # the commands import os anyway; this module imports nothing at start
+
+    return os.uname().nodename.split(".")[0]
+
+
+def submitted_from() -> dict[str, Any]:
+    """The spec fields sbatch, salloc and srun send for scontrol's AllocNode:Sid=HOST:SID
+    (display only): this host's short name and the submitting process's session id."""
+    import os
+
+    return {"submit_host": short_hostname(), "alloc_sid": os.getsid(0)}
 
 
 def script_too_large(script: str, limit: int) -> bool:

@@ -187,9 +187,14 @@ def view_of(job: SchedJob, job_id: int | None = None) -> PendingView:
     """The candidate node selection and backfill work on."""
     threads = getattr(job, "core_threads", 1) or 1  # whole cores: --hint=nomultithread
     min_cpus = getattr(job, "min_cpus", None)
+    tasks, per_node = job.num_tasks, job.ntasks_per_node
+    if getattr(job, "overcommit", False):
+        # -O: allocated as if one task per node were asked (slurmctld sets min_cpus to the
+        # node count; cons_tres gives each node one task's CPUs); its tasks share them
+        tasks, per_node = max(job.num_nodes, 1), None
     return PendingView(
         job.job_id if job_id is None else job_id, 0, job.submit_time, job.partition, job.user,
-        job.num_nodes, job.max_nodes, job.num_tasks, job.ntasks_per_node,
+        job.num_nodes, job.max_nodes, tasks, per_node,
         job.cpus_per_task * threads,
         job.mem_per_node, job.mem_per_cpu, job.gpus, job.gpus_per_node, job.gpus_per_task,
         job.exclusive, tuple(job.req_nodes), tuple(job.exc_nodes), job.time_limit,
