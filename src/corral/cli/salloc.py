@@ -542,6 +542,7 @@ Parallel run options:
   -N, --nodes=N               number of nodes on which to run (N = min[-max])
       --no-shell              immediately exit after allocating resources,
                               without running a command
+  -O, --overcommit            overcommit resources
   -p, --partition=partition   partition requested
       --priority=value        set the priority of the job to value (operators)
   -q, --qos=qos               quality of service

@@ -960,6 +960,7 @@ Parallel run options:
   -N, --nodes=N               number of nodes on which to run (N = min[-max])
       --open-mode={append|truncate} output and error file open mode
   -o, --output=out            file for batch script's standard output
+  -O, --overcommit            overcommit resources
   -p, --partition=partition   partition requested
       --priority=value        set the priority of the job to value (operators)
       --parsable              outputs only the jobid and cluster name (if present),
