@@ -59,3 +59,10 @@ def test_scontrol_shows_the_pending_request() -> None:
     res = scontrol.job_resources(pending)
     assert (res["cpus"], res["ntasks"]) == (4, 30)
     assert scontrol.job_resources({**pending, "overcommit": False})["cpus"] == 60
+
+
+def test_limits_count_the_cpus_it_asks_for() -> None:
+    from corral.sched.limits_check import job_request
+
+    assert job_request(_job(num_tasks=30, cpus_per_task=2)).tres["cpu"] == 60
+    assert job_request(_job(num_tasks=30, cpus_per_task=2, overcommit=True)).tres["cpu"] == 2

@@ -853,7 +853,9 @@ def job_request(job: object) -> JobReq:
     else:
         nodes = max(1, int(g("num_nodes") or 1))
         tasks = max(1, int(g("num_tasks") or 1))
-        cpus = tasks * max(1, int(g("cpus_per_task") or 1))
+        # -O: one task's CPUs per node (slurmctld's min_cpus), whatever the task count
+        cpus = (nodes if getattr(job, "overcommit", False) else tasks) \
+            * max(1, int(g("cpus_per_task") or 1))
         cpus = max(cpus, nodes)
         mem_node = g("mem_per_node")
         mem_cpu = g("mem_per_cpu")
