@@ -66,3 +66,9 @@ def test_limits_count_the_cpus_it_asks_for() -> None:
 
     assert job_request(_job(num_tasks=30, cpus_per_task=2)).tres["cpu"] == 60
     assert job_request(_job(num_tasks=30, cpus_per_task=2, overcommit=True)).tres["cpu"] == 2
+
+
+def test_not_with_gpus_per_task() -> None:
+    # cons_tres's dist_tasks: one task per node only for a job without per-task TRES
+    req = make_request(view_of(_job(num_tasks=4, gpus_per_task=1, overcommit=True)), 0)
+    assert (req.tasks, req.gpus_per_task) == (4, 1)

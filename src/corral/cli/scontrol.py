@@ -65,7 +65,8 @@ def job_resources(job: dict[str, Any]) -> dict[str, Any]:
     per_node = job.get("ntasks_per_node")
     ntasks = per_node * num_nodes if per_node else max(int(job.get("num_tasks") or 1), num_nodes)
     # -O: one task's CPUs per node (slurmctld's min_cpus), whatever the task count
-    cpus = (num_nodes if job.get("overcommit") else ntasks) * int(job.get("cpus_per_task") or 1)
+    one_per_node = job.get("overcommit") and not job.get("gpus_per_task")
+    cpus = (num_nodes if one_per_node else ntasks) * int(job.get("cpus_per_task") or 1)
     mem: int | None = None
     if job.get("mem_per_node"):
         mem = int(job["mem_per_node"]) * num_nodes

@@ -469,7 +469,8 @@ class UseCases:
             # slurmctld's _valid_pn_min_mem: more than the partition's MaxMemPerNode
             raise SlurmError("Memory required by task is not available",
                              ESLURM_INVALID_TASK_MEMORY)
-        tasks = job.num_nodes if job.overcommit else job.num_tasks  # -O: one task per node
+        # -O: one task per node (without --gpus-per-task, as sched.eligibility's view_of)
+        tasks = job.num_nodes if job.overcommit and not job.gpus_per_task else job.num_tasks
         if part.max_cpus_per_node is not None and job.num_nodes and -(-(
                 tasks * job.cpus_per_task) // job.num_nodes) > part.max_cpus_per_node:
             raise SlurmError("Requested node configuration is not available",

@@ -188,9 +188,10 @@ def view_of(job: SchedJob, job_id: int | None = None) -> PendingView:
     threads = getattr(job, "core_threads", 1) or 1  # whole cores: --hint=nomultithread
     min_cpus = getattr(job, "min_cpus", None)
     tasks, per_node = job.num_tasks, job.ntasks_per_node
-    if getattr(job, "overcommit", False):
+    if getattr(job, "overcommit", False) and not job.gpus_per_task:
         # -O: allocated as if one task per node were asked (slurmctld sets min_cpus to the
-        # node count; cons_tres gives each node one task's CPUs); its tasks share them
+        # node count; cons_tres gives each node one task's CPUs); its tasks share them.
+        # Not with --gpus-per-task: cons_tres lays such a job's tasks out as usual
         tasks, per_node = max(job.num_nodes, 1), None
     return PendingView(
         job.job_id if job_id is None else job_id, 0, job.submit_time, job.partition, job.user,

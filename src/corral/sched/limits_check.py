@@ -854,7 +854,8 @@ def job_request(job: object) -> JobReq:
         nodes = max(1, int(g("num_nodes") or 1))
         tasks = max(1, int(g("num_tasks") or 1))
         # -O: one task's CPUs per node (slurmctld's min_cpus), whatever the task count
-        cpus = (nodes if getattr(job, "overcommit", False) else tasks) \
+        one_per_node = getattr(job, "overcommit", False) and not g("gpus_per_task")
+        cpus = (nodes if one_per_node else tasks) \
             * max(1, int(g("cpus_per_task") or 1))
         cpus = max(cpus, nodes)
         mem_node = g("mem_per_node")

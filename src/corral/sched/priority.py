@@ -139,7 +139,8 @@ class PriorityParams:
 def _job_tres(j: object) -> dict[str, int]:
     g = getattr
     nodes = max(1, int(g(j, "num_nodes", 1) or 1))
-    tasks = nodes if g(j, "overcommit", False) else max(1, int(g(j, "num_tasks", 1) or 1))  # -O
+    one_per_node = g(j, "overcommit", False) and not g(j, "gpus_per_task", 0)  # -O
+    tasks = nodes if one_per_node else max(1, int(g(j, "num_tasks", 1) or 1))
     cpus = max(nodes, tasks * max(1, int(g(j, "cpus_per_task", 1) or 1)))
     gpus = int(g(j, "gpus", 0) or 0) or int(g(j, "gpus_per_node", 0) or 0) * nodes \
         or int(g(j, "gpus_per_task", 0) or 0) * int(g(j, "num_tasks", 1) or 1)
