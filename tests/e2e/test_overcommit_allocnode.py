@@ -61,8 +61,14 @@ def test_sbatch_overcommit_runs_more_tasks_than_cpus(cluster: Cluster) -> None:
 
 def test_sbatch_overcommit_from_the_environment_and_without_nodes(cluster: Cluster) -> None:
     # SBATCH_OVERCOMMIT, and -n30 without -N: one node (slurmctld's min_cpus is the node count)
-    job = cluster.sbatch("-H", "-n30", "-c2", "--wrap", "true", env={"SBATCH_OVERCOMMIT": "1"})
+    job = cluster.sbatch("-H", "-n30", "-c2", "--ntasks-per-node=30", "--wrap", "true",
+                         env={"SBATCH_OVERCOMMIT": "1"})
     try:
+        # pending: the CPUs asked for are one task's per node (squeue %C, NumCPUs=), and
+        # --ntasks-per-node does not raise the CPUs per node (%c, MinCPUsNode=)
+        assert cluster.ok("squeue", "-h", "-j", str(job), "-o", "%C %c").split() == ["2", "2"]
+        shown = _shown(cluster, job)
+        assert (_field(shown, "NumCPUs"), _field(shown, "MinCPUsNode")) == ("2", "2"), shown
         cluster.ok("scontrol", "release", str(job))
         cluster.wait_state(job, {"COMPLETED"}, timeout=60)
         shown = _shown(cluster, job)

@@ -116,7 +116,10 @@ def _num_nodes(j: Job) -> str:
 def _num_cpus(j: Job) -> str:
     if not _pending(j) and j.get("alloc_cpus"):
         return str(j["alloc_cpus"])
-    cpus = (j.get("num_tasks") or 1) * (j.get("cpus_per_task") or 1)
+    # -O: one task's CPUs per node (slurmctld's min_cpus), as scontrol's NumCPUs=
+    tasks = (j.get("num_nodes") or 1) if j.get("overcommit") and not j.get("gpus_per_task") \
+        else (j.get("num_tasks") or 1)
+    cpus = tasks * (j.get("cpus_per_task") or 1)
     # Slurm asks at least one CPU per requested node.
     return str(max(cpus, j.get("num_nodes") or 1))
 
@@ -235,7 +238,8 @@ COLUMNS: dict[str, Column] = {
                           "suspended_secs"), _time_left),
     "D": _C("NODES", ("state", "nodes", "num_nodes", "node_cnt_wag", "sched_nodes"),
             lambda j, n: _num_nodes(j)),
-    "C": _C("CPUS", ("state", "alloc_cpus", "num_tasks", "cpus_per_task", "num_nodes"),
+    "C": _C("CPUS", ("state", "alloc_cpus", "num_tasks", "cpus_per_task", "num_nodes",
+                     "overcommit", "gpus_per_task"),
             lambda j, n: _num_cpus(j)),
     "m": _C("MIN_MEMORY", ("mem_per_node", "mem_per_cpu"), lambda j, n: _min_memory(j)),
     "b": _C("TRES_PER_NODE", ("gpus_per_node", "gpu_type"), lambda j, n: _tres_per_node(j)),
@@ -251,7 +255,8 @@ COLUMNS: dict[str, Column] = {
     "p": _C("PRIORITY", ("priority",), lambda j, n: f"{(j.get('priority') or 0) / 2**32:.14f}"),
     "Z": _C("WORK_DIR", ("work_dir",), lambda j, n: _or_null(j.get("work_dir"))),
     "o": _C("COMMAND", ("command",), lambda j, n: _or_null(j.get("command"))),
-    "c": _C("MIN_CPUS", ("cpus_per_task", "ntasks_per_node", "num_tasks", "min_cpus"),
+    "c": _C("MIN_CPUS", ("cpus_per_task", "ntasks_per_node", "num_tasks", "min_cpus",
+                         "overcommit"),
             lambda j, n: str(_min_cpus(j))),
     "d": _C("MIN_TMP_DISK", ("min_tmp_disk",),
             lambda j, n: mbytes_exact(int(j.get("min_tmp_disk") or 0))),
@@ -283,7 +288,8 @@ COLUMNS: dict[str, Column] = {
 
 def _min_cpus(j: Job) -> int:
     """pn_min_cpus: the CPUs every node gets: -c times --ntasks-per-node, or --mincpus."""
-    return pn_min_cpus(int(j.get("cpus_per_task") or 1), j.get("ntasks_per_node"),
+    return pn_min_cpus(int(j.get("cpus_per_task") or 1),
+                       None if j.get("overcommit") else j.get("ntasks_per_node"),
                        int(j.get("num_tasks") or 1), j.get("min_cpus"))
 
 
@@ -367,7 +373,8 @@ COLUMNS.update({
     "ntperboard": _C("NTASKS_PER_BOARD", (), _NA),
     "maxnodes": _C("MAX_NODES", ("max_nodes", "num_nodes"),
                    lambda j, n: str(j.get("max_nodes") or j.get("num_nodes") or 1)),
-    "maxcpus": _C("MAX_CPUS", ("state", "alloc_cpus", "num_tasks", "cpus_per_task", "num_nodes"),
+    "maxcpus": _C("MAX_CPUS", ("state", "alloc_cpus", "num_tasks", "cpus_per_task", "num_nodes",
+                               "overcommit", "gpus_per_task"),
                   lambda j, n: _num_cpus(j)),
     "requeue": _C("REQUEUE", ("requeue",), lambda j, n: "1" if j.get("requeue", True) else "0"),
     "restartcnt": _C("RESTART_COUNT", ("restart_count",),
