@@ -5,6 +5,7 @@ resume, and sreport counts its down time."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,11 +22,12 @@ SchedulerInterval=1
 SlurmdTimeout=30
 HealthCheckInterval=1
 HealthCheckNodeState=ANY
-HealthCheckTimeout=5
+HealthCheckTimeout={timeout}
 HealthCheckProgram={program}
 NodeName=node-[1-3] CPUs=4 RealMemory=4000 Gres=gpu:2
 PartitionName=debug Nodes=node-[1-3] Default=YES MaxTime=INFINITE State=UP
 """
+HEALTH_CHECK_TIMEOUT_S = 5
 
 # fails on a node whose flag file exists, with a first line naming what it saw
 PROGRAM = """#!/bin/sh
@@ -66,7 +68,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     program.write_text(PROGRAM.format(flags=flags))
     program.chmod(0o755)
     write_simulated(str(home / SIM_FILE), _gpus({}))
-    c = Cluster(home, CONFIG.format(program=program))
+    c = Cluster(home, CONFIG.format(program=program, timeout=HEALTH_CHECK_TIMEOUT_S))
     try:
         c.start()
         yield c
@@ -126,6 +128,10 @@ def test_an_nhc_style_program_drains_through_scontrol_itself(cluster: Cluster) -
         assert _node(c, "node-1")[1] == "NHC: /scratch not mounted"
     finally:
         flag.unlink()
+    # A run that saw the flag before it went may still be on its way to its scontrol: every
+    # such run ends within HealthCheckTimeout (5 s), and a drain it makes after our resume
+    # would be left for the next test (a loaded machine made that happen).
+    time.sleep(HEALTH_CHECK_TIMEOUT_S + 1)
     # it exited 0: nothing holds the resume back
     c.ok("scontrol", "update", "nodename=node-1", "state=resume")
     assert _node(c, "node-1")[0] == "idle"
