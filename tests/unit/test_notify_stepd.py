@@ -55,7 +55,7 @@ def _wait_for_notice(predicate: Any, job_dir: str, what: str) -> None:
 def test_notify_goes_to_the_batch_jobs_stderr(jobs: Jobs) -> None:  # noqa: F811
     d = jobs.start("echo ready\necho from-job >&2\nsleep 300\n")
     _wait_for(lambda: "from-job" in read(d, "err"), 10, "the script to start")
-    stepd.send_control(d, {"op": "notify", "message": "checkpoint soon"})
+    assert stepd.send_control(d, {"op": "notify", "message": "checkpoint soon"})
     _wait_for_notice(lambda: "checkpoint soon" in read(d, "err"), d, "the notice")
     assert read(d, "err") == "from-job\nslurmstepd: error: checkpoint soon\n"
     assert read(d, "out") == "ready\n"  # stderr only, as Slurm's
@@ -77,7 +77,7 @@ def test_notify_is_written_as_the_owner_and_never_through_a_link_they_plant(
     opened = os.path.join(out_dir, "err.opened")
     _wait_for(lambda: "swapped" in read(out_dir, "err.opened"), 10, "the swap")
     assert os.path.islink(os.path.join(out_dir, "err"))
-    stepd.send_control(d, {"op": "notify", "message": "GPUs idle"})
+    assert stepd.send_control(d, {"op": "notify", "message": "GPUs idle"})
     _wait_for_notice(lambda: "GPUs idle" in read(out_dir, "err.opened"), d, "the notice")
     assert read(out_dir, "err.opened") == "swapped\nslurmstepd: error: GPUs idle\n"
     assert read(jobs.base, "victim") == "precious\n"
@@ -90,7 +90,7 @@ def test_notify_is_written_as_the_owner_and_never_through_a_link_they_plant(
 def test_notify_to_a_job_whose_stderr_is_not_a_file_is_logged(jobs: Jobs) -> None:  # noqa: F811
     d = jobs.start("echo ready\nsleep 300\n", stderr="/dev/null")
     _wait_for(lambda: read(d, "out") == "ready\n", 10, "the script to start")
-    stepd.send_control(d, {"op": "notify", "message": "nowhere to go"})
+    assert stepd.send_control(d, {"op": "notify", "message": "nowhere to go"})
     _wait_for_notice(lambda: "nowhere to go" in read(d, "stepd.log"), d,
                      "the notice in the log")
     assert stepd.is_alive(d)

@@ -601,13 +601,17 @@ class Supervisor:
         self.pending_lines.append(line)
         self._flush_job_lines()
 
-    def _job_output_fd(self) -> int | None:
-        """The job's stderr descriptor once its process has sent it (None before)."""
+    def _job_output_fd(self, exec_done: bool = False) -> int | None:
+        """The job's stderr descriptor once its process has sent it (None before).
+        `exec_done`: the job's process has exec'd, so it sent it already or never will."""
         if self.out_fd is None and self.fd_sock is not None:
             try:
                 _, fds, _, _ = socket.recv_fds(self.fd_sock, 16, 1)
             except (BlockingIOError, InterruptedError):
-                return None
+                if not exec_done:
+                    return None
+                self.note("the job's process did not pass its stderr: notices go here")
+                fds = []
             except OSError as e:
                 self.note(f"cannot receive the job's stderr: {e}")
                 fds = []
@@ -621,8 +625,8 @@ class Supervisor:
         if not self.pending_lines:
             return
         fd = self._job_output_fd()
-        if fd is None and not final:
-            return
+        if fd is None and not final and self.fd_sock is not None:
+            return  # the job's process has not passed its stderr yet
         lines, self.pending_lines = self.pending_lines, []
         try:
             # A FIFO, a terminal or a socket could block the supervisor: regular files only.
@@ -1026,6 +1030,8 @@ class Supervisor:
                 self.exec_error = {"stage": "exec", "errno": 0, "message": "unknown failure"}
             self.note(f"job did not start: {self.exec_error.get('message')}")
         elif not self.started_sent:
+            # the job's stderr came before its exec: take it now, not when a notice needs it
+            self._job_output_fd(exec_done=True)
             self.started_sent = True
             self._notify(messages.StepdStarted(job_id=self._job_id(), step=self._step_name(),
                                                pid=self.job_pid))
