@@ -253,6 +253,9 @@ FULL = "import sys; from corral.cli import sbatch; sys.exit(sbatch.main(['--wrap
 
 @pytest.mark.parametrize("answer", [
     _http("200 OK", b'{"job_id": 42}'),
+    _http("200 OK", b'{"job_id":42}'),  # the controller's own (read without client.py)
+    _http("200 OK", b'{"job_id":0042}'),
+    _http("200 OK", b'{"job_id":0}'),
     _http("200 OK", b'{"job_id": "43"}'),
     _http("200 OK", b'{"id": 1}'),
     _http("200 OK", b"not json"),

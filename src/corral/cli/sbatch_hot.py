@@ -595,6 +595,12 @@ def _answer(raw: bytes, parsable: bool) -> int:
     except (IndexError, ValueError):
         return _refused("malformed answer from the controller", {})
     lowered = header.lower()
+    number = content[10:-1]
+    if status == 200 and content[:10] == b'{"job_id":' and content[-1:] == b"}" \
+            and number.isdigit() and (number[:1] != b"0" or number == b"0") \
+            and b"transfer-encoding: chunked" not in lowered \
+            and b"content-type: text/plain" not in lowered:
+        return _submitted(int(number), parsable)  # the controller's answer (orjson's bytes)
     try:
         if b"transfer-encoding: chunked" in lowered:
             from corral.cli.client import _dechunk
