@@ -6,8 +6,9 @@
 Prints: the interpreter's floor (`python -I -S -c pass`, the interpreter the commands in
 DIR run: DIR/python), each hot command's median wall time, its difference from the
 floor, and its CPU time (user + system) over the floor's, on an idle 4-node cluster —
-as typed (its common form answered by cli/hot.py) and as the full command (a variable of
-its own set, which makes cli/hot.py decline); `squeue` at 0, 2,000, 10,000 and 50,000 queued jobs; and
+as typed (its common form answered by cli/hot.py, sbatch's by cli/sbatch_hot.py) and as
+the full command (a variable of its own set, which makes them decline); `squeue` at 0,
+2,000, 10,000 and 50,000 queued jobs; and
 the polling load: a scheduling pass and a submission with and without 16 clients asking
 the controller in a loop for what a plain `squeue` asks (10,000 jobs): its text, printed
 by the controller once per change (controller/answers.py), or with --before's
@@ -107,6 +108,11 @@ FULL_ENV = {"sbatch": "SBATCH_BENCH_FULL", "squeue": "SQUEUE_BENCH_FULL",
             "sacct": "SACCT_BENCH_FULL", "scancel": "SCANCEL_BENCH_FULL"}
 
 
+JOB_SCRIPT = ("#!/bin/bash\n#SBATCH --nodes=1 --ntasks=2 --cpus-per-task=2\n"
+              "#SBATCH --gres=gpu:1 -p debug\n#SBATCH --export=ALL  # as tools write them\n"
+              "srun hostname\n")
+
+
 def bench_commands(c: BenchCluster) -> None:
     env = dict(c.env, PATH=BIN + os.pathsep + c.env["PATH"])
     c.run(os.path.join(BIN, "sbatch"), "-H", "--wrap", "true")  # job 1 for show/sacct
@@ -122,7 +128,12 @@ def bench_commands(c: BenchCluster) -> None:
         # last, then a pause: each submission sets the controller to work for a while (its
         # commit, a scheduling pass), and the other commands are timed on an idle cluster
         "sbatch -H --wrap true": ["sbatch", "-H", "--wrap", "true"],
+        # a script with #SBATCH lines and the options tools pass (snakemake, submitit)
+        "sbatch --parsable -H … job.sh": ["sbatch", "--parsable", "-H", "-J", "bench", "-t",
+                                           "10", "--mem=1G", "-o", "out-%j.txt", "job.sh"],
     }
+    with open(os.path.join(c.work, "job.sh"), "w") as f:
+        f.write(JOB_SCRIPT)
     samples: dict[str, list[tuple[float, float]]] = {k: [] for k in commands}
     full: dict[str, list[tuple[float, float]]] = {k: [] for k in commands
                                                   if commands[k][0] != PYTHON}

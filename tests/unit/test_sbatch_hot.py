@@ -90,6 +90,14 @@ READ_FORMS = [
     ["--export=FOO,BAR=2,MISSING", "--wrap=t"], ["--export", "NONE,SLURM_X=9", "--wrap=t"],
     ["-o", "none", "-e", "NONE", "--wrap=t"], ["-HJx", "--wrap=t"], ["-J", "", "--wrap=t"],
     ["-J", "naïve", "--wrap=t"], ["-p", "a,b", "--wrap=t"],
+    ["--ntasks-per-node=4", "--wrap=t"], ["-N", "2", "--ntasks-per-node", "3", "--wrap=t"],
+    ["--mem-per-cpu=2G", "--wrap=t"], ["--comment", "rule_a", "--wrap=t"],
+    ["--requeue", "--wrap=t"], ["--no-requeue", "--wrap=t"], ["--open-mode=append", "--wrap=t"],
+    ["--open-mode", "t", "--wrap=t"],
+    # Snakemake's slurm executor, as it calls sbatch for each job
+    ["--parsable", "--job-name", "0f3c9a", "--output", "logs/%j.log", "--export=ALL",
+     "--comment", "rule_a_wildcards_x", "-A", "acct", "-p", "debug", "-t", "60", "--mem",
+     "1000", "--ntasks=1", "--cpus-per-task=2", "--wrap=snakemake --rerun x"],
 ]
 
 
@@ -128,7 +136,8 @@ DECLINED = [
     ["--array=99999999", "--wrap=t"], ["--export=\"A,B\"", "--wrap=t"], ["-p", "", "--wrap=t"],
     ["-J", "x" * 2000, "--wrap=t"], ["--hold=1", "--wrap=t"], ["--wrap=t", "job.sh"],
     ["missing.sh"], ["sub"], [":", "job.sh"], ["../job.sh"], ["sub//b.sh"], ["-"],
-    ["-J"], ["-t", "١٢", "--wrap=t"],
+    ["-J"], ["-t", "١٢", "--wrap=t"], ["--mem=1G", "--mem-per-cpu=1G", "--wrap=t"],
+    ["--open-mode=x", "--wrap=t"], ["--tasks-per-node=2", "--wrap=t"], ["-O", "--wrap=t"],
 ]
 
 
@@ -176,7 +185,9 @@ VALUES = {
     "--array": ["0-3", "1,2,7", "0-15:4%2", "3-1", "1-2:0", "a", "4000001", "1%x", "%2"],
     "-d": ["afterok:1", "singleton", "after:1?afterany:2"],
     "--export": ["ALL", "NONE", "FOO", "NONE,FOO,X=1", "ALL,X=2", "", ",", "none,SLURM_Y=1"],
-    "-H": [], "--parsable": [],
+    "--ntasks-per-node": ["1", "3", "0"], "--mem-per-cpu": ["100", "1G", "x"],
+    "--comment": ["a comment", "c"], "--open-mode": ["append", "truncate", "A", "x"],
+    "-H": [], "--parsable": [], "--requeue": [], "--no-requeue": [],
 }
 
 

@@ -1,8 +1,9 @@
 """sbatch's common forms, submitted with nothing but the interpreter's built-ins (issue #19).
 
 What tools type — `sbatch SCRIPT` with #SBATCH lines, `sbatch --wrap CMD`, with
---parsable, -H and the common options (-J -o -e -p -t -N -n -c --mem --gres --gpus* -A -q
---array --dependency --export) — costs the full command ~20 modules (os, cli/options.py's
+--parsable, -H and the common options (-J -o -e -p -t -N -n -c --ntasks-per-node --mem
+--mem-per-cpu --gres --gpus* -A -q --array --dependency --export --comment --[no-]requeue
+--open-mode) — costs the full command ~20 modules (os, cli/options.py's
 option table and value parsers, model/): most of a submission's time over Python's own
 start (bench/bench_commands.py).  Here the same request body is built from those forms
 with `posix`, `_json` and `_socket` only.
@@ -40,13 +41,16 @@ _LONG: dict[str, tuple[str, bool]] = {
     "account": ("account", True), "qos": ("qos", True), "array": ("array", True),
     "dependency": ("dependency", True), "export": ("export", True),
     "hold": ("hold", False), "parsable": ("parsable", False), "wrap": ("wrap", True),
+    "ntasks-per-node": ("ntasks-per-node", True), "mem-per-cpu": ("mem-per-cpu", True),
+    "comment": ("comment", True), "requeue": ("requeue", False),
+    "no-requeue": ("no-requeue", False), "open-mode": ("open-mode", True),
 }
 _SHORT: dict[str, str] = {
     "J": "job-name", "o": "output", "e": "error", "p": "partition", "t": "time",
     "N": "nodes", "n": "ntasks", "c": "cpus-per-task", "G": "gpus", "A": "account",
     "q": "qos", "a": "array", "d": "dependency", "H": "hold",
 }
-_FLAGS = frozenset({"hold", "parsable"})
+_FLAGS = frozenset({"hold", "parsable", "requeue", "no-requeue"})
 # Variables sbatch reads beyond SBATCH_*: its SBATCH_ENV_VARS, and Pyxis' by prefix.
 _ENV_OTHER = ("SLURM_CLUSTERS", "SLURM_HINT")
 _INT_MAX = 2**31 - 1
@@ -178,10 +182,16 @@ def _value(key: str, arg: str | None) -> "Any":
         if n == 0:
             raise _Decline
         return (n, n)
-    if key in ("ntasks", "cpus-per-task"):
+    if key in ("ntasks", "cpus-per-task", "ntasks-per-node"):
         return _positive(arg)
-    if key == "mem":
+    if key in ("mem", "mem-per-cpu"):
         return _mbytes(arg)
+    if key == "open-mode":
+        if arg[:1] in ("a", "A"):
+            return "append"
+        if arg[:1] in ("t", "T"):
+            return "truncate"
+        raise _Decline
     if key in ("output", "error"):
         return "/dev/null" if arg.lower() == "none" else arg
     if len(arg.encode("utf-8", "surrogateescape")) > _NAME_MAX:
@@ -399,8 +409,14 @@ def _submission(argv: list[str], env: dict[str, str], cwd: str, submit_host: str
         raise _Decline  # the script on stdin
     v: dict[str, Any] = {}
     for key, arg in [*_script_options(script), *given]:
-        if key != "wrap":
+        if key == "no-requeue":
+            v["requeue"] = False
+        elif key == "requeue":
+            v["requeue"] = True
+        elif key != "wrap":
             v[key] = _value(key, arg)
+    if "mem" in v and "mem-per-cpu" in v:
+        raise _Decline  # sbatch's "mutually exclusive"
 
     work_dir = cwd
     array = v.get("array")
@@ -415,6 +431,9 @@ def _submission(argv: list[str], env: dict[str, str], cwd: str, submit_host: str
     min_nodes, max_nodes = v.get("nodes", (1, 0))
     ntasks_set = "ntasks" in v
     ntasks = v.get("ntasks", 1)
+    per_node = v.get("ntasks-per-node")
+    if per_node and not ntasks_set and (max_nodes == 0 or min_nodes == max_nodes):
+        ntasks, ntasks_set = min_nodes * per_node, True
     if nodes_set and (min_nodes == max_nodes or max_nodes == 0) and not ntasks_set:
         ntasks = max(min_nodes, 1)
     elif nodes_set and ntasks_set:
@@ -424,19 +443,19 @@ def _submission(argv: list[str], env: dict[str, str], cwd: str, submit_host: str
             raise _Decline  # sbatch warns first
 
     # options.gpu_request
-    gpus = per_node = per_task = 0
+    gpus = gpus_per_node = gpus_per_task = 0
     gpu_type: str | None = None
     if "gres" in v:
-        per_node, gpu_type = _gres(v["gres"])
+        gpus_per_node, gpu_type = _gres(v["gres"])
     for key in ("gpus", "gpus-per-node", "gpus-per-task"):
         if key in v:
             count, kind = _gpus(v[key])
             if key == "gpus":
                 gpus = count
             elif key == "gpus-per-node":
-                per_node = count
+                gpus_per_node = count
             else:
-                per_task = count
+                gpus_per_task = count
             gpu_type = kind or gpu_type
 
     if "job-name" in v:
@@ -458,18 +477,18 @@ def _submission(argv: list[str], env: dict[str, str], cwd: str, submit_host: str
         "max_nodes": max_nodes if max_nodes and max_nodes != min_nodes else None,
         "num_tasks": ntasks,
         "gpus": gpus,
-        "gpus_per_node": per_node,
-        "gpus_per_task": per_task,
+        "gpus_per_node": gpus_per_node,
+        "gpus_per_task": gpus_per_task,
         "gpu_type": gpu_type,
         "req_nodes": [],
         "exc_nodes": [],
         "submit_line": submit_line,
         "held": "user" if v.get("hold") else None,
         "partition": v.get("partition"),
-        "ntasks_per_node": None,
+        "ntasks_per_node": per_node,
         "cpus_per_task": v.get("cpus-per-task"),
         "mem_per_node": v.get("mem"),
-        "mem_per_cpu": None,
+        "mem_per_cpu": v.get("mem-per-cpu"),
         "time_limit": v.get("time"),
         "time_min": None,
         "exclusive": False,
@@ -478,12 +497,12 @@ def _submission(argv: list[str], env: dict[str, str], cwd: str, submit_host: str
         "signal": None,
         "mail_type": None,
         "mail_user": None,
-        "comment": None,
+        "comment": v.get("comment"),
         "work_dir": work_dir,
         "account": v.get("account"),
         "qos": v.get("qos"),
         "nice": 0,
-        "requeue": None,
+        "requeue": v.get("requeue"),
         "hint": None,
         "acctg_freq": None,
         "stdout": stdout,
@@ -499,7 +518,7 @@ def _submission(argv: list[str], env: dict[str, str], cwd: str, submit_host: str
         "env": _job_environment(export, env, v, cwd, submit_host, umask, prio),
         "export": export,
         "array": array,
-        "open_mode": "truncate",
+        "open_mode": v.get("open-mode", "truncate"),
     }
     return payload, bool(v.get("parsable"))
 
