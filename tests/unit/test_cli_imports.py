@@ -8,7 +8,7 @@ at ~10 ms over `python -I -S -c pass`: their launchers start Python that way
 (launchers/) and import cli/hot.py first, which answers the common forms (plain squeue
 and sinfo, scontrol show job|node ID, sacct -j JOBID, scancel JOBID, and sbatch's common
 forms through cli/sbatch_hot.py) with nothing but the interpreter's built-ins (and
-`_socket`, `_json`: SBATCH_FAST_MODULES); every other form imports its command, at most
+`_socket`: SBATCH_FAST_MODULES); every other form imports its command, at most
 the number of modules in HOT_BUDGET, counted as the launcher starts them.  Timings belong to
 bench/bench_commands.py.
 """
@@ -188,7 +188,7 @@ def test_hot_forms_import_nothing_beyond_the_interpreter() -> None:
 # sbatch's common forms (cli/sbatch_hot.py, through cli/hot.py): the modules a whole
 # submission adds to `python -I -S`, the answer read and printed included.
 SBATCH_FAST_MODULES = {"corral", "corral.cli", "corral.cli.hot", "corral.cli.sbatch_hot",
-                       "_socket", "_json"}
+                       "_socket"}
 
 
 def _fast_sbatch_modules(tmp_path: Path, argv: list[str]) -> tuple[str, list[str]]:

@@ -6,7 +6,7 @@ What tools type — `sbatch SCRIPT` with #SBATCH lines, `sbatch --wrap CMD`, wit
 --open-mode) — costs the full command ~20 modules (os, cli/options.py's
 option table and value parsers, model/): most of a submission's time over Python's own
 start (bench/bench_commands.py).  Here the same request body is built from those forms
-with `posix`, `_json` and `_socket` only.
+with `posix` and `_socket` only.
 
 `submission` returns None for anything it is not sure of: another option, an
 abbreviated one, a value in a form it does not read itself (it reads the plain forms, and
@@ -530,17 +530,51 @@ def _environ() -> dict[str, str]:
             for k, val in posix.environ.items()}
 
 
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b",
+            "\f": "\\f"}
+
+
+def _json_string(text: str) -> str:
+    """_json.encode_basestring_ascii(text), without loading _json (a shared library)."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    out = []
+    for ch in text:
+        escaped = _ESCAPES.get(ch)
+        if escaped is None:
+            n = ord(ch)
+            if 0x20 <= n < 0x7F:
+                escaped = ch
+            elif n < 0x10000:
+                escaped = f"\\u{n:04x}"
+            else:
+                n -= 0x10000
+                escaped = f"\\u{0xD800 | n >> 10:04x}\\u{0xDC00 | n & 0x3FF:04x}"
+        out.append(escaped)
+    return f'"{"".join(out)}"'
+
+
+def _json_text(obj: object) -> str:
+    if isinstance(obj, str):
+        return _json_string(obj)
+    if obj is None:
+        return "null"
+    if obj is True:
+        return "true"
+    if obj is False:
+        return "false"
+    if type(obj) is int:
+        return str(obj)
+    if isinstance(obj, dict):
+        return "{" + ",".join(f"{_json_string(k)}:{_json_text(v)}" for k, v in obj.items()) + "}"
+    if isinstance(obj, list):
+        return "[" + ",".join(_json_text(v) for v in obj) + "]"
+    raise _Decline  # nothing else is in a submission
+
+
 def _json(obj: "Any") -> bytes:
-    """client.json_dumps(obj), the same bytes."""
-    import _json
-
-    encode = _json.make_encoder({}, _not_serializable, _json.encode_basestring_ascii, None,
-                                ":", ",", False, False, True)
-    return "".join(encode(obj, 0)).encode()
-
-
-def _not_serializable(obj: "Any") -> "Any":
-    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+    """client.json_dumps(obj).encode() for a submission's body: the same bytes."""
+    return _json_text(obj).encode()
 
 
 def run(args: list[str]) -> int | None:
@@ -563,6 +597,10 @@ def run(args: list[str]) -> int | None:
     spec["submit_id"] = posix.urandom(16).hex()
     spec["submit_host"] = submit_host
     spec["alloc_sid"] = posix.getsid(0)
+    try:
+        body = _json(payload)
+    except _Decline:
+        return None
     from corral.cli import hot
 
     home = hot._home()
@@ -577,7 +615,6 @@ def run(args: list[str]) -> int | None:
             s.connect(home + b"/corral.sock")
         except OSError:
             return None  # nothing sent: sbatch connects itself (and waits for a restart)
-        body = _json(payload)
         chunks = []
         try:
             s.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: corral\r\nConnection: close\r\n"
