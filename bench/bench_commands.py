@@ -138,6 +138,11 @@ def bench_commands(c: BenchCluster) -> None:
     full: dict[str, list[tuple[float, float]]] = {k: [] for k in commands
                                                   if commands[k][0] != PYTHON}
     before: dict[str, list[tuple[float, float]]] = {k: [] for k in full}
+    import json
+
+    sock_path = os.path.join(c.home, "corral.sock")
+    held_body = json.dumps(submit_body(held=True)).encode()
+    posts: list[float] = []
     for _ in range(RUNS):
         for name, argv in commands.items():
             cmd = argv if argv[0] == PYTHON else [os.path.join(BIN, argv[0]), *argv[1:]]
@@ -147,6 +152,10 @@ def bench_commands(c: BenchCluster) -> None:
             if BEFORE is not None and name in before:
                 before[name].append(_timed([os.path.join(BEFORE, argv[0]), *argv[1:]], env,
                                            c.work))
+        # the controller's share of a submission: the request alone, from this process
+        t0 = time.perf_counter()
+        _request(sock_path, "POST", "/v1/jobs", held_body)
+        posts.append(time.perf_counter() - t0)
         time.sleep(0.3)
     floor = statistics.median(w for w, _ in samples["floor: python -I -S -c pass"])
     floor_cpu = statistics.median(u for _, u in samples["floor: python -I -S -c pass"])
@@ -172,6 +181,8 @@ def bench_commands(c: BenchCluster) -> None:
         print(f"   before: commands from {BEFORE})")
     else:
         print("   )")
+    print(f"The controller's share of a submission (POST /v1/jobs from the bench's process, "
+          f"the rounds above): {_ms(statistics.median(posts))}")
 
 
 def squeue_path(c: BenchCluster) -> str:
