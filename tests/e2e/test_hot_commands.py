@@ -135,7 +135,8 @@ def _show(cluster: Cluster, job: int) -> str:
 
     text = cluster.ok("scontrol", "show", "job", str(job), env=FULL)
     text = re.sub(r"\b(\w*Time)=\S+", r"\1=T", text)
-    return text.replace(str(job), "ID")
+    # the id in JobId=, ArrayJobId= and the output files' names, not in the test's paths
+    return re.sub(rf"(?<=[=_-]){job}(?=[\s._]|$)", "ID", text)
 
 
 @pytest.mark.parametrize("args", SBATCH_FORMS, ids=" ".join)
