@@ -313,3 +313,18 @@ def test_json_is_client_json() -> None:
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8)))
         obj = {text: [text, None, True, False, 0, -12, 2**40, {"k": text}], "e": {}, "l": []}
         assert sbatch_hot._json(obj) == client.json_dumps(obj).encode(), text
+
+
+def test_its_options_and_constants_are_sbatchs() -> None:
+    from corral.cli.options import NO_ARG, option_table
+    from corral.model.arrays import MAX_ARRAY_SIZE_LIMIT
+
+    table = option_table("sbatch")
+    by_name = {o.name: o for o in table.options}
+    for name, (key, takes) in sbatch_hot._LONG.items():
+        option = by_name[name]
+        assert (option.key, option.has_arg != NO_ARG) == (key, takes), name
+    for letter, key in sbatch_hot._SHORT.items():
+        assert table.shorts[letter].key == key, letter
+    assert sbatch_hot.WRAP_HEADER == sbatch.WRAP_HEADER
+    assert sbatch_hot._ARRAY_LIMIT == MAX_ARRAY_SIZE_LIMIT
