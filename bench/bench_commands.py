@@ -6,8 +6,9 @@
 Prints: the interpreter's floor (`python -I -S -c pass`, the interpreter the commands in
 DIR run: DIR/python), each hot command's median wall time, its difference from the
 floor, and its CPU time (user + system) over the floor's, on an idle 4-node cluster —
-as typed (its common form answered by cli/hot.py) and as the full command (a variable of
-its own set, which makes cli/hot.py decline); `squeue` at 0, 2,000, 10,000 and 50,000 queued jobs; and
+as typed (its common form answered by cli/hot.py, sbatch's by cli/sbatch_hot.py) and as
+the full command (a variable of its own set, which makes them decline); `squeue` at 0,
+2,000, 10,000 and 50,000 queued jobs; and
 the polling load: a scheduling pass and a submission with and without 16 clients asking
 the controller in a loop for what a plain `squeue` asks (10,000 jobs): its text, printed
 by the controller once per change (controller/answers.py), or with --before's
@@ -107,6 +108,11 @@ FULL_ENV = {"sbatch": "SBATCH_BENCH_FULL", "squeue": "SQUEUE_BENCH_FULL",
             "sacct": "SACCT_BENCH_FULL", "scancel": "SCANCEL_BENCH_FULL"}
 
 
+JOB_SCRIPT = ("#!/bin/bash\n#SBATCH --nodes=1 --ntasks=2 --cpus-per-task=2\n"
+              "#SBATCH --gres=gpu:1 -p debug\n#SBATCH --export=ALL  # as tools write them\n"
+              "srun hostname\n")
+
+
 def bench_commands(c: BenchCluster) -> None:
     env = dict(c.env, PATH=BIN + os.pathsep + c.env["PATH"])
     c.run(os.path.join(BIN, "sbatch"), "-H", "--wrap", "true")  # job 1 for show/sacct
@@ -122,11 +128,21 @@ def bench_commands(c: BenchCluster) -> None:
         # last, then a pause: each submission sets the controller to work for a while (its
         # commit, a scheduling pass), and the other commands are timed on an idle cluster
         "sbatch -H --wrap true": ["sbatch", "-H", "--wrap", "true"],
+        # a script with #SBATCH lines and the options tools pass (snakemake, submitit)
+        "sbatch --parsable -H … job.sh": ["sbatch", "--parsable", "-H", "-J", "bench", "-t",
+                                           "10", "--mem=1G", "-o", "out-%j.txt", "job.sh"],
     }
+    with open(os.path.join(c.work, "job.sh"), "w") as f:
+        f.write(JOB_SCRIPT)
     samples: dict[str, list[tuple[float, float]]] = {k: [] for k in commands}
     full: dict[str, list[tuple[float, float]]] = {k: [] for k in commands
                                                   if commands[k][0] != PYTHON}
     before: dict[str, list[tuple[float, float]]] = {k: [] for k in full}
+    import json
+
+    sock_path = os.path.join(c.home, "corral.sock")
+    held_body = json.dumps(submit_body(held=True)).encode()
+    posts: list[float] = []
     for _ in range(RUNS):
         for name, argv in commands.items():
             cmd = argv if argv[0] == PYTHON else [os.path.join(BIN, argv[0]), *argv[1:]]
@@ -136,6 +152,10 @@ def bench_commands(c: BenchCluster) -> None:
             if BEFORE is not None and name in before:
                 before[name].append(_timed([os.path.join(BEFORE, argv[0]), *argv[1:]], env,
                                            c.work))
+        # the controller's share of a submission: the request alone, from this process
+        t0 = time.perf_counter()
+        _request(sock_path, "POST", "/v1/jobs", held_body)
+        posts.append(time.perf_counter() - t0)
         time.sleep(0.3)
     floor = statistics.median(w for w, _ in samples["floor: python -I -S -c pass"])
     floor_cpu = statistics.median(u for _, u in samples["floor: python -I -S -c pass"])
@@ -161,6 +181,8 @@ def bench_commands(c: BenchCluster) -> None:
         print(f"   before: commands from {BEFORE})")
     else:
         print("   )")
+    print(f"The controller's share of a submission (POST /v1/jobs from the bench's process, "
+          f"the rounds above): {_ms(statistics.median(posts))}")
 
 
 def squeue_path(c: BenchCluster) -> str:

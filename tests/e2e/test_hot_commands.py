@@ -113,3 +113,56 @@ def test_other_forms_are_left_to_the_commands(cluster: Cluster) -> None:
                             "print(hot.run(sys.argv[1], sys.argv[2:]))", *argv],
                            capture_output=True, text=True, env=gone, timeout=60)
         assert r.stdout == "None\n", argv
+
+
+SBATCH_FULL = {"SBATCH_CORRAL_TEST": "1"}  # an SBATCH_ variable: the fast path declines
+SCRIPT = ("#!/bin/sh\n#SBATCH -J fromscript --time=5  # five minutes\n#SBATCH --gpus=2 -n 2\n"
+          "#SBATCH -o %x-%j.out\necho hi\n")
+SBATCH_FORMS = [
+    ["-H", "--wrap", "true"],
+    ["-H", "-J", "wide", "-t", "1:00:00", "-N", "2", "-n", "4", "-c", "2", "--mem=1G",
+     "--gres=gpu:1", "-p", "debug", "-o", "out-%j.txt", "-e", "err.txt", "--wrap", "sleep 1"],
+    ["-H", "--array=1-3%2", "-d", "singleton", "--export=NONE,FOO=1", "--wrap", "true"],
+    ["-H", "--gpus-per-node=2", "--gpus-per-task=1", "-N1", "-n2", "--wrap", "true"],
+    ["-H", "job.sh", "an-arg"],
+    ["-H", "-J", "cli-wins", "-t", "7", "./job.sh"],
+]
+
+
+def _show(cluster: Cluster, job: int) -> str:
+    """scontrol show job, less what differs between two submissions (ids, times)."""
+    import re
+
+    text = cluster.ok("scontrol", "show", "job", str(job), env=FULL)
+    text = re.sub(r"\b(\w*Time)=\S+", r"\1=T", text)
+    # the id in JobId=, ArrayJobId= and the output files' names, not in the test's paths
+    return re.sub(rf"(?<=[=_-]){job}(?=[\s._]|$)", "ID", text)
+
+
+@pytest.mark.parametrize("args", SBATCH_FORMS, ids=" ".join)
+def test_fast_sbatch_submits_what_sbatch_submits(cluster: Cluster, args: list[str]) -> None:
+    (cluster.workdir / "job.sh").write_text(SCRIPT)
+    rc, out, imported = _hot(cluster, "sbatch", *args)
+    assert rc == 0 and not imported and out.startswith("Submitted batch job "), (rc, out)
+    fast = int(out.split()[-1])
+    full = cluster.run("sbatch", *args, env=SBATCH_FULL)
+    assert full.returncode == 0 and full.stdout.startswith("Submitted batch job "), full
+    assert _show(cluster, fast) == _show(cluster, int(full.stdout.split()[-1]))
+    cluster.ok("scancel", str(fast), str(full.stdout.split()[-1]))
+
+
+def test_fast_sbatch_prints_what_sbatch_prints(cluster: Cluster) -> None:
+    # --parsable, and the controller's refusals in sbatch's words
+    rc, out, imported = _hot(cluster, "sbatch", "-H", "--parsable", "--wrap", "true")
+    assert rc == 0 and out.strip().isdigit() and not imported
+    for args in (["-p", "nosuch", "--wrap", "true"], ["-d", "bogus", "--wrap", "t"],
+                 ["--gres=gpu:9", "--wrap", "true"]):
+        assert _hot(cluster, "sbatch", *args)[0] == 1, args  # answered by the fast path
+        fast = cluster.run("sbatch", *args)
+        full = cluster.run("sbatch", *args, env=SBATCH_FULL)
+        assert (fast.returncode, fast.stdout, fast.stderr) == \
+            (full.returncode, full.stdout, full.stderr), args
+        assert fast.returncode == 1 and "Batch job submission failed" in fast.stderr, args
+    # forms it leaves to sbatch, which prints its own errors
+    for args in (["--time-min=5", "--wrap", "true"], ["-t", "x", "--wrap", "true"], ["nosuch.sh"]):
+        assert _hot(cluster, "sbatch", *args) == (None, "", False), args

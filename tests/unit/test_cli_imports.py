@@ -6,9 +6,10 @@ inspect, urllib.parse, corral.model.job's enum/dataclasses; then json and getopt
 bring re, enum, functools, collections and gettext).  The hot commands (issue #19) aim
 at ~10 ms over `python -I -S -c pass`: their launchers start Python that way
 (launchers/) and import cli/hot.py first, which answers the common forms (plain squeue
-and sinfo, scontrol show job|node ID, sacct -j JOBID, scancel JOBID) with nothing but
-the interpreter's built-ins; every other form imports its command, at most the number
-of modules in HOT_BUDGET, counted as the launcher starts them.  Timings belong to
+and sinfo, scontrol show job|node ID, sacct -j JOBID, scancel JOBID, and sbatch's common
+forms through cli/sbatch_hot.py) with nothing but the interpreter's built-ins (and
+`_socket`: SBATCH_FAST_MODULES); every other form imports its command, at most
+the number of modules in HOT_BUDGET, counted as the launcher starts them.  Timings belong to
 bench/bench_commands.py.
 """
 
@@ -21,6 +22,7 @@ import re
 import subprocess
 import sys
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
@@ -181,6 +183,61 @@ def test_percent_substitution_matches_the_regex(pattern: str) -> None:
 def test_hot_forms_import_nothing_beyond_the_interpreter() -> None:
     # cli/hot.py answers the common forms (launchers/corral-launch imports it first)
     assert _modules_without_site("corral.cli.hot") == ["corral", "corral.cli", "corral.cli.hot"]
+
+
+# sbatch's common forms (cli/sbatch_hot.py, through cli/hot.py): the modules a whole
+# submission adds to `python -I -S`, the answer read and printed included.
+SBATCH_FAST_MODULES = {"corral", "corral.cli", "corral.cli.hot", "corral.cli.sbatch_hot",
+                       "_socket"}
+
+
+def _fast_sbatch_modules(tmp_path: Path, argv: list[str]) -> tuple[str, list[str]]:
+    """hot.run("sbatch", argv) in `python -I -S`, against a socket that takes the request
+    and answers as the controller does: (what it printed, the modules it added)."""
+    import socket
+    import threading
+
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "corral.sock"))
+    server.listen(1)
+    server.settimeout(30)
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            while len(body) < length:
+                body += conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 13\r\n\r\n{\"job_id\":12}")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    code = ("import sys; sys.path[:0] = [sys.argv[1]]; before = set(sys.modules); "
+            "from corral.cli import hot; rc = hot.run('sbatch', sys.argv[2:]); "
+            "sys.stderr.write(f'{rc}|' + ' '.join(sorted(set(sys.modules) - before)))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SBATCH_", "SLURM_"))}
+    env["CORRAL_HOME"] = str(tmp_path)
+    try:
+        r = subprocess.run([sys.executable, "-I", "-S", "-c", code, SRC, *argv],
+                           capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    finally:
+        thread.join(30)
+        server.close()
+    rc, _, modules = r.stderr.rpartition("\n")[2].partition("|")
+    assert rc == "0", r.stderr
+    return r.stdout, modules.split()
+
+
+def test_fast_sbatch_imports_nothing_beyond_the_interpreter(tmp_path: Path) -> None:
+    (tmp_path / "job.sh").write_text("#!/bin/sh\n#SBATCH -J x -t 10 --mem=1G\ntrue\n")
+    out, added = _fast_sbatch_modules(tmp_path, ["--parsable", "-N", "2", "job.sh"])
+    assert out == "12\n"
+    assert set(added) <= SBATCH_FAST_MODULES and len(added) <= len(SBATCH_FAST_MODULES), added
 
 
 def test_hot_squeue_asks_what_a_plain_squeue_asks(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,8 @@ options, an environment that changes the output (TZ, SLURM_TIME_FORMAT, the comm
 own variables), no controller socket of this cluster, an answer other than the text.
 The launcher (launchers/corral-launch) then runs the full command, which asks again.
 Only a request that changes nothing (a GET) may be asked twice so: scancel's POST falls
-back only when nothing was sent (no connection).
+back only when nothing was sent (no connection).  sbatch's common forms are
+cli/sbatch_hot.py's, imported only for sbatch.
 """
 
 import posix
@@ -172,6 +173,14 @@ def _scancel(job_id: str) -> int | None:
 
 def run(command: str, args: list[str]) -> int | None:
     """The exit code, having answered `command args`; None: the full command must."""
+    if command == "sbatch":
+        try:
+            # its common forms: the request sbatch would send, built without its modules
+            from corral.cli import sbatch_hot
+
+            return sbatch_hot.run(args)
+        except KeyboardInterrupt:
+            return 130
     if command not in _ENV_PREFIX or not _plain_env(command):
         return None
     try:
