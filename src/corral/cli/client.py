@@ -60,6 +60,13 @@ def json_loads(data: bytes | str) -> Any:
         obj, end = _scan(text, start)
     except StopIteration as e:
         raise ValueError(f"Expecting value: char {e.value}") from None
+    except SystemError:
+        # the C scanner reports a malformed document through json.decoder, which this
+        # light path has not imported (it then fails without an exception): the standard
+        # parser says what is wrong
+        import json
+
+        return json.loads(text)
     if text[end:].strip(" \t\n\r"):
         raise ValueError(f"Extra data: char {end}")
     return obj
