@@ -102,33 +102,55 @@ def full_text(ctl: Controller, book: UsageBook) -> bytes:
 
 class Blocks:
     """Items' lines (one per family) kept in blocks in order: a change of an item
-    re-joins its block's bytes at the next `joined`, not the whole route."""
+    re-joins its block's bytes at the next `joined`, not the whole route.  A block keeps its
+    lines by family in item order (columns), so that joining it is one C call a family."""
 
     def __init__(self, width: int) -> None:
         self.width = width
         self.lines: dict[Hashable, tuple[Any, tuple[bytes, ...]]] = {}  # item -> (key, lines)
-        self.members: dict[int, set[Any]] = {}  # block -> its items
+        self.members: dict[int, list[Any]] = {}  # block -> its items, sorted
+        self.pos: dict[Hashable, int] = {}  # item -> its place in its block
+        self.cols: dict[int, list[list[bytes]]] = {}  # block -> family -> lines, in order
         self.order: list[int] = []  # the blocks, in order
         self.bytes: dict[int, tuple[bytes, ...]] = {}  # block -> its bytes per family
         self.dirty: set[int] = set()
 
+    def _lay_out(self, block: int) -> None:
+        """The block's columns anew (an item came or went)."""
+        members, lines = self.members[block], self.lines
+        for i, item in enumerate(members):
+            self.pos[item] = i
+        rows = [lines[item][1] for item in members]
+        self.cols[block] = [[r[i] for r in rows] for i in range(self.width)]
+
     def put(self, block: int, item: Any, key: Any, lines: tuple[bytes, ...]) -> None:
-        members = self.members.get(block)
-        if members is None:
-            members = self.members[block] = set()
-            insort(self.order, block)
-        members.add(item)
+        known = item in self.lines
         self.lines[item] = (key, lines)
         self.dirty.add(block)
+        if known:
+            cols, at = self.cols[block], self.pos[item]
+            for i in range(self.width):
+                cols[i][at] = lines[i]
+            return
+        members = self.members.get(block)
+        if members is None:
+            members = self.members[block] = []
+            insort(self.order, block)
+        insort(members, item)
+        self._lay_out(block)
 
     def drop(self, block: int, item: Any) -> None:
         if self.lines.pop(item, None) is None:
             return
         members = self.members[block]
-        members.discard(item)
+        members.remove(item)
+        del self.pos[item]
         self.dirty.add(block)
-        if not members:
+        if members:
+            self._lay_out(block)
+        else:
             del self.members[block]
+            del self.cols[block]
             self.order.remove(block)
             self.bytes.pop(block, None)
 
@@ -140,13 +162,10 @@ class Blocks:
         """Join the changed blocks; whether any changed since the last call."""
         if not self.dirty:
             return False
-        lines = self.lines
         for block in self.dirty:
-            members = self.members.get(block)
-            if members is None:
-                continue
-            rows = [lines[item][1] for item in sorted(members)]
-            self.bytes[block] = tuple(b"".join([r[i] for r in rows]) for i in range(self.width))
+            cols = self.cols.get(block)
+            if cols is not None:
+                self.bytes[block] = tuple([b"".join(col) for col in cols])
         self.dirty.clear()
         return True
 
