@@ -339,10 +339,10 @@ def test_gpus_route_unscraped_for_long_forgets_what_it_kept(
         m = Metrics(h.ctl, book)
         route = m.gpu_route
         before = m.render("gpus")
-        assert route.text is not None
+        assert route.pieces is not None
         h.submit()
-        assert route.text is not None and route.dirty_jobs
+        assert route.pieces is not None and route.dirty_jobs
         monkeypatch.setattr(metrics_gpus, "FORGET_SLACK", -5)
         h.submit()
-        assert route.text is None and not route.dirty_jobs
+        assert route.pieces is None and not route.dirty_jobs
         assert m.render("gpus") == metrics_gpus.full_text(h.ctl, book) == before

@@ -188,7 +188,10 @@ class GpuRoute:
         self.job_nodes: dict[int, set[str]] = {}
         for job in list(ctl.running.values()):
             self._track(job.job_id, {a.node for a in job.alloc if a.gpus})
-        self.text: bytes | None = None  # None until the first scrape: nothing is kept before
+        # the route's blocks' bytes: None until the first scrape (nothing is kept before)
+        self.pieces: list[bytes] | None = None
+        self.text: bytes | None = None  # the pieces joined (render), and what they were
+        self._joined_from: list[bytes] | None = None
         self.headers = [header(name, doc).encode() for name, doc in GPU_SERIES + JOB_SERIES]
 
     def _track(self, job_id: int, nodes: set[str]) -> None:
@@ -206,7 +209,7 @@ class GpuRoute:
         job = ev.job
         jid = job.job_id
         nodes = {a.node for a in job.alloc if a.gpus}
-        if self.text is not None:  # before the first scrape, that scrape looks at everything
+        if self.pieces is not None:  # before the first scrape, it looks at everything
             self.dirty_nodes.update(self.job_nodes.get(jid, ()))
             self.dirty_nodes.update(nodes)
             self.dirty_jobs.add(jid)
@@ -215,18 +218,18 @@ class GpuRoute:
         self._track(jid, nodes if job.state.active else set())
 
     def _reset(self) -> None:
-        self.text = None
+        self.pieces = self.text = self._joined_from = None
         self.nodes, self.jobs = Blocks(len(GPU_SERIES)), Blocks(len(JOB_SERIES))
         self.node_block = {}
         self.dirty_nodes, self.dirty_jobs, self.seen_jobs = set(), set(), set()
 
     def on_node(self, ev: NodeEvent) -> None:
-        if self.text is not None:
+        if self.pieces is not None:
             self.dirty_nodes.add(ev.node.name)
 
     def on_sample(self, node: str) -> None:
         """The node's GPUs were sampled (and its jobs' use summed): their lines now."""
-        if self.text is None:
+        if self.pieces is None:
             return
         if node in self.node_block:
             self._node(node)
@@ -271,9 +274,18 @@ class GpuRoute:
             self._node(name)
 
     def render(self) -> bytes:
+        """The route's text (the same bytes while nothing changed)."""
+        pieces = self.chunks()
+        if self.text is None or pieces is not self._joined_from:
+            self.text = b"".join(pieces)
+            self._joined_from = pieces
+        return self.text
+
+    def chunks(self) -> list[bytes]:
+        """The route's text as its blocks' bytes, in order (a new list when any changed)."""
         book = self.book
         changed = False
-        if self.text is None or len(book.gpus) != len(self.node_block):
+        if self.pieces is None or len(book.gpus) != len(self.node_block):
             self._layout()
             self.dirty_nodes.clear()
             changed = True
@@ -291,8 +303,8 @@ class GpuRoute:
             self.dirty_jobs.clear()
         changed = self.nodes.joined() | changed
         changed = self.jobs.joined() | changed
-        if self.text is not None and not changed:
-            return self.text
+        if self.pieces is not None and not changed:
+            return self.pieces
         out: list[bytes] = []
         heads = iter(self.headers)
         for i in range(len(GPU_SERIES)):
@@ -301,5 +313,5 @@ class GpuRoute:
         for i in range(len(JOB_SERIES)):
             out.append(next(heads))
             out.extend(self.jobs.family(i))
-        self.text = b"".join(out)
-        return self.text
+        self.pieces = out
+        return out
