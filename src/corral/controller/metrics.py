@@ -386,6 +386,21 @@ _NO_REASON = SimpleNamespace(code=SimpleNamespace(_value_=None))  # a pending jo
 _NO_HEALTH: tuple[tuple[tuple[str, str], ...], bool] = ((), False)
 
 
+class _Same:
+    """An object in a cache key, compared by identity (not by its possibly deep ==)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+
 def _changed(new: list[Any], old: list[Any]) -> list[int]:
     """The places where two lists of the same length differ (C loops: walked at each scrape)."""
     if new == old:
@@ -800,8 +815,10 @@ class Metrics:
         ctl = self.ctl
         held = self._held()
         self.counts.reconcile()
+        # a pass rewrites the reasons: the passes counted, and the last decision itself (a
+        # pass run directly, as the in-process harness runs them, is not counted)
         key = (self.counts.generation, tuple(j.job_id for j in held), ctl.sched_passes,
-               len(ctl.pending_reasons))
+               len(ctl.pending_reasons), _Same(ctl.last_decision))
         return self._cached("jobs", key, lambda: expose(self.jobs(held)))
 
     def jobs(self, held: list[Any] | None = None) -> Iterator[Family]:
