@@ -283,6 +283,25 @@ def job_families(prefix: str, label: str | None, groups: dict[str, JobAgg]) -> I
         yield f
 
 
+def _values_of(specs: list[tuple[str, str, Callable[[JobAgg], float]]]
+               ) -> Callable[[JobAgg], list[int]]:
+    """A group's values of every family of `specs`, in one call (job_family_specs' order:
+    jobs, each state, held, finished, [nodes,] cpus, gpus, memory in bytes)."""
+    with_nodes = len(specs) == len(JOB_STATES) + 7
+
+    def values(a: JobAgg) -> list[int]:
+        if with_nodes:
+            return [a.jobs, *a.states, a.held, a.finished, a.nodes, a.cpus, a.gpus, a.mem << 20]
+        return [a.jobs, *a.states, a.held, a.finished, a.cpus, a.gpus, a.mem << 20]
+    # what each family's spec gives, checked once against the one call
+    probe = JobAgg()
+    probe.jobs, probe.held, probe.finished, probe.nodes, probe.cpus, probe.gpus, probe.mem = \
+        range(2, 9)
+    probe.states = list(range(10, 10 + len(JOB_STATES)))
+    assert values(probe) == [spec[2](probe) for spec in specs]
+    return values
+
+
 class GroupLines:
     """The job-count families of one group kind.  Each family keeps its lines in group-name
     order (a column) and its text as bytes: a group whose counts changed (JobAgg.version)
@@ -291,12 +310,12 @@ class GroupLines:
 
     def __init__(self, prefix: str, label: str) -> None:
         self.specs = job_family_specs(prefix)
-        self.getters = [spec[2] for spec in self.specs]
+        self.all_values = _values_of(self.specs)
         self.headers = [_header(name, doc) for name, doc, _get in self.specs]
         self.label = label
         self.pos: dict[str, int] = {}  # group -> its place in name order
         self.keys: list[tuple[int, int]] = []  # per place: (version, held) rendered
-        self.values: list[list[float]] = []  # per place: each family's value rendered
+        self.values: list[list[int]] = []  # per place: each family's value rendered
         self.heads: list[list[str]] = []  # per place: each family's name and label part
         self.cols: list[list[str]] = [[] for _ in self.specs]  # family -> lines in order
         self.families: list[bytes] = []  # family -> its text
@@ -305,7 +324,7 @@ class GroupLines:
         names = sorted(groups)
         self.pos = {name: i for i, name in enumerate(names)}
         self.keys = [(groups[n].version, groups[n].held) for n in names]
-        self.values = [[get(groups[n]) for get in self.getters] for n in names]
+        self.values = [self.all_values(groups[n]) for n in names]
         self.heads = [[f'{spec[0]}{{{self.label}="{_label(n)}"}} ' for spec in self.specs]
                       for n in names]
         self.cols = [[f"{head[i]}{_num(vals[i])}\n"
@@ -319,21 +338,23 @@ class GroupLines:
             dirty: set[int] | range = range(len(self.specs))
         else:
             dirty = set()
-            keys, values, heads, cols, getters = (self.keys, self.values, self.heads,
-                                                  self.cols, self.getters)
+            keys, values, heads, cols, all_values = (self.keys, self.values, self.heads,
+                                                     self.cols, self.all_values)
             for name, at in self.pos.items():
                 a = groups[name]
                 key = (a.version, a.held)
                 if key == keys[at]:
                     continue
                 keys[at] = key
+                new = all_values(a)
                 old = values[at]
-                for i, get in enumerate(getters):
-                    v = get(a)
-                    if v != old[i]:
-                        old[i] = v
-                        cols[i][at] = f"{heads[at][i]}{_num(v)}\n"
-                        dirty.add(i)
+                if new == old:
+                    continue
+                values[at] = new
+                head = heads[at]
+                for i in _changed(new, old):
+                    cols[i][at] = f"{head[i]}{_num(new[i])}\n"
+                    dirty.add(i)
         if not dirty:
             return self.families, False
         if not self.families:
@@ -448,6 +469,7 @@ class OwnerGpu:
         self.members: dict[str, dict[int, float]] = {}  # owner -> job -> its utilisation
         self.dirty: set[str] = set()
         self.lines: dict[str, str] = {}  # owner -> its line
+        self.heads: dict[str, str] = {}  # owner -> its line up to the value
         self.order: dict[str, list[str]] = {}  # "u:"/"a:" -> the owners, sorted
         self.text: tuple[str, str] | None = None
         for job in list(ctl.running.values()):
@@ -502,28 +524,39 @@ class OwnerGpu:
 
     FAMILIES = (("u:", "corral_user_gpu_utilization_percent", "username"),
                 ("a:", "corral_account_gpu_utilization_percent", "account"))
+    NAMES = {tag: (name, label) for tag, name, label in FAMILIES}
 
     def render(self) -> tuple[str, str]:
         """The two families' text: per user, per account.  An owner's line is written anew
         when its jobs' use changed; the owners are sorted again when one comes or goes."""
         if self.text is not None and not self.dirty:
             return self.text
-        lines = self.lines
-        names = {tag: (name, label) for tag, name, label in self.FAMILIES}
+        lines, heads = self.lines, self.heads
         came_or_went = self.text is None
+        changed = False
         for key in self.dirty:
             m = self.members.get(key)
             if m:
                 # rounded: the sums' last bits do not depend on the order jobs came in
                 total = round(sum(m.values()), 6)
-                name, label = names[key[:2]]
-                came_or_went = came_or_went or key not in lines
-                lines[key] = f'{name}{{{label}="{_label(key[2:])}"}} {_value(total)}\n'
+                head = heads.get(key)
+                if head is None:
+                    name, label = self.NAMES[key[:2]]
+                    head = heads[key] = f'{name}{{{label}="{_label(key[2:])}"}} '
+                line = f"{head}{_value(total)}\n"
+                old = lines.get(key)
+                if old != line:
+                    came_or_went = came_or_went or old is None
+                    lines[key] = line
+                    changed = True
             else:
                 came_or_went = came_or_went or key in lines
                 lines.pop(key, None)
+                heads.pop(key, None)
                 self.members.pop(key, None)
         self.dirty.clear()
+        if not changed and not came_or_went and self.text is not None:
+            return self.text
         if came_or_went:
             self.order = {tag: sorted(k for k in lines if k.startswith(tag))
                           for tag, _n, _l in self.FAMILIES}
@@ -990,9 +1023,13 @@ class Metrics:
         """One route's text (the Prometheus text format 0.0.4), or all of them (None): the
         pieces joined once, the bytes of the scrape before when no piece changed."""
         pieces = self.chunks(section)
-        kept = self._joined.get(section)
+        kept = self._joined.pop(section, None)
         if kept is not None and kept[0] == pieces:
+            self._joined[section] = kept
             return kept[1]
+        # the text before is let go first: malloc gives its pages to the new one, where a
+        # fresh 3.6 MB would cost a page fault every 4 KiB (~900: 2-3 ms of a slow machine)
+        kept = None
         body = b"".join(pieces)
         self._joined[section] = (pieces, body)
         return body

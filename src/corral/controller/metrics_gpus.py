@@ -277,6 +277,7 @@ class GpuRoute:
         """The route's text (the same bytes while nothing changed)."""
         pieces = self.chunks()
         if self.text is None or pieces is not self._joined_from:
+            self.text = None  # let go first: its memory is reused (controller.metrics.render)
             self.text = b"".join(pieces)
             self._joined_from = pieces
         return self.text
