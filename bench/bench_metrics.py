@@ -2,12 +2,12 @@
 
     python bench/bench_metrics.py [--runs N] [--jobs N] [--nodes N]
 
-Scrape: 1,000 nodes × 8 GPUs, 10,000 jobs (5,000 running with GPUs, 5,000 pending with
+Scrape: 1,000 nodes × 8 GPUs, 10,000 jobs (10,100 from the second scrape on) (5,000 running with GPUs, 5,000 pending with
 typed reasons), every node's GPUs sampled (controller.usage) — each of the five routes
 (`/metrics/nodes`, `jobs`, `partitions`, `scheduler`, `jobs-users-accts`), Corral's
 `/metrics/gpus` and all of them at once (the combined `/metrics`, 3.6 MB), rendered as the
 route renders them (controller.metrics.Metrics.render).  Each is timed twice: after what changes between two
-scrapes (every node's GPU sample and free memory, 100 new jobs: `churn`), and again with
+scrapes (every node's GPU sample and free memory, 100 jobs come and 100 go: `churn`), and again with
 nothing changed (the bytes kept from the scrape before).  Target: under 20 ms per route, the
 combined one included, on the project's slow 2-core machine.  Wall-clock medians, and the
 scraping thread's CPU time (what a busy machine's other work inflates less); the machine's
@@ -90,12 +90,14 @@ def build(n_nodes: int, n_jobs: int, seed: int = 1) -> Metrics:
 
 
 LISTENER_TIMES: list[float] = []  # what the metrics spend on each node's GPU sample
+CHURNED: list[Job] = []  # the jobs the last churn submitted
 
 
 def churn(metrics: Metrics, rng: random.Random, step: int) -> None:
     """What changes between two scrapes 15-30 s apart: every node's GPU sample and free
-    memory (heartbeats), every running job's GPU use, and 100 new jobs (their submission
-    events).  Each node's sample is put in the usage book as `UsageBook.agent_usage` leaves
+    memory (heartbeats), every running job's GPU use, 100 new jobs (their submission
+    events), and the 100 of the churn before cancelled and gone from memory (MinJobAge): the
+    cluster stays at its size from one scrape to the next.  Each node's sample is put in the usage book as `UsageBook.agent_usage` leaves
     it, the use of the jobs on the node summed (the book's own cost, O(running jobs) per
     sample, is not the metrics'), then its listeners told, as agent_usage does: the metrics
     write the node's and its jobs' lines then (timed apart, in LISTENER_TIMES)."""
@@ -116,12 +118,17 @@ def churn(metrics: Metrics, rng: random.Random, step: int) -> None:
         for listener in book.sample_listeners:  # as agent_usage does: the metrics' share
             listener(n.name)
         LISTENER_TIMES.append(time.perf_counter() - t)
+    for job in CHURNED:
+        ctl.table.transition(job, JobState.CANCELLED, NOW + step)
+        ctl.table.forget(job.job_id)
+    CHURNED.clear()
     base = max(ctl.jobs) + 1
     for jid in range(base, base + 100):
         user = f"u{rng.randint(1, 500)}"
         job = Job(job_id=jid, name="p", user=user, uid=1001, gid=1001,
                   account=f"a{int(user[1:]) % 50}", partition="gpu", submit_time=NOW + step)
         ctl.table.transition(job, JobState.PENDING, NOW + step)
+        CHURNED.append(job)
 
 
 def bench_scrape(runs: int, n_jobs: int, n_nodes: int) -> None:

@@ -103,7 +103,10 @@ def full_text(ctl: Controller, book: UsageBook) -> bytes:
 class Blocks:
     """Items' lines (one per family) kept in blocks in order: a change of an item
     re-joins its block's bytes at the next `joined`, not the whole route.  A block keeps its
-    lines by family in item order (columns), so that joining it is one C call a family."""
+    lines by family in item order (columns), so that joining it is one C call a family; a
+    block all of whose items were written anew since it was joined (each node sampled, each
+    job's use summed: what happens between two scrapes) is joined then, at the write of the
+    last, and the scrape finds it joined."""
 
     def __init__(self, width: int) -> None:
         self.width = width
@@ -114,6 +117,8 @@ class Blocks:
         self.order: list[int] = []  # the blocks, in order
         self.bytes: dict[int, tuple[bytes, ...]] = {}  # block -> its bytes per family
         self.dirty: set[int] = set()
+        self.fresh: dict[int, set[Any]] = {}  # block -> its items written since it was joined
+        self.rejoined = False  # a block was joined at a write since the last `joined`
 
     def _lay_out(self, block: int) -> None:
         """The block's columns anew (an item came or went)."""
@@ -127,10 +132,19 @@ class Blocks:
         known = item in self.lines
         self.lines[item] = (key, lines)
         self.dirty.add(block)
+        fresh = self.fresh.get(block)
+        if fresh is None:
+            fresh = self.fresh[block] = set()
+        fresh.add(item)
         if known:
             cols, at = self.cols[block], self.pos[item]
             for i in range(self.width):
                 cols[i][at] = lines[i]
+            if len(fresh) == len(cols[0]):  # every item new since the last join: join it now
+                self.bytes[block] = tuple([b"".join(col) for col in cols])
+                self.dirty.discard(block)
+                fresh.clear()
+                self.rejoined = True
             return
         members = self.members.get(block)
         if members is None:
@@ -145,12 +159,14 @@ class Blocks:
         members = self.members[block]
         members.remove(item)
         del self.pos[item]
+        self.fresh.get(block, set()).discard(item)
         self.dirty.add(block)
         if members:
             self._lay_out(block)
         else:
             del self.members[block]
             del self.cols[block]
+            self.fresh.pop(block, None)
             self.order.remove(block)
             self.bytes.pop(block, None)
 
@@ -160,12 +176,14 @@ class Blocks:
 
     def joined(self) -> bool:
         """Join the changed blocks; whether any changed since the last call."""
+        changed, self.rejoined = self.rejoined, False
         if not self.dirty:
-            return False
+            return changed
         for block in self.dirty:
             cols = self.cols.get(block)
             if cols is not None:
                 self.bytes[block] = tuple([b"".join(col) for col in cols])
+                self.fresh.get(block, set()).clear()
         self.dirty.clear()
         return True
 
