@@ -537,13 +537,16 @@ class OwnerGpu:
         for key in self.dirty:
             m = self.members.get(key)
             if m:
-                # rounded: the sums' last bits do not depend on the order jobs came in
-                total = round(sum(m.values()), 6)
+                total = sum(m.values())
                 head = heads.get(key)
                 if head is None:
                     name, label = self.NAMES[key[:2]]
                     head = heads[key] = f'{name}{{{label}="{_label(key[2:])}"}} '
-                line = f"{head}{_value(total)}\n"
+                if type(total) is float and 0 <= total < 1e15 and total.is_integer():
+                    # whole percents (NVML's): as repr writes it, without two conversions
+                    line = f"{head}{int(total)}.0\n"
+                else:  # rounded: the sums' last bits do not depend on the order jobs came in
+                    line = f"{head}{_value(round(total, 6))}\n"
                 old = lines.get(key)
                 if old != line:
                     came_or_went = came_or_went or old is None
