@@ -238,6 +238,12 @@ def test_metrics_parse_and_carry_slurm_names(cluster: Cluster) -> None:
         util = {(s.labels["node"], s.labels["gpu"]): s.value
                 for s in gpus["corral_gpu_utilization_percent"].samples}
         assert util == {(n, g): 50.0 for n in ("node-1", "node-2") for g in ("0", "1")}
+        # /metrics: every route at once (the routes' kept pieces joined), parsed whole
+        whole = {f.name: f for f in text_string_to_metric_families(
+            _http(f"http://127.0.0.1:{METRICS_PORT}/metrics"))}
+        assert names | set(gpus) <= set(whole)
+        assert {s.labels["node"]: s.value for s in whole["slurm_node_gpus_alloc"].samples} == \
+            alloc
 
 
         def job_gpu_util() -> float | None:

@@ -8,8 +8,9 @@ job, user and account; allocated GPUs that are idle; pending jobs by reason; nod
 the start-estimate error, controller.estimates).  Everything comes from memory, on the event
 loop between passes: job counts per group are kept from the typed job events
 (controller.jobs), and each route's text from pieces (per node, group, GPU node, job) that
-are written anew only when what they show changed — a route with no change is answered
-with the bytes of the scrape before.  The sdiag counters are derived from the same events.
+are written anew only when what they show changed, kept by family as bytes — a route
+with no change is answered with the bytes of the scrape before, and the combined `/metrics`
+joins the routes' kept pieces once.  The sdiag counters are derived from the same events.
 
 Served on the controller's socket, and over plain HTTP on `CorralMetricsListen=[HOST:]PORT`
 (HOST 127.0.0.1 unless given) for a Prometheus server.
@@ -589,7 +590,6 @@ class Metrics:
         self._walk: list[tuple[str, NodeLine]] = []  # the nodes in name order
         self._node_set: set[str] = set()
         self._node_set_order: list[str] = []  # the same, in name order
-        self.node_generation = 0  # grows when any node's figures change
         self.alloc_generation = 0  # grows when a node's allocation or state changes
         self._dirty: set[str] = set()  # node parts changed since /metrics/nodes was joined
         # /metrics/nodes' lines by family, each a list in node order
@@ -679,7 +679,6 @@ class Metrics:
         for col, line in zip(self._alloc_cols, ln.alloc, strict=True):
             col[ln.at] = line
         self._dirty.add("alloc")
-        self.node_generation += 1
 
     def _gpu_part(self, ln: NodeLine, n: Any, entry: Any) -> None:
         held = n.alloc_gpus
@@ -701,7 +700,6 @@ class Metrics:
             ln.gpu = [util, idle]
             self._gpu_cols[0][ln.at], self._gpu_cols[1][ln.at] = util, idle
             self._dirty.add("gpu")
-            self.node_generation += 1
 
     def _health_part(self, ln: NodeLine, name: str, fails: tuple[tuple[str, str], ...],
                      drained: bool) -> None:
@@ -712,7 +710,6 @@ class Metrics:
         ln.failing = bool(fails)
         self._health_cols[0][ln.at], self._health_cols[1][ln.at] = ln.health
         self._dirty.add("health")
-        self.node_generation += 1
 
     def _lay_out_nodes(self, nodes: dict[str, Any]) -> None:
         """The nodes came or went: their places in name order, every column anew."""
@@ -737,15 +734,13 @@ class Metrics:
         self._gpu_held = [None] * len(lines)
         self._health_count = sum(1 for ln in lines if ln.health_key not in (None, _NO_HEALTH))
         self._health_unknown = True  # the new nodes' health parts: at the next full walk
-        self.node_generation += 1
         self.alloc_generation += 1
         self._dirty.update(("alloc", "free", "gpu", "health"))
 
     def _refresh_nodes(self, full: bool = True) -> None:
         """Every node's pieces, re-rendering the parts whose figures changed (not `full`:
-        the allocation parts only, all the partitions need).  `node_generation` grows at
-        any change, `alloc_generation` at a change of a node's allocation or state (what
-        the partitions' sums are made of).  Once per render (the nodes are walked once for
+        the allocation parts only, all the partitions need).  `alloc_generation` grows at a
+        change of a node's allocation or state (what the partitions' sums are made of).  Once per render (the nodes are walked once for
         /metrics/nodes and /metrics/partitions)."""
         memo = self._memo
         if memo is not None and (memo.get("walked") or (not full and "walked" in memo)):
@@ -781,7 +776,6 @@ class Metrics:
                     col[at] = ln.free
                 self._free_keys = frees
                 self._dirty.add("free")
-                self.node_generation += 1
             sample_of: Callable[[str], Any] = self.book.gpus.get
             entries = list(map(sample_of, self._node_set_order))
             redo = set(compress(range(len(entries)), map(is_not, entries, self._gpu_keys)))

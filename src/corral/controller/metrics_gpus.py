@@ -11,7 +11,9 @@ scrape:
   scrape looks again at those only (a job's row appears, changes owner or goes; a node's
   `corral_gpu_allocated` follows its allocation);
 - lines are kept in blocks (nodes by position in name order, jobs by id // 64), each block
-  joined into bytes once per change: a scrape joins the blocks' bytes.
+  joined into bytes once per change (at the write of its last item when all were written
+  anew, as between two scrapes; else by the scrape): a scrape hands on the blocks' bytes
+  (`GpuRoute.chunks`: the combined `/metrics` joins them with the other routes' once).
 
 `full_text` renders the route from scratch; the kept text equals it after any sequence of
 changes (tests/unit/test_metrics.py).
