@@ -106,8 +106,8 @@ class Blocks:
     """Items' lines (one per family) kept in blocks in order: a change of an item
     re-joins its block's bytes at the next `joined`, not the whole route.  A block keeps its
     lines by family in item order (columns), so that joining it is one C call a family; a
-    block all of whose items were written anew since it was joined (each node sampled, each
-    job's use summed: what happens between two scrapes) is joined then, at the write of the
+    changed block all of whose items were made current since it was joined (each node
+    sampled, each job's use summed: what happens between two scrapes) is joined then, at the
     last, and the scrape finds it joined."""
 
     def __init__(self, width: int) -> None:
@@ -134,26 +134,32 @@ class Blocks:
         known = item in self.lines
         self.lines[item] = (key, lines)
         self.dirty.add(block)
-        fresh = self.fresh.get(block)
-        if fresh is None:
-            fresh = self.fresh[block] = set()
-        fresh.add(item)
         if known:
             cols, at = self.cols[block], self.pos[item]
             for i in range(self.width):
                 cols[i][at] = lines[i]
-            if len(fresh) == len(cols[0]):  # every item new since the last join: join it now
-                self.bytes[block] = tuple([b"".join(col) for col in cols])
+        else:
+            members = self.members.get(block)
+            if members is None:
+                members = self.members[block] = []
+                insort(self.order, block)
+            insort(members, item)
+            self._lay_out(block)
+        self.touch(block, item)
+
+    def touch(self, block: int, item: Any) -> None:
+        """`item`'s lines are current (written anew, or looked at and unchanged): when every
+        item of a changed block is, since it was last joined, the block is joined now."""
+        fresh = self.fresh.get(block)
+        if fresh is None:
+            fresh = self.fresh[block] = set()
+        fresh.add(item)
+        if len(fresh) == len(self.members[block]):
+            fresh.clear()
+            if block in self.dirty:
+                self.bytes[block] = tuple([b"".join(col) for col in self.cols[block]])
                 self.dirty.discard(block)
-                fresh.clear()
                 self.rejoined = True
-            return
-        members = self.members.get(block)
-        if members is None:
-            members = self.members[block] = []
-            insort(self.order, block)
-        insort(members, item)
-        self._lay_out(block)
 
     def drop(self, block: int, item: Any) -> None:
         if self.lines.pop(item, None) is None:
@@ -268,6 +274,8 @@ class GpuRoute:
         key = (entry, held)
         if self.nodes.key(name) != key:
             self.nodes.put(block, name, key, node_lines(name, entry[1], set(held)))
+        else:
+            self.nodes.touch(block, name)
 
     def _job(self, jid: int) -> None:
         block = jid >> JOB_BLOCK_SHIFT
@@ -284,6 +292,8 @@ class GpuRoute:
         key = (tuple(per.values()), job.user, account)
         if self.jobs.key(jid) != key:
             self.jobs.put(block, jid, key, job_lines(jid, job.user, account, key[0]))
+        else:
+            self.jobs.touch(block, jid)
 
     def _layout(self) -> None:
         """Blocks of nodes by position in name order, all lines written anew."""
