@@ -2,16 +2,18 @@
 
     python bench/bench_metrics.py [--runs N] [--jobs N] [--nodes N]
 
-Scrape: 1,000 nodes × 8 GPUs, 10,000 jobs (10,100 from the second scrape on) (5,000 running with GPUs, 5,000 pending with
-typed reasons), every node's GPUs sampled (controller.usage) — each of the five routes
-(`/metrics/nodes`, `jobs`, `partitions`, `scheduler`, `jobs-users-accts`), Corral's
-`/metrics/gpus` and all of them at once (the combined `/metrics`, 3.6 MB), rendered as the
-route renders them (controller.metrics.Metrics.render).  Each is timed twice: after what changes between two
-scrapes (every node's GPU sample and free memory, 100 jobs come and 100 go: `churn`), and again with
-nothing changed (the bytes kept from the scrape before).  Target: under 20 ms per route, the
-combined one included, on the project's slow 2-core machine.  Wall-clock medians, and the
-scraping thread's CPU time (what a busy machine's other work inflates less); the machine's
-load average is printed beside them (it is shared: rerun, compare medians at like loads).
+Scrape: 1,000 nodes × 8 GPUs, 10,000 jobs (5,000 running with GPUs, 5,000 pending with
+typed reasons; 10,100 from the second scrape on), every node's GPUs sampled
+(controller.usage) — each of the five routes (`/metrics/nodes`, `jobs`, `partitions`,
+`scheduler`, `jobs-users-accts`), Corral's `/metrics/gpus` and all of them at once (the
+combined `/metrics`, 3.6 MB), rendered as the route renders them
+(controller.metrics.Metrics.render).  Each is timed twice: after what changes between two
+scrapes (every node's GPU sample and free memory, 100 jobs come and 100 go: `churn`), and
+again with nothing changed (the bytes kept from the scrape before).  Target: under 20 ms
+per route, the combined one included, on the project's slow 2-core machine.  Wall-clock
+medians, and the scraping thread's CPU time (what a busy machine's other work inflates
+less); the machine's load average is printed beside them (it is shared: rerun, and compare
+medians taken at like loads).
 
 Sampling: what the agent spends per interval (agent.usage.UsageSampler.sample) on a node
 running 8 steps: reading their cgroups (a fake cgroup v2 tree in a temporary directory,
@@ -97,10 +99,11 @@ def churn(metrics: Metrics, rng: random.Random, step: int) -> None:
     """What changes between two scrapes 15-30 s apart: every node's GPU sample and free
     memory (heartbeats), every running job's GPU use, 100 new jobs (their submission
     events), and the 100 of the churn before cancelled and gone from memory (MinJobAge): the
-    cluster stays at its size from one scrape to the next.  Each node's sample is put in the usage book as `UsageBook.agent_usage` leaves
-    it, the use of the jobs on the node summed (the book's own cost, O(running jobs) per
-    sample, is not the metrics'), then its listeners told, as agent_usage does: the metrics
-    write the node's and its jobs' lines then (timed apart, in LISTENER_TIMES)."""
+    cluster keeps its size from one scrape to the next.  Each node's sample is put in the
+    usage book as `UsageBook.agent_usage` leaves it, the use of the jobs on the node summed
+    (the book's own cost, O(running jobs) per sample, is not the metrics'), then its
+    listeners told, as agent_usage does: the metrics write the node's and its jobs' lines
+    then (timed apart, in LISTENER_TIMES)."""
     ctl, book = metrics.ctl, metrics.book
     on_node: dict[str, list[dict[str, tuple[float, float]]]] = {}
     for per_node in book.job_gpu.values():
