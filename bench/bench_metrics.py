@@ -3,14 +3,17 @@
     python bench/bench_metrics.py [--runs N] [--jobs N] [--nodes N]
 
 Scrape: 1,000 nodes × 8 GPUs, 10,000 jobs (5,000 running with GPUs, 5,000 pending with
-typed reasons), every node's GPUs sampled (controller.usage) — each of the five routes
-(`/metrics/nodes`, `jobs`, `partitions`, `scheduler`, `jobs-users-accts`), Corral's
-`/metrics/gpus` and all of them at once, rendered as the route renders them
+typed reasons; 10,100 from the second scrape on), every node's GPUs sampled
+(controller.usage) — each of the five routes (`/metrics/nodes`, `jobs`, `partitions`,
+`scheduler`, `jobs-users-accts`), Corral's `/metrics/gpus` and all of them at once (the
+combined `/metrics`, 3.6 MB), rendered as the route renders them
 (controller.metrics.Metrics.render).  Each is timed twice: after what changes between two
-scrapes (every node's GPU sample and free memory, 100 new jobs: `churn`), and again with
-nothing changed (the bytes kept from the scrape before).  Target: under 20 ms per route on
-the project's slow 2-core machine.  Wall-clock medians, and the scraping thread's CPU time
-(what a busy machine's other work does not inflate).
+scrapes (every node's GPU sample and free memory, 100 jobs come and 100 go: `churn`), and
+again with nothing changed (the bytes kept from the scrape before).  Target: under 20 ms
+per route, the combined one included, on the project's slow 2-core machine.  Wall-clock
+medians, and the scraping thread's CPU time (what a busy machine's other work inflates
+less); the machine's load average is printed beside them (it is shared: rerun, and compare
+medians taken at like loads).
 
 Sampling: what the agent spends per interval (agent.usage.UsageSampler.sample) on a node
 running 8 steps: reading their cgroups (a fake cgroup v2 tree in a temporary directory,
@@ -89,15 +92,18 @@ def build(n_nodes: int, n_jobs: int, seed: int = 1) -> Metrics:
 
 
 LISTENER_TIMES: list[float] = []  # what the metrics spend on each node's GPU sample
+CHURNED: list[Job] = []  # the jobs the last churn submitted
 
 
 def churn(metrics: Metrics, rng: random.Random, step: int) -> None:
     """What changes between two scrapes 15-30 s apart: every node's GPU sample and free
-    memory (heartbeats), every running job's GPU use, and 100 new jobs (their submission
-    events).  Each node's sample is put in the usage book as `UsageBook.agent_usage` leaves
-    it, the use of the jobs on the node summed (the book's own cost, O(running jobs) per
-    sample, is not the metrics'), then its listeners told, as agent_usage does: the metrics
-    write the node's and its jobs' lines then (timed apart, in LISTENER_TIMES)."""
+    memory (heartbeats), every running job's GPU use, 100 new jobs (their submission
+    events), and the 100 of the churn before cancelled and gone from memory (MinJobAge): the
+    cluster keeps its size from one scrape to the next.  Each node's sample is put in the
+    usage book as `UsageBook.agent_usage` leaves it, the use of the jobs on the node summed
+    (the book's own cost, O(running jobs) per sample, is not the metrics'), then its
+    listeners told, as agent_usage does: the metrics write the node's and its jobs' lines
+    then (timed apart, in LISTENER_TIMES)."""
     ctl, book = metrics.ctl, metrics.book
     on_node: dict[str, list[dict[str, tuple[float, float]]]] = {}
     for per_node in book.job_gpu.values():
@@ -115,12 +121,17 @@ def churn(metrics: Metrics, rng: random.Random, step: int) -> None:
         for listener in book.sample_listeners:  # as agent_usage does: the metrics' share
             listener(n.name)
         LISTENER_TIMES.append(time.perf_counter() - t)
+    for job in CHURNED:
+        ctl.table.transition(job, JobState.CANCELLED, NOW + step)
+        ctl.table.forget(job.job_id)
+    CHURNED.clear()
     base = max(ctl.jobs) + 1
     for jid in range(base, base + 100):
         user = f"u{rng.randint(1, 500)}"
         job = Job(job_id=jid, name="p", user=user, uid=1001, gid=1001,
                   account=f"a{int(user[1:]) % 50}", partition="gpu", submit_time=NOW + step)
         ctl.table.transition(job, JobState.PENDING, NOW + step)
+        CHURNED.append(job)
 
 
 def bench_scrape(runs: int, n_jobs: int, n_nodes: int) -> None:
@@ -128,10 +139,11 @@ def bench_scrape(runs: int, n_jobs: int, n_nodes: int) -> None:
     metrics = build(n_nodes, n_jobs)
     rng = random.Random(2)
     print(f"cluster: {n_nodes} nodes x 8 GPUs, {n_jobs} jobs "
-          f"(built in {time.perf_counter() - t:.1f} s)")
+          f"(built in {time.perf_counter() - t:.1f} s); load average {_load()}")
     print("  route                       after a change   nothing changed     "
           "CPU: after a change / nothing changed")
     step = 0
+    combined = (0.0, 0.0)
     for section in [*Metrics.SECTIONS, None]:
         changed, same, size = [], [], 0
         cpu_changed, cpu_same = [], []
@@ -146,6 +158,8 @@ def bench_scrape(runs: int, n_jobs: int, n_nodes: int) -> None:
             metrics.render(section)
             same.append(time.perf_counter() - t)
             cpu_same.append(time.thread_time() - c)
+        if section is None:
+            combined = (statistics.median(changed), statistics.median(same))
         print(f"  /metrics/{section or '(all)':<18} median {statistics.median(changed) * 1e3:7.2f} ms"
               f"   {statistics.median(same) * 1e3:7.2f} ms  ({size // 1024:>4} KiB)"
               f"  {statistics.median(cpu_changed) * 1e3:7.2f} ms / "
@@ -154,6 +168,12 @@ def bench_scrape(runs: int, n_jobs: int, n_nodes: int) -> None:
           f"{statistics.median(LISTENER_TIMES) * 1e6:.0f} µs (its and its jobs' lines written then)")
     same = metrics.render("gpus") == full_text(metrics.ctl, metrics.book)
     print(f"  /metrics/gpus kept text equals a full rendering: {same}")
+    print(f"  combined /metrics ({size / 1e6:.1f} MB): median {combined[0] * 1e3:.2f} ms after a "
+          f"change, {combined[1] * 1e3:.2f} ms with nothing changed; load average {_load()}")
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def bench_sampling(runs: int, steps: int = 8) -> None:

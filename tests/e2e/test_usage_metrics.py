@@ -15,6 +15,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -233,11 +234,23 @@ def test_metrics_parse_and_carry_slurm_names(cluster: Cluster) -> None:
             _http(f"http://127.0.0.1:{METRICS_PORT}/metrics/jobs"))}
         assert jobs["slurm_jobs_running"].samples[0].value >= 1
         assert jobs["slurm_jobs_gpus_alloc"].samples[0].value >= 1
-        gpus = {f.name: f for f in text_string_to_metric_families(
-            _http(f"http://127.0.0.1:{METRICS_PORT}/metrics/gpus"))}
-        util = {(s.labels["node"], s.labels["gpu"]): s.value
-                for s in gpus["corral_gpu_utilization_percent"].samples}
-        assert util == {(n, g): 50.0 for n in ("node-1", "node-2") for g in ("0", "1")}
+        gpus: dict[str, Any] = {}
+
+        def gpu_util() -> dict[tuple[str, str], float]:
+            nonlocal gpus
+            gpus = {f.name: f for f in text_string_to_metric_families(
+                _http(f"http://127.0.0.1:{METRICS_PORT}/metrics/gpus"))}
+            return {(s.labels["node"], s.labels["gpu"]): s.value
+                    for s in gpus["corral_gpu_utilization_percent"].samples}
+        # each agent's first GPU sample (run alone, the test can scrape before it came)
+        want = {(n, g): 50.0 for n in ("node-1", "node-2") for g in ("0", "1")}
+        cluster.wait_for(lambda: gpu_util() == want, timeout=30, what="every GPU's sample")
+        # /metrics: every route at once (the routes' kept pieces joined), parsed whole
+        whole = {f.name: f for f in text_string_to_metric_families(
+            _http(f"http://127.0.0.1:{METRICS_PORT}/metrics"))}
+        assert names | set(gpus) <= set(whole)
+        assert {s.labels["node"]: s.value for s in whole["slurm_node_gpus_alloc"].samples} == \
+            alloc
 
 
         def job_gpu_util() -> float | None:

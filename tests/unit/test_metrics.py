@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, cast
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -14,7 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from corral.controller.harness import Harness
 from corral.controller.metrics import JOB_STATES, Family, Metrics, expose
 from corral.controller.usage import UsageBook
-from corral.model.job import JobState
+from corral.model.job import Job, JobState
+
+if TYPE_CHECKING:
+    from corral.controller.state import Controller
 
 CONF = """\
 ClusterName=t
@@ -339,10 +344,227 @@ def test_gpus_route_unscraped_for_long_forgets_what_it_kept(
         m = Metrics(h.ctl, book)
         route = m.gpu_route
         before = m.render("gpus")
-        assert route.text is not None
+        assert route.pieces is not None
         h.submit()
-        assert route.text is not None and route.dirty_jobs
+        assert route.pieces is not None and route.dirty_jobs
         monkeypatch.setattr(metrics_gpus, "FORGET_SLACK", -5)
         h.submit()
-        assert route.text is None and not route.dirty_jobs
+        assert route.pieces is None and not route.dirty_jobs
         assert m.render("gpus") == metrics_gpus.full_text(h.ctl, book) == before
+
+
+# ---- every route against a straightforward rendering, after random changes ------------------
+
+def _reference(ctl: Controller, book: UsageBook, section: str) -> bytes:
+    """A route rendered from scratch by walking the controller's state (every job, every
+    node), each family through the plain exposition writer (`expose`, itself checked against
+    prometheus-client above): what the kept pieces must add up to."""
+    from corral.controller import metrics as mm
+    from corral.controller import metrics_gpus
+
+    if section == "gpus":
+        return metrics_gpus.full_text(ctl, book)
+    groups: dict[str, mm.JobAgg] = {}
+
+    def keys(j: Job) -> tuple[str, ...]:
+        return ("", "p:" + (j.partition or "").split(",")[0], "u:" + j.user,
+                "a:" + (j.account or ""))
+
+    for j in ctl.jobs.values():
+        for k in keys(j):
+            a = groups.setdefault(k, mm.JobAgg())
+            a.jobs += 1
+            if j.state in mm.STATE_SLOT:
+                a.states[mm.STATE_SLOT[j.state]] += 1
+            a.finished += j.state.finished
+            if j.state.active:
+                a.cpus += j.alloc_cpus
+                a.gpus += j.alloc_gpus
+                a.mem += j.alloc_mem
+                a.nodes += len(j.nodes)
+    for j in ctl.pending.values():
+        if j.held:
+            for k in keys(j):
+                groups[k].held += 1
+    groups.setdefault("", mm.JobAgg())
+
+    def kind(prefix: str) -> dict[str, mm.JobAgg]:
+        return {k[2:]: a for k, a in groups.items() if k.startswith(prefix) and a.jobs}
+
+    nodes = [ctl.nodes[n] for n in sorted(ctl.nodes)]
+    out: list[Family] = []
+    if section == "nodes":
+        for i, (name, doc) in enumerate(mm.NODE_SERIES):
+            f = Family(name, doc, ("node",))
+            for n in nodes:
+                values = (n.cpus, n.alloc_cpus, max(0, n.cpus - n.alloc_cpus), n.gpus,
+                          len(n.alloc_gpus), n.alloc_mem << 20, n.real_memory << 20,
+                          None if n.free_mem is None else n.free_mem << 20)
+                if values[i] is not None:
+                    f.add((n.name,), values[i])
+            out.append(f)
+        states: Counter[str] = Counter()
+        for n in nodes:
+            long = n.state_name()
+            states[long.split("+")[0].rstrip("*")] += 1
+            if "DRAIN" in long:
+                states["drain"] += 1
+                states["draining" if n.job_count else "drained"] += 1
+            states["noresp"] += long.endswith("*")
+        out.append(Family("slurm_nodes", "Total number of nodes", value=len(nodes)))
+        out += [Family(f"slurm_nodes_{name}", doc, value=states[key])
+                for key, name, doc in mm.NODE_STATE_SERIES]
+        util = Family(*mm.NODE_SERIES_CORRAL[0], ("node",))
+        idle = Family(*mm.NODE_SERIES_CORRAL[1], ("node",))
+        failing = Family(*mm.NODE_SERIES_CORRAL[2], ("node", "source", "reason"))
+        drained = Family(*mm.NODE_SERIES_CORRAL[3], ("node",))
+        for n in nodes:
+            entry = book.gpus.get(n.name)
+            if entry is not None:
+                if entry[1]:
+                    util.add((n.name,), sum(g["util"] for g in entry[1]) / len(entry[1]))
+                idle.add((n.name,), sum(1 for g in entry[1] if g["util"] < mm.IDLE_GPU_UTIL
+                                        and not g["processes"] and g["index"] in n.alloc_gpus))
+            for source, why in sorted(ctl.health.failing.get(n.name, {}).items()):
+                failing.add((n.name, source, why), 1)
+            drained.add((n.name,), int(n.name in ctl.health.drained))
+        out += [util, idle, failing, drained,
+                Family("corral_nodes_health_failing", "Number of nodes failing a health check "
+                       "now", value=sum(1 for n in nodes if ctl.health.failing.get(n.name)))]
+    elif section == "jobs":
+        out += mm.job_families("slurm_", None, {"": groups[""]})
+        why = ctl.pending_reasons
+        codes = Counter(why[jid].code if jid in why else None for jid in ctl.pending)
+        counts = Counter({"None" if code is None else str(code.value): c
+                          for code, c in codes.items()})
+        reasons = Family("corral_jobs_pending_reason", "Pending jobs by their typed reason",
+                         ("reason",))
+        reasons.rows = [((r,), c) for r, c in sorted(counts.items())]
+        out.append(reasons)
+    elif section == "partitions":
+        parts = ctl.partitions
+        out.append(Family("slurm_partitions", "Total number of partitions", value=len(parts)))
+        counted = kind("p:")
+        out += mm.job_families("slurm_partition_", "partition",
+                               {p: counted.get(p) or mm.JobAgg() for p in parts})
+        for i, (name, doc) in enumerate(mm.Metrics.PARTITION_SERIES):
+            f = Family(f"slurm_partition_{name}", doc, ("partition",))
+            for p, part in parts.items():
+                total = 0
+                for n in (ctl.nodes[x] for x in part.nodes if x in ctl.nodes):
+                    st = n.state_name()
+                    total += (n.cpus, n.gpus, 1, n.alloc_cpus, max(0, n.cpus - n.alloc_cpus),
+                              st == "IDLE", st == "MIXED", st == "ALLOCATED", n.alloc_mem << 20,
+                              n.real_memory << 20)[i]
+                f.add((p,), total)
+            out.append(f)
+    elif section == "jobs-users-accts":
+        by_user, by_account = mm.OwnerGpu(ctl, book).render()  # made now: from scratch
+        reclaim = expose(mm.Metrics.reclaim_families(cast(mm.Metrics, SimpleNamespace(ctl=ctl))))
+        return b"".join([expose(mm.job_families("slurm_user_", "username", kind("u:"))),
+                         by_user.encode(),
+                         expose(mm.job_families("slurm_account_", "account", kind("a:"))),
+                         by_account.encode(), reclaim])
+    return expose(out)
+
+
+ROUTES_CONF = """\
+ClusterName=t
+MinJobAge=30
+NodeName=g[1-5] CPUs=4 RealMemory=4000 Gres=gpu:2
+PartitionName=debug Nodes=g[1-5] Default=YES
+PartitionName=small Nodes=g[4-5]
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_every_route_kept_equals_a_straightforward_rendering_after_random_changes(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each route is served from pieces kept between scrapes (per node, group, block of
+    GPUs or jobs, each family's bytes) and the combined /metrics from the routes' pieces:
+    after each of a random sequence of changes (submissions, passes, ends, cancels, holds,
+    GPU samples, free memory, drains, health verdicts, jobs leaving memory) every route,
+    and /metrics, is what a rendering from scratch of the whole state gives, and parses."""
+    import random
+
+    from corral.controller import metrics as mm
+    from corral.controller import metrics_gpus
+
+    monkeypatch.setattr(metrics_gpus, "NODE_BLOCK", 2)  # several blocks of each kind
+    monkeypatch.setattr(metrics_gpus, "JOB_BLOCK_SHIFT", 1)
+    # the scheduler route's timestamps, fixed: it is compared inside /metrics
+    monkeypatch.setattr(mm, "time", SimpleNamespace(time=lambda: 1_700_000_000.0))
+    rng = random.Random(seed)
+    routes = [r for r in Metrics.SECTIONS if r != "scheduler"]
+    with Harness(ROUTES_CONF) as h:
+        book = UsageBook(h.ctl)
+        m = Metrics(h.ctl, book)
+        names = ["g1", "g2", "g3", "g4", "g5"]
+        clock = [0.0]
+        seen: Counter[str] = Counter()
+
+        def sample(node: str) -> None:
+            clock[0] += 1
+            gpus = [{"index": i, "util": float(rng.choice([0, 0, 30, 55.5, 100])),
+                     "memory_used": rng.randint(0, 4) << 28, "memory_total": 1 << 30,
+                     "power_w": rng.choice([None, 70.0]), "processes": []} for i in range(2)]
+            h.call(book.agent_usage, clock[0], gpus, [], [node])
+
+        def same() -> None:
+            for r in rng.sample(routes, len(routes)):  # in any order: each its own pieces
+                assert m.render(r).decode() == _reference(h.ctl, book, r).decode(), r
+            whole = m.render(None).decode()
+            want = b"".join(m.render("scheduler") if r == "scheduler"
+                            else _reference(h.ctl, book, r) for r in Metrics.SECTIONS).decode()
+            assert whole == want
+            families = {f.name: f for f in text_string_to_metric_families(whole)}
+            for name in ("slurm_node_gpus_alloc", "slurm_user_jobs_pending",
+                         "corral_gpu_allocated"):
+                seen[name] += bool(families[name].samples)
+
+        same()
+        kinds = ["submit", "submit", "submit", "tick", "tick", "sample", "sample", "end",
+                 "cancel", "hold", "release", "free", "drain", "resume", "health", "advance"]
+        for _ in range(120):
+            kind = rng.choice(kinds)
+            running = [j for j in h.ctl.running.values() if j.batch_host]
+            pending = list(h.ctl.pending.values())
+            node = rng.choice(names)
+            if kind == "submit":
+                h.submit(uid=rng.choice([1000, 1001, 1002]), gpus_per_node=rng.choice([0, 1, 2]),
+                         cpus_per_task=rng.choice([1, 2]), account=rng.choice(["", "lab"]) or None,
+                         partition=rng.choice(["debug", "small"]))
+            elif kind == "tick":
+                h.tick()
+            elif kind == "sample":
+                sample(node)
+            elif kind == "end" and running:
+                h.end(rng.choice(running).job_id)
+            elif kind == "cancel" and running:
+                job = rng.choice(running)
+                h.call(h.ctl.signal_jobs, h.who(0), [job], 15, batch_only=False, cancel=True)
+                if job.state is JobState.COMPLETING:
+                    h.end(job.job_id, "CANCELLED")
+            elif kind == "hold" and pending:
+                h.call(h.ctl.hold, h.who(0), [rng.choice(pending)], "admin")
+            elif kind == "release" and pending:
+                h.call(h.ctl.release, h.who(0), [rng.choice(pending)])
+            elif kind == "free":
+                h.ctl.nodes[node].free_mem = rng.choice([None, 100, 3000])
+            elif kind == "drain":
+                h.ctl.nodes[node].admin_state = "drain"
+            elif kind == "resume":
+                h.ctl.nodes[node].admin_state = "up"
+            elif kind == "health":
+                if rng.random() < 0.5:
+                    h.ctl.health.failing[node] = {"program": rng.choice(["disk full", 'a "b"'])}
+                    h.ctl.health.drained.add(node)
+                else:
+                    h.ctl.health.failing.pop(node, None)
+                    h.ctl.health.drained.discard(node)
+            elif kind == "advance":
+                h.advance(rng.choice([5, 40]))  # 40: finished jobs leave memory (MinJobAge)
+            if rng.random() < 0.5:  # not every change is followed by a scrape
+                same()
+        same()
+        assert all(seen.values()) and len(seen) == 3  # running jobs, pending ones, GPUs: tried

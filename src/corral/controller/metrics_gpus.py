@@ -11,7 +11,9 @@ scrape:
   scrape looks again at those only (a job's row appears, changes owner or goes; a node's
   `corral_gpu_allocated` follows its allocation);
 - lines are kept in blocks (nodes by position in name order, jobs by id // 64), each block
-  joined into bytes once per change: a scrape joins the blocks' bytes.
+  joined into bytes once per change (at the write of its last item when all were written
+  anew, as between two scrapes; else by the scrape): a scrape hands on the blocks' bytes
+  (`GpuRoute.chunks`: the combined `/metrics` joins them with the other routes' once).
 
 `full_text` renders the route from scratch; the kept text equals it after any sequence of
 changes (tests/unit/test_metrics.py).
@@ -102,33 +104,77 @@ def full_text(ctl: Controller, book: UsageBook) -> bytes:
 
 class Blocks:
     """Items' lines (one per family) kept in blocks in order: a change of an item
-    re-joins its block's bytes at the next `joined`, not the whole route."""
+    re-joins its block's bytes at the next `joined`, not the whole route.  A block keeps its
+    lines by family in item order (columns), so that joining it is one C call a family; a
+    changed block all of whose items were made current since it was joined (each node
+    sampled, each job's use summed: what happens between two scrapes) is joined then, at the
+    last, and the scrape finds it joined."""
 
     def __init__(self, width: int) -> None:
         self.width = width
         self.lines: dict[Hashable, tuple[Any, tuple[bytes, ...]]] = {}  # item -> (key, lines)
-        self.members: dict[int, set[Any]] = {}  # block -> its items
+        self.members: dict[int, list[Any]] = {}  # block -> its items, sorted
+        self.pos: dict[Hashable, int] = {}  # item -> its place in its block
+        self.cols: dict[int, list[list[bytes]]] = {}  # block -> family -> lines, in order
         self.order: list[int] = []  # the blocks, in order
         self.bytes: dict[int, tuple[bytes, ...]] = {}  # block -> its bytes per family
         self.dirty: set[int] = set()
+        self.fresh: dict[int, set[Any]] = {}  # block -> its items written since it was joined
+        self.rejoined = False  # a block was joined at a write since the last `joined`
+
+    def _lay_out(self, block: int) -> None:
+        """The block's columns anew (an item came or went)."""
+        members, lines = self.members[block], self.lines
+        for i, item in enumerate(members):
+            self.pos[item] = i
+        rows = [lines[item][1] for item in members]
+        self.cols[block] = [[r[i] for r in rows] for i in range(self.width)]
 
     def put(self, block: int, item: Any, key: Any, lines: tuple[bytes, ...]) -> None:
-        members = self.members.get(block)
-        if members is None:
-            members = self.members[block] = set()
-            insort(self.order, block)
-        members.add(item)
+        known = item in self.lines
         self.lines[item] = (key, lines)
         self.dirty.add(block)
+        if known:
+            cols, at = self.cols[block], self.pos[item]
+            for i in range(self.width):
+                cols[i][at] = lines[i]
+        else:
+            members = self.members.get(block)
+            if members is None:
+                members = self.members[block] = []
+                insort(self.order, block)
+            insort(members, item)
+            self._lay_out(block)
+        self.touch(block, item)
+
+    def touch(self, block: int, item: Any) -> None:
+        """`item`'s lines are current (written anew, or looked at and unchanged): when every
+        item of a changed block is, since it was last joined, the block is joined now."""
+        fresh = self.fresh.get(block)
+        if fresh is None:
+            fresh = self.fresh[block] = set()
+        fresh.add(item)
+        if len(fresh) == len(self.members[block]):
+            fresh.clear()
+            if block in self.dirty:
+                self.bytes[block] = tuple([b"".join(col) for col in self.cols[block]])
+                self.dirty.discard(block)
+                self.rejoined = True
 
     def drop(self, block: int, item: Any) -> None:
         if self.lines.pop(item, None) is None:
             return
         members = self.members[block]
-        members.discard(item)
+        members.remove(item)
+        del self.pos[item]
+        self.fresh.get(block, set()).discard(item)
         self.dirty.add(block)
-        if not members:
+        if members:
+            self._lay_out(block)
+        else:
             del self.members[block]
+            del self.cols[block]
+            self.fresh.pop(block, None)
             self.order.remove(block)
             self.bytes.pop(block, None)
 
@@ -138,15 +184,14 @@ class Blocks:
 
     def joined(self) -> bool:
         """Join the changed blocks; whether any changed since the last call."""
+        changed, self.rejoined = self.rejoined, False
         if not self.dirty:
-            return False
-        lines = self.lines
+            return changed
         for block in self.dirty:
-            members = self.members.get(block)
-            if members is None:
-                continue
-            rows = [lines[item][1] for item in sorted(members)]
-            self.bytes[block] = tuple(b"".join([r[i] for r in rows]) for i in range(self.width))
+            cols = self.cols.get(block)
+            if cols is not None:
+                self.bytes[block] = tuple([b"".join(col) for col in cols])
+                self.fresh.get(block, set()).clear()
         self.dirty.clear()
         return True
 
@@ -169,7 +214,10 @@ class GpuRoute:
         self.job_nodes: dict[int, set[str]] = {}
         for job in list(ctl.running.values()):
             self._track(job.job_id, {a.node for a in job.alloc if a.gpus})
-        self.text: bytes | None = None  # None until the first scrape: nothing is kept before
+        # the route's blocks' bytes: None until the first scrape (nothing is kept before)
+        self.pieces: list[bytes] | None = None
+        self.text: bytes | None = None  # the pieces joined (render), and what they were
+        self._joined_from: list[bytes] | None = None
         self.headers = [header(name, doc).encode() for name, doc in GPU_SERIES + JOB_SERIES]
 
     def _track(self, job_id: int, nodes: set[str]) -> None:
@@ -187,7 +235,7 @@ class GpuRoute:
         job = ev.job
         jid = job.job_id
         nodes = {a.node for a in job.alloc if a.gpus}
-        if self.text is not None:  # before the first scrape, that scrape looks at everything
+        if self.pieces is not None:  # before the first scrape, it looks at everything
             self.dirty_nodes.update(self.job_nodes.get(jid, ()))
             self.dirty_nodes.update(nodes)
             self.dirty_jobs.add(jid)
@@ -196,18 +244,18 @@ class GpuRoute:
         self._track(jid, nodes if job.state.active else set())
 
     def _reset(self) -> None:
-        self.text = None
+        self.pieces = self.text = self._joined_from = None
         self.nodes, self.jobs = Blocks(len(GPU_SERIES)), Blocks(len(JOB_SERIES))
         self.node_block = {}
         self.dirty_nodes, self.dirty_jobs, self.seen_jobs = set(), set(), set()
 
     def on_node(self, ev: NodeEvent) -> None:
-        if self.text is not None:
+        if self.pieces is not None:
             self.dirty_nodes.add(ev.node.name)
 
     def on_sample(self, node: str) -> None:
         """The node's GPUs were sampled (and its jobs' use summed): their lines now."""
-        if self.text is None:
+        if self.pieces is None:
             return
         if node in self.node_block:
             self._node(node)
@@ -226,6 +274,8 @@ class GpuRoute:
         key = (entry, held)
         if self.nodes.key(name) != key:
             self.nodes.put(block, name, key, node_lines(name, entry[1], set(held)))
+        else:
+            self.nodes.touch(block, name)
 
     def _job(self, jid: int) -> None:
         block = jid >> JOB_BLOCK_SHIFT
@@ -242,6 +292,8 @@ class GpuRoute:
         key = (tuple(per.values()), job.user, account)
         if self.jobs.key(jid) != key:
             self.jobs.put(block, jid, key, job_lines(jid, job.user, account, key[0]))
+        else:
+            self.jobs.touch(block, jid)
 
     def _layout(self) -> None:
         """Blocks of nodes by position in name order, all lines written anew."""
@@ -252,9 +304,19 @@ class GpuRoute:
             self._node(name)
 
     def render(self) -> bytes:
+        """The route's text (the same bytes while nothing changed)."""
+        pieces = self.chunks()
+        if self.text is None or pieces is not self._joined_from:
+            self.text = None  # let go first: its memory is reused (controller.metrics.render)
+            self.text = b"".join(pieces)
+            self._joined_from = pieces
+        return self.text
+
+    def chunks(self) -> list[bytes]:
+        """The route's text as its blocks' bytes, in order (a new list when any changed)."""
         book = self.book
         changed = False
-        if self.text is None or len(book.gpus) != len(self.node_block):
+        if self.pieces is None or len(book.gpus) != len(self.node_block):
             self._layout()
             self.dirty_nodes.clear()
             changed = True
@@ -272,8 +334,8 @@ class GpuRoute:
             self.dirty_jobs.clear()
         changed = self.nodes.joined() | changed
         changed = self.jobs.joined() | changed
-        if self.text is not None and not changed:
-            return self.text
+        if self.pieces is not None and not changed:
+            return self.pieces
         out: list[bytes] = []
         heads = iter(self.headers)
         for i in range(len(GPU_SERIES)):
@@ -282,5 +344,5 @@ class GpuRoute:
         for i in range(len(JOB_SERIES)):
             out.append(next(heads))
             out.extend(self.jobs.family(i))
-        self.text = b"".join(out)
-        return self.text
+        self.pieces = out
+        return out
