@@ -32,7 +32,7 @@ SWF = Path(os.environ.get("CORRAL_SWF_TRACE",
 
 
 def sim_starts(trace: str) -> list[str]:
-    from corral.controller.jobs import JobEventKind
+    from corral.controller.jobs import JobEvent, JobEventKind
     from corral.model.config import parse_config
     from corral.sim.engine import EPOCH, Simulator
     from corral.sim.generate import cpu_cluster_conf, gpu_cluster_conf, gpu_jobs
@@ -57,7 +57,8 @@ def sim_starts(trace: str) -> list[str]:
             lines.append(f"{ev.job.job_id} {ev.time - EPOCH:.3f} {where}")
         plain_event(ev)
 
-    sim._event = seen  # type: ignore[method-assign]
+    # (the engine dispatches effects by type from a table made when it starts)
+    sim._handlers[JobEvent] = seen
     result = sim.run()
     lines.append(f"passes {result.passes}")
     return lines

@@ -59,7 +59,7 @@ class _Node:
 
     __slots__ = (
         "name", "cpus", "mem", "gpus", "free_cpus", "free_mem", "free_gpus", "usable",
-        "weight", "job_count", "exclusive", "rank", "indexes", "key", "releases",
+        "weight", "job_count", "exclusive", "rank", "key", "releases",
         "holds", "events", "static_key", "part_names", "plan_cache", "features",
         "gpu_type", "tmp_disk", "fit_cache", "sorted_releases",
     )
@@ -93,8 +93,7 @@ class _Node:
         self.gpu_type = v.gpu_type
         self.tmp_disk = v.tmp_disk
         self.rank = rank
-        self.indexes: list[_PartIndex] = []
-        self.part_names: set[str] = set()
+        self.part_names: tuple[str, ...] = ()  # the partitions it belongs to
         self.key: tuple[int, tuple[int, int, int]] | None = None
         self.releases: list[_Event] = []  # resources coming back when jobs end
         self.holds: list[tuple[float, float, int, int, int, bool]] = []  # planned jobs' resources
@@ -102,8 +101,10 @@ class _Node:
         # feasible start intervals by (cpus, mem, gpus, whole, duration); valid until the
         # node changes
         self.plan_cache: dict[tuple[int, int, int, bool, float], list[tuple[float, float]]] = {}
-        # earliest fit by releases alone, by (cpus, mem, gpus, whole): a lower bound of any
-        # plan's start here, valid until a job starts on the node (holds do not change it)
+        # earliest fit by releases alone, by (cpus, mem, gpus, whole), before it is raised
+        # to `now` (-inf: fits on what is free): a lower bound of any plan's start here,
+        # valid while the free resources and releases are the same (holds do not change
+        # it, nor does `now`), so a node's answers outlive the pass (_Kept)
         self.fit_cache: dict[tuple[int, int, int, bool], float] = {}
         self.sorted_releases: list[_Event] | None = None
         self.static_key = (v.gpus, v.cpus, v.weight, rank)
@@ -185,6 +186,12 @@ class _PartIndex:
     def __init__(self) -> None:
         self.buckets: dict[int, list[tuple[int, int, int]]] = {}
         self.levels: list[int] = []
+
+    def copy(self) -> _PartIndex:
+        out = _PartIndex()
+        out.buckets = {level: list(bucket) for level, bucket in self.buckets.items()}
+        out.levels = list(self.levels)
+        return out
 
     def add(self, key: tuple[int, tuple[int, int, int]]) -> None:
         level, entry = key
@@ -299,29 +306,31 @@ def _earliest_fit(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
     Releases only give resources back, so once it fits it keeps fitting: the answer is
     the time of the release after which it first fits (`now` for one already past)."""
     key = (cpus, mem, gpus, whole)
-    found = node.fit_cache.get(key)
-    if found is not None:
-        return found
-    c, m, g, j, x = node.free_cpus, node.free_mem, len(node.free_gpus), node.job_count, int(node.exclusive)
-    nc, nm, ng, nj = _needs(node, cpus, mem, gpus, whole)  # (_good, inlined)
-    at = INFINITE_TIME
-    if x <= 0 and j <= nj and c >= nc and m >= nm and g >= ng:
-        at = now
-    else:
-        releases = node.sorted_releases
-        if releases is None:
-            releases = node.sorted_releases = sorted(node.releases)
-        for t, dc, dm, dg, dj, dx in releases:
-            c += dc
-            m += dm
-            g += dg
-            j += dj
-            x += dx
-            if x <= 0 and j <= nj and c >= nc and m >= nm and g >= ng:
-                at = t if t > now else now
-                break
-    node.fit_cache[key] = at
-    return at
+    at = node.fit_cache.get(key)
+    if at is None:
+        c, m, g, j, x = node.free_cpus, node.free_mem, len(node.free_gpus), node.job_count, int(node.exclusive)
+        nc, nm, ng, nj = _needs(node, cpus, mem, gpus, whole)  # (_good, inlined)
+        at = INFINITE_TIME
+        if x <= 0 and j <= nj and c >= nc and m >= nm and g >= ng:
+            at = _FITS_NOW
+        else:
+            releases = node.sorted_releases
+            if releases is None:
+                releases = node.sorted_releases = sorted(node.releases)
+            for t, dc, dm, dg, dj, dx in releases:
+                c += dc
+                m += dm
+                g += dg
+                j += dj
+                x += dx
+                if x <= 0 and j <= nj and c >= nc and m >= nm and g >= ng:
+                    at = t
+                    break
+        node.fit_cache[key] = at
+    return at if at > now else now
+
+
+_FITS_NOW = float("-inf")
 
 
 class _NodeCandidates:
@@ -356,6 +365,39 @@ def _split_candidates(items: list[tuple[Candidate, bool, bool]], whole: bool
     return False, cands, forced, min((x[0] for x in cands), default=None)
 
 
+def _made_of(v: NodeView) -> tuple[Any, ...]:
+    """What a `_Node` is made of (its view's fields; the GPU list itself, compared by
+    value: a caller may change a view in place between passes)."""
+    return (v.cpus, v.mem, v.gpus, v.free_cpus, v.free_mem, list(v.free_gpus), v.usable,
+            v.weight, v.job_count, v.exclusive, v.features, v.gpu_type, v.tmp_disk)
+
+
+class _Kept:
+    """The nodes of the last pass (`_Pass._reuse`): the same nodes and partitions
+    (`structure`) give the same ranks, memberships and partition lists, and most nodes
+    are as the last pass found them, so most of the pass's setup can be kept."""
+
+    __slots__ = ("structure", "by_rank", "nodes", "part_nodes", "index", "made", "keys",
+                 "changed")
+
+    def __init__(self, structure: tuple[Any, ...], by_rank: list[_Node],
+                 nodes: dict[str, _Node], part_nodes: dict[str, list[_Node]],
+                 index: dict[str, _PartIndex], made: list[tuple[Any, ...]],
+                 keys: list[tuple[int, tuple[int, int, int]] | None]) -> None:
+        self.structure = structure
+        self.by_rank = by_rank
+        self.nodes = nodes
+        self.part_nodes = part_nodes
+        self.index = index  # each partition's index as the pass starts (the pass copies it)
+        self.made = made  # by rank: what the node was made of (_made_of)
+        self.keys = keys  # by rank: its key in `index`
+        self.changed: set[int] = set()  # ranks of the nodes the last pass changed
+
+
+# the last pass's nodes (_Kept), taken by the next pass
+_KEPT: dict[str, _Kept] = {}
+
+
 class Gate(Protocol):
     """The limits stage as backfill sees it (sched/limits.py LimitGate)."""
 
@@ -368,7 +410,7 @@ class _Pass:
     timer: Callable[[], float] | None = None  # measures the preemption checks
 
     def __init__(self, snap: Snapshot, max_planned: int,
-                 priorities: dict[int, int] | None = None) -> None:
+                 priorities: dict[int, int] | None = None, kept: _Kept | None = None) -> None:
         self.snap = snap
         self.now = snap.now
         self.max_planned = max_planned
@@ -376,8 +418,27 @@ class _Pass:
         self.decision = Placement()
         self._most_free: dict[str, tuple[int, int, int]] = {}
         names = _natural_order(tuple(snap.nodes))
-        self.by_rank = [_Node(snap.nodes[name], i) for i, name in enumerate(names)]
-        self.nodes = {n.name: n for n in self.by_rank}
+        views = snap.nodes
+        parts = snap.partitions
+        # what the nodes' ranks and partitions are made of
+        structure = (tuple(names), tuple((p.name, tuple(p.nodes)) for p in parts.values()),
+                     tuple(views[name].partitions for name in names))
+        releases: dict[str, list[_Event]] = {}
+        for r in snap.running:
+            if r.end_time == INFINITE_TIME:
+                continue
+            x = -1 if r.exclusive else 0
+            for a in r.alloc:
+                event = (r.end_time, a.cpus, a.mem_mb, len(a.gpus), -1, x)
+                got = releases.get(a.node)
+                if got is None:
+                    releases[a.node] = [event]
+                else:
+                    got.append(event)
+        if kept is not None and kept.structure == structure:
+            self._reuse(kept, names, releases)
+        else:
+            self._build(names, structure, releases)
         # [reservations hook] advanced reservations' node windows (sched/reserved.py) are
         # held whole, so a job fits on such a node only if it ends before the window.
         self.windows: dict[str, list[tuple[float, float]]] = {}  # (preemption skips them)
@@ -385,37 +446,7 @@ class _Pass:
             if name in self.nodes:
                 self.nodes[name].holds.append((start, end, 0, 0, 0, True))
                 self.windows.setdefault(name, []).append((start, end))
-        for r in snap.running:
-            if r.end_time == INFINITE_TIME:
-                continue
-            for a in r.alloc:
-                node = self.nodes.get(a.node)
-                if node is not None:
-                    node.releases.append(
-                        (r.end_time, a.cpus, a.mem_mb, len(a.gpus), -1, -1 if r.exclusive else 0))
-        # A node belongs to a partition listed on the node or naming the node.
-        members: dict[str, dict[str, _Node]] = {p: {} for p in snap.partitions}
-        for p in snap.partitions.values():
-            for name in p.nodes:
-                if name in self.nodes:
-                    members[p.name][name] = self.nodes[name]
-        for v in snap.nodes.values():
-            for p_name in v.partitions:
-                if p_name in members:
-                    members[p_name][v.name] = self.nodes[v.name]
-        self.part_nodes = {p: sorted(m.values(), key=lambda n: n.rank) for p, m in members.items()}
-        self.index: dict[str, _PartIndex] = {}
-        for p_name, plist in self.part_nodes.items():
-            idx = _PartIndex()
-            self.index[p_name] = idx
-            for node in plist:
-                node.indexes.append(idx)
-                node.part_names.add(p_name)
-        for node in self.by_rank:
-            node.key = node.index_key()
-            if node.key is not None:
-                for idx in node.indexes:
-                    idx.add(node.key)
+        self.index = {p: idx.copy() for p, idx in self._kept.index.items()}
         self.requests: dict[tuple[Any, ...], Request] = {}
         self.failed_now: dict[tuple[Any, ...], float] = {}  # shape -> shortest duration that failed
         self.plan_failed: dict[tuple[Any, ...], float] = {}
@@ -443,6 +474,102 @@ class _Pass:
         self._bounds: dict[int, _Bounds] = {}
         self._groups: dict[tuple[str, str], list[list[NodeView]]] = {}
         self._group_sigs: dict[tuple[str, str, int], tuple[tuple[Any, ...], ...]] = {}
+
+    # ---- the nodes' state, kept between passes ---------------------------------------
+    def _build(self, names: list[str], structure: tuple[Any, ...],
+               releases: dict[str, list[_Event]]) -> None:
+        snap = self.snap
+        views = snap.nodes
+        self.by_rank = [_Node(views[name], i) for i, name in enumerate(names)]
+        self.nodes = {n.name: n for n in self.by_rank}
+        for node in self.by_rank:
+            node.releases = releases.get(node.name) or []
+        # A node belongs to a partition listed on the node or naming the node.
+        members: dict[str, dict[str, _Node]] = {p: {} for p in snap.partitions}
+        for p in snap.partitions.values():
+            for name in p.nodes:
+                if name in self.nodes:
+                    members[p.name][name] = self.nodes[name]
+        for v in views.values():
+            for p_name in v.partitions:
+                if p_name in members:
+                    members[p_name][v.name] = self.nodes[v.name]
+        self.part_nodes = {p: sorted(m.values(), key=lambda n: n.rank) for p, m in members.items()}
+        index: dict[str, _PartIndex] = {}
+        of_node: dict[int, list[str]] = {}
+        for p_name, plist in self.part_nodes.items():
+            index[p_name] = _PartIndex()
+            for node in plist:
+                of_node.setdefault(node.rank, []).append(p_name)
+        for node in self.by_rank:
+            node.part_names = tuple(of_node.get(node.rank, ()))
+            node.key = node.index_key()
+            if node.key is not None:
+                for p_name in node.part_names:
+                    index[p_name].add(node.key)
+        self._kept = _Kept(structure, self.by_rank, self.nodes, self.part_nodes, index,
+                           [_made_of(views[name]) for name in names],
+                           [n.key for n in self.by_rank])
+
+    def _reuse(self, kept: _Kept, names: list[str], releases: dict[str, list[_Event]]) -> None:
+        """The last pass's nodes, for the same nodes and partitions: a node is made again
+        only if its view changed or the last pass changed it (a start, a victim); the
+        others lose the last pass's holds and plans but keep their earliest fits while
+        their releases are the same; the partitions' indexes (as at the pass's start) are
+        mended for the nodes made again."""
+        views = self.snap.nodes
+        by_rank = kept.by_rank
+        made = kept.made
+        keys = kept.keys
+        index = kept.index
+        changed = kept.changed
+        empty: list[_Event] = []
+        remade = False
+        for i, name in enumerate(names):
+            v = views[name]
+            node = by_rank[i]
+            now_made = _made_of(v)
+            if i in changed or now_made != made[i]:
+                fresh = _Node(v, i)
+                fresh.part_names = node.part_names
+                fresh.releases = releases.get(name) or []
+                key = fresh.key = fresh.index_key()
+                old = keys[i]
+                if key != old:
+                    for p_name in node.part_names:
+                        idx = index[p_name]
+                        if old is not None:
+                            idx.remove(old)
+                        if key is not None:
+                            idx.add(key)
+                    keys[i] = key
+                made[i] = now_made
+                by_rank[i] = kept.nodes[name] = fresh
+                remade = True
+                continue
+            if node.holds:
+                node.holds = []
+            node.events = None
+            if node.plan_cache:
+                node.plan_cache = {}
+            mine = releases.get(name) or empty
+            if mine != node.releases:
+                node.releases = mine if mine is not empty else []
+                node.sorted_releases = None
+                node.fit_cache = {}
+        self.by_rank = by_rank
+        self.nodes = kept.nodes
+        self.part_nodes = kept.part_nodes
+        if remade:
+            for p_name, plist in self.part_nodes.items():
+                self.part_nodes[p_name] = [by_rank[n.rank] for n in plist]
+        self._kept = kept
+
+    def kept(self) -> _Kept:
+        """The nodes for the next pass, with those this one changed marked."""
+        kept = self._kept
+        kept.changed = {n.rank for n in self._started_on}
+        return kept
 
     # ---- starting jobs now ----------------------------------------------------------
     def try_start(self, req: Request, part: str, end: float) -> list[NodeAlloc] | None:
@@ -489,7 +616,8 @@ class _Pass:
         new = node.index_key()
         if new == node.key:
             return
-        for idx in node.indexes:
+        for p_name in node.part_names:
+            idx = self.index[p_name]
             if node.key is not None:
                 idx.remove(node.key)
             if new is not None:
@@ -1229,7 +1357,10 @@ def schedule(snap: Snapshot, *, max_planned: int = DEFAULT_MAX_PLANNED,
     it is placed and told of each start; a job it stops waits with its reason and
     reserves nothing.  `timer`, if given, measures the preemption checks
     (`Placement.preempt_seconds`)."""
-    p = _Pass(snap, max_planned, priorities)
+    # (taken, not shared: a pass running beside this one builds its own nodes)
+    p = _Pass(snap, max_planned, priorities, _KEPT.pop("nodes", None))
     p.gate = gate
     p.timer = timer
-    return p.run()
+    placed = p.run()
+    _KEPT["nodes"] = p.kept()
+    return placed
