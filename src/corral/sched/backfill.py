@@ -528,8 +528,10 @@ class _Pass:
         for i, name in enumerate(names):
             v = views[name]
             node = by_rank[i]
-            now_made = _made_of(v)
-            if i in changed or now_made != made[i]:
+            # (_made_of inlined, the GPU list compared where it is)
+            if i in changed or made[i] != (
+                    v.cpus, v.mem, v.gpus, v.free_cpus, v.free_mem, v.free_gpus, v.usable,
+                    v.weight, v.job_count, v.exclusive, v.features, v.gpu_type, v.tmp_disk):
                 fresh = _Node(v, i)
                 fresh.part_names = node.part_names
                 fresh.releases = releases.get(name) or []
@@ -543,7 +545,7 @@ class _Pass:
                         if key is not None:
                             idx.add(key)
                     keys[i] = key
-                made[i] = now_made
+                made[i] = _made_of(v)
                 by_rank[i] = kept.nodes[name] = fresh
                 remade = True
                 continue

@@ -1,0 +1,93 @@
+"""Backfill keeps its nodes between passes (sched/backfill.py `_Kept`): a pass that reuses
+the last pass's nodes decides exactly as a pass that builds them afresh, whatever changed
+in between: starts, ends, views changed in place, a drained node, time limits, new jobs,
+time."""
+
+from __future__ import annotations
+
+import random
+
+from corral.model.job import NodeAlloc
+from corral.model.node import Partition
+from corral.sched import backfill
+from corral.sched.backfill import schedule
+from corral.sched.snapshot import INFINITE_TIME, NodeView, PendingView, RunningView, Snapshot
+
+
+def _views(n: int) -> dict[str, NodeView]:
+    return {f"n{i}": NodeView(f"n{i}", 16, 64_000, 8, 16, 64_000, list(range(8)), True,
+                              partitions=("gpu",)) for i in range(1, n + 1)}
+
+
+def _take(v: NodeView, a: NodeAlloc) -> None:
+    v.free_cpus -= a.cpus
+    v.free_mem -= a.mem_mb
+    v.free_gpus = [g for g in v.free_gpus if g not in a.gpus]
+    v.job_count += 1
+
+
+def _give(v: NodeView, a: NodeAlloc) -> None:
+    v.free_cpus += a.cpus
+    v.free_mem += a.mem_mb
+    v.free_gpus = sorted(v.free_gpus + list(a.gpus))
+    v.job_count -= 1
+
+
+def _facts(placed: backfill.Placement) -> tuple[object, ...]:
+    return (sorted((j, repr(a)) for j, a in placed.starts),
+            sorted((j, r.text()) for j, r in placed.reasons.items()),
+            sorted(placed.planned.items()))
+
+
+def test_kept_nodes_decide_as_fresh_ones() -> None:
+    rng = random.Random(7)
+    views = _views(6)
+    part = Partition(name="gpu", nodes=list(views))
+    running: list[RunningView] = []
+    pending: list[PendingView] = []
+    now = 1_000_000.0
+    next_id = 1
+    backfill._KEPT.clear()
+    survived = 0
+    for step in range(120):
+        now += rng.choice((0, 1, 30, 600))
+        for _ in range(rng.randint(0, 3)):
+            gpus = rng.choice((1, 2, 4, 8, 16))
+            nodes = 2 if gpus > 8 else 1
+            limit = rng.choice((60, 600, 3600, -1))
+            pending.append(PendingView(next_id, rng.randint(1, 50), now, "gpu",
+                                       num_nodes=nodes, num_tasks=nodes,
+                                       gpus_per_node=min(gpus, 8), cpus_per_task=2,
+                                       mem_per_node=4000, time_limit=limit))
+            next_id += 1
+        for r in [r for r in running if r.end_time <= now or rng.random() < 0.05]:
+            running.remove(r)
+            for a in r.alloc:
+                _give(views[a.node], a)
+        if running and rng.random() < 0.3:  # a time limit changed: releases move
+            i = rng.randrange(len(running))
+            r = running[i]
+            if r.end_time != INFINITE_TIME:
+                running[i] = RunningView(r.job_id, r.end_time + rng.choice((-300, 900)), r.alloc)
+        if step % 40 == 20:  # a node drained, in place, and back later
+            views["n3"].usable = not views["n3"].usable
+        snap = Snapshot(now=now, nodes=views, partitions={"gpu": part}, running=running,
+                        pending=pending)
+        kept = backfill._KEPT.get("nodes")
+        before = list(kept.by_rank) if kept is not None else []
+        got = schedule(snap)
+        survived += sum(a is b for a, b in zip(backfill._KEPT["nodes"].by_rank, before,
+                                           strict=False))
+        mine = backfill._KEPT.pop("nodes")
+        fresh = schedule(snap)  # (built afresh: nothing kept)
+        backfill._KEPT["nodes"] = mine
+        assert _facts(got) == _facts(fresh), f"step {step}"
+        started = dict(got.starts)
+        for job in [j for j in pending if j.job_id in started]:
+            pending.remove(job)
+            end = INFINITE_TIME if job.time_limit < 0 else now + job.time_limit
+            running.append(RunningView(job.job_id, end, started[job.job_id]))
+            for a in started[job.job_id]:
+                _take(views[a.node], a)
+    backfill._KEPT.clear()
+    assert survived > 0  # (the nodes were kept, not built afresh every pass)
