@@ -1,7 +1,7 @@
 """Backfill keeps its nodes between passes (sched/backfill.py `_Kept`): a pass that reuses
 the last pass's nodes decides exactly as a pass that builds them afresh, whatever changed
-in between: starts, ends, views changed in place, a drained node, time limits, new jobs,
-time."""
+in between: starts, ends, views changed in place, a drained or reweighted node, time
+limits, new jobs, time."""
 
 from __future__ import annotations
 
@@ -71,6 +71,8 @@ def test_kept_nodes_decide_as_fresh_ones() -> None:
                 running[i] = RunningView(r.job_id, r.end_time + rng.choice((-300, 900)), r.alloc)
         if step % 40 == 20:  # a node drained, in place, and back later
             views["n3"].usable = not views["n3"].usable
+        if step % 50 == 25:  # a node's weight changed, in place
+            views["n5"].weight = 1 + step % 7
         snap = Snapshot(now=now, nodes=views, partitions={"gpu": part}, running=running,
                         pending=pending)
         kept = backfill._KEPT.get("nodes")

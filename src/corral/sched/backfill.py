@@ -109,6 +109,23 @@ class _Node:
         self.sorted_releases: list[_Event] | None = None
         self.static_key = (v.gpus, v.cpus, v.weight, rank)
 
+    def refill(self, v: NodeView) -> None:
+        """Made again from `v`, a view of the same node of the same size, weight and
+        features (what __init__ sets from a view's other fields, and no holds, no
+        releases, nothing cached)."""
+        x = self.exclusive = v.exclusive
+        self.free_cpus = 0 if x else v.free_cpus
+        self.free_mem = 0 if x else v.free_mem
+        self.free_gpus = [] if x else sorted(v.free_gpus)
+        self.usable = v.usable
+        self.job_count = v.job_count
+        self.releases = []
+        self.holds = []
+        self.events = None
+        self.plan_cache = {}
+        self.fit_cache = {}
+        self.sorted_releases = None
+
     def index_key(self) -> tuple[int, tuple[int, int, int]] | None:
         if not self.usable or self.exclusive or self.free_cpus <= 0:
             return None
@@ -529,11 +546,20 @@ class _Pass:
             v = views[name]
             node = by_rank[i]
             # (_made_of inlined, the GPU list compared where it is)
-            if i in changed or made[i] != (
+            was = made[i]
+            if i in changed or was != (
                     v.cpus, v.mem, v.gpus, v.free_cpus, v.free_mem, v.free_gpus, v.usable,
                     v.weight, v.job_count, v.exclusive, v.features, v.gpu_type, v.tmp_disk):
-                fresh = _Node(v, i)
-                fresh.part_names = node.part_names
+                now_made = _made_of(v)
+                if was[:3] == now_made[:3] and was[7] == now_made[7] \
+                        and was[10:] == now_made[10:]:  # (the same size, weight, features)
+                    fresh = node
+                    fresh.refill(v)
+                else:
+                    fresh = _Node(v, i)
+                    fresh.part_names = node.part_names
+                    by_rank[i] = kept.nodes[name] = fresh
+                    remade = True
                 fresh.releases = releases.get(name) or []
                 key = fresh.key = fresh.index_key()
                 old = keys[i]
@@ -545,9 +571,7 @@ class _Pass:
                         if key is not None:
                             idx.add(key)
                     keys[i] = key
-                made[i] = _made_of(v)
-                by_rank[i] = kept.nodes[name] = fresh
-                remade = True
+                made[i] = now_made
                 continue
             if node.holds:
                 node.holds = []
