@@ -317,11 +317,17 @@ def _feasible_starts(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
 
 def _earliest_fit(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
                   now: float) -> float:
+    at = _earliest_fit_raw(node, cpus, mem, gpus, whole)
+    return at if at > now else now
+
+
+def _earliest_fit_raw(node: _Node, cpus: int, mem: int, gpus: int, whole: bool) -> float:
     """The earliest time the job fits on `node` counting only the releases of running jobs
     (holds ignored), or INFINITE_TIME.  Holds only take resources away for a while, so no
     plan can start the job here earlier: a lower bound of `_feasible_starts`' first start.
     Releases only give resources back, so once it fits it keeps fitting: the answer is
-    the time of the release after which it first fits (`now` for one already past)."""
+    the time of the release after which it first fits (`now` for one already past).
+    `_earliest_fit_raw`: the same before it is raised to `now` (-inf: it fits now)."""
     key = (cpus, mem, gpus, whole)
     at = node.fit_cache.get(key)
     if at is None:
@@ -344,10 +350,11 @@ def _earliest_fit(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
                     at = t
                     break
         node.fit_cache[key] = at
-    return at if at > now else now
+    return at
 
 
 _FITS_NOW = float("-inf")
+_LAST_KEY = (INFINITE_TIME,)  # after every best-fit key (of ints)
 
 
 class _NodeCandidates:
@@ -395,7 +402,7 @@ class _Kept:
     are as the last pass found them, so most of the pass's setup can be kept."""
 
     __slots__ = ("structure", "by_rank", "nodes", "part_nodes", "index", "made", "keys",
-                 "changed")
+                 "changed", "plan_members", "raw_bounds", "touched")
 
     def __init__(self, structure: tuple[Any, ...], by_rank: list[_Node],
                  nodes: dict[str, _Node], part_nodes: dict[str, list[_Node]],
@@ -409,6 +416,34 @@ class _Kept:
         self.made = made  # by rank: what the node was made of (_made_of)
         self.keys = keys  # by rank: its key in `index`
         self.changed: set[int] = set()  # ranks of the nodes the last pass changed
+        # _Pass._plan_nodes' answers and the raw lower bounds over them (_RawBounds, by the
+        # answer's id): valid while no node is made again or changes usable
+        self.plan_members: dict[tuple[str, Request, int], list[tuple[_Node, int, int, int]]] = {}
+        self.raw_bounds: dict[int, _RawBounds] = {}
+        # per pass since they were made, the ranks whose earliest fits may have changed
+        self.touched: list[set[int]] = []
+
+    def forget_plans(self) -> None:
+        self.plan_members.clear()
+        self.raw_bounds.clear()
+        self.touched.clear()
+
+
+class _RawBounds:
+    """The nodes of a `_plan_nodes` answer with their raw earliest fit
+    (`_earliest_fit_raw`), in order of (raw fit, best-fit key), as of the start of the
+    pass `upto` counts to; brought up to date by the ranks touched since."""
+
+    __slots__ = ("fits", "order", "entry", "share", "upto")
+
+    def __init__(self, fits: list[tuple[_Node, int, int, int]], order: list[_Bound],
+                 entry: dict[int, _Bound], share: dict[int, tuple[_Node, int, int, int]],
+                 upto: int) -> None:
+        self.fits = fits  # (kept alive: it is known by its id)
+        self.order = order
+        self.entry = entry
+        self.share = share
+        self.upto = upto
 
 
 # the last pass's nodes (_Kept), taken by the next pass
@@ -469,7 +504,8 @@ class _Pass:
         self.plan_failed: dict[tuple[Any, ...], float] = {}
         self.static: dict[tuple[Any, ...], PendingReason | None] = {}
         self.planned_count = 0
-        self._plan_members: dict[tuple[str, Request, int], list[tuple[_Node, int, int, int]]] = {}
+        # (_plan_nodes' answers depend on what the nodes are, not on what is free: kept)
+        self._plan_members = self._kept.plan_members
         # nodes a job started on in this pass, in order: the lower bounds to refresh
         self._started_on: list[_Node] = []
         # [preemption hook] running jobs by node, when preemption is on (sched/preempt.py)
@@ -542,6 +578,7 @@ class _Pass:
         changed = kept.changed
         empty: list[_Event] = []
         remade = False
+        touched: set[int] = set()  # ranks whose earliest fits may have changed
         for i, name in enumerate(names):
             v = views[name]
             node = by_rank[i]
@@ -551,10 +588,13 @@ class _Pass:
                     v.cpus, v.mem, v.gpus, v.free_cpus, v.free_mem, v.free_gpus, v.usable,
                     v.weight, v.job_count, v.exclusive, v.features, v.gpu_type, v.tmp_disk):
                 now_made = _made_of(v)
+                touched.add(i)
                 if was[:3] == now_made[:3] and was[7] == now_made[7] \
                         and was[10:] == now_made[10:]:  # (the same size, weight, features)
                     fresh = node
                     fresh.refill(v)
+                    if was[6] != now_made[6]:  # (usable: which nodes plans may use)
+                        remade = True
                 else:
                     fresh = _Node(v, i)
                     fresh.part_names = node.part_names
@@ -583,12 +623,18 @@ class _Pass:
                 node.releases = mine if mine is not empty else []
                 node.sorted_releases = None
                 node.fit_cache = {}
+                touched.add(i)
         self.by_rank = by_rank
         self.nodes = kept.nodes
         self.part_nodes = kept.part_nodes
         if remade:
             for p_name, plist in self.part_nodes.items():
                 self.part_nodes[p_name] = [by_rank[n.rank] for n in plist]
+            kept.forget_plans()
+        elif touched:
+            kept.touched.append(touched)
+            if len(kept.touched) > 256 or len(kept.plan_members) > 256:
+                kept.forget_plans()
         self._kept = kept
 
     def kept(self) -> _Kept:
@@ -1005,17 +1051,18 @@ class _Pass:
         cached = self._bounds.get(id(fits))
         now = self.now
         if cached is None:
-            order: list[_Bound] = []
-            entry: dict[int, _Bound] = {}
-            share = {node.rank: (node, c, m, g) for node, c, m, g in fits}
-            for node, c, m, g in fits:
-                at = _earliest_fit(node, c, m, g, whole, now)
-                if at != INFINITE_TIME:
-                    entry[node.rank] = (at, node.static_key, node, c, m, g)
-                    order.append(entry[node.rank])
-            order.sort()  # (by bound, then best-fit key: the keys are unique, nodes never compared)
-            self._bounds[id(fits)] = _Bounds(order, entry, share, len(self._started_on))
-            return order
+            # the raw order kept from the last passes, its nodes touched since moved, then
+            # raised to `now` (those that fit by `now` tie there, by best-fit key); the
+            # nodes this pass started jobs on are moved below, as after any start
+            raw = self._raw_bounds(fits, whole)
+            split = bisect_left(raw.order, (now, _LAST_KEY))
+            entry = dict(raw.entry)
+            ready = [(now, *b[1:]) for b in raw.order[:split]]
+            ready.sort()  # (by best-fit key: the keys are unique, nodes never compared)
+            for b in ready:
+                entry[b[2].rank] = b
+            ready.extend(raw.order[split:])
+            cached = self._bounds[id(fits)] = _Bounds(ready, entry, raw.share, 0)
         if cached.seen < len(self._started_on):
             order, entry = cached.order, cached.entry
             for node in {n.rank: n for n in self._started_on[cached.seen:]}.values():
@@ -1032,6 +1079,39 @@ class _Pass:
                     insort(order, new)
             cached.seen = len(self._started_on)
         return cached.order
+
+    def _raw_bounds(self, fits: list[tuple[_Node, int, int, int]], whole: bool) -> _RawBounds:
+        kept = self._kept
+        raw = kept.raw_bounds.get(id(fits))
+        if raw is None or raw.fits is not fits:
+            order: list[_Bound] = []
+            entry: dict[int, _Bound] = {}
+            share = {node.rank: (node, c, m, g) for node, c, m, g in fits}
+            for node, c, m, g in fits:
+                at = _earliest_fit_raw(node, c, m, g, whole)
+                if at != INFINITE_TIME:
+                    entry[node.rank] = (at, node.static_key, node, c, m, g)
+                    order.append(entry[node.rank])
+            order.sort()  # (by bound, then best-fit key: the keys are unique, nodes never compared)
+            raw = kept.raw_bounds[id(fits)] = _RawBounds(fits, order, entry, share,
+                                                         len(kept.touched))
+            return raw
+        if raw.upto < len(kept.touched):
+            order, entry, share = raw.order, raw.entry, raw.share
+            for rank in set().union(*kept.touched[raw.upto:]):
+                mine = share.get(rank)
+                if mine is None:
+                    continue
+                old = entry.pop(rank, None)
+                if old is not None:
+                    del order[bisect_left(order, (old[0], old[1]))]
+                node, c, m, g = mine
+                at = _earliest_fit_raw(node, c, m, g, whole)
+                if at != INFINITE_TIME:
+                    entry[rank] = new = (at, node.static_key, node, c, m, g)
+                    insort(order, new)
+            raw.upto = len(kept.touched)
+        return raw
 
     def _plan_one(self, req: Request, fits: list[tuple[_Node, int, int, int]],
                   duration: float) -> tuple[float, list[_Node]] | None:
