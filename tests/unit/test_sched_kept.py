@@ -52,8 +52,8 @@ def test_kept_nodes_decide_as_fresh_ones() -> None:
     for step in range(120):
         now += rng.choice((0, 1, 30, 600))
         for _ in range(rng.randint(0, 3)):
-            gpus = rng.choice((1, 2, 4, 8, 16))
-            nodes = 2 if gpus > 8 else 1
+            gpus = rng.choice((1, 2, 4, 8, 16, 48))  # (48: every node, NODES_DOWN if drained)
+            nodes = -(-gpus // 8)
             limit = rng.choice((60, 600, 3600, -1))
             pending.append(PendingView(next_id, rng.randint(1, 50), now, "gpu",
                                        num_nodes=nodes, num_tasks=nodes,

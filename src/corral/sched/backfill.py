@@ -402,7 +402,7 @@ class _Kept:
     are as the last pass found them, so most of the pass's setup can be kept."""
 
     __slots__ = ("structure", "by_rank", "nodes", "part_nodes", "index", "made", "keys",
-                 "changed", "plan_members", "raw_bounds", "touched")
+                 "changed", "plan_members", "raw_bounds", "touched", "static")
 
     def __init__(self, structure: tuple[Any, ...], by_rank: list[_Node],
                  nodes: dict[str, _Node], part_nodes: dict[str, list[_Node]],
@@ -417,16 +417,20 @@ class _Kept:
         self.keys = keys  # by rank: its key in `index`
         self.changed: set[int] = set()  # ranks of the nodes the last pass changed
         # _Pass._plan_nodes' answers and the raw lower bounds over them (_RawBounds, by the
-        # answer's id): valid while no node is made again or changes usable
+        # answer's id), and the static reasons: valid while no node is made again or
+        # changes usable
         self.plan_members: dict[tuple[str, Request, int], list[tuple[_Node, int, int, int]]] = {}
         self.raw_bounds: dict[int, _RawBounds] = {}
         # per pass since they were made, the ranks whose earliest fits may have changed
         self.touched: list[set[int]] = []
+        # _Pass._static_reason's answers by job shape, with the partition's limits
+        self.static: dict[tuple[Any, ...], tuple[tuple[Any, ...], PendingReason | None]] = {}
 
     def forget_plans(self) -> None:
         self.plan_members.clear()
         self.raw_bounds.clear()
         self.touched.clear()
+        self.static.clear()
 
 
 class _RawBounds:
@@ -633,7 +637,8 @@ class _Pass:
             kept.forget_plans()
         elif touched:
             kept.touched.append(touched)
-            if len(kept.touched) > 256 or len(kept.plan_members) > 256:
+            if len(kept.touched) > 256 or len(kept.plan_members) > 256 \
+                    or len(kept.static) > 1024:
                 kept.forget_plans()
         self._kept = kept
 
@@ -1157,6 +1162,22 @@ class _Pass:
             node.plan_cache.clear()
 
     # ---- why a job waits --------------------------------------------------------------
+    def _static_reason(self, shape: tuple[Any, ...], job: PendingView, req: Request,
+                       part: Partition) -> PendingReason | None:
+        """`static_reason`, kept between passes for a request that is not for whole nodes:
+        it then depends only on what the nodes are and which are usable (idle ones are
+        whole-node requests' sample), and on the partition's node limits and DefMemPerCPU."""
+        if req.exclusive:
+            return self.static_reason(job, req, part)
+        limits = (part.min_nodes, part.max_nodes, self._def_mem(part))
+        kept = self._kept.static
+        found = kept.get(shape)
+        if found is not None and found[0] == limits:
+            return found[1]
+        why = self.static_reason(job, req, part)
+        kept[shape] = (limits, why)
+        return why
+
     def static_reason(self, job: PendingView, req: Request, part: Partition) -> PendingReason | None:
         """A reason that does not depend on other jobs, or None."""
         members = self.part_nodes.get(part.name, [])
@@ -1349,7 +1370,7 @@ class _Pass:
                         self.gate.started(job.job_id)
                     continue
             if shape not in self.static:
-                self.static[shape] = self.static_reason(job, req, part)
+                self.static[shape] = self._static_reason(shape, job, req, part)
             why = self.static[shape]
             if why is not None and why.code in _NEVER_HERE:
                 # It can never run here, so it holds nothing back.
