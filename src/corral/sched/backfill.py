@@ -16,7 +16,12 @@ indexes ordered by the best-fit key; planning walks only the nodes' own event li
 single-node plan looks only at nodes whose earliest fit by releases alone (a lower bound,
 cached per node until a job starts there) can beat the best start found so far; a
 multi-node plan sweeps the nodes' feasible starts as they come in lower-bound order and
-stops at the answer, so nodes free only later cost nothing.
+stops at the answer, so nodes free only later cost nothing.  Between passes (`_Kept`,
+taken by one pass at a time) the nodes are kept: a node is refilled from its view only
+when the view changed (compared by value) or the last pass started a job on it, and the
+lower bounds (before they are raised to `now`), the plans' node lists and the static
+reasons are kept until a node changes size or usability; each pass decides as one that
+built everything afresh (tests/unit/test_sched_kept.py).
 """
 
 from __future__ import annotations
