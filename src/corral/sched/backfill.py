@@ -640,8 +640,9 @@ class _Pass:
             for p_name, plist in self.part_nodes.items():
                 self.part_nodes[p_name] = [by_rank[n.rank] for n in plist]
             kept.forget_plans()
-        elif touched:
-            kept.touched.append(touched)
+        else:
+            if touched:
+                kept.touched.append(touched)
             if len(kept.touched) > 256 or len(kept.plan_members) > 256 \
                     or len(kept.static) > 1024:
                 kept.forget_plans()
