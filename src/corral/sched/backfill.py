@@ -104,8 +104,8 @@ class _Node:
         self.holds: list[tuple[float, float, int, int, int, bool]] = []  # planned jobs' resources
         self.events: list[_Event] | None = None  # releases and holds, sorted
         # feasible start intervals by (cpus, mem, gpus, whole, duration); valid until the
-        # node changes
-        self.plan_cache: dict[tuple[int, int, int, bool, float], list[tuple[float, float]]] = {}
+        # node changes ((..., duration, True): the first interval alone, _plan_one's)
+        self.plan_cache: dict[tuple[Any, ...], list[tuple[float, float]]] = {}
         # earliest fit by releases alone, by (cpus, mem, gpus, whole), before it is raised
         # to `now` (-inf: fits on what is free): a lower bound of any plan's start here,
         # valid while the free resources and releases are the same (holds do not change
@@ -274,10 +274,12 @@ def _needs(node: _Node, cpus: int, mem: int, gpus: int, whole: bool
 
 
 def _feasible_starts(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
-                     now: float, duration: float) -> list[tuple[float, float]]:
+                     now: float, duration: float, first: bool = False
+                     ) -> list[tuple[float, float]]:
     """Closed intervals [a, b] of start times at which the job fits on `node` for its whole
     duration.  Fit turns true only when resources come back (a release or a hold's end),
-    so interval starts are event times."""
+    so interval starts are event times.  `first`: only the first interval (a one-node
+    plan reads no other)."""
     c, m, g, j, x = node.free_cpus, node.free_mem, len(node.free_gpus), node.job_count, int(node.exclusive)
     nc, nm, ng, nj = _needs(node, cpus, mem, gpus, whole)  # (_good, inlined)
     events = node.event_list()
@@ -310,6 +312,8 @@ def _feasible_starts(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
         if good and not now_good:
             if run_start + duration <= t:
                 out.append((run_start, t - duration))
+                if first:
+                    return out
         elif now_good and not good:
             run_start = t
             if monotone:
@@ -1141,11 +1145,14 @@ class _Pass:
                 if best is None or key < best:
                     best, chosen = key, node
                 continue
-            demand = (c, m, g, whole, duration)
-            spans = node.plan_cache.get(demand)
+            cache = node.plan_cache
+            spans = cache.get((c, m, g, whole, duration))
             if spans is None:
-                spans = node.plan_cache[demand] = _feasible_starts(node, c, m, g, whole, now,
-                                                                   duration)
+                first = (c, m, g, whole, duration, True)
+                spans = cache.get(first)
+                if spans is None:
+                    spans = cache[first] = _feasible_starts(node, c, m, g, whole, now,
+                                                            duration, True)
             if spans:
                 key = (spans[0][0], static_key)
                 if best is None or key < best:
