@@ -30,6 +30,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from heapq import heappop, heappush
+from operator import itemgetter
 from typing import Any, Protocol
 
 from corral.model.job import NodeAlloc
@@ -145,10 +146,12 @@ class _Node:
                 ev.append((start, -c, -m, -g, 1, 0))
                 if end != INFINITE_TIME:
                     ev.append((end, c, m, g, -1, 0))
-            ev.sort(key=lambda e: e[0])
+            ev.sort(key=_TIME)
             self.events = ev
         return self.events
 
+
+_TIME = itemgetter(0)  # an event's time
 
 _NAME_ORDER: dict[tuple[str, ...], list[str]] = {}
 
@@ -1168,10 +1171,17 @@ class _Pass:
         per_node = req.tasks_per_node if req.tasks_per_node and k == req.num_nodes \
             else -(-req.tasks // k)
         end = start + duration
+        whole = req.exclusive
         for node in nodes:
             c, m, g = req.demand(node, per_node)
-            node.holds.append((start, end, c, m, g, req.exclusive))
-            node.events = None
+            node.holds.append((start, end, c, m, g, whole))
+            events = node.events
+            if events is not None:  # (event_list's order: after the events at the same time)
+                if whole:
+                    c, m, g = node.cpus, node.mem, node.gpus
+                insort(events, (start, -c, -m, -g, 1, 0), key=_TIME)
+                if end != INFINITE_TIME:
+                    insort(events, (end, c, m, g, -1, 0), key=_TIME)
             node.plan_cache.clear()
 
     # ---- why a job waits --------------------------------------------------------------
