@@ -132,3 +132,12 @@ def test_main_unknown_job_lists_nothing(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(client, "get", fake_get)
     assert squeue_steps.steps_main(["-s", "-j", "99", "-o", "%i"]) == 0
     assert capsys.readouterr().out == "STEPID\n"
+
+
+def test_main_format_and_Format_exclusive(capsys: pytest.CaptureFixture[str]) -> None:
+    assert squeue_steps.steps_main(["-s", "-o", "%i", "-O", "stepid"]) == 1
+    assert capsys.readouterr().err == \
+        "squeue: error: -O (--Format) is incompatible with -o (--format)\n"
+    assert squeue_steps.steps_main(["-s", "-O", "stepid", "-o", "%i"]) == 1
+    assert capsys.readouterr().err == \
+        "squeue: error: -o (--format) is incompatible with -O (--Format)\n"

@@ -249,8 +249,14 @@ def steps_main(argv: Sequence[str]) -> int:
                 if val:
                     steps_wanted = (steps_wanted or []) + parse_step_ids(val)
             elif opt in ("-o", "--format"):
+                if long_text is not None:
+                    _err("-o (--format) is incompatible with -O (--Format)")
+                    return 1
                 fmt_text = val
             elif opt in ("-O", "--Format"):
+                if fmt_text is not None:
+                    _err("-O (--Format) is incompatible with -o (--format)")
+                    return 1
                 long_text = val
             elif opt in ("-u", "--user", "--users"):
                 users = _valid_users(val)
