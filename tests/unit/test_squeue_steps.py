@@ -122,6 +122,8 @@ def test_main_state_checked_not_filtering(monkeypatch: pytest.MonkeyPatch,
     assert "Invalid job state specified: nope" in capsys.readouterr().err
     assert squeue._main(["-h", "-o", "%i", "-s", "7.0"]) == 0  # the list as an argument
     assert capsys.readouterr().out == "7.0\n"
+    assert squeue._main(["-h", "-o", "%i", "--step=8_1.0"]) == 0  # --step: as Slurm's help says
+    assert capsys.readouterr().out == "8_1.0\n"
 
 
 def test_main_unknown_job_lists_nothing(monkeypatch: pytest.MonkeyPatch,

@@ -1250,8 +1250,8 @@ def select_accounts(jobs: list[Job], accounts: set[str]) -> list[Job]:
 
 
 def _main(argv: list[str]) -> int:
-    if any(a in ("-s", "--steps") or a.startswith("--steps=") or (a.startswith("-s") and not a.startswith("--"))
-           for a in argv):
+    if any(a in ("-s", "--steps", "--step") or a.startswith(("--steps=", "--step="))
+           or (a.startswith("-s") and not a.startswith("--")) for a in argv):
         from corral.cli.squeue_steps import steps_main  # only when asked: keeps starts light
 
         return steps_main(argv)
