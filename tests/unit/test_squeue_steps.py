@@ -143,3 +143,10 @@ def test_main_format_and_Format_exclusive(capsys: pytest.CaptureFixture[str]) ->
     assert squeue_steps.steps_main(["-s", "-O", "stepid", "-o", "%i"]) == 1
     assert capsys.readouterr().err == \
         "squeue: error: -o (--format) is incompatible with -O (--Format)\n"
+
+
+def test_array_ids_and_unlimited_limit_cut_to_width() -> None:
+    fmt = parse_step_format(None, "arrayjobid:4,arraytaskid:4,timelimit:.5")
+    out = format_steps(step_records(jobs(), [(8, None), (7, None)]), NOW, fmt, header=False)
+    # a plain job's steps: array job id 0, task N/A; UNLIMITED is cut as Slurm's _print_str cuts
+    assert out.splitlines() == ["0   N/A UNLIM", "0   N/A UNLIM", "8   1   UNLIM"]

@@ -74,7 +74,7 @@ STEP_COLUMNS: dict[str, tuple[str, Callable[[Step, float], str | None], bool]] =
     "b": ("TRES_PER_JOB", lambda _s, _n: None, False),  # Corral keeps no per-step TRES
     "i": ("STEPID", lambda s, _n: _step_id(s), False),
     "j": ("NAME", lambda s, _n: s.get("name") or "", False),
-    "l": ("TIME_LIMIT", lambda _s, _n: "UNLIMITED", True),  # steps have no limit of their own
+    "l": ("TIME_LIMIT", lambda _s, _n: "UNLIMITED", False),  # steps have no limit of their own
     "M": ("TIME", _time_used, True),
     "N": ("NODELIST", lambda s, _n: s.get("nodes") or "", True),
     "P": ("PARTITION", lambda s, _n: s.get("partition") or "", False),
@@ -89,7 +89,8 @@ LONG_STEP_FIELDS: dict[str, str | tuple[str, Callable[[Step, float], str | None]
     "timelimit": "l", "timeused": "M", "nodes": "N", "partition": "P", "starttime": "S",
     "userid": "U", "username": "u",
     "jobid": ("JOB_ID", lambda s, _n: str(s["job_id"])),
-    "arrayjobid": ("ARRAY_JOB_ID", lambda s, _n: str(s.get("array_job_id") or s["job_id"])),
+    # a plain job's step carries array job id 0 in Slurm's step records, and prints it
+    "arrayjobid": ("ARRAY_JOB_ID", lambda s, _n: str(s.get("array_job_id") or 0)),
     "arraytaskid": ("ARRAY_TASK_ID", lambda s, _n: "N/A" if s.get("array_task_id") is None
                     else str(s["array_task_id"])),
     "numcpus": ("NUM_CPUS", lambda s, _n: str(s.get("cpus") or 0)),
