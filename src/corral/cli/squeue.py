@@ -1249,80 +1249,12 @@ def select_accounts(jobs: list[Job], accounts: set[str]) -> list[Job]:
     return [j for j in jobs if (j.get("account") or "").lower() in accounts]
 
 
-STEP_HEADER = "         STEPID     NAME PARTITION     USER      TIME NODELIST\n"
-
-
-def format_steps(jobs: list[Job], now: float, *, header: bool = True,
-                 wanted: set[str] | None = None) -> str:
-    """`squeue -s`: running steps ("%.15i %.8j %.9P %.8u %.9M %N"), batch steps included."""
-    rows = []
-    for job in jobs:
-        if job.get("state") not in ("RUNNING", "SUSPENDED", "COMPLETING"):
-            continue
-        for st in job.get("steps") or []:
-            if st.get("end_time") is not None:
-                continue
-            sid = f"{job['job_id']}.{st['step_id']}"
-            if wanted and sid not in wanted:
-                continue
-            used = max(0.0, now - float(st.get("start_time") or now))
-            step_key = int(st["step_id"]) if st["step_id"].isdigit() else 1 << 30
-            rows.append((int(job["job_id"]), step_key, st["step_id"],
-                         f"{fit(sid, 15, True)} {fit(st.get('name') or '', 8, True)} "
-                         f"{fit(job.get('partition') or '', 9, True)} {fit(job.get('user') or '', 8, True)} "
-                         f"{fit(format_duration(used), 9, True)} {st.get('nodes') or ''}\n"))
-    rows.sort(key=lambda r: (r[0], r[1], r[2]))
-    return (STEP_HEADER if header else "") + "".join(r[3] for r in rows)
-
-
-def _steps_main(argv: list[str]) -> int:
-    """squeue -s/--steps [list]: the steps of running jobs."""
-    # -s takes an optional list, which getopt cannot say: spell it --steps=LIST
-    norm = []
-    for a in argv:
-        if a in ("-s", "--steps"):
-            norm.append("--steps=")
-        elif a.startswith("-s") and not a.startswith("--"):
-            norm.append("--steps=" + a[2:])
-        else:
-            norm.append(a)
-    try:
-        opts_list, rest = getopt_long(norm, "hu:j:p:", ["steps=", "noheader", "user=", "jobs=",
-                                                        "partition=", "me"])
-    except UsageError as e:
-        sys.stderr.write(f"squeue: {e}\nTry \"squeue --help\" for more information\n")
-        return 1
-    header = True
-    wanted: set[str] = set()
-    params: dict[str, str] = {"fields": "job_id,state,partition,user,steps"}
-    for opt, val in opts_list:
-        if opt in ("-h", "--noheader"):
-            header = False
-        elif opt == "--steps" and val:
-            wanted.update(v for v in val.split(",") if v)
-        elif opt in ("-u", "--user"):
-            params["users"] = val
-        elif opt == "--me":
-            import pwd
-
-            params["users"] = pwd.getpwuid(os.getuid()).pw_name
-        elif opt in ("-j", "--jobs"):
-            params["ids"] = val
-        elif opt in ("-p", "--partition"):
-            params["partitions"] = val
-    if rest:
-        _err(f"Unrecognized option: {rest[0]}")
-        return 1
-    answer = client.get("/v1/jobs", **params)
-    now = float(answer.get("now") or time.time())
-    sys.stdout.write(format_steps(answer.get("jobs", []), now, header=header, wanted=wanted or None))
-    return 0
-
-
 def _main(argv: list[str]) -> int:
-    if any(a in ("-s", "--steps") or a.startswith("--steps=") or (a.startswith("-s") and not a.startswith("--"))
-           for a in argv):
-        return _steps_main(argv)
+    if any(a in ("-s", "--steps", "--step") or a.startswith(("--steps=", "--step="))
+           or (a.startswith("-s") and not a.startswith("--")) for a in argv):
+        from corral.cli.squeue_steps import steps_main  # only when asked: keeps starts light
+
+        return steps_main(argv)
     parsed = parse_args(argv)
     if isinstance(parsed, int):
         return parsed
