@@ -12,7 +12,9 @@ the full command (a variable of its own set, which makes them decline); `squeue`
 the polling load: a scheduling pass and a submission with and without 16 clients asking
 the controller in a loop for what a plain `squeue` asks (10,000 jobs): its text, printed
 by the controller once per change (controller/answers.py), or with --before's
-interpreter running the bench, the job table that older Corral sent.
+interpreter running the bench, the job table that older Corral sent.  With
+BENCH_PYSPY=FILE (and py-spy installed beside this interpreter) the polled controller is
+sampled for 15 s into FILE (py-spy's raw format: one stack and its count a line).
 
 DIR defaults to this interpreter's bin directory.  --before DIR2 also times the commands
 installed in DIR2 (an older Corral), run by run alongside, in a column of its own (and
@@ -290,10 +292,24 @@ def bench_polling_load(c: BenchCluster, n_jobs: int = 10_000, clients: int = 16)
     for t in threads:
         t.start()
     time.sleep(1.0)
+    # nothing submitted meanwhile: what an answer costs alone (MAX_AGE_S rebuilds and
+    # the periodic pass included), against what it costs with submissions changing it
+    cpu0, t1, answered0 = _cpu_seconds(pid), time.perf_counter(), answered[0]
+    time.sleep(3.0)
+    alone = _cpu_seconds(pid) - cpu0
+    alone_rate = (answered[0] - answered0) / (time.perf_counter() - t1)
+    alone_per_answer = alone / max(1, answered[0] - answered0)
+    spy = None
+    if os.environ.get("BENCH_PYSPY"):  # a profile of the polled controller, for study
+        spy = subprocess.Popen([os.path.join(BIN, "py-spy"), "record", "-p", str(pid), "-r", "200",
+                                "-f", "raw", "-o", os.environ["BENCH_PYSPY"], "-d", "15"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cpu0, t1, answered0 = _cpu_seconds(pid), time.perf_counter(), answered[0]
     busy_submit, busy_pass = _submit_and_pass(sock_path, body, rounds)
     cpu = (_cpu_seconds(pid) - cpu0) / (time.perf_counter() - t1)
     per_answer = (_cpu_seconds(pid) - cpu0) / max(1, answered[0] - answered0)
+    if spy is not None:
+        spy.wait()
     stop.set()
     for t in threads:
         t.join()
@@ -306,6 +322,8 @@ def bench_polling_load(c: BenchCluster, n_jobs: int = 10_000, clients: int = 16)
           f"({(busy_pass / quiet_pass - 1) * 100:+.0f} %)")
     print(f"  the controller, polled: {cpu * 100:.0f} % of a CPU (all its threads), "
           f"{_ms(per_answer)} of CPU per answer, submissions included")
+    print(f"  with no submissions:    {alone_rate:.0f} answers/s, "
+          f"{_ms(alone_per_answer)} of controller CPU per answer")
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -80,3 +80,18 @@ def test_row_builder_reads_what_each_field_getter_reads(seed: int) -> None:
         row = build(job)
         assert isinstance(row, list)
         assert row == [server._field_getter(f)(job) for f in fields], fields
+
+
+def test_row_builder_reads_every_state_as_its_value() -> None:
+    from corral.controller import server
+    from corral.model.job import Job, JobState
+
+    fields = ["job_id", "state", "name"]
+    build = answers.row_builder(fields, server._field_getter,
+                                server._DERIVED | Job.__dataclass_fields__.keys())
+    job = _jobs()[1]
+    for state in JobState:
+        job.state = state
+        row = build(job)
+        assert row[1] == state.value == server._field_getter("state")(job)
+        assert type(row[1]) is type(state.value)

@@ -185,7 +185,9 @@ def row_builder(fields: list[str], getter_for: Callable[[str], Callable[[Any], A
     computed: list[tuple[int, Callable[[Any], Any]]] = []
     for i, f in enumerate(fields):
         if f == "state":
-            paths.append("state.value")
+            # the member's _value_ is its value, read in C: Enum.value is a property, a
+            # Python call per job (a third of the reads of a 20-field row)
+            paths.append("state._value_")
         elif f in attributes and f not in _COMPUTED:
             paths.append(f)
         else:
