@@ -47,6 +47,7 @@ from corral.model.assoc import Qos  # noqa: E402
 from corral.model.config import ClusterConfig  # noqa: E402
 from corral.model.job import Job, JobState, NodeAlloc  # noqa: E402
 from corral.model.node import Node, Partition  # noqa: E402
+from corral.sched.backfill import BackfillMemo  # noqa: E402
 from corral.sched.deps import GoneRecord  # noqa: E402
 from corral.sched.fairshare import Usage  # noqa: E402
 from corral.sched.pipeline import ClusterSnapshot, Decision  # noqa: E402
@@ -190,10 +191,11 @@ def _timed_pipeline() -> None:
         return
     plain_run, plain_snapshot = passes.run_pass, passes.Passes.snapshot
 
-    def run_pass(snap: ClusterSnapshot, timer: object = None) -> Decision:
+    def run_pass(snap: ClusterSnapshot, timer: object = None,
+                 memo: BackfillMemo | None = None) -> Decision:
         # the shell's wall-clock timer is replaced: stages are timed in CPU seconds here
         c0 = time.process_time()
-        dec = plain_run(snap, timer=time.process_time)
+        dec = plain_run(snap, timer=time.process_time, memo=memo)
         PARTS[-1]["pipeline"] = time.process_time() - c0
         PARTS[-1].update(dec.stage_seconds)
         return dec

@@ -1,6 +1,6 @@
-"""Backfill keeps its nodes between passes (sched/backfill.py `_Kept`): a pass that reuses
-the last pass's nodes decides exactly as a pass that builds them afresh, whatever changed
-in between: starts, ends, views changed in place, a drained or reweighted node, time
+"""Backfill keeps its nodes between passes (sched/backfill.py `_Kept`, in the caller's
+`BackfillMemo`): a pass that reuses the last pass's nodes decides exactly as a pass that
+builds them afresh, whatever changed in between: starts, ends, views changed in place, a drained or reweighted node, time
 limits, new jobs, time."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def test_kept_nodes_decide_as_fresh_ones() -> None:
     pending: list[PendingView] = []
     now = 1_000_000.0
     next_id = 1
-    backfill._KEPT.clear()
+    memo = backfill.BackfillMemo()
     survived = 0
     for step in range(120):
         now += rng.choice((0, 1, 30, 600))
@@ -75,14 +75,11 @@ def test_kept_nodes_decide_as_fresh_ones() -> None:
             views["n5"].weight = 1 + step % 7
         snap = Snapshot(now=now, nodes=views, partitions={"gpu": part}, running=running,
                         pending=pending)
-        kept = backfill._KEPT.get("nodes")
+        kept = memo.scopes.get("")
         before = list(kept.by_rank) if kept is not None else []
-        got = schedule(snap)
-        survived += sum(a is b for a, b in zip(backfill._KEPT["nodes"].by_rank, before,
-                                           strict=False))
-        mine = backfill._KEPT.pop("nodes")
-        fresh = schedule(snap)  # (built afresh: nothing kept)
-        backfill._KEPT["nodes"] = mine
+        got = schedule(snap, memo=memo)
+        survived += sum(a is b for a, b in zip(memo.scopes[""].by_rank, before, strict=False))
+        fresh = schedule(snap)  # (built afresh: no memo)
         assert _facts(got) == _facts(fresh), f"step {step}"
         started = dict(got.starts)
         for job in [j for j in pending if j.job_id in started]:
@@ -91,5 +88,4 @@ def test_kept_nodes_decide_as_fresh_ones() -> None:
             running.append(RunningView(job.job_id, end, started[job.job_id]))
             for a in started[job.job_id]:
                 _take(views[a.node], a)
-    backfill._KEPT.clear()
     assert survived > 0  # (the nodes were kept, not built afresh every pass)

@@ -462,8 +462,18 @@ class _RawBounds:
         self.upto = upto
 
 
-# the last pass's nodes (_Kept), taken by the next pass
-_KEPT: dict[str, _Kept] = {}
+class BackfillMemo:
+    """What backfill keeps between one caller's passes (the core's `Passes`, which the
+    simulator drives too): the last pass's nodes (`_Kept`) per scope — the whole cluster
+    (""), each reservation's nodes — taken by the next pass over the same scope and given
+    back by it.  Owned by the caller, so `schedule()` stays a function of its arguments
+    (the kept nodes are checked against the snapshot by value: a pass decides as one
+    built afresh); without a memo a pass builds everything afresh."""
+
+    __slots__ = ("scopes",)
+
+    def __init__(self) -> None:
+        self.scopes: dict[str, _Kept] = {}
 
 
 class Gate(Protocol):
@@ -1498,7 +1508,8 @@ def _largest_first(caps: list[int], need: int) -> int:
 
 def schedule(snap: Snapshot, *, max_planned: int = DEFAULT_MAX_PLANNED,
              priorities: dict[int, int] | None = None, gate: Gate | None = None,
-             timer: Callable[[], float] | None = None) -> Placement:
+             timer: Callable[[], float] | None = None, memo: BackfillMemo | None = None,
+             scope: str = "") -> Placement:
     """One pass over the pending jobs: which start now (and where), why the others wait,
     and when the planned ones are expected to start.  `max_planned` bounds how many jobs
     behind each partition's first blocked job get a hold.  `priorities` (job id →
@@ -1506,11 +1517,14 @@ def schedule(snap: Snapshot, *, max_planned: int = DEFAULT_MAX_PLANNED,
     limits stage, sched/limits.py) is asked about each job in priority order just before
     it is placed and told of each start; a job it stops waits with its reason and
     reserves nothing.  `timer`, if given, measures the preemption checks
-    (`Placement.preempt_seconds`)."""
+    (`Placement.preempt_seconds`).  `memo` (the caller's) carries this `scope`'s nodes
+    from the pass before to this one and on to the next."""
     # (taken, not shared: a pass running beside this one builds its own nodes)
-    p = _Pass(snap, max_planned, priorities, _KEPT.pop("nodes", None))
+    p = _Pass(snap, max_planned, priorities,
+              memo.scopes.pop(scope, None) if memo is not None else None)
     p.gate = gate
     p.timer = timer
     placed = p.run()
-    _KEPT["nodes"] = p.kept()
+    if memo is not None:
+        memo.scopes[scope] = p.kept()
     return placed

@@ -31,7 +31,7 @@ from corral.model.reasons import PendingReason, ReasonCode, reason
 from corral.model.reservation import Reservation
 
 from . import deps as sched_deps
-from .backfill import DEFAULT_MAX_PLANNED, schedule
+from .backfill import DEFAULT_MAX_PLANNED, BackfillMemo, schedule
 from .eligibility import SchedJob, eligibility
 from .fairshare import FairshareView
 from .levers import Levers
@@ -190,18 +190,21 @@ class _Stages:
         self.last = t
 
 
-def run_pass(snap: ClusterSnapshot, timer: Callable[[], float] | None = None) -> Decision:
+def run_pass(snap: ClusterSnapshot, timer: Callable[[], float] | None = None,
+             memo: BackfillMemo | None = None) -> Decision:
     """One pass over `snap`.  `timer` (e.g. time.perf_counter), if given, measures each
-    stage into `Decision.stage_seconds`; the decision does not depend on it."""
+    stage into `Decision.stage_seconds`; the decision does not depend on it, nor on
+    `memo` (what backfill keeps between the caller's passes: less work, same decision)."""
     dec = Decision()
     stages = _Stages(timer, dec.stage_seconds) if timer is not None else None
-    dec = _run_pass(snap, dec, stages)
+    dec = _run_pass(snap, dec, stages, memo)
     if stages is not None:
         stages.done("decision")
     return dec
 
 
-def _run_pass(snap: ClusterSnapshot, dec: Decision, stages: _Stages | None) -> Decision:
+def _run_pass(snap: ClusterSnapshot, dec: Decision, stages: _Stages | None,
+              memo: BackfillMemo | None) -> Decision:
     now = snap.now
     params = snap.params
     running_per_array: dict[int, int] = {}
@@ -255,10 +258,11 @@ def _run_pass(snap: ClusterSnapshot, dec: Decision, stages: _Stages | None) -> D
     preempt_timer = None if stages is None else stages.timer
     if snap.reservations:
         placed = schedule_reserved(view, snap.reservations, max_planned=params.max_planned,
-                                   priorities=order, gate=gate, timer=preempt_timer)
+                                   priorities=order, gate=gate, timer=preempt_timer,
+                                   memo=memo)
     else:
         placed = schedule(view, max_planned=params.max_planned, priorities=order, gate=gate,
-                          timer=preempt_timer)
+                          timer=preempt_timer, memo=memo)
     if stages is not None:
         stages.done("backfill")
         if placed.preempt_seconds:

@@ -21,7 +21,7 @@ from dataclasses import replace
 from corral.model.job import NodeAlloc
 from corral.model.reservation import Reservation
 
-from .backfill import DEFAULT_MAX_PLANNED, Gate, schedule
+from .backfill import DEFAULT_MAX_PLANNED, BackfillMemo, Gate, schedule
 from .snapshot import INFINITE_TIME, NodeView, PendingView, Placement, RunningView, Snapshot
 
 
@@ -58,7 +58,8 @@ def schedule_reserved(snap: Snapshot, reservations: Sequence[Reservation], *,
                       max_planned: int = DEFAULT_MAX_PLANNED,
                       priorities: dict[int, int] | None = None,
                       gate: Gate | None = None,
-                      timer: Callable[[], float] | None = None) -> Placement:
+                      timer: Callable[[], float] | None = None,
+                      memo: BackfillMemo | None = None) -> Placement:
     now = snap.now
     nodes = dict(snap.nodes)
     running = list(snap.running)
@@ -79,7 +80,7 @@ def schedule_reserved(snap: Snapshot, reservations: Sequence[Reservation], *,
         placed = schedule(replace(snap, nodes=mine, running=running, pending=jobs,
                                   blocked=held),
                           max_planned=max_planned, priorities=priorities, gate=gate,
-                          timer=timer)
+                          timer=timer, memo=memo, scope=f"reservation {r.name}")
         _merge(out, placed)
         views = {j.job_id: j for j in jobs}
         for cid, allocs in placed.starts:
@@ -92,5 +93,5 @@ def schedule_reserved(snap: Snapshot, reservations: Sequence[Reservation], *,
         _merge(out, schedule(replace(snap, nodes=nodes, running=running, pending=others,
                                      blocked=tuple(blocked_windows(reservations, now))),
                              max_planned=max_planned, priorities=priorities, gate=gate,
-                             timer=timer))
+                             timer=timer, memo=memo))
     return out

@@ -20,6 +20,7 @@ from corral.controller.jobs import JobEvent, JobEventKind
 from corral.model.config import preempt_settings
 from corral.model.job import Job, JobState
 from corral.model.node import Node
+from corral.sched.backfill import BackfillMemo
 from corral.sched.limits import PolicySnapshot
 from corral.sched.limits_check import job_request
 from corral.sched.pipeline import (
@@ -93,6 +94,8 @@ class Passes:
         # a view is made again only when that changed (between two passes few do)
         self._node_views: dict[str, tuple[Node, tuple[object, ...], NodeView]] = {}
         self._running_views: dict[int, tuple[Job, tuple[object, ...], RunningView]] = {}
+        # what backfill keeps from one pass to the next (its nodes, per scope)
+        self.backfill_memo = BackfillMemo()
 
     def on_event(self, ev: JobEvent) -> None:
         """An ended job's run time joins its user's history (when it finished on its own)."""
@@ -107,7 +110,7 @@ class Passes:
         its own: a pass never pays for it.)"""
         if not self.core.pending:
             return None
-        decision = run_pass(self.snapshot(now), timer)
+        decision = run_pass(self.snapshot(now), timer, self.backfill_memo)
         self.apply(decision, now)
         return decision
 
