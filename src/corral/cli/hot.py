@@ -69,9 +69,10 @@ def _home() -> bytes | None:
     return system if _has_cluster(system) else own
 
 
-def _ask(method: str, path: str, body: bytes = b"") -> tuple[int, bytes, bytes] | None:
-    """(status, lowered header, content), or None when no connection was made (nothing
-    was sent).  A connection lost after sending raises OSError."""
+def exchange(method: str, path: str, body: bytes = b"") -> bytes | None:
+    """The controller's whole answer to one request (header and content), or None when no
+    connection was made (nothing was sent).  A connection lost after sending raises
+    OSError."""
     home = _home()
     if home is None:
         return None
@@ -95,7 +96,16 @@ def _ask(method: str, path: str, body: bytes = b"") -> tuple[int, bytes, bytes] 
             chunks.append(chunk)
     finally:
         s.close()
-    header, _, content = b"".join(chunks).partition(b"\r\n\r\n")
+    return b"".join(chunks)
+
+
+def _ask(method: str, path: str, body: bytes = b"") -> tuple[int, bytes, bytes] | None:
+    """(status, lowered header, content), or None when no connection was made (nothing
+    was sent).  A connection lost after sending raises OSError."""
+    raw = exchange(method, path, body)
+    if raw is None:
+        return None
+    header, _, content = raw.partition(b"\r\n\r\n")
     try:
         status = int(header.split(b"\r\n", 1)[0].split()[1])
     except (IndexError, ValueError):

@@ -603,32 +603,14 @@ def run(args: list[str]) -> int | None:
         return None
     from corral.cli import hot
 
-    home = hot._home()
-    if home is None:
-        return None
-    import _socket
-
-    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        s.settimeout(60.0)
-        try:
-            s.connect(home + b"/corral.sock")
-        except OSError:
-            return None  # nothing sent: sbatch connects itself (and waits for a restart)
-        chunks = []
-        try:
-            s.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: corral\r\nConnection: close\r\n"
-                      b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-                      % len(body) + body)
-            while chunk := s.recv(1 << 20):
-                chunks.append(chunk)
-        except (ConnectionResetError, BrokenPipeError):
-            chunks = []
-        except OSError as e:
-            return _failed(e.strerror or e)
-    finally:
-        s.close()
-    raw = b"".join(chunks)
+        raw = hot.exchange("POST", "/v1/jobs", body)
+    except (ConnectionResetError, BrokenPipeError):
+        raw = b""  # lost after sending: sent again below
+    except OSError as e:
+        return _failed(e.strerror or e)
+    if raw is None:
+        return None  # nothing sent: sbatch connects itself (and waits for a restart)
     try:
         if not raw:
             return _resend(payload, parsable)  # as client.request: sent again, same submit_id
