@@ -29,6 +29,7 @@ import pytest
 from corral.cli import client, gnugetopt, scontrol, squeue
 from corral.lazyre import LazyPattern
 from corral.model.job import STATE_CODES
+from tests.unit.http_peer import read_request
 
 COMMANDS = ["sbatch", "squeue", "sinfo", "scontrol", "scancel", "sacct", "srun", "salloc", "sacctmgr",
             "sshare", "sprio", "sreport", "sstat", "seff", "sdiag", "scrontab",
@@ -205,13 +206,7 @@ def _fast_sbatch_modules(tmp_path: Path, argv: list[str]) -> tuple[str, list[str
     def serve() -> None:
         conn, _ = server.accept()
         with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += conn.recv(65536)
-            head, _, body = data.partition(b"\r\n\r\n")
-            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-            while len(body) < length:
-                body += conn.recv(65536)
+            read_request(conn)
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                          b"Content-Length: 13\r\n\r\n{\"job_id\":12}")
 

@@ -29,6 +29,7 @@ from corral.cli.options import (
     script_directives,
 )
 from corral.cli.sbatch import WRAP_HEADER, Submission, build_payload, parse_sbatch
+from tests.unit.http_peer import read_request
 
 NOW = 1_800_000_000.0
 CWD = "/home/alice/runs"
@@ -751,13 +752,7 @@ def test_main_over_a_real_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
     def serve() -> None:
         conn, _ = server.accept()
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += conn.recv(65536)
-        head, _, body = data.partition(b"\r\n\r\n")
-        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-        while len(body) < length:
-            body += conn.recv(65536)
+        head, body = read_request(conn)
         received.append(head + b"\r\n\r\n" + body)
         answer = b'{"job_id": 12}'
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"

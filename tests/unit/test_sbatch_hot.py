@@ -16,6 +16,7 @@ import pytest
 
 from corral.cli import client, sbatch, sbatch_hot
 from corral.cli.options import CliExit
+from tests.unit.http_peer import read_request
 
 NOW = 1_800_000_000.0
 ENV = {"HOME": "/home/alice", "PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7", "LANG": "C.UTF-8",
@@ -229,13 +230,7 @@ def _sbatch_against(home: Path, workdir: str, answer: bytes, code: str) -> tuple
     def serve() -> None:
         conn, _ = server.accept()
         with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += conn.recv(65536)
-            head, _, body = data.partition(b"\r\n\r\n")
-            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-            while len(body) < length:
-                body += conn.recv(65536)
+            read_request(conn)
             conn.sendall(answer)
 
     thread = threading.Thread(target=serve, daemon=True)
