@@ -3,10 +3,11 @@ attribution of the agents' samples (controller.usage), on the in-process harness
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -40,6 +41,13 @@ def _parsed(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return {f.name: [(dict(s.labels), s.value) for s in f.samples]
             for f in text_string_to_metric_families(text)}
 
+
+
+def _random_gpus(rng: random.Random) -> list[dict[str, Any]]:
+    """A node's sample of its two GPUs, as the agent sends it, with random use."""
+    return [{"index": i, "util": float(rng.choice([0, 0, 30, 55.5, 100])),
+             "memory_used": rng.randint(0, 4) << 28, "memory_total": 1 << 30,
+             "power_w": rng.choice([None, 70.0]), "processes": []} for i in range(2)]
 
 def test_exposition_matches_prometheus_client() -> None:
     odd = 'a"b\\c\nd'
@@ -267,7 +275,6 @@ def test_gpus_route_kept_equals_a_full_rendering_after_random_changes(
     requeues, cancels, jobs leaving memory, a node seen for the first time) the text equals
     the route rendered from scratch; now and then the other routes are checked against a
     Metrics made from the state at that point."""
-    import random
 
     from corral.controller import metrics_gpus
 
@@ -282,10 +289,7 @@ def test_gpus_route_kept_equals_a_full_rendering_after_random_changes(
 
         def sample(node: str) -> None:
             clock[0] += 1
-            gpus = [{"index": i, "util": float(rng.choice([0, 0, 30, 55.5, 100])),
-                     "memory_used": rng.randint(0, 4) << 28, "memory_total": 1 << 30,
-                     "power_w": rng.choice([None, 70.0]), "processes": []} for i in range(2)]
-            h.call(book.agent_usage, clock[0], gpus, [], [node])
+            h.call(book.agent_usage, clock[0], _random_gpus(rng), [], [node])
 
         def same() -> None:
             got, want = m.render("gpus").decode(), metrics_gpus.full_text(h.ctl, book).decode()
@@ -485,7 +489,6 @@ def test_every_route_kept_equals_a_straightforward_rendering_after_random_change
     after each of a random sequence of changes (submissions, passes, ends, cancels, holds,
     GPU samples, free memory, drains, health verdicts, jobs leaving memory) every route,
     and /metrics, is what a rendering from scratch of the whole state gives, and parses."""
-    import random
 
     from corral.controller import metrics as mm
     from corral.controller import metrics_gpus
@@ -505,10 +508,7 @@ def test_every_route_kept_equals_a_straightforward_rendering_after_random_change
 
         def sample(node: str) -> None:
             clock[0] += 1
-            gpus = [{"index": i, "util": float(rng.choice([0, 0, 30, 55.5, 100])),
-                     "memory_used": rng.randint(0, 4) << 28, "memory_total": 1 << 30,
-                     "power_w": rng.choice([None, 70.0]), "processes": []} for i in range(2)]
-            h.call(book.agent_usage, clock[0], gpus, [], [node])
+            h.call(book.agent_usage, clock[0], _random_gpus(rng), [], [node])
 
         def same() -> None:
             for r in rng.sample(routes, len(routes)):  # in any order: each its own pieces
