@@ -10,6 +10,7 @@ import pwd
 from typing import Any
 
 from corral.agent import stepd
+from tests.unit.clean_spawner import _close_clean_spawner, spawn_step  # noqa: F401
 from tests.unit.test_stepd import (  # noqa: F401  (fixtures)
     Jobs,
     _as_owner,
@@ -73,7 +74,7 @@ def test_notify_is_written_as_the_owner_and_never_through_a_link_they_plant(
     os.chmod(victim, 0o644)
     d, out_dir = _as_owner(jobs, "mv err err.opened\nln -s ../victim err\necho swapped >&2\n"
                            "sleep 300\n", other_user)
-    stepd.spawn_step(d)
+    spawn_step(d)
     opened = os.path.join(out_dir, "err.opened")
     _wait_for(lambda: "swapped" in read(out_dir, "err.opened"), 10, "the swap")
     assert os.path.islink(os.path.join(out_dir, "err"))

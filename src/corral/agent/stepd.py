@@ -106,6 +106,10 @@ def spawn_step(job_dir: str) -> int:
 
     When this returns, the supervisor has bound `ctl.sock` and written `stepd.pid`, so
     `send_control()` and `is_alive()` work at once.  Raises RuntimeError if it did not start.
+
+    Call it from a process with no foreign at-fork handlers (the agent's spawner): they run
+    in the supervisor's children too, and libuv's (uvloop's) closes descriptor numbers that
+    are the supervisor's by then and opens a pipe in their place.
     """
     job_dir = os.path.abspath(job_dir)
     report_r, report_w = os.pipe()  # non-inheritable (O_CLOEXEC) by Python's default
