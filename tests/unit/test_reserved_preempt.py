@@ -72,3 +72,24 @@ def test_a_job_outside_a_reservation_preempts_nothing_on_its_nodes() -> None:
     placed = schedule_reserved(Snapshot(NOW, nodes, part, [low(1, "a")], [shorter],
                                         preempt=POLICY), [resv])
     assert [(j, v) for j, _, v in placed.preemptions] == [(12, [1])]
+
+
+def test_a_victim_off_the_reservations_nodes_is_never_chosen() -> None:
+    # job 2 on node b (outside the reservation) started last, so it costs least; the
+    # reservation's job may still only take node a, whose job 1 costs more
+    nodes = {"a": busy_node("a"), "b": busy_node("b")}
+    resv = Reservation("course", NOW - 600, NOW + 3600, ["a"], users=["alice"])
+    cheap = RunningView(2, INFINITE_TIME, [NodeAlloc("b", 2, 1000, [0, 1, 2, 3])],
+                        qos="normal", partition="gpu", start_time=NOW - 5)
+    snap = Snapshot(NOW, nodes, {"gpu": Partition("gpu", ["a", "b"])},
+                    [low(1, "a"), cheap], [high(10, "course")], preempt=POLICY)
+    placed = schedule_reserved(snap, [resv])
+    assert [(j, v, [a.node for a in alloc]) for j, alloc, v in placed.preemptions] \
+        == [(10, [1], ["a"])]
+    # with no victim on its nodes, it preempts nothing (and does not start)
+    snap = Snapshot(NOW, nodes, {"gpu": Partition("gpu", ["a", "b"])},
+                    [RunningView(3, INFINITE_TIME, [NodeAlloc("a", 2, 1000, [0, 1, 2, 3])],
+                                 qos="high", partition="gpu", start_time=NOW - 60), cheap],
+                    [high(10, "course")], preempt=POLICY)
+    placed = schedule_reserved(snap, [resv])
+    assert placed.preemptions == [] and placed.starts == []
