@@ -49,7 +49,10 @@ def _seconds(text: str, default: int) -> int:
 class HealthChecks:
     def __init__(self, config: ClusterConfig) -> None:
         self.reload(config)
-        self.next_run = 0.0
+        # when checks were last sent (CYCLE: to the last node): the next are due an
+        # interval (CYCLE: its share) later, by the interval in force then, so a
+        # reconfigure's shorter one applies at once, as in slurmctld
+        self.last_run = float("-inf")
         self.cycle_at = 0  # CYCLE: the next node's place in name order
         # node -> source -> the failing verdict's reason; a passing verdict removes it
         self.failing: dict[str, dict[str, str]] = {}
@@ -81,14 +84,16 @@ class HealthChecks:
 
     def due(self, nodes: dict[str, Node], now: float) -> list[str]:
         """The nodes to check at this tick (every HealthCheckInterval; CYCLE: one share)."""
-        if not self.program or self.interval <= 0 or now < self.next_run:
+        if not self.program or self.interval <= 0:
             return []
         names = sorted(nodes)
-        if not self.cycle:
-            self.next_run = now + self.interval
-            return [n for n in names if self.wanted(nodes[n])]
         # CYCLE: one node per interval/len(nodes) seconds, every node once per interval
-        self.next_run = now + self.interval / max(1, len(names))
+        gap = self.interval / max(1, len(names)) if self.cycle else self.interval
+        if now < self.last_run + gap:
+            return []
+        self.last_run = now
+        if not self.cycle:
+            return [n for n in names if self.wanted(nodes[n])]
         if not names:
             return []
         name = names[self.cycle_at % len(names)]

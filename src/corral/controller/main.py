@@ -136,9 +136,15 @@ async def serve(home: str, config_path: str, listen: str | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async def periodic() -> None:
+        last = time.monotonic()
         while True:
-            await asyncio.sleep(ctl.cadence.params.tick_interval)
+            # the interval is read again each second: a reconfigure's applies at once
+            left = last + ctl.cadence.params.tick_interval - time.monotonic()
+            if left > 0:
+                await asyncio.sleep(min(1.0, left))
+                continue
             periodic_duties(ctl, time.time())
+            last = time.monotonic()
 
     tick = loop.create_task(periodic())
     log.info("controller for cluster %s listening on %s", config.cluster_name, sock_path)
