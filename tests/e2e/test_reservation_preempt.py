@@ -1,7 +1,8 @@
 """Preemption inside an advanced reservation, through the real commands: a preempting-QoS
 job of a reservation stops a low-QoS job of the same reservation on its node (requeued or
 cancelled per PreemptMode) and runs there, while a low-QoS job running outside the
-reservation's nodes is left alone (sched/reserved.py)."""
+reservation's nodes is left alone; and a reservation made with OVERLAP on the same node
+shares it with the first (sched/reserved.py)."""
 
 from __future__ import annotations
 
@@ -97,3 +98,17 @@ def test_cancel_mode_in_a_reservation_ends_the_victim_preempted(c: Cluster) -> N
     finally:
         c.ok("sacctmgr", "-i", "modify", "qos", "normal", "set", "PreemptMode=cluster")
         cleanup(c)
+
+
+def test_an_overlapping_reservation_shares_the_node(c: Cluster) -> None:
+    c.ok("scontrol", "create", "reservation", "ReservationName=course2", "StartTime=now",
+         "Duration=60", "Nodes=node-1", "Users=root", "Flags=OVERLAP")
+    try:
+        jobs = [c.sbatch(f"--reservation={r}", "--gres=gpu:1", "-t", "5", "-o", "/dev/null",
+                         "--wrap", "sleep 30") for r in ("course", "course2")]
+        for job in jobs:
+            assert c.wait_state(job, "RUNNING", timeout=30) == "RUNNING"
+            assert node_of(c, job) == "node-1"
+    finally:
+        cleanup(c)
+        c.ok("scontrol", "delete", "ReservationName=course2")

@@ -93,3 +93,49 @@ def test_a_victim_off_the_reservations_nodes_is_never_chosen() -> None:
                     [high(10, "course")], preempt=POLICY)
     placed = schedule_reserved(snap, [resv])
     assert placed.preemptions == [] and placed.starts == []
+
+
+def idle_node(name: str) -> NodeView:
+    return NodeView(name, 16, 64_000, 4, 16, 64_000, [0, 1, 2, 3], True, partitions=("gpu",))
+
+
+def in_resv(job_id: int, reservation: str, time_limit: int = -1, gpus: int = 1) -> PendingView:
+    return PendingView(job_id, 100, NOW - 10, "gpu", num_tasks=1, gpus_per_node=gpus,
+                       mem_per_node=1000, reservation=reservation, time_limit=time_limit)
+
+
+def test_overlapping_reservations_share_their_nodes() -> None:
+    # "two" was made with OVERLAP on "one"'s node, for the same time: the jobs of both run
+    # there (they waited with Resources for ever); a job of "one" still may not run into a
+    # later reservation on its node, nor into a maintenance window
+    part = {"gpu": Partition("gpu", ["a"])}
+    one = Reservation("one", NOW - 600, NOW + 3600, ["a"], users=["alice"])
+    two = Reservation("two", NOW - 600, NOW + 3600, ["a"], users=["alice"], flags=["OVERLAP"])
+    placed = schedule_reserved(Snapshot(NOW, {"a": idle_node("a")}, part, [],
+                                        [in_resv(10, "one"), in_resv(11, "two")]), [one, two])
+    assert sorted(j for j, _ in placed.starts) == [10, 11]
+    later = Reservation("later", NOW + 3600, NOW + 7200, ["a"], users=["bob"])
+    maint = Reservation("maint", NOW - 60, NOW + 600, ["a"], flags=["MAINT", "OVERLAP"])
+    for other in (later, maint):
+        snap = Snapshot(NOW, {"a": idle_node("a")}, part, [], [in_resv(10, "one")])
+        placed = schedule_reserved(snap, [one, other])
+        assert placed.starts == [], other.name
+    placed = schedule_reserved(Snapshot(NOW, {"a": idle_node("a")}, part, [],
+                                        [in_resv(10, "one", time_limit=1800)]), [one, later])
+    assert [j for j, _ in placed.starts] == [10]
+
+
+def test_a_preemptors_claim_holds_for_an_overlapping_reservation() -> None:
+    # job 10 (reservation "one") needs all 4 GPUs: it preempts job 1 (GPUs 0-1) and takes
+    # the free GPUs 2-3 too; job 11 of the overlapping "two" may not start on those
+    node = NodeView("a", 16, 64_000, 4, 14, 63_000, [2, 3], True, partitions=("gpu",),
+                    job_count=1)
+    victim = RunningView(1, INFINITE_TIME, [NodeAlloc("a", 2, 1000, [0, 1])], qos="normal",
+                         partition="gpu", start_time=NOW - 60)
+    one = Reservation("one", NOW - 600, NOW + 3600, ["a"], users=["alice"])
+    two = Reservation("two", NOW - 600, NOW + 3600, ["a"], users=["alice"], flags=["OVERLAP"])
+    snap = Snapshot(NOW, {"a": node}, {"gpu": Partition("gpu", ["a"])}, [victim],
+                    [high(10, "one"), in_resv(11, "two", gpus=2)], preempt=POLICY)
+    placed = schedule_reserved(snap, [one, two])
+    assert [(j, v) for j, _, v in placed.preemptions] == [(10, [1])]
+    assert placed.starts == [] and placed.reason_texts[11] == "Resources"
