@@ -112,3 +112,24 @@ def test_an_overlapping_reservation_shares_the_node(c: Cluster) -> None:
     finally:
         cleanup(c)
         c.ok("scontrol", "delete", "ReservationName=course2")
+
+
+def test_suspend_mode_in_a_reservation_lends_the_node(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    config = CONFIG.replace("ClusterName=rpre", "ClusterName=rsusp").replace(
+        "PreemptMode=REQUEUE", "PreemptMode=SUSPEND,GANG")
+    with running(tmp_path_factory, config, "resvsusp") as s:
+        s.ok("sacctmgr", "-i", "add", "qos", "high", "Preempt=normal")
+        s.ok("scontrol", "create", "reservation", "ReservationName=course", "StartTime=now",
+             "Duration=60", "Nodes=node-1", "Users=root")
+        inside, _ = low_job(s, "suspended", "--reservation=course")
+        high = s.sbatch("--qos=high", "--reservation=course", "--gres=gpu:2", "-t", "5",
+                        "-o", "/dev/null", "--wrap", "sleep 8")
+        s.wait_for(lambda: s.ok("squeue", "-h", "-j", str(inside), "-o", "%t").strip() == "S",
+                   what="the victim suspended")
+        assert node_of(s, high) == "node-1"
+        assert s.wait_state(high, "COMPLETED", timeout=60) == "COMPLETED"
+        # resumed after its preemptor, on its node
+        assert s.wait_state(inside, "RUNNING", timeout=30) == "RUNNING"
+        assert node_of(s, inside) == "node-1"
+        s.run("scancel", str(inside))
