@@ -568,3 +568,55 @@ def test_every_route_kept_equals_a_straightforward_rendering_after_random_change
                 same()
         same()
         assert all(seen.values()) and len(seen) == 3  # running jobs, pending ones, GPUs: tried
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_gpu_samples_reach_the_jobs_the_running_table_holds(h: Harness, seed: int) -> None:
+    """The book visits a sampled node's GPU jobs through its own index (gpu_jobs, kept from
+    the job events): after random starts, ends, requeues, cancels and suspends, each
+    sample's figures are what a scan of every running job gives (the index's oracle)."""
+    rng = random.Random(seed)
+    book = UsageBook(h.ctl)
+    h.register(["n1", "n2"])
+    expected: dict[int, dict[str, tuple[float, float]]] = {}
+    seen = 0
+    for _ in range(60):
+        op = rng.random()
+        running = sorted(h.ctl.running)
+        if op < 0.35:
+            h.submit(gpus_per_node=rng.choice([0, 1, 2]), num_nodes=rng.choice([1, 1, 2]))
+            h.tick()
+        elif op < 0.5 and running:
+            h.end(rng.choice(running))
+            h.tick()
+        elif op < 0.6 and running:
+            h.call(h.ctl.requeue, h.who(0), [h.job(rng.choice(running))], False)
+            h.tick()
+        elif op < 0.7 and running:
+            h.call(h.ctl.signal_jobs, h.who(0), [h.job(rng.choice(running))], 9,
+                   batch_only=False, cancel=True)
+            h.tick()
+        elif op < 0.8 and (pausable := [j for j in running if h.job(j).state in (
+                JobState.RUNNING, JobState.SUSPENDED)]):
+            job = h.job(rng.choice(pausable))
+            h.call(h.ctl.suspend, h.who(0), [job], job.state == JobState.SUSPENDED)
+        node = rng.choice(["n1", "n2"])
+        samples = _random_gpus(rng)
+        h.call(book.agent_usage, float(_), samples, [], [node])
+        by_index = {g["index"]: g for g in samples}
+        for job in h.ctl.running.values():  # the oracle: every running job
+            held = [i for a in job.alloc if a.node == node for i in a.gpus]
+            if held:
+                expected.setdefault(job.job_id, {})[node] = (
+                    sum(by_index[i]["util"] for i in held),
+                    sum(by_index[i]["memory_used"] for i in held))
+        shown = {j: per for j, per in book.job_gpu.items() if j in h.ctl.running}
+        assert shown == {j: per for j, per in expected.items() if j in h.ctl.running}
+        seen += bool(shown)
+        index: dict[str, set[int]] = {}  # and the index holds no job that left
+        for job in h.ctl.running.values():
+            for a in job.alloc:
+                if a.gpus:
+                    index.setdefault(a.node, set()).add(job.job_id)
+        assert book.gpu_jobs == index
+    assert seen > 20  # most samples found GPU jobs to charge

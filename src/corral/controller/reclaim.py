@@ -29,6 +29,8 @@ from corral.model.reclaim import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from corral.controller.state import Controller
 
 log = logging.getLogger("corral.controller")
@@ -90,11 +92,14 @@ class Reclaimer:
         return self._policy
 
     # ---- from the usage samples (controller/usage.py) -----------------------------------
-    def observe(self, node: str, samples: list[dict[str, Any]], now: float) -> None:
+    def observe(self, node: str, samples: list[dict[str, Any]], now: float,
+                jobs: Iterable[Job] | None = None) -> None:
+        """A node's GPU sample: which of its jobs (`jobs`: those holding GPUs there, when
+        the caller knows them; else every running job) have all their GPUs there idle."""
         if self.policy() is None:
             return
         by_index = {g["index"]: g for g in samples}
-        for job in self.ctl.running.values():
+        for job in self.ctl.running.values() if jobs is None else jobs:
             if job.state != JobState.RUNNING:
                 continue
             held = [i for a in job.alloc if a.node == node for i in a.gpus]
