@@ -463,8 +463,6 @@ class OwnerGpu:
 
     def __init__(self, ctl: Controller, book: UsageBook) -> None:
         self.ctl, self.book = ctl, book
-        self.node_jobs: dict[str, set[int]] = {}  # node -> running jobs with GPUs on it
-        self.job_nodes: dict[int, list[str]] = {}
         self.owner: dict[int, tuple[str, str]] = {}  # job -> ("u:USER", "a:ACCOUNT")
         self.job_util: dict[int, float] = {}  # job -> utilisation summed over its GPUs
         self.members: dict[str, dict[int, float]] = {}  # owner -> job -> its utilisation
@@ -479,19 +477,11 @@ class OwnerGpu:
             self.update(jid)
 
     def track(self, job: Any) -> None:
-        """A job started: the nodes where it holds GPUs."""
-        nodes = [a.node for a in job.alloc if a.gpus]
-        self.job_nodes[job.job_id] = nodes
+        """A job started: its owners (the book knows the nodes where it holds GPUs)."""
         self.owner[job.job_id] = ("u:" + job.user, "a:" + (job.account or ""))
-        for node in nodes:
-            self.node_jobs.setdefault(node, set()).add(job.job_id)
 
     def forget(self, job_id: int) -> None:
         """A job ended or went back to pending."""
-        for node in self.job_nodes.pop(job_id, ()):
-            on = self.node_jobs.get(node)
-            if on is not None:
-                on.discard(job_id)
         self._set(job_id, None)
         self.owner.pop(job_id, None)
 
@@ -520,7 +510,7 @@ class OwnerGpu:
             self._set(job_id, util)
 
     def on_sample(self, node: str) -> None:
-        for job_id in self.node_jobs.get(node, ()):
+        for job_id in self.book.gpu_jobs.get(node, ()):
             self.update(job_id)
 
     FAMILIES = (("u:", "corral_user_gpu_utilization_percent", "username"),

@@ -210,7 +210,8 @@ class GpuRoute:
         self.dirty_nodes: set[str] = set()
         self.dirty_jobs: set[int] = set()
         self.seen_jobs: set[int] = set()  # the jobs of book.job_gpu looked at
-        self.node_jobs: dict[str, set[int]] = {}  # node -> active jobs holding GPUs there
+        # job -> the nodes where it held GPUs at its last event (the book's gpu_jobs is
+        # already the new state when on_job runs: these are the lines it leaves)
         self.job_nodes: dict[int, set[str]] = {}
         for job in list(ctl.running.values()):
             self._track(job.job_id, {a.node for a in job.alloc if a.gpus})
@@ -221,14 +222,10 @@ class GpuRoute:
         self.headers = [header(name, doc).encode() for name, doc in GPU_SERIES + JOB_SERIES]
 
     def _track(self, job_id: int, nodes: set[str]) -> None:
-        for node in self.job_nodes.pop(job_id, ()):
-            on = self.node_jobs.get(node)
-            if on is not None:
-                on.discard(job_id)
         if nodes:
             self.job_nodes[job_id] = nodes
-            for node in nodes:
-                self.node_jobs.setdefault(node, set()).add(job_id)
+        else:
+            self.job_nodes.pop(job_id, None)
 
     # ---- what tells of a change --------------------------------------------------------
     def on_job(self, ev: JobEvent) -> None:
@@ -261,7 +258,7 @@ class GpuRoute:
             self._node(node)
         else:
             self.dirty_nodes.add(node)  # a new node: the blocks are laid out again
-        for jid in self.node_jobs.get(node, ()):
+        for jid in self.book.gpu_jobs.get(node, ()):
             self._job(jid)
 
     # ---- rendering ---------------------------------------------------------------------
