@@ -20,11 +20,14 @@ prepared body to send per request.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Callable, Container
 from concurrent.futures import ThreadPoolExecutor
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -58,6 +61,131 @@ class SqueueText:
 
 
 Answer = bytes | SqueueText  # a rows prefix (with_now completes it), or a text
+# what an answer was built from: (changes, passes) counts, or a JobRows' version and more
+Generation = tuple[Any, ...]
+
+
+# The fields every change of which marks its job in the job table (JobTable.mark: a job
+# added, dropped, persisted or moved to another state; a pass's new priority, reason or
+# plan): a query for these alone keeps its rows per job (JobRows).  A plain squeue's.
+MARKED_FIELDS = frozenset({
+    "array_job_id", "array_max_running", "array_task_id", "array_tasks", "display_id",
+    "end_time", "job_id", "name", "node_cnt_wag", "nodes", "num_nodes", "partition",
+    "priority", "reason", "sched_nodes", "start_time", "state", "suspend_time",
+    "suspended_secs", "user"})
+
+
+# JobRows' versions: unique among them all (a query's JobRows may be dropped and made again)
+_versions = itertools.count()
+
+
+class _Marks(Protocol):
+    jobs: dict[int, Any]
+    marks: list[int]
+    marks_dropped: int
+
+
+class JobRows:
+    """One query's rows, kept per job with each row's JSON, and brought up to date from the
+    job table's marks: a change to one job builds and encodes its row alone, and the
+    answer is joined from the kept pieces in C.  From scratch at first, when the marks
+    cannot be followed (too far behind; the table's order not the rows'), when a request
+    other than a submission came (`epoch`: it may change what no mark tells, such as a
+    partition or the accounts), and MAX_AGE_S after the last time.
+
+    `version` grows whenever the answer changes: a mark whose job's row is what it was (a
+    job outside the answer, a pass that changed nothing it shows) leaves it as it was."""
+
+    __slots__ = ("build", "keep", "rows", "encoded", "seen", "epoch", "built_at",
+                 "version", "odd")
+
+    def __init__(self, build: Callable[[Any], list[Any]], keep: Callable[[Any], bool]) -> None:
+        self.build = build  # job → its row, no list shared with the job (it may change)
+        self.keep = keep  # job → whether the query answers it
+        self.rows: dict[int, list[Any] | None] = {}  # every job, in the table's order
+        self.encoded: dict[int, bytes | None] = {}  # None: not in the answer
+        self.seen = -1  # the marks read (JobTable.marks_dropped + len(marks) then)
+        self.epoch = -1
+        self.built_at = 0.0
+        self.version = next(_versions)
+        self.odd = 0  # rows that orjson does not encode (the whole is then encoded at once)
+
+    def refresh(self, table: _Marks, epoch: int) -> None:
+        total = table.marks_dropped + len(table.marks)
+        if total == self.seen and epoch == self.epoch \
+                and time.monotonic() - self.built_at <= MAX_AGE_S:
+            return
+        if self.seen < table.marks_dropped or epoch != self.epoch \
+                or time.monotonic() - self.built_at > MAX_AGE_S \
+                or not self._follow(table, table.marks[self.seen - table.marks_dropped:]):
+            self._rebuild(table)
+        self.seen, self.epoch = total, epoch
+
+    def _follow(self, table: _Marks, marks: list[int]) -> bool:
+        """The marked jobs' rows again; False where the rows no longer follow the table."""
+        jobs, rows, encoded, build, keep = table.jobs, self.rows, self.encoded, \
+            self.build, self.keep
+        changed = False
+        added = 0
+        for job_id in dict.fromkeys(marks):
+            job = jobs.get(job_id)
+            if job is None:
+                if rows.pop(job_id, None) is not None:
+                    changed = True
+                    self._forget_encoding(encoded.pop(job_id))
+                else:
+                    encoded.pop(job_id, None)
+                continue
+            row = build(job) if keep(job) else None
+            if job_id not in rows:
+                added += 1
+            elif rows[job_id] == row:
+                continue
+            changed = True
+            rows[job_id] = row
+            self._forget_encoding(encoded.get(job_id))
+            encoded[job_id] = None if row is None else self._encode(row)
+        # new jobs come last in the table, in the order they came in: the same here?
+        if len(rows) != len(jobs) or (added and list(itertools.islice(reversed(rows), added))
+                                      != list(itertools.islice(reversed(jobs), added))):
+            return False
+        if changed:
+            self.version = next(_versions)
+        return True
+
+    def _rebuild(self, table: _Marks) -> None:
+        build, keep = self.build, self.keep
+        rows = {job_id: build(job) if keep(job) else None for job_id, job in table.jobs.items()}
+        self.built_at = time.monotonic()
+        if rows == self.rows:
+            return
+        self.odd = 0
+        self.rows = rows
+        self.encoded = {job_id: None if row is None else self._encode(row)
+                        for job_id, row in rows.items()}
+        self.version = next(_versions)
+
+    def _encode(self, row: list[Any]) -> bytes:
+        try:
+            return orjson.dumps(row, option=orjson.OPT_NON_STR_KEYS)
+        except TypeError:
+            self.odd += 1
+            return b""  # encoded with the whole (jsonio's way) while any such row is kept
+
+    def _forget_encoding(self, old: bytes | None) -> None:
+        if old == b"":
+            self.odd -= 1
+
+    def answer_rows(self) -> list[list[Any]]:
+        return list(filter(None, self.rows.values()))  # type: ignore[arg-type]
+
+    def rows_json(self) -> bytes:
+        """jsonio.dumps_bytes(self.answer_rows()), byte for byte."""
+        if self.odd:
+            from corral import jsonio
+
+            return jsonio.dumps_bytes(self.answer_rows())
+        return b"[" + b",".join(filter(None, self.encoded.values())) + b"]"
 
 
 class RowsCache:
@@ -71,20 +199,35 @@ class RowsCache:
     to other jobs, or MAX_AGE_S passing cost the rows alone (compared in C)."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, tuple[tuple[int, int], float, Answer]] = {}
-        self._printing: dict[tuple[str, tuple[int, int]], asyncio.Future[SqueueText | None]] = {}
+        # requests other than submissions and GETs so far (change_counter): JobRows starts
+        # afresh after one
+        self.requests = 0
+        self._job_rows: dict[str, JobRows] = {}
+        self._entries: dict[str, tuple[Generation, float, Answer]] = {}
+        self._printing: dict[tuple[str, Generation], asyncio.Future[SqueueText | None]] = {}
         self._printer: ThreadPoolExecutor | None = None
         # the rows each query's last text was printed from (their lists copied), and it
         self._printed: dict[str, tuple[list[list[Any]], set[str] | None, SqueueText]] = {}
         self._printers: dict[str, QueuePrinter] = {}  # each query's, used on that thread only
 
-    def get(self, query: str, generation: tuple[int, int]) -> Answer | None:
+    def get(self, query: str, generation: Generation,
+            max_age: float = MAX_AGE_S) -> Answer | None:
         entry = self._entries.get(query)
-        if entry is None or entry[0] != generation or time.monotonic() - entry[1] > MAX_AGE_S:
+        if entry is None or entry[0] != generation or time.monotonic() - entry[1] > max_age:
             return None
         return entry[2]
 
-    def put(self, query: str, generation: tuple[int, int], prefix: Answer) -> None:
+    def job_rows(self, query: str, make: Callable[[], tuple[Callable[[Any], list[Any]],
+                                                            Callable[[Any], bool]]]) -> JobRows:
+        """The query's JobRows (a new one from make(): its build and keep), the most
+        recent MAX_PRINTERS queries' kept."""
+        rows = self._job_rows.pop(query, None)
+        if rows is None:
+            rows = JobRows(*make())
+        _keep_recent(self._job_rows, query, rows)
+        return rows
+
+    def put(self, query: str, generation: Generation, prefix: Answer) -> None:
         if len(self._entries) >= MAX_ENTRIES and query not in self._entries:
             self._entries.pop(next(iter(self._entries)))
         self._entries[query] = (generation, time.monotonic(), prefix)
@@ -94,16 +237,16 @@ class RowsCache:
             self._printer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="answers")
         return self._printer
 
-    async def being_printed(self, query: str, generation: tuple[int, int]) -> SqueueText | None:
+    async def being_printed(self, query: str, generation: Generation) -> SqueueText | None:
         """The text for this query and generation that is being printed, once printed."""
         printing = self._printing.get((query, generation))
         return None if printing is None else await asyncio.shield(printing)
 
-    async def print_text(self, query: str, generation: tuple[int, int], fields: list[str],
+    async def print_text(self, query: str, generation: Generation, fields: list[str],
                          rows: list[list[Any]], states: str | None,
-                         hidden: set[str] | None) -> SqueueText | None:
+                         hidden: set[str] | None, copied: bool = False) -> SqueueText | None:
         """squeue_text(...) printed (on the answers' thread beyond PRINT_ON_LOOP rows), and
-        kept."""
+        kept.  `copied`: the rows share no list with the jobs (unshared())."""
         key = (query, generation)
         printing = self._printing.get(key)
         last = self._printed.get(query)
@@ -113,8 +256,9 @@ class RowsCache:
             return last[2]
         if printing is None:
             # the rows share their lists with the jobs, which the loop may change meanwhile
-            shared = [i for i, f in enumerate(fields) if f in CONTAINER_FIELDS]
-            for row in rows:
+            shared = [] if copied else [i for i, f in enumerate(fields)
+                                         if f in CONTAINER_FIELDS]
+            for row in rows if shared else ():
                 for i in shared:
                     value = row[i]
                     if value:
@@ -143,7 +287,7 @@ class RowsCache:
             printing.add_done_callback(printed)
         return await asyncio.shield(printing)
 
-    def _printed_now(self, query: str, generation: tuple[int, int], rows: list[list[Any]],
+    def _printed_now(self, query: str, generation: Generation, rows: list[list[Any]],
                      hidden: set[str] | None, text: SqueueText) -> None:
         self.put(query, generation, text)
         self._printed.pop(query, None)
@@ -216,6 +360,23 @@ def row_builder(fields: list[str], getter_for: Callable[[str], Callable[[Any], A
     return build
 
 
+def unshared(build: Callable[[Any], list[Any]], fields: list[str]) -> Callable[[Any], list[Any]]:
+    """`build` with the row's containers copied: a kept row must not change with its job's
+    lists (changed in place), nor be changed by a thread printing it."""
+    shared = [i for i, f in enumerate(fields) if f in CONTAINER_FIELDS]
+    if not shared:
+        return build
+
+    def copied(job: Any) -> list[Any]:
+        row = build(job)
+        for i in shared:
+            value = row[i]
+            if value:
+                row[i] = list(value)
+        return row
+    return copied
+
+
 def rows_prefix(fields_json: bytes, rows_json: bytes) -> bytes:
     """The answer up to its "now": b'{"fields":[...],"rows":[...]'."""
     return b'{"fields":' + fields_json + b',"rows":' + rows_json
@@ -251,17 +412,25 @@ class _Counted(Protocol):
     changes: int
 
 
-def change_counter(ctl: _Counted) -> Any:
+def change_counter(ctl: _Counted, cache: RowsCache | None = None) -> Any:
     """Middleware: a request other than a GET may change what an answer shows (a
-    submission, a cancel, an update), so it counts as a change once it is handled."""
+    submission, a cancel, an update), so it counts as a change once it is handled; one
+    other than a submission (which marks the job it adds) as one of the cache's
+    `requests`, which no mark may tell."""
     from aiohttp import web
 
     @web.middleware
     async def count_changes(request: web.Request, handler: Any) -> web.StreamResponse:
+        unmarked = cache is not None and request.method != "GET" and not (
+            request.method == "POST" and request.path == "/v1/jobs")
+        if unmarked:  # before too: answers asked while it waits must not be the old ones
+            cache.requests += 1  # type: ignore[union-attr]
         try:
             return await handler(request)  # type: ignore[no-any-return]
         finally:
             if request.method != "GET":
                 ctl.changes += 1
+            if unmarked:
+                cache.requests += 1  # type: ignore[union-attr]
 
     return count_changes

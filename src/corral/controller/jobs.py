@@ -60,6 +60,9 @@ class TransitionError(RuntimeError):
 
 Subscriber = Callable[[JobEvent], None]
 
+# Marks kept before the oldest are dropped (a reader that far behind starts afresh).
+MAX_MARKS = 100_000
+
 
 class JobTable:
     def __init__(self) -> None:
@@ -67,6 +70,18 @@ class JobTable:
         self.pending: dict[int, Job] = {}  # subset of jobs: PENDING
         self.running: dict[int, Job] = {}  # subset: holding resources
         self.subscribers: list[Subscriber] = []
+        # ids of jobs that may have changed, in order: every job added, dropped, persisted,
+        # moved to another state or given new reasons, priority or plans by a pass
+        # (answers.JobRows keeps squeue's rows per job and catches up from its place here)
+        self.marks: list[int] = []
+        self.marks_dropped = 0  # marks before marks[0]
+
+    def mark(self, job_id: int) -> None:
+        marks = self.marks
+        marks.append(job_id)
+        if len(marks) > MAX_MARKS:
+            self.marks_dropped += len(marks)
+            self.marks = []
 
     def subscribe(self, cb: Subscriber) -> None:
         self.subscribers.append(cb)
@@ -74,6 +89,7 @@ class JobTable:
     def load(self, job: Job) -> None:
         """A job recovered from the store: no transition, no event."""
         self.jobs[job.job_id] = job
+        self.mark(job.job_id)
         if job.state == JobState.PENDING:
             self.pending[job.job_id] = job
         elif job.state.active:
@@ -84,6 +100,7 @@ class JobTable:
         job = self.jobs.get(job_id)
         if job is not None and job.state.finished:
             del self.jobs[job_id]
+            self.mark(job_id)
 
     def transition(self, job: Job, new: JobState, now: float,
                    kind: JobEventKind | None = None) -> JobEvent:
@@ -94,6 +111,7 @@ class JobTable:
         job.state = new
         jid = job.job_id
         self.jobs[jid] = job
+        self.mark(jid)
         if new == JobState.PENDING:
             self.pending[jid] = job
             self.running.pop(jid, None)

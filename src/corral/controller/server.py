@@ -198,7 +198,7 @@ class Api:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[errors_middleware, limits_middleware,
-                                           answers.change_counter(self.ctl)],
+                                           answers.change_counter(self.ctl, self.rows_cache)],
                               client_max_size=SUBMIT_BODY_LIMIT)
         r = app.router
         r.add_get("/v1/ping", self.ping)
@@ -252,22 +252,44 @@ class Api:
         # what a requester may see depends on who asks (PrivateData): one entry each
         cache_key = (f"{who.uid}/{who.gid}/{who.user}/{int(who.operator)}/"
                      f"{int(who.remote)}?{request.query_string}")
-        generation = (self.ctl.changes, self.ctl.sched_passes)
-        cached = self.rows_cache.get(cache_key, generation) \
-            or await self.rows_cache.being_printed(cache_key, generation)
-        if cached is not None:  # squeue's table, unchanged since it was built (answers.py)
-            return await self.rows_cache.respond(cached, time.time())
         q = request.query
+        ctl = self.ctl
         render = q.get("render") == "squeue" and q.get("rows") == "1"  # a plain squeue's text
         fields = answers.squeue_fields() if render else _split(q.get("fields"))
         ids = _split(q.get("ids"))
-        users = _split(q.get("users"))
-        states = _split(q.get("states"))
-        parts = _split(q.get("partitions"))
-        names = _split(q.get("names"))
-        nodes_q = q.get("nodes")
+        hidden_parts = None if q.get("all") else {p.name for p in ctl.partitions.values()
+                                                  if p.hidden}
+        marked = None
+        if q.get("rows") == "1" and fields is not None and not ids \
+                and answers.MARKED_FIELDS.issuperset(fields) and "jobs" not in privacy.hidden(ctl):
+            # rows kept per job, each built again when its job is marked (answers.JobRows);
+            # nothing private asked for, nor hidden: the same answer whoever asks
+            cache_key = "?" + request.query_string
+            marked = self.rows_cache.job_rows(cache_key, lambda: (answers.unshared(
+                answers.row_builder(fields, _field_getter, _DERIVED | Job.__dataclass_fields__.keys()),
+                fields), self._job_filter(q, q.get("finished") == "1")))
+            marked.refresh(ctl.core.table, self.rows_cache.requests)
+            generation: answers.Generation = (
+                marked.version, self.rows_cache.requests,
+                None if hidden_parts is None else frozenset(hidden_parts))
+        else:
+            generation = (ctl.changes, ctl.sched_passes)
+        cached = self.rows_cache.get(cache_key, generation,
+                                     answers.MAX_AGE_S if marked is None else math.inf) \
+            or await self.rows_cache.being_printed(cache_key, generation)
+        if cached is not None:  # squeue's table, unchanged since it was built (answers.py)
+            return await self.rows_cache.respond(cached, time.time())
+        if marked is not None:
+            rows = marked.answer_rows()
+            text = await self.rows_cache.print_text(
+                cache_key, generation, fields, rows, q.get("states"), hidden_parts,  # type: ignore[arg-type]
+                copied=True) if render else None
+            if text is not None:
+                return await self.rows_cache.respond(text, time.time())
+            prefix = answers.rows_prefix(jsonio.dumps_bytes(fields), marked.rows_json())
+            self.rows_cache.put(cache_key, generation, prefix)
+            return _json_bytes(answers.with_now(prefix, time.time()))
         include_finished = q.get("finished") == "1" or bool(ids)
-        ctl = self.ctl
         if ids:
             seen: dict[int, Job] = {}
             for spec in ids:
@@ -278,37 +300,8 @@ class Api:
             jobs = list(seen.values())
         else:
             jobs = list(ctl.jobs.values())
-        state_set = None
-        if states:
-            if any(s.lower() == "all" for s in states):
-                state_set = None
-                include_finished = True
-            else:
-                try:
-                    state_set = {parse_state(s) for s in states}
-                except ValueError:
-                    raise SlurmError("Invalid job state specified", 0) from None
-                include_finished = True
-        user_set = set(users) if users else None
-        part_set = set(parts) if parts else None
-        name_set = set(names) if names else None
-        node_set = set(hostlists.expand(nodes_q)) if nodes_q else None
-        out = []
-        for j in jobs:
-            if state_set is not None:
-                if j.state not in state_set:
-                    continue
-            elif not include_finished and j.state.finished:
-                continue
-            if user_set is not None and j.user not in user_set and str(j.uid) not in user_set:
-                continue
-            if part_set is not None and j.partition not in part_set:
-                continue
-            if name_set is not None and j.name not in name_set:
-                continue
-            if node_set is not None and not node_set.intersection(j.nodes):
-                continue
-            out.append(j)
+        keep = self._job_filter(q, include_finished)
+        out = [j for j in jobs if keep(j)]
         # PrivateData=jobs hides others' jobs; their submit lines are always private
         hide = privacy.hidden(ctl)
         if "jobs" in hide or fields is None or any(
@@ -336,8 +329,7 @@ class Api:
                         privacy.redact({"steps": row[steps]})
                 rows.append(row)
             text = await self.rows_cache.print_text(
-                cache_key, generation, fields, rows, q.get("states"),
-                None if q.get("all") else {p.name for p in ctl.partitions.values() if p.hidden}) \
+                cache_key, generation, fields, rows, q.get("states"), hidden_parts) \
                 if render else None
             if text is not None:
                 return await self.rows_cache.respond(text, time.time())
@@ -347,6 +339,47 @@ class Api:
         return json_response({"jobs": [job_view(j, fields) if j.job_id in mine
                                        else privacy.redact(job_view(j, fields)) for j in out],
                               "now": time.time()})
+
+    @staticmethod
+    def _job_filter(q: Any, include_finished: bool) -> Callable[[Job], bool]:
+        """Whether GET /v1/jobs with the query `q` answers a job (its states, users,
+        partitions, names and nodes; finished jobs only with `include_finished` or
+        states asked for)."""
+        states = _split(q.get("states"))
+        users = _split(q.get("users"))
+        parts = _split(q.get("partitions"))
+        names = _split(q.get("names"))
+        nodes_q = q.get("nodes")
+        state_set = None
+        if states:
+            if any(s.lower() == "all" for s in states):
+                state_set = None
+                include_finished = True
+            else:
+                try:
+                    state_set = {parse_state(s) for s in states}
+                except ValueError:
+                    raise SlurmError("Invalid job state specified", 0) from None
+                include_finished = True
+        user_set = set(users) if users else None
+        part_set = set(parts) if parts else None
+        name_set = set(names) if names else None
+        node_set = set(hostlists.expand(nodes_q)) if nodes_q else None
+
+        def keep(j: Job) -> bool:
+            if state_set is not None:
+                if j.state not in state_set:
+                    return False
+            elif not include_finished and j.state.finished:
+                return False
+            if user_set is not None and j.user not in user_set and str(j.uid) not in user_set:
+                return False
+            if part_set is not None and j.partition not in part_set:
+                return False
+            if name_set is not None and j.name not in name_set:
+                return False
+            return node_set is None or bool(node_set.intersection(j.nodes))
+        return keep
 
     async def list_nodes(self, request: web.Request) -> web.Response:
         from corral.controller.reservations import node_marks

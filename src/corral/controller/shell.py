@@ -127,6 +127,7 @@ class Shell:
         writer = self.writer
         if isinstance(effect, PersistJob):
             self.changes += 1
+            self.core.table.mark(effect.job.job_id)
             writer.job(effect.job)
         elif isinstance(effect, PersistNode):
             self.changes += 1

@@ -217,10 +217,13 @@ class Passes:
     def apply(self, decision: Decision, now: float) -> None:
         core = self.core
         pending = core.pending
+        mark = core.table.mark  # what squeue shows of a job changed (controller/answers.py)
         # Priority and reasons are derived each pass: kept in memory, not written out.
         for job_id, prio in decision.priorities.items():
             job = pending.get(job_id)
             if job is not None:
+                if job.priority != prio:
+                    mark(job_id)
                 job.priority = prio
                 if not job.held:
                     job.last_sched_eval = now
@@ -245,15 +248,22 @@ class Passes:
         for job_id, why in decision.reasons.items():
             waiting = pending.get(job_id)
             if waiting is not None:
-                waiting.reason = why.text()
+                text = why.text()
+                if waiting.reason != text:
+                    mark(job_id)
+                waiting.reason = text
                 core.pending_reasons[job_id] = why
         for job_id, text in decision.dependency_texts.items():
             waiting = pending.get(job_id)
             if waiting is not None:
+                if waiting.dependency_text != text:
+                    mark(job_id)
                 waiting.dependency_text = text
         for job_id, (start_at, names) in decision.planned.items():
             waiting = pending.get(job_id)
             if waiting is not None:
+                if waiting.sched_start != start_at or waiting.sched_nodes != list(names):
+                    mark(job_id)
                 waiting.sched_start = start_at
                 waiting.sched_nodes = list(names)
         if self.on_planned is not None:
