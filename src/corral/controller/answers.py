@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from corral.cli.squeue import QueuePrinter, RenderedQueue
+    from corral.controller.kept_text import KeptText
 
 MAX_AGE_S = 1.0
 MAX_ENTRIES = 32  # distinct squeue queries kept (options differ by user and script)
@@ -97,7 +98,7 @@ class JobRows:
     job outside the answer, a pass that changed nothing it shows) leaves it as it was."""
 
     __slots__ = ("build", "keep", "rows", "encoded", "seen", "epoch", "built_at",
-                 "version", "odd")
+                 "version", "odd", "unprinted", "kept_text")
 
     def __init__(self, build: Callable[[Any], list[Any]], keep: Callable[[Any], bool]) -> None:
         self.build = build  # job → its row, no list shared with the job (it may change)
@@ -109,6 +110,9 @@ class JobRows:
         self.built_at = 0.0
         self.version = next(_versions)
         self.odd = 0  # rows that orjson does not encode (the whole is then encoded at once)
+        # the jobs whose rows changed since kept_text last printed (None: any may have)
+        self.unprinted: dict[int, None] | None = None
+        self.kept_text: KeptText | None = None
 
     def refresh(self, table: _Marks, epoch: int) -> None:
         total = table.marks_dropped + len(table.marks)
@@ -132,6 +136,8 @@ class JobRows:
             if job is None:
                 if rows.pop(job_id, None) is not None:
                     changed = True
+                    if self.unprinted is not None:
+                        self.unprinted[job_id] = None
                     self._forget_encoding(encoded.pop(job_id))
                 else:
                     encoded.pop(job_id, None)
@@ -142,6 +148,8 @@ class JobRows:
             elif rows[job_id] == row:
                 continue
             changed = True
+            if self.unprinted is not None:
+                self.unprinted[job_id] = None
             rows[job_id] = row
             self._forget_encoding(encoded.get(job_id))
             encoded[job_id] = None if row is None else self._encode(row)
@@ -161,6 +169,7 @@ class JobRows:
             return
         self.odd = 0
         self.rows = rows
+        self.unprinted = None
         self.encoded = {job_id: None if row is None else self._encode(row)
                         for job_id, row in rows.items()}
         self.version = next(_versions)
@@ -175,6 +184,26 @@ class JobRows:
     def _forget_encoding(self, old: bytes | None) -> None:
         if old == b"":
             self.odd -= 1
+
+    def squeue_text(self, fields: list[str], states: str | None,
+                    hidden: set[str] | None) -> SqueueText | None:
+        """squeue_text(fields, self.answer_rows(), states, hidden), printed again for the
+        rows changed since the last time alone (kept_text.KeptText); None where it cannot
+        be printed so."""
+        if self.kept_text is None:
+            from corral.controller.kept_text import KeptText
+
+            self.kept_text = KeptText(fields)
+        unprinted, self.unprinted = self.unprinted, {}
+        rows = self.rows
+        rendered = self.kept_text.print(
+            None if unprinted is None else {job_id: rows.get(job_id) for job_id in unprinted},
+            rows, None if states in (None, "all") else states.split(","),  # type: ignore[union-attr]
+            hidden)
+        if rendered is None:
+            self.unprinted = None
+            return None
+        return SqueueText(rendered)
 
     def answer_rows(self) -> list[list[Any]]:
         return list(filter(None, self.rows.values()))  # type: ignore[arg-type]

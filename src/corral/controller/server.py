@@ -280,10 +280,13 @@ class Api:
         if cached is not None:  # squeue's table, unchanged since it was built (answers.py)
             return await self.rows_cache.respond(cached, time.time())
         if marked is not None:
-            rows = marked.answer_rows()
-            text = await self.rows_cache.print_text(
-                cache_key, generation, fields, rows, q.get("states"), hidden_parts,  # type: ignore[arg-type]
-                copied=True) if render else None
+            text = marked.squeue_text(fields, q.get("states"), hidden_parts) if render else None  # type: ignore[arg-type]
+            if text is not None:
+                self.rows_cache.put(cache_key, generation, text)
+            elif render:  # printed from all its rows (on the answers' thread)
+                text = await self.rows_cache.print_text(
+                    cache_key, generation, fields, marked.answer_rows(),  # type: ignore[arg-type]
+                    q.get("states"), hidden_parts, copied=True)
             if text is not None:
                 return await self.rows_cache.respond(text, time.time())
             prefix = answers.rows_prefix(jsonio.dumps_bytes(fields), marked.rows_json())
