@@ -15,6 +15,14 @@ change with the command's own code (squeue.render_default), and per request only
 in the TIME of the jobs running at that moment.  At 10,000 jobs that takes the
 decoding, sorting and printing out of every command, and leaves the loop one
 prepared body to send per request.
+
+A change costs what it changes, not the queue (the polling load of issue #19): for
+squeue's fields (MARKED_FIELDS) the rows are kept per job (JobRows), with each row's JSON
+and each job's line of the text (kept_text.KeptText), and the job table marks every job
+that may have changed (jobs.JobTable.mark); an answer is built again from the marked
+jobs' rows alone, and kept while no row it holds changed (a pass that changed nothing
+squeue shows leaves it).  Other queries, and any under PrivateData=jobs, are built whole
+once per change as above.
 """
 
 from __future__ import annotations
@@ -130,7 +138,6 @@ class JobRows:
         jobs, rows, encoded, build, keep = table.jobs, self.rows, self.encoded, \
             self.build, self.keep
         changed = False
-        added = 0
         for job_id in dict.fromkeys(marks):
             job = jobs.get(job_id)
             if job is None:
@@ -143,9 +150,7 @@ class JobRows:
                     encoded.pop(job_id, None)
                 continue
             row = build(job) if keep(job) else None
-            if job_id not in rows:
-                added += 1
-            elif rows[job_id] == row:
+            if job_id in rows and rows[job_id] == row:
                 continue
             changed = True
             if self.unprinted is not None:
@@ -153,9 +158,9 @@ class JobRows:
             rows[job_id] = row
             self._forget_encoding(encoded.get(job_id))
             encoded[job_id] = None if row is None else self._encode(row)
-        # new jobs come last in the table, in the order they came in: the same here?
-        if len(rows) != len(jobs) or (added and list(itertools.islice(reversed(rows), added))
-                                      != list(itertools.islice(reversed(jobs), added))):
+        # the rows in the table's order (a new job comes last in both; one dropped from the
+        # table and put back in between two answers would not): compared in C
+        if list(rows) != list(jobs):
             return False
         if changed:
             self.version = next(_versions)
