@@ -210,3 +210,8 @@ def test_only_requests_other_than_submissions_start_the_rows_afresh() -> None:
         return [*seen, cache.requests, counted.changes]
 
     assert asyncio.run(scenario()) == [0, 0, 1, 3, 4, 3]
+
+
+def test_a_plain_squeue_asks_for_marked_fields_only() -> None:
+    """Its rows are kept per job (a field outside MARKED_FIELDS would build them whole)."""
+    assert set(answers.squeue_fields()) <= answers.MARKED_FIELDS
