@@ -1,7 +1,8 @@
 """GET /v1/jobs's rows kept per job (answers.JobRows), against the same answer built from
 scratch, after each of a random run of changes to the real controller (controller/harness):
 submissions (arrays too), passes, ends, holds, releases, requeues, suspensions, updates of
-priority, QoS, partition and name, cancels, node failures, time passing."""
+priority, QoS, partition and name, cancels, node failures, partitions hidden and shown, time
+passing."""
 
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ class Scene:
         rng, h, ctl = self.rng, self.h, self.h.ctl
         op = rng.choice(["submit", "submit", "submit", "array", "tick", "tick", "end", "hold",
                          "release", "update", "cancel", "requeue", "suspend", "advance",
-                         "node_fails", "top"])
+                         "node_fails", "top", "hide"])
         root = h.who(0, True)
         if op in ("submit", "array"):
             uid = rng.choice([1000, 1001, 1002])
@@ -130,6 +131,12 @@ class Scene:
                                              rng.random() < 0.5))
         elif op == "top":
             self.request(lambda: ctl.top(root, self.some_jobs("PENDING")))
+        elif op == "hide":  # scontrol update PartitionName=… Hidden=…
+            from corral.controller.partitions import update_partition
+
+            self.request(lambda: update_partition(ctl, root, rng.choice(["debug", "gpu",
+                                                                         "secret"]),
+                                                  [["Hidden", rng.choice(["YES", "NO"])]]))
         elif op == "advance":
             h.advance(rng.choice([1, 5, 40, 700]))
         elif op == "node_fails":
