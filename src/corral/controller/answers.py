@@ -420,11 +420,18 @@ def with_now(prefix: bytes, now: float) -> bytes:
     return prefix + b',"now":' + repr(now).encode() + b"}"
 
 
-def squeue_fields() -> list[str]:
-    """The fields a plain squeue's text is printed from (and a plain squeue asks for)."""
-    from corral.cli import squeue
+_squeue_fields: tuple[str, ...] = ()
 
-    return squeue.needed_fields(squeue.default_options())
+
+def squeue_fields() -> list[str]:
+    """The fields a plain squeue's text is printed from (and a plain squeue asks for):
+    worked out once (parsing the format took two thirds of a kept answer's handling)."""
+    global _squeue_fields
+    if not _squeue_fields:
+        from corral.cli import squeue
+
+        _squeue_fields = tuple(squeue.needed_fields(squeue.default_options()))
+    return list(_squeue_fields)
 
 
 def squeue_text(fields: list[str], rows: list[list[Any]], states: str | None,
