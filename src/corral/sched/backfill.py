@@ -104,8 +104,8 @@ class _Node:
         self.releases: list[_Event] = []  # resources coming back when jobs end
         self.holds: list[tuple[float, float, int, int, int, bool]] = []  # planned jobs' resources
         self.events: list[_Event] | None = None  # releases and holds, sorted
-        # feasible start intervals by (cpus, mem, gpus, whole, duration); valid until the
-        # node changes ((..., duration, True): the first interval alone, _plan_one's)
+        # the runs of time a share fits (_fit_runs) by (cpus, mem, gpus, whole), for jobs
+        # of any duration; valid until the node changes (a hold, a start) or `now` does
         self.plan_cache: dict[tuple[Any, ...], list[tuple[float, float]]] = {}
         # earliest fit by releases alone, by (cpus, mem, gpus, whole), before it is raised
         # to `now` (-inf: fits on what is free): a lower bound of any plan's start here,
@@ -276,13 +276,13 @@ def _needs(node: _Node, cpus: int, mem: int, gpus: int, whole: bool
     return cpus, mem, gpus, _NO_JOB_LIMIT
 
 
-def _feasible_starts(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
-                     now: float, duration: float, first: bool = False
-                     ) -> list[tuple[float, float]]:
-    """Closed intervals [a, b] of start times at which the job fits on `node` for its whole
-    duration.  Fit turns true only when resources come back (a release or a hold's end),
-    so interval starts are event times.  `first`: only the first interval (a one-node
-    plan reads no other)."""
+def _fit_runs(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
+              now: float) -> list[tuple[float, float]]:
+    """The maximal runs [a, b) of time from `now` on during which the job's share fits on
+    `node` (b = INFINITE_TIME for the last if it never stops fitting).  Fit turns true only
+    when resources come back (a release or a hold's end), so run starts are event times.
+    Independent of the job's duration, so one answer serves every job of the same share
+    until the node changes (`_spans`)."""
     c, m, g, j, x = node.free_cpus, node.free_mem, len(node.free_gpus), node.job_count, int(node.exclusive)
     nc, nm, ng, nj = _needs(node, cpus, mem, gpus, whole)  # (_good, inlined)
     events = node.event_list()
@@ -313,10 +313,7 @@ def _feasible_starts(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
             i += 1
         now_good = x <= 0 and j <= nj and c >= nc and m >= nm and g >= ng
         if good and not now_good:
-            if run_start + duration <= t:
-                out.append((run_start, t - duration))
-                if first:
-                    return out
+            out.append((run_start, t))
         elif now_good and not good:
             run_start = t
             if monotone:
@@ -325,6 +322,21 @@ def _feasible_starts(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
     if good:
         out.append((run_start, INFINITE_TIME))
     return out
+
+
+def _spans(runs: list[tuple[float, float]], duration: float) -> list[tuple[float, float]]:
+    """Closed intervals [a, b] of start times at which a job of `duration` fits for its
+    whole duration, from the node's `_fit_runs`."""
+    return [(a, b if b == INFINITE_TIME else b - duration) for a, b in runs
+            if b == INFINITE_TIME or a + duration <= b]
+
+
+def _first_start(runs: list[tuple[float, float]], duration: float) -> float | None:
+    """The earliest start of `_spans(runs, duration)`, or None."""
+    for a, b in runs:
+        if b == INFINITE_TIME or a + duration <= b:
+            return a
+    return None
 
 
 def _earliest_fit(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
@@ -336,7 +348,7 @@ def _earliest_fit(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
 def _earliest_fit_raw(node: _Node, cpus: int, mem: int, gpus: int, whole: bool) -> float:
     """The earliest time the job fits on `node` counting only the releases of running jobs
     (holds ignored), or INFINITE_TIME.  Holds only take resources away for a while, so no
-    plan can start the job here earlier: a lower bound of `_feasible_starts`' first start.
+    plan can start the job here earlier: a lower bound of `_fit_runs`' first start.
     Releases only give resources back, so once it fits it keeps fitting: the answer is
     the time of the release after which it first fits (`now` for one already past).
     `_earliest_fit_raw`: the same before it is raised to `now` (-inf: it fits now)."""
@@ -955,11 +967,11 @@ class _Pass:
                 return self._plan_one(req, fits, duration)
             return self._plan_many(req, fits, k, duration)
         for node, c, m, g in fits:
-            demand = (c, m, g, req.exclusive, duration)
-            spans = node.plan_cache.get(demand)
-            if spans is None:
-                spans = node.plan_cache[demand] = _feasible_starts(
-                    node, c, m, g, req.exclusive, now, duration)
+            demand = (c, m, g, req.exclusive)
+            runs = node.plan_cache.get(demand)
+            if runs is None:
+                runs = node.plan_cache[demand] = _fit_runs(node, c, m, g, req.exclusive, now)
+            spans = _spans(runs, duration)
             if spans:
                 starts[node.name] = spans
                 candidates.append(node)
@@ -1025,12 +1037,11 @@ class _Pass:
                 if not node.holds:  # (only releases: it fits from its lower bound on)
                     heappush(events, (at, 0, node.rank))
                     continue
-                demand = (c, m, g, whole, duration)
-                spans = node.plan_cache.get(demand)
-                if spans is None:
-                    spans = node.plan_cache[demand] = _feasible_starts(
-                        node, c, m, g, whole, now, duration)
-                for a, b in spans:
+                demand = (c, m, g, whole)
+                runs = node.plan_cache.get(demand)
+                if runs is None:
+                    runs = node.plan_cache[demand] = _fit_runs(node, c, m, g, whole, now)
+                for a, b in _spans(runs, duration):
                     heappush(events, (a, 0, node.rank))
                     if b != INFINITE_TIME:  # (every start is finite: it comes first)
                         heappush(events, (b, 1, node.rank))
@@ -1158,16 +1169,13 @@ class _Pass:
                 if best is None or key < best:
                     best, chosen = key, node
                 continue
-            cache = node.plan_cache
-            spans = cache.get((c, m, g, whole, duration))
-            if spans is None:
-                first = (c, m, g, whole, duration, True)
-                spans = cache.get(first)
-                if spans is None:
-                    spans = cache[first] = _feasible_starts(node, c, m, g, whole, now,
-                                                            duration, True)
-            if spans:
-                key = (spans[0][0], static_key)
+            demand = (c, m, g, whole)
+            runs = node.plan_cache.get(demand)
+            if runs is None:
+                runs = node.plan_cache[demand] = _fit_runs(node, c, m, g, whole, now)
+            first = _first_start(runs, duration)
+            if first is not None:
+                key = (first, static_key)
                 if best is None or key < best:
                     best, chosen = key, node
         if best is None or chosen is None:
