@@ -20,9 +20,10 @@ Slurm's rules kept here:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Any
 
 from corral.model.assoc import AssocDB, Association, AssocIndex, Limits, Qos
 from corral.model.tres import Tres
@@ -834,35 +835,47 @@ def default_time_limit(db: AssocDB, assoc_id: int, qos: str | None) -> int | Non
 
 
 # ---- from job records -------------------------------------------------------------------
-def job_request(job: object) -> JobReq:
+def job_request(job: Any) -> JobReq:
     """A `JobReq` from a job record (model/job.py `Job`, read by attribute): a running job
     by its allocation, a pending one by its request.  Memory in MB, minutes."""
-    g = job.__getattribute__
-    alloc = list(g("alloc") or ())
-    limit_s = int(g("time_limit"))
+    alloc = job.alloc
+    limit_s = int(job.time_limit)
     minutes = None if limit_s < 0 else -(-limit_s // 60)
     if alloc:
-        tres = {"cpu": sum(a.cpus for a in alloc), "mem": sum(a.mem_mb for a in alloc),
-                "node": len(alloc)}
-        gpus = sum(len(a.gpus) for a in alloc)
-        per_node = {"cpu": max(a.cpus for a in alloc), "mem": max(a.mem_mb for a in alloc),
-                    "node": 1}
+        # (one walk over the allocation: a pass makes one of these per running job)
+        cpus = mem = gpus = most_cpus = most_mem = most_gpus = 0
+        first = True
+        for a in alloc:
+            c, m, g = a.cpus, a.mem_mb, len(a.gpus)
+            cpus += c
+            mem += m
+            gpus += g
+            if first:
+                most_cpus, most_mem, most_gpus = c, m, g
+                first = False
+            else:
+                most_cpus = c if c > most_cpus else most_cpus
+                most_mem = m if m > most_mem else most_mem
+                most_gpus = g if g > most_gpus else most_gpus
+        tres = {"cpu": cpus, "mem": mem, "node": len(alloc)}
+        per_node = {"cpu": most_cpus, "mem": most_mem, "node": 1}
         if gpus:
             tres["gres/gpu"] = gpus
-            per_node["gres/gpu"] = max(len(a.gpus) for a in alloc)
+            per_node["gres/gpu"] = most_gpus
+        pending_tasks = None
     else:
-        nodes = max(1, int(g("num_nodes") or 1))
-        tasks = max(1, int(g("num_tasks") or 1))
+        nodes = max(1, int(job.num_nodes or 1))
+        tasks = max(1, int(job.num_tasks or 1))
         # -O: one task's CPUs per node (slurmctld's min_cpus), whatever the task count
-        one_per_node = getattr(job, "overcommit", False) and not g("gpus_per_task")
+        one_per_node = getattr(job, "overcommit", False) and not job.gpus_per_task
         cpus = (nodes if one_per_node else tasks) \
-            * max(1, int(g("cpus_per_task") or 1))
+            * max(1, int(job.cpus_per_task or 1))
         cpus = max(cpus, nodes)
-        mem_node = g("mem_per_node")
-        mem_cpu = g("mem_per_cpu")
+        mem_node = job.mem_per_node
+        mem_cpu = job.mem_per_cpu
         mem = (mem_node * nodes if mem_node else (mem_cpu * cpus if mem_cpu else 0))
-        gpus = int(g("gpus") or 0) or int(g("gpus_per_node") or 0) * nodes \
-            or int(g("gpus_per_task") or 0) * tasks
+        gpus = int(job.gpus or 0) or int(job.gpus_per_node or 0) * nodes \
+            or int(job.gpus_per_task or 0) * tasks
         tres = {"cpu": cpus, "node": nodes}
         if mem:
             tres["mem"] = int(mem)
@@ -872,10 +885,44 @@ def job_request(job: object) -> JobReq:
         if gpus:
             tres["gres/gpu"] = gpus
             per_node["gres/gpu"] = -(-gpus // nodes)
-    pending_tasks: list[int] | None = None if alloc else g("array_tasks")
-    return JobReq(int(g("job_id")), str(g("user")), str(g("account")),
-                  str(g("partition")) or None, str(g("qos")) or None, tres, per_node, minutes,
+        pending_tasks = job.array_tasks
+    return JobReq(int(job.job_id), str(job.user), str(job.account),
+                  str(job.partition) or None, str(job.qos) or None, tres, per_node, minutes,
                   len(pending_tasks) if pending_tasks else 1)
+
+
+class PendingRequests(Mapping[int, JobReq]):
+    """The pending jobs' `job_request`s by job id, each made when first asked for: a pass's
+    limits gate asks only about the jobs that reach it (not those waiting on a dependency
+    or a hold), so the others cost nothing.  `jobs`: the pending jobs by id, as the pass
+    found them; a held job has no request."""
+
+    __slots__ = ("_jobs", "_made")
+
+    def __init__(self, jobs: Mapping[int, Any]) -> None:
+        self._jobs = jobs
+        self._made: dict[int, JobReq | None] = {}
+
+    def get(self, job_id: int, default: Any = None) -> Any:
+        made = self._made
+        if job_id in made:
+            req = made[job_id]
+        else:
+            job = self._jobs.get(job_id)
+            req = made[job_id] = None if job is None or job.held else job_request(job)
+        return default if req is None else req
+
+    def __getitem__(self, job_id: int) -> JobReq:
+        req = self.get(job_id)
+        if req is None:
+            raise KeyError(job_id)
+        return req  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[int]:
+        return (i for i, j in self._jobs.items() if not j.held)
+
+    def __len__(self) -> int:
+        return sum(1 for j in self._jobs.values() if not j.held)
 
 
 def build_ledger(db: AssocDB, cluster: str, *, running: Iterable[tuple[JobReq, float | None]],

@@ -9,7 +9,7 @@ and the decision into transitions and effects.  When passes run is the cadence's
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -22,7 +22,7 @@ from corral.model.job import Job, JobState
 from corral.model.node import Node
 from corral.sched.backfill import BackfillMemo
 from corral.sched.limits import PolicySnapshot
-from corral.sched.limits_check import job_request
+from corral.sched.limits_check import PendingRequests, job_request
 from corral.sched.pipeline import (
     ClusterSnapshot,
     Decision,
@@ -366,10 +366,11 @@ class Passes:
         w = s.sched_params.priority.weights
         if not limits and not w.fairshare and not w.assoc:
             return None
-        pending: dict[int, object] = {}
+        pending: Mapping[int, object] = {}
         running: list[tuple[object, float | None]] = []
         if limits:
-            pending = {j.job_id: job_request(j) for j in core.pending.values() if not j.held}
+            # (made as the limits gate asks: a copy of the table, the jobs read in the pass)
+            pending = PendingRequests(dict(core.pending))
             for j in core.running.values():
                 left = None
                 if j.time_limit > 0 and j.start_time is not None:
