@@ -1326,6 +1326,32 @@ class _Pass:
             groups = self._groups[(part, kind)] = list(grouped.values())
         return groups
 
+    def _may_start_from(self, ordered: list[PendingView], first: int) -> int:
+        """The position of the first job from `first` on that might start now (a
+        necessary condition: a node of its partition passes try_start's index filter),
+        or len(ordered)."""
+        parts = self.snap.partitions
+        for i in range(first, len(ordered)):
+            job = ordered[i]
+            index = self.index.get(job.partition)
+            part = parts.get(job.partition)
+            if index is None or part is None:
+                continue
+            if job.req_nodes:
+                return i
+            shape = _shape_of(job)
+            req = self.requests.get(shape)
+            if req is None:
+                req = self.requests[shape] = _request(job, shape, self._def_mem(part))
+            if req.req_nodes or req.num_nodes < 1:
+                return i
+            min_cpus = req.cpus_per_task if req.exclusive else req.min_cpus_per_node()
+            min_gpus = 0 if req.exclusive else req.min_gpus_per_node()
+            if next(index.ordered(self.by_rank, min_gpus, min_cpus, req.exc_nodes),
+                    None) is not None:
+                return i
+        return len(ordered)
+
     def _def_mem(self, part: Partition) -> int:
         return part.def_mem_per_cpu if part.def_mem_per_cpu is not None else self.snap.def_mem_per_cpu
 
@@ -1346,8 +1372,13 @@ class _Pass:
         levers = snap.levers  # [quality] sched/levers.py
         predicted = snap.predicted_runtime if levers.plan_predictions else None
         min_gpus = levers.reserve_min_gpus
-        for pos, job, may_plan in _walk(sorted(snap.pending, key=order), blocked, self,
-                                        snap):
+        ordered = sorted(snap.pending, key=order)
+        # [simulator] only the starts are read: a hold that can hold back no later start
+        # is not made (free resources only shrink in a pass without preemption, so once
+        # no later job could start, none can for the rest of the pass)
+        starts_only = snap.starts_only and self.preempt is None and levers.order == "priority"
+        may_start_from = 0  # the first job from which one might still start now
+        for pos, job, may_plan in _walk(ordered, blocked, self, snap):
             part = parts.get(job.partition)
             if part is None or part.state == "DOWN":
                 dec.reasons[job.job_id] = reason(ReasonCode.PARTITION_DOWN)
@@ -1367,11 +1398,7 @@ class _Pass:
             if p_blocked and (not snap.backfill or pos >= snap.max_backfill_jobs):
                 dec.reasons[job.job_id] = reason(ReasonCode.PRIORITY)
                 continue
-            shape = (job.partition, job.num_nodes, job.num_tasks, job.ntasks_per_node,
-                     job.cpus_per_task, job.mem_per_node, job.mem_per_cpu, job.gpus,
-                     job.gpus_per_node, job.gpus_per_task, job.exclusive, job.req_nodes,
-                     job.exc_nodes, job.nodes_fixed, job.max_nodes, job.constraint,
-                     job.min_cpus, job.gpu_type, job.min_tmp_disk)
+            shape = _shape_of(job)
             req = self.requests.get(shape)
             if req is None:
                 req = self.requests[shape] = _request(job, shape, self._def_mem(part))
@@ -1429,6 +1456,10 @@ class _Pass:
             failed_plan = self.plan_failed.get(shape)
             if failed_plan is not None and duration >= failed_plan:
                 continue
+            if starts_only:
+                may_start_from = self._may_start_from(ordered, max(may_start_from, pos + 1))
+                if may_start_from >= len(ordered):
+                    continue
             if not first:
                 self.planned_count += 1
             plan = self.plan(req, job.partition, duration)
@@ -1439,6 +1470,16 @@ class _Pass:
             self.hold(req, nodes, start, duration)
             dec.planned[job.job_id] = (start, [n.name for n in nodes])
         return dec
+
+
+def _shape_of(job: PendingView) -> tuple[Any, ...]:
+    """Every field of `job` that make_request reads (and its partition): jobs of one shape
+    share their request."""
+    return (job.partition, job.num_nodes, job.num_tasks, job.ntasks_per_node,
+            job.cpus_per_task, job.mem_per_node, job.mem_per_cpu, job.gpus,
+            job.gpus_per_node, job.gpus_per_task, job.exclusive, job.req_nodes,
+            job.exc_nodes, job.nodes_fixed, job.max_nodes, job.constraint,
+            job.min_cpus, job.gpu_type, job.min_tmp_disk)
 
 
 def _gpus(job: PendingView) -> int:

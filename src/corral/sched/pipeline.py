@@ -76,6 +76,9 @@ class ClusterSnapshot:
     # [quality] user -> predicted run time (sched/predict.py); backfill plans a job for
     # min(its limit, this) instead of its limit
     predicted_runtime: Mapping[str, float] = field(default_factory=dict)
+    # [simulator] only the decision's starts are read: plans that could hold back no
+    # later start are left out (sched/backfill.py); the starts are the same
+    starts_only: bool = False
 
 
 @dataclass(slots=True)
@@ -254,7 +257,7 @@ def _run_pass(snap: ClusterSnapshot, dec: Decision, stages: _Stages | None,
                     preempt=params.preempt,
                     # [quality] never around reservations: a job must end before one by its limit
                     predicted_runtime={} if snap.reservations else snap.predicted_runtime,
-                    levers=params.levers)
+                    levers=params.levers, starts_only=snap.starts_only)
     preempt_timer = None if stages is None else stages.timer
     if snap.reservations:
         placed = schedule_reserved(view, snap.reservations, max_planned=params.max_planned,

@@ -105,6 +105,9 @@ class Snapshot:
     # min(its limit, this); empty: its limit
     predicted_runtime: Mapping[str, float] = field(default_factory=dict)
     levers: Levers = Levers()  # [quality] backfill's order and hold rules (sched/levers.py)
+    # [simulator] only the starts are read (not the plans): holds that could hold back no
+    # later start are not made, so `Placement.planned` is partial; the starts are the same
+    starts_only: bool = False
 
 
 @dataclass(slots=True)

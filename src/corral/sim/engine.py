@@ -23,7 +23,8 @@ start on a victim's resources); a pass after an end is skipped when no pending j
 what is free and none would become eligible in it (`_may_use_freed`: a necessary condition
 for a start, so the schedule is the same; not with preemption or suspended jobs); the ticks
 before the next event that nothing changed are jumped over (`_next_tick`); and the agents
-never fall silent (SlurmdTimeout=0).
+never fall silent (SlurmdTimeout=0); and a pass plans no job whose hold could hold back no
+later start (`ClusterSnapshot.starts_only`: the plans, which nothing reads here, are partial).
 A pass takes `pass_cost` seconds of virtual time (0 by default), which is what the
 cadence's coalescing sees.
 """
@@ -150,6 +151,8 @@ class Simulator:
         self._cpus_per_node = max((n.cpus for n in self.ctl.nodes.values()), default=1)
         kind, mode, _ = preempt_settings(config.options)
         self._preempts = kind != "preempt/none" and mode != "off"
+        # only the starts are read: no plan that could hold back no start is made
+        self.ctl.core.passes.starts_only = not exact
         names = list(self.ctl.nodes)
         self.ctl.agent_registered(names, lambda msg: None, {"start_time": self.now}, [])
 

@@ -96,6 +96,8 @@ class Passes:
         self._running_views: dict[int, tuple[Job, tuple[object, ...], RunningView]] = {}
         # what backfill keeps from one pass to the next (its nodes, per scope)
         self.backfill_memo = BackfillMemo()
+        # the simulator reads only the passes' starts (ClusterSnapshot.starts_only)
+        self.starts_only = False
 
     def on_event(self, ev: JobEvent) -> None:
         """An ended job's run time joins its user's history (when it finished on its own)."""
@@ -140,6 +142,7 @@ class Passes:
             policy=self.policy_snapshot(now),
             reservations=core.reservations(now),
             predicted_runtime=predicted,
+            starts_only=self.starts_only,
         )
         if core.cluster.loans:
             self._lent_views(snap.running, now)
