@@ -89,3 +89,47 @@ def test_kept_nodes_decide_as_fresh_ones() -> None:
             for a in started[job.job_id]:
                 _take(views[a.node], a)
     assert survived > 0  # (the nodes were kept, not built afresh every pass)
+
+
+def test_starts_only_starts_the_same_jobs() -> None:
+    """The simulator's passes (`Snapshot.starts_only`) leave out the holds that could hold
+    back no later start: the same starts and reasons as a full pass, fewer plans."""
+    rng = random.Random(11)
+    views = _views(6)
+    part = Partition(name="gpu", nodes=list(views))
+    running: list[RunningView] = []
+    pending: list[PendingView] = []
+    now = 1_000_000.0
+    next_id = 1
+    left_out = 0
+    for step in range(150):
+        now += rng.choice((0, 30, 600, 1800))
+        for _ in range(rng.randint(0, 4)):
+            gpus = rng.choice((1, 1, 2, 4, 8, 16))
+            nodes = -(-gpus // 8)
+            pending.append(PendingView(next_id, rng.randint(1, 50), now, "gpu",
+                                       num_nodes=nodes, num_tasks=nodes,
+                                       gpus_per_node=min(gpus, 8), cpus_per_task=2,
+                                       mem_per_node=4000,
+                                       time_limit=rng.choice((60, 600, 3600, 7200, -1))))
+            next_id += 1
+        for r in [r for r in running if r.end_time <= now]:
+            running.remove(r)
+            for a in r.alloc:
+                _give(views[a.node], a)
+        full = schedule(Snapshot(now=now, nodes=views, partitions={"gpu": part},
+                                 running=running, pending=pending))
+        lean = schedule(Snapshot(now=now, nodes=views, partitions={"gpu": part},
+                                 running=running, pending=pending, starts_only=True))
+        assert lean.starts == full.starts, f"step {step}"
+        assert _facts(lean)[1] == _facts(full)[1], f"step {step}"
+        assert set(lean.planned) <= set(full.planned)
+        left_out += len(full.planned) - len(lean.planned)
+        started = dict(full.starts)
+        for job in [j for j in pending if j.job_id in started]:
+            pending.remove(job)
+            end = INFINITE_TIME if job.time_limit < 0 else now + job.time_limit
+            running.append(RunningView(job.job_id, end, started[job.job_id]))
+            for a in started[job.job_id]:
+                _take(views[a.node], a)
+    assert left_out > 0  # (some holds were left out)
