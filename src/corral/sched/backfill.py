@@ -1378,6 +1378,7 @@ class _Pass:
         # no later job could start, none can for the rest of the pass)
         starts_only = snap.starts_only and self.preempt is None and levers.order == "priority"
         may_start_from = 0  # the first job from which one might still start now
+        starts_seen = 0  # starts made when it was found
         for pos, job, may_plan in _walk(ordered, blocked, self, snap):
             part = parts.get(job.partition)
             if part is None or part.state == "DOWN":
@@ -1457,7 +1458,10 @@ class _Pass:
             if failed_plan is not None and duration >= failed_plan:
                 continue
             if starts_only:
-                may_start_from = self._may_start_from(ordered, max(may_start_from, pos + 1))
+                if may_start_from <= pos or len(self._started_on) != starts_seen:
+                    # (else the job found last time still might: nothing started since)
+                    may_start_from = self._may_start_from(ordered, max(may_start_from, pos + 1))
+                    starts_seen = len(self._started_on)
                 if may_start_from >= len(ordered):
                     continue
             if not first:
