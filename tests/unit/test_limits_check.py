@@ -188,6 +188,30 @@ def test_job_request_from_records() -> None:
     assert dict(r.tres_per_node)["gres/gpu"] == 3
 
 
+def test_pending_requests_are_made_when_asked_for() -> None:
+    from corral.model.job import Job, NodeAlloc
+    from corral.sched.limits_check import PendingRequests, job_request
+
+    def job(job_id: int, held: bool = False) -> Job:
+        return Job(job_id, "x", "ann", 1000, 1000, account="students", num_tasks=2,
+                   cpus_per_task=3, time_limit=60, held=held)
+
+    jobs = {1: job(1), 2: job(2, held=True), 3: job(3)}
+    reqs = PendingRequests(jobs)
+    assert reqs.get(1) == job_request(jobs[1])
+    assert reqs.get(1) is reqs.get(1)  # (made once)
+    assert reqs.get(2) is None and reqs.get(4) is None  # held, unknown
+    assert reqs.get(2, "none") == "none"
+    assert sorted(reqs) == [1, 3] and len(reqs) == 2 and 3 in reqs and 2 not in reqs
+    assert reqs[3].tres == {"cpu": 6, "node": 1}
+    # a running job: by its allocation, the most on one node from each node's share
+    run = job(5)
+    run.alloc = [NodeAlloc("n1", 2, 100, []), NodeAlloc("n2", 6, 50, [1, 2])]
+    r = job_request(run)
+    assert dict(r.tres) == {"cpu": 8, "mem": 150, "node": 2, "gres/gpu": 2}
+    assert dict(r.tres_per_node) == {"cpu": 6, "mem": 100, "node": 1, "gres/gpu": 2}
+
+
 def test_a_pass_over_10000_jobs_of_500_users_in_50_accounts() -> None:
     """Correct at scale; its speed is bench/bench_sched.py's (--policy)."""
     from corral.sched.fairshare import Usage, fairshare_factors

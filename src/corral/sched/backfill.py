@@ -12,7 +12,8 @@ too, up to a budget (`max_planned`); past it they are not planned and show reaso
 
 Cost: a failed request is remembered by its shape (same partition and request), so
 thousands of identical jobs cost one node scan; single-node searches use per-partition
-indexes ordered by the best-fit key; planning walks only the nodes' own event lists, and a
+indexes ordered by the best-fit key; planning walks only the nodes' own event lists (a
+node's runs of fit for a share serve plans of any duration until the node changes), and a
 single-node plan looks only at nodes whose earliest fit by releases alone (a lower bound,
 cached per node until a job starts there) can beat the best start found so far; a
 multi-node plan sweeps the nodes' feasible starts as they come in lower-bound order and
