@@ -224,7 +224,8 @@ def parse_long(spec: str, valid: Iterable[str], default_width: int = 20) -> Form
     """Parse "-O" specs like 'jobid:10,name:.30|,state'.
 
     Each comma-separated item is name[:[.]width[suffix]]; names are
-    case-insensitive; the default width is 20, left-justified.  Unknown names
+    case-insensitive; without a colon the width is 20, left-justified; with a
+    colon but no digits it is 0 (unpadded), as Slurm's strtol reads it.  Unknown names
     are reported and print nothing.
     """
     known = set(valid)
@@ -243,8 +244,9 @@ def parse_long(spec: str, valid: Iterable[str], default_width: int = 20) -> Form
             j = i
             while j < len(tail) and tail[j].isdigit():
                 j += 1
-            if j > i:
-                width = parse_width(tail[i:j])
+            # Slurm reads the width with strtol: "name:" or "name:|" (no digits) means
+            # width 0, i.e. the value unpadded and uncut (what Open OnDemand relies on).
+            width = parse_width(tail[i:j]) if j > i else 0
             suffix = tail[j:]
         if key in known:
             fields.append(Field(key, width, right, suffix))
