@@ -97,6 +97,11 @@ def ruby_split(text: str, sep: str) -> list[str]:
     return parts
 
 
+def ruby_zip(keys: list[str], values: list[Any]) -> dict[str, Any]:
+    """Hash[keys.zip(values)]: keys without a value get nil."""
+    return {k: (values[i] if i < len(values) else None) for i, k in enumerate(keys)}
+
+
 def ruby_to_i(text: str | None) -> int:
     m = re.match(r"\s*([-+]?\d+)", text or "")
     return int(m.group(1)) if m else 0
@@ -195,9 +200,7 @@ class Adapter:
         for line in rest.splitlines(keepends=True):
             values = ruby_split(line.removesuffix("\n"), UNIT_SEPARATOR)
             if values:
-                keys = list(fields)
-                jobs.append({k: (values[i] if i < len(values) else None)
-                             for i, k in enumerate(keys)})
+                jobs.append(ruby_zip(list(fields), values))
         return jobs
 
     def submit_string(self, script: str, args: list[str], env: dict[str, str]) -> str:
@@ -233,8 +236,8 @@ class Adapter:
         if accounting_id is not None:
             args += ["-A", accounting_id]
         if wall_time is not None:
-            args += ["-t", "%02d:%02d:%02d" % (wall_time // 3600, wall_time // 60 % 60,
-                                               wall_time % 60)]
+            args += ["-t", f"{wall_time // 3600:02d}:{wall_time // 60 % 60:02d}:"
+                           f"{wall_time % 60:02d}"]
         if array is not None:
             args += ["-a", array]
         if afterok:
@@ -330,7 +333,7 @@ class Adapter:
         counts = [ruby_to_i(x) for x in self.call("sinfo", "-aho %F/%C").strip().split("/")]
         names = ["nodes_allocated", "nodes_idle", "nodes_other", "nodes_total",
                  "cpus_allocated", "cpus_idle", "cpus_other", "cpus_total"]
-        info = dict(zip(names, counts))
+        info = ruby_zip(names, counts)
         lines = self.call("sinfo", "-ahNO", "nodehost:100,gres:512,gresused:512,statelong")
         rows = [ln.split() for ln in dict.fromkeys(lines.splitlines(keepends=True))
                 if not re.search(r"maint|drain|down", ln, re.I)]
@@ -362,7 +365,7 @@ class Adapter:
         for chunk in output.split(RECORD_SEPARATOR):
             values = ruby_split(chunk.strip(), UNIT_SEPARATOR)
             if values:
-                d = dict(zip(fields, values))
+                d = ruby_zip(fields, values)
                 result.append({"procs": ruby_to_i(d.get("procs")),
                                "name": (d.get("name") or "").split(",")[0],
                                "features": (d.get("features") or "").split(",")})
@@ -375,7 +378,7 @@ class Adapter:
         for line in self.call("sacct", *args).splitlines():
             values = [v or None for v in ruby_split(line.strip(), UNIT_SEPARATOR)]
             if values:
-                v = dict(zip(SACCT_INFO_FIELDS, values))
+                v = ruby_zip(list(SACCT_INFO_FIELDS), values)
                 jobs.append({"id": v["job_id"],
                              "status": STATE_MAP.get((v["state"] or "").split()[0],
                                                      "undetermined"),
@@ -541,3 +544,32 @@ def test_job_history_from_sacct(cluster: Cluster, ood: Adapter) -> None:
     assert (hist["wallclock_limit"], hist["queue_name"], hist["gpus"]) == (60, "debug", 1)
     assert 1 <= hist["wallclock_time"] < 30
     assert hist["submission_time"] is not None and hist["dispatch_time"] is not None
+
+
+def test_adapter_with_a_cluster_setting_passes_M(cluster: Cluster) -> None:
+    """A portal configured with `cluster: testcluster` adds `-M testcluster` to every command
+    but sacctmgr: sbatch answers "id;cluster", squeue prints a CLUSTER: line first."""
+    ood = Adapter(cluster, cluster_name="testcluster")
+    try:
+        r = cluster.run("sbatch", "--parsable", "-M", "testcluster", input="#!/bin/sh\ntrue\n")
+        assert r.returncode == 0 and re.fullmatch(r"\d+;testcluster\n", r.stdout), r
+        r = cluster.run("sbatch", "-M", "testcluster", input="#!/bin/sh\ntrue\n")
+        assert re.fullmatch(r"Submitted batch job \d+ on cluster testcluster\n", r.stdout), r
+        job = ood.submit(SLEEP_SCRIPT, shell_path="/bin/sh", job_name="ood-M", wall_time=120)
+        assert re.fullmatch(r"\d+", job), job
+        _wait_status(ood, job, "running")
+        assert ood.info(job)["job_name"] == "ood-M"
+        assert ood.cluster_info()["active_nodes"] >= 1
+        ood.delete(job)
+        _wait_status(ood, job, "completed")
+        assert ood.info(job)["native"]["state_compact"] == "CA"
+        ood.delete("999999")
+        for cmd, stdin in (("sbatch", "#!/bin/sh\ntrue\n"), ("scancel", None)):
+            r = cluster.run(cmd, "-M", "elsewhere", *(["999999"] if stdin is None else []),
+                            input=stdin)
+            assert (r.returncode, r.stdout) == (1, ""), r
+            assert r.stderr == (f"{cmd}: error: 'elsewhere' can't be reached now, or it is an "
+                                "invalid entry for --cluster.  Use 'sacctmgr list clusters' to "
+                                "see available clusters.\n")
+    finally:
+        cluster.run("scancel", "--me")

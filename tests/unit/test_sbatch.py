@@ -594,10 +594,10 @@ def test_mail_is_recorded_with_one_warning() -> None:
     assert parse(["-Q", "--mail-type=END", "--wrap=true"]).messages == []
 
 
-@pytest.mark.parametrize("option", ["--switches=1", "--test-only", "-M", "--mem-per-gpu=1G",
+@pytest.mark.parametrize("option", ["--switches=1", "--test-only", "--mem-per-gpu=1G",
                                     "--exclusive=user"])
 def test_unsupported_options_are_refused(option: str) -> None:
-    argv = [option, "other", "--wrap=true"] if option == "-M" else [option, "--wrap=true"]
+    argv = [option, "--wrap=true"]
     code, err = error_of(argv)
     assert code == 1 and err.startswith("sbatch: error: ") and "not supported by Corral" in err
 

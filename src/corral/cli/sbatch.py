@@ -87,7 +87,7 @@ _NO_EFFECT = frozenset({
 
 # Options that ask for something Corral cannot give: refusing beats ignoring them.
 _UNSUPPORTED = frozenset({
-    "autocomplete", "batch", "bb", "bbf", "cluster", "cluster-constraint", "clusters",
+    "autocomplete", "batch", "bb", "bbf", "cluster-constraint",
     "container", "core-spec", "cores-per-socket", "cpus-per-gpu", "deadline",
     "extra-node-info", "gid", "gpus-per-socket", "licenses", "mem-per-gpu",
     "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket", "ntasks-per-tres",
@@ -173,6 +173,8 @@ class Submission:
         self.parsable = False
         self.quiet = False
         self.wait = False
+        self.clusters: str | None = None  # -M/--clusters, SBATCH_CLUSTERS
+        self.clusters_env = False  # whether the names came from the environment
         self.verbose = 0
         self.messages: list[str] = []  # stderr lines to show before submitting
 
@@ -298,6 +300,9 @@ def _set_option(req: _Request, key: str, option: Option, arg: str | None, source
         value = _req_arg(arg)
     elif key == "time" or key == "time-min":
         value = parse_time_limit(_req_arg(arg), f"--{key}")
+    elif key in ("cluster", "clusters"):
+        # Checked against the cluster's name when submitting (_run): Corral is one cluster.
+        key, value = "clusters", _req_arg(arg)
     elif key == "verbose":
         # Only SBATCH_DEBUG reaches here: a number, not a repeat count.
         value = parse_int("--verbose", _req_arg(arg), False)
@@ -610,6 +615,8 @@ def _finish(sub: Submission, req: _Request, env: dict[str, str], script_path: st
     sub.open_mode = v.get("open-mode", "truncate")
     sub.parsable = bool(v.get("parsable"))
     sub.wait = bool(v.get("wait"))
+    sub.clusters = v.get("clusters")
+    sub.clusters_env = req.src.get("clusters") == "env"
     sub.export = v.get("export", "ALL")
     sub.env = _job_environment(v, env, cwd, submit_host, umask, prio)
 
@@ -874,7 +881,18 @@ def _run(args: list[str]) -> int:
         return e.code
     for line in sub.messages:
         sys.stderr.write(line + "\n")
+    on_cluster = ""
     try:
+        if sub.clusters and sub.clusters.strip():
+            # As Slurm: "jobid;cluster" with --parsable, "... on cluster NAME" without.
+            from corral.cli.fmt import cluster_error
+
+            mine = str(client.get("/v1/config").get("cluster_name") or "")
+            error = cluster_error(PROG, sub.clusters, sub.clusters_env, mine)
+            if error:
+                sys.stderr.write(error)
+                return 1
+            on_cluster = mine
         payload = build_payload(sub)
         # one id per sbatch run: resent after a lost answer, it returns the same job
         payload["spec"]["submit_id"] = os.urandom(16).hex()
@@ -900,7 +918,11 @@ def _run(args: list[str]) -> int:
                          "from the controller\n")
         return 1
     if not sub.quiet:
-        sys.stdout.write(f"{job_id}\n" if sub.parsable else f"Submitted batch job {job_id}\n")
+        if sub.parsable:
+            sys.stdout.write(f"{job_id};{on_cluster}\n" if on_cluster else f"{job_id}\n")
+        else:
+            where = f" on cluster {on_cluster}" if on_cluster else ""
+            sys.stdout.write(f"Submitted batch job {job_id}{where}\n")
         sys.stdout.flush()
     if sub.wait:
         # an array's tasks have ids of their own: its records are polled

@@ -109,7 +109,7 @@ def parse_state(text: str) -> str:
 class Options:
     # A plain class: importing `dataclasses` would cost every scancel ~5 ms.
     __slots__ = ("jobs", "signal", "batch", "full", "interactive", "verbose", "quiet", "user",
-                 "partitions", "state", "names", "nodes", "account")
+                 "partitions", "state", "names", "nodes", "account", "clusters")
 
     def __init__(self) -> None:
         self.jobs: list[JobRef] = []
@@ -125,6 +125,7 @@ class Options:
         self.names: str | None = None
         self.nodes: str | None = None
         self.account: str | None = None
+        self.clusters: str | None = None  # -M: checked against the cluster's name in _main
 
     @property
     def has_filters(self) -> bool:
@@ -145,9 +146,9 @@ _LONG = ["account=", "batch", "cron", "ctld", "full", "hurry", "interactive", "c
          "cluster=", "name=", "jobname=", "partition=", "quiet", "qos=", "reservation=",
          "signal=", "state=", "user=", "me", "verbose", "version", "nodelist=", "wckey=",
          "sibling=", "help", "usage"]
-_UNSUPPORTED = {"-c": "--cron", "-H": "--hurry", "-M": "--clusters",
+_UNSUPPORTED = {"-c": "--cron", "-H": "--hurry",
                 "-q": "--qos", "-R": "--reservation", "--wckey": "--wckey",
-                "--sibling": "--sibling", "--cluster": "--clusters"}
+                "--sibling": "--sibling"}
 
 _USAGE = """\
 Usage: scancel [-A account] [--batch] [--full] [--interactive] [-n job_name]
@@ -230,6 +231,8 @@ def parse_args(argv: list[str]) -> Options | int:
             o.verbose += 1
         elif opt in ("-w", "--nodelist"):
             o.nodes = val
+        elif opt in ("-M", "--clusters", "--cluster"):
+            o.clusters = val
         elif opt == "--ctld":
             pass  # Corral always goes through the controller
     o.jobs = [parse_job_id(a) for a in args]
@@ -307,6 +310,14 @@ def _main(argv: list[str]) -> int:
     if isinstance(parsed, int):
         return parsed
     o = parsed
+    if o.clusters and o.clusters.strip():
+        from corral.cli.fmt import cluster_error
+
+        mine = str(client.get("/v1/config").get("cluster_name") or "")
+        error = cluster_error(PROG, o.clusters, False, mine)
+        if error:
+            sys.stderr.write(error)
+            return 1
     body = o.request_body()
     rc = 0
     for job_id, job in _targets(o):
