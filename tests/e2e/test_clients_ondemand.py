@@ -517,6 +517,9 @@ def test_cluster_dashboard_counts(cluster: Cluster, ood: Adapter) -> None:
     job = ood.submit(SLEEP_SCRIPT, shell_path="/bin/sh", wall_time=120,
                      native=["-N", "1", "-n", "3", "--gres", "gpu:2"])
     _wait_status(ood, job, "running")
+    # The adapter reads the first line only: Slurm prints one for the whole cluster, as the
+    # format shows no partition (nodes of both partitions counted once).
+    assert cluster.ok("sinfo", "-aho %F/%C") == " 1/3/0/4/3/61/0/64\n"
     info = ood.cluster_info()
     assert info == {"active_nodes": 1, "total_nodes": 4, "active_processors": 3,
                     "total_processors": 64, "active_gpus": 2,
@@ -524,8 +527,9 @@ def test_cluster_dashboard_counts(cluster: Cluster, ood: Adapter) -> None:
                     # NodeHostName, so the idle nodes count once, as with Slurm's multiple
                     # slurmd on one host.
                     "total_gpus": 8}, info
-    nodes = ood.nodes()
-    assert nodes and all(n["procs"] == 16 and n["features"] == ["(null)"] for n in nodes)
+    m = re.search(r"NodeHostName=(\S+)", cluster.ok("scontrol", "show", "node", "node-1"))
+    assert m
+    assert ood.nodes() == [{"procs": 16, "name": m.group(1), "features": ["(null)"]}]
     queues = {q["PartitionName"]: q for q in ood.queues()}
     assert queues["debug"]["tres"]["gres/gpu"] == "16"
     assert queues["short"]["tres"]["node"] == "2"

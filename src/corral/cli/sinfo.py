@@ -455,12 +455,22 @@ def _part_node_names(p: Part) -> list[str]:
     return names
 
 
+# Partition fields that tell lines apart (Slurm's partition-level MATCH_FLAGs).
+_PART_MATCH = frozenset("aghIlLMprsB")
+
+
 def _groups(nodes: list[Node], parts: list[Part], opts: Options) -> list[Group]:
     by_name = {n["name"]: n for n in nodes}
     keys = [opts.letters.get(f.key, f.key) for f in opts.fmt.fields if f.literal is None]
     per_node = [k for k in keys if COLUMNS[k].per_node is True
                 or (opts.exact and COLUMNS[k].per_node == EXACT)]
     wanted_nodes = set(opts.nodes) if opts.nodes is not None else None
+    # Slurm keeps partitions apart only when the format shows one (%P, %R); otherwise a
+    # line gathers alike nodes of every partition, each node once (_match_part_data), and
+    # only the partition fields shown (_PART_MATCH) still separate lines.
+    by_partition = "P" in keys or "R" in keys
+    part_fields = [k for k in keys if k in _PART_MATCH]
+    shared: dict[tuple[Any, ...], tuple[Group, set[str]]] = {}
     groups: list[Group] = []
     node_lines: list[tuple[str, int, Group]] = []
     for pi, p in enumerate(parts):
@@ -483,11 +493,18 @@ def _groups(nodes: list[Node], parts: list[Part], opts: Options) -> list[Group]:
             groups.append(Group(p, members))
             continue
         # Nodes that print alike share one line; lines are ordered by state, highest first.
-        mine: dict[tuple[Any, ...], Group] = {}
+        lines: dict[tuple[Any, ...], tuple[Group, set[str]]] = {} if by_partition else shared
+        created: list[Group] = []
         for n in members:
-            key = tuple(COLUMNS[k].value(Group(p, [n]), 0) for k in per_node)
-            mine.setdefault(key, Group(p, [])).nodes.append(n)
-        ordered = sorted(mine.values(), key=lambda g: -_state_num(g.nodes[0]))
+            key = tuple(COLUMNS[k].value(Group(p, [n]), 0) for k in part_fields + per_node)
+            line = lines.get(key)
+            if line is None:
+                line = lines[key] = (Group(p, []), set())
+                created.append(line[0])
+            if n["name"] not in line[1]:
+                line[1].add(n["name"])
+                line[0].nodes.append(n)
+        ordered = sorted(created, key=lambda g: -_state_num(g.nodes[0]))
         if not ordered and not opts.reasons and (opts.states is not None
                                                  or wanted_nodes is not None):
             ordered = [Group(p, [])]  # Slurm still lists the partition, with no nodes
