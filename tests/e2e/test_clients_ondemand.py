@@ -343,6 +343,18 @@ class Adapter:
                 "active_gpus": sum(gpus_from_gres(r[2]) for r in rows),
                 "total_gpus": sum(gpus_from_gres(r[1]) for r in rows)}
 
+    def accounts(self, cluster_id: str) -> dict[str, list[str]]:
+        """Batch#accounts (`id` is the portal's cluster id; sacctmgr gets no -M)."""
+        found: dict[str, list[str]] = {}
+        for line in self.call("sacctmgr", "-nP", "show", "users", "withassoc",
+                              "format=account,qos", "where", f"user={_user()}",
+                              f"cluster={cluster_id}").splitlines(keepends=True):
+            acct, _, qos = line.partition("|")
+            if acct.strip():
+                found.setdefault(acct, [])
+                found[acct] += [q for q in qos.rstrip("\n").split(",") if q not in found[acct]]
+        return found
+
     def queues(self) -> list[dict[str, Any]]:
         out = []
         for line in self.call("scontrol", "show", "part", "-o").splitlines():
@@ -568,6 +580,9 @@ def test_adapter_with_a_cluster_setting_passes_M(cluster: Cluster) -> None:
         _wait_status(ood, job, "completed")
         assert ood.info(job)["native"]["state_compact"] == "CA"
         ood.delete("999999")
+        if os.getuid() == 0:  # root's own association, which every cluster starts with
+            assert ood.accounts("testcluster") == {"root": ["normal"]}
+        assert ood.accounts("unknown") == {}
         for cmd, stdin in (("sbatch", "#!/bin/sh\ntrue\n"), ("scancel", None)):
             r = cluster.run(cmd, "-M", "elsewhere", *(["999999"] if stdin is None else []),
                             input=stdin)
