@@ -971,6 +971,8 @@ Parallel run options:
   -H, --hold                  submit job in held state
   -i, --input=in              file for batch script's standard input
   -J, --job-name=jobname      name of job
+  -M, --clusters=names        the cluster to submit to: Corral is one cluster,
+                              so only its own name (or all) is accepted
       --mail-type=type        notify on state change: BEGIN, END, FAIL or ALL
                               (recorded; Corral does not send mail)
       --mail-user=user        who to send email notification for job state
