@@ -1,6 +1,8 @@
 """Preemption in the simulator: a trace job's QoS (`TraceJob.qos`) is submitted with it, a
 preemptor is placed over its victims by the pass, and the victims are requeued (rerun from
-the start) or cancelled in virtual time."""
+the start) or cancelled in virtual time, after their QoS's GraceTime (a victim runs to its
+end: no trace job traps SIGTERM), or suspended (PreemptMode=SUSPEND,GANG) until their
+preemptor ends, their end and time limit moved by the time they were suspended."""
 
 from __future__ import annotations
 
@@ -15,12 +17,13 @@ from corral.sim.trace import TraceJob
 ONE_NODE = gpu_cluster_conf(1, 8)
 
 
-def simulate(mode: str | None, jobs: list[TraceJob]) -> Simulator:
+def simulate(mode: str | None, jobs: list[TraceJob], grace: int = 0,
+             exact: bool = False) -> Simulator:
     conf = ONE_NODE if mode is None \
         else f"PreemptType=preempt/qos\nPreemptMode={mode}\n" + ONE_NODE
-    sim = Simulator(parse_config(conf), jobs)
+    sim = Simulator(parse_config(conf), jobs, exact=exact)
     db = sim.ctl.accounts.db
-    db.qos["normal"] = Qos("normal", 1)
+    db.qos["normal"] = Qos("normal", 1, grace_time=grace)
     db.qos["high"] = Qos("high", 2, preempt=("normal",))
     sim.run()
     return sim
@@ -55,3 +58,70 @@ def test_without_preemption_the_deadline_job_waits() -> None:
     sim = simulate(None, JOBS)
     victim, waiting = sim.records
     assert waiting.start == pytest.approx(1000) and victim.end == pytest.approx(1000)
+
+
+def test_a_requeued_victim_holds_its_gpus_for_its_grace_time() -> None:
+    sim = simulate("REQUEUE", JOBS, grace=60)
+    victim, preemptor = sim.records
+    # the victim gets SIGTERM at 100, runs on (no trace job traps it), is killed at 160
+    assert preemptor.start == pytest.approx(160, abs=1)
+    assert preemptor.end == pytest.approx(460, abs=1) and preemptor.state == "COMPLETED"
+    # then reruns its whole 1,000 s after the preemptor
+    assert victim.start == pytest.approx(460, abs=1)
+    assert victim.end == pytest.approx(1460, abs=1) and victim.state == "COMPLETED"
+    assert sim.ctl.jobs[victim.job_id or 0].restart_count == 1
+    assert sim.starts == [0, 1, 0]
+
+
+def test_a_cancelled_victim_ends_after_its_grace_time() -> None:
+    sim = simulate("CANCEL", JOBS, grace=60)
+    victim, preemptor = sim.records
+    assert victim.end == pytest.approx(160, abs=1) and victim.state == "PREEMPTED"
+    assert preemptor.start == pytest.approx(160, abs=1)
+    assert sim.starts == [0, 1]
+
+
+def test_a_victim_that_ends_within_its_grace_time_frees_its_gpus_then() -> None:
+    # the deadline job comes 50 s before the student's job ends, with 120 s of grace
+    jobs = [JOBS[0], TraceJob(950, 300, 600, cpus=8, gpus=8, mem_mb=1000, user="deadline",
+                              qos="high")]
+    sim = simulate("CANCEL", jobs, grace=120)
+    victim, preemptor = sim.records
+    assert victim.end == pytest.approx(1000, abs=1)
+    assert preemptor.start == pytest.approx(1000, abs=1)
+
+
+@pytest.mark.parametrize("mode,grace", [("REQUEUE", 60), ("CANCEL", 60), ("SUSPEND,GANG", 0)])
+def test_the_shortcuts_keep_the_preempted_schedule(mode: str, grace: int) -> None:
+    fast = simulate(mode, JOBS, grace=grace)
+    exact = simulate(mode, JOBS, grace=grace, exact=True)
+    assert [(r.start, r.end, r.state) for r in fast.records] \
+        == [(r.start, r.end, r.state) for r in exact.records]
+    assert fast.starts == exact.starts
+
+
+def test_a_suspended_victim_ends_its_suspended_time_later() -> None:
+    alone = simulate("SUSPEND,GANG", JOBS[:1]).records[0]
+    sim = simulate("SUSPEND,GANG", JOBS)
+    victim, preemptor = sim.records
+    assert preemptor.start == pytest.approx(100, abs=1)  # at once, on the victim's GPUs
+    assert preemptor.end == pytest.approx(400, abs=1) and preemptor.state == "COMPLETED"
+    assert alone.end == pytest.approx(1000)
+    # suspended from the preemptor's start to its end, resumed where it stopped
+    assert victim.start == 0 and victim.state == "COMPLETED"
+    assert victim.end == pytest.approx(alone.end + (preemptor.end - preemptor.start))
+    job = sim.ctl.jobs[victim.job_id or 0]
+    assert job.restart_count == 0
+    assert job.suspended_secs == pytest.approx(preemptor.end - preemptor.start)
+    assert sim.starts == [0, 1]
+
+
+def test_a_suspended_victims_time_limit_is_moved_too() -> None:
+    # a student's job that would run 1,000 s within a 800 s limit
+    jobs = [TraceJob(0, 1000, 800, cpus=8, gpus=8, mem_mb=1000, user="student", qos="normal"),
+            JOBS[1]]
+    alone = simulate("SUSPEND,GANG", jobs[:1]).records[0]
+    assert alone.end == pytest.approx(800) and alone.state == "TIMEOUT"
+    victim, preemptor = simulate("SUSPEND,GANG", jobs).records
+    assert victim.state == "TIMEOUT"
+    assert victim.end == pytest.approx(800 + (preemptor.end - preemptor.start))

@@ -11,7 +11,13 @@ agents:
   (controller/duties.py), so the core decides time limits (TIMEOUT) as in production;
 - a `Launch` effect is the runtime model: the job ends at start + run time, COMPLETED, or
   at its time limit, TIMEOUT (the step supervisor's part); no launch record is built;
-- a `Control` (cancel, requeue, time limit) stops the job at once;
+- a `Control` (cancel, requeue, time limit) stops the job at once (the trace has no
+  notion of a job that traps SIGTERM); a preemption victim with a GraceTime is killed by
+  the core's tick at the end of it (the conservative model: signals change nothing, so it
+  runs to the end of its grace time, unless its own end comes first, and its preemptor
+  starts then); a `suspend` control (PreemptMode=SUSPEND) stops its run where it is and
+  `resume` continues it, so its end, and its TIMEOUT, come as much later as it was
+  suspended;
 - every start and end is read from the job events among the effects.
 
 Shortcuts keep month-long traces fast, all off with `exact=True`: a pass or a tick
@@ -22,7 +28,8 @@ started what the free resources allowed; not with preemption on, where a new job
 start on a victim's resources); a pass after an end is skipped when no pending job fits in
 what is free and none would become eligible in it (`_may_use_freed`: a necessary condition
 for a start, so the schedule is the same; not with preemption or suspended jobs); the ticks
-before the next event that nothing changed are jumped over (`_next_tick`); and the agents
+before the next event or the next end of a GraceTime that nothing changed are jumped over
+(`_next_tick`); and the agents
 never fall silent (SlurmdTimeout=0); and a pass plans no job whose hold could hold back no
 later start (`ClusterSnapshot.starts_only`: the plans, which nothing reads here, are partial).
 A pass takes `pass_cost` seconds of virtual time (0 by default), which is what the
@@ -147,6 +154,10 @@ class Simulator:
         self.arrived: list[JobRecord] = []  # submitted since the last pass
         self.ticked = True  # a job event since the last tick
         self._who: dict[str, Identity] = {}
+        # the pending end of each job's run: (its event's token, when, its state); and the
+        # suspended runs: (seconds left to that end, its state)
+        self._due: dict[int, tuple[int, float, str]] = {}
+        self._paused: dict[int, tuple[float, str]] = {}
         self._gpus_per_node = max((n.gpus for n in self.ctl.nodes.values()), default=0)
         self._cpus_per_node = max((n.cpus for n in self.ctl.nodes.values()), default=1)
         kind, mode, _ = preempt_settings(config.options)
@@ -267,7 +278,7 @@ class Simulator:
         return per_node < len(at_least) and at_least[per_node] >= job.num_nodes
 
     def _tick(self) -> None:
-        if self.ticked or self.exact:
+        if self.ticked or self.exact or self._grace_over():
             self.ticked = False
             if self.exact:  # the agents heartbeat
                 self.ctl.agent_contact(list(self.ctl.agent_senders))
@@ -282,9 +293,16 @@ class Simulator:
         at = next_tick(self.now)
         if not self.ticked and not self.exact and self.queue:
             upto = self.queue[0][0]
+            deadlines = self.ctl.core.lifecycle.preempt_deadlines
+            if deadlines:  # the tick that kills a preempted job at the end of its grace
+                upto = min(upto, min(deadlines.values()))
             while at < upto:
                 at = next_tick(at)
         return at
+
+    def _grace_over(self) -> bool:
+        """Whether a preempted job's GraceTime is over: the tick's duties kill it."""
+        return any(at <= self.now for at in self.ctl.core.lifecycle.preempt_deadlines.values())
 
     # ---- the workload -------------------------------------------------------------------
     def who(self, user: str) -> Identity:
@@ -360,29 +378,55 @@ class Simulator:
         run = rec.run_time
         limit = job.time_limit
         if 0 < limit < run:
-            self.push(self.now + limit, _END, (job.job_id, job.restart_count, "TIMEOUT"))
+            self._end_at(job, self.now + limit, "TIMEOUT")
         else:
-            self.push(self.now + run, _END, (job.job_id, job.restart_count, "COMPLETED"))
+            self._end_at(job, self.now + run, "COMPLETED")
+
+    def _end_at(self, job: Job, at: float, state: str) -> None:
+        """The run's own end (COMPLETED or TIMEOUT), until a suspension moves it."""
+        self.push(at, _END, (job.job_id, job.restart_count, state, self._seq + 1))
+        self._due[job.job_id] = (self._seq, at, state)
 
     def _control(self, c: Control) -> None:
-        """The node's side of a control: killed at once (SIGTERM, no grace) for a cancel, a
-        requeue (preemption) or a time limit the core reached first; signals change nothing."""
+        """The node's side of a control: killed at once for a cancel, a requeue or a time
+        limit the core reached first (a preemption's GraceTime is the core's: it sends the
+        kill when it is over); signals change nothing (no job traps SIGTERM, so a victim
+        runs to the end of its grace time); a suspension stops the run's clock and a resume
+        starts it again (one control per node of the job: the first one acts)."""
         op = c.control.get("op")
         job = self.ctl.jobs.get(c.job_id)
-        if job is None or op not in ("cancel", "requeue", "time_limit"):
+        if job is None:
             return
-        self.push(self.now, _END, (job.job_id, job.restart_count, "CANCELLED"))
+        if op in ("cancel", "requeue", "time_limit"):
+            self.push(self.now, _END, (job.job_id, job.restart_count, "CANCELLED", None))
+        elif op == "suspend":
+            due = self._due.pop(job.job_id, None)
+            if due is not None:
+                _, at, state = due
+                self._paused[job.job_id] = (at - self.now, state)
+        elif op == "resume":
+            paused = self._paused.pop(job.job_id, None)
+            if paused is not None:
+                left, state = paused
+                self._end_at(job, self.now + left, state)
 
-    def _end(self, job_id: int, run: int, state: str) -> None:
+    def _end(self, job_id: int, run: int, state: str, token: int | None) -> None:
         job = self.ctl.jobs.get(job_id)
         if job is None or job.restart_count != run or not job.state.active:
             return  # an earlier run's end (the job was requeued), or already over
+        if token is not None:  # the run's own end: not if a suspension moved it
+            due = self._due.get(job_id)
+            if due is None or due[0] != token:
+                return
+            del self._due[job_id]
         self.ctl.job_ended(job_id, state, 0, 15 if state != "COMPLETED" else 0, self.now)
 
     def _event(self, ev: JobEvent) -> None:
         self.changed = self.ticked = True
         if ev.kind in (JobEventKind.ENDED, JobEventKind.REQUEUED):
             self.freed = True
+            self._due.pop(ev.job.job_id, None)  # (a run stopped before its own end)
+            self._paused.pop(ev.job.job_id, None)
         rec = self.by_job.get(ev.job.job_id)
         if rec is None:
             return
