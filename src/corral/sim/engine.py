@@ -29,8 +29,7 @@ start on a victim's resources); a pass after an end is skipped when no pending j
 what is free and none would become eligible in it (`_may_use_freed`: a necessary condition
 for a start, so the schedule is the same; not with preemption or suspended jobs); the ticks
 before the next event or the next end of a GraceTime that nothing changed are jumped over
-(`_next_tick`); and the agents
-never fall silent (SlurmdTimeout=0); and a pass plans no job whose hold could hold back no
+(`_next_tick`); the agents never fall silent (SlurmdTimeout=0); and a pass plans no job whose hold could hold back no
 later start (`ClusterSnapshot.starts_only`: the plans, which nothing reads here, are partial).
 A pass takes `pass_cost` seconds of virtual time (0 by default), which is what the
 cadence's coalescing sees.
@@ -354,8 +353,8 @@ class Simulator:
     # ---- the core's effects, in virtual time -------------------------------------------
     def _execute(self, effect: Effect) -> None:
         """What the shell does in production, as the simulation models it: a launch is the
-        runtime model, a control stops the job at once, a pass request goes to the cadence;
-        nothing is written (the simulation keeps its state in memory)."""
+        runtime model, a control stops, suspends or resumes the job, a pass request goes to
+        the cadence; nothing is written (the simulation keeps its state in memory)."""
         handle = self._handlers.get(type(effect))
         if handle is not None:  # (the others are writes: nothing to do)
             handle(effect)
