@@ -432,10 +432,18 @@ class DepIndex:
                     ) -> tuple[str, ...]:
         """`item_state` of each entry of `dep` at `now` (no job's own array task id), each
         entry's answer made once a pass (many jobs wait on the same job)."""
-        self._build()
+        if self._jobs is not None:
+            self._build()
         memo = self._states
+        items = dep.items
+        if len(items) == 1 and items[0].kind != "singleton":  # (the common case)
+            item = items[0]
+            state = memo.get(item)
+            if state is None:
+                state = memo[item] = item_state(item, self._lookup, now)
+            return (state,)
         out: list[str] = []
-        for item in dep.items:
+        for item in items:
             if item.kind == "singleton":
                 out.append(FAILED if item.failed else
                            UNFULFILLED if singleton_blocked else FULFILLED)
@@ -450,7 +458,9 @@ class DepIndex:
         """`format_dependency(dep, states=states, is_array=…)` of a job's dependency `text`
         (parsed: `dep`), the arrays being this pass's, remembered across passes: the
         answer depends on nothing else, and a waiting job's rarely changes."""
-        by_array = self.by_array
+        if self._jobs is not None:
+            self._build()
+        by_array = self._by_array
         arrays = tuple(i.job_id in by_array for i in dep.items) if by_array else ()
         key = (text, states, arrays)
         found = _TEXTS.get(key)
@@ -466,8 +476,17 @@ class DepIndex:
         return self._lookup(job_id, task_id)
 
     def _lookup(self, job_id: int, task_id: int | None) -> list[tuple[str, int, float | None]]:
-        js: list[DepJob] = []
         members = self._by_array.get(job_id, ())
+        gone = self.gone
+        if task_id is None and not members and (
+                gone is None or job_id not in gone.by_array):
+            # (the common case: a plain job, in memory or gone; what the rest makes of it)
+            own = self._by_id.get(job_id)
+            if own is not None:
+                return [(own.state._value_, own.exit_code, own.start_time)]
+            rec = gone.by_id.get(job_id) if gone is not None else None
+            return [] if rec is None else [(rec.state, rec.exit_code, rec.start_time)]
+        js: list[DepJob] = []
         if task_id is None:
             own = self._by_id.get(job_id)
             if own is not None:
@@ -485,7 +504,6 @@ class DepIndex:
                         js.append(j)
         # (_value_: Enum's value property costs a call per job)
         out = [(j.state._value_, j.exit_code, j.start_time) for j in js]
-        gone = self.gone
         if gone is not None and (job_id in gone.by_array
                                  or (task_id is None and job_id in gone.by_id)):
             # an array some of whose tasks already left memory: both halves count
