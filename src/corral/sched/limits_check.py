@@ -137,7 +137,7 @@ class JobReq(NamedTuple):
     tres_per_node: Mapping[str, int] = _NO_TRES
     time_limit_min: int | None = None
     # jobs it counts as in submit limits: an array's pending tasks each count (Slurm)
-    count: int = 1
+    submit_count: int = 1  # (not `count`: a tuple has a method of that name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,7 +340,7 @@ class LimitLedger:
         if r is None:
             return
         for c in self._counters(r, job):
-            c.submit += job.count
+            c.submit += job.submit_count
 
     def add_running(self, job: JobReq, remaining_min: float | None = None,
                     counted_pending: bool = False) -> None:
@@ -415,10 +415,10 @@ class LimitLedger:
             key = (job.user, job.account, job.partition, job.qos)
             count = counts.get(key)
             if count is None:
-                counts[key] = [job.count]
+                counts[key] = [job.submit_count]
                 first.append(job)
             else:
-                count[0] += job.count
+                count[0] += job.submit_count
         for job, count in zip(first, counts.values(), strict=True):
             r = self.resolve(job)
             if r is None:
@@ -677,16 +677,16 @@ def _check_level(scope: str, where: str, lim: Limits, job: JobReq,
     # -- job counts
     if submit:
         if lim.grp_submit_jobs is not None and not (skip and _skip(skip, "grp_submit_jobs")) \
-                and grp.submit + job.count > lim.grp_submit_jobs:
-            return hit(COUNT_REASONS[(scope, "grp_submit_jobs")], "GrpSubmitJobs", None, job.count,
+                and grp.submit + job.submit_count > lim.grp_submit_jobs:
+            return hit(COUNT_REASONS[(scope, "grp_submit_jobs")], "GrpSubmitJobs", None, job.submit_count,
                        grp.submit, lim.grp_submit_jobs)
         for field_name, label, counts_submit in per_user_counts:
             if not counts_submit:
                 continue
             v = getattr(lim, field_name)
             if v is not None and not (skip and _skip(skip, "max_submit_jobs")) \
-                    and mine.submit + job.count > v:
-                return hit(COUNT_REASONS[(scope, field_name)], label, None, job.count,
+                    and mine.submit + job.submit_count > v:
+                return hit(COUNT_REASONS[(scope, field_name)], label, None, job.submit_count,
                            mine.submit, v)
     else:
         if lim.grp_jobs is not None and not (skip and _skip(skip, "grp_jobs")) \
