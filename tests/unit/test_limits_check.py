@@ -212,6 +212,29 @@ def test_pending_requests_are_made_when_asked_for() -> None:
     assert dict(r.tres_per_node) == {"cpu": 6, "mem": 100, "node": 1, "gres/gpu": 2}
 
 
+def test_pending_requests_of_one_size_share_their_tres_and_differ_from_other_sizes() -> None:
+    from corral.model.job import Job
+    from corral.sched.limits_check import PendingRequests, job_request
+
+    def job(job_id: int, user: str, **size: object) -> Job:
+        return Job(job_id, "x", user, 1000, 1000, account="students",  # type: ignore[arg-type]
+                   partition="gpu", time_limit=3600, **size)
+
+    jobs = {1: job(1, "ann", gpus_per_node=2, num_nodes=2),
+            2: job(2, "bob", gpus_per_node=2, num_nodes=2),
+            3: job(3, "ann", gpus_per_node=2, num_nodes=2, mem_per_node=1000),
+            4: job(4, "ann", gpus_per_task=1, num_tasks=4, overcommit=True),
+            5: job(5, "ann", gpus_per_task=1, num_tasks=4),
+            6: job(6, "ann", num_tasks=3, array_tasks=[1, 2, 3])}
+    reqs = PendingRequests(jobs)
+    for job_id, j in jobs.items():
+        assert reqs[job_id] == job_request(j)  # the same request, field by field
+    assert reqs[1].tres is reqs[2].tres and reqs[1].user != reqs[2].user
+    assert reqs[3].tres == {"cpu": 2, "node": 2, "mem": 2000, "gres/gpu": 4}
+    assert reqs[1].tres != reqs[3].tres
+    assert reqs[6].submit_count == 3 and reqs[5].submit_count == 1
+
+
 def test_a_pass_over_10000_jobs_of_500_users_in_50_accounts() -> None:
     """Correct at scale; its speed is bench/bench_sched.py's (--policy)."""
     from corral.sched.fairshare import Usage, fairshare_factors

@@ -896,7 +896,7 @@ def job_request(job: Any) -> JobReq:
                   len(pending_tasks) if pending_tasks else 1)
 
 
-# what `job_request` reads of a pending job's size, in the order of `_SizeKey`
+# what `job_request` reads of a pending job's size (`PendingRequests._pending_request`)
 _SizeKey = tuple[Any, Any, Any, Any, Any, Any, Any, Any, Any, Any]
 _SizeOf = tuple[Mapping[str, int], Mapping[str, int], int | None]
 
