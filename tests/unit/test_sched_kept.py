@@ -33,6 +33,27 @@ def _give(v: NodeView, a: NodeAlloc) -> None:
     v.job_count -= 1
 
 
+def _end(views: dict[str, NodeView], running: list[RunningView],
+         ended: list[RunningView]) -> None:
+    """The `ended` jobs leave `running` and give their nodes back."""
+    for r in ended:
+        running.remove(r)
+        for a in r.alloc:
+            _give(views[a.node], a)
+
+
+def _start(views: dict[str, NodeView], pending: list[PendingView], running: list[RunningView],
+           placed: backfill.Placement, now: float) -> None:
+    """The jobs `placed` started leave `pending`, run, and take their nodes."""
+    started = dict(placed.starts)
+    for job in [j for j in pending if j.job_id in started]:
+        pending.remove(job)
+        end = INFINITE_TIME if job.time_limit < 0 else now + job.time_limit
+        running.append(RunningView(job.job_id, end, started[job.job_id]))
+        for a in started[job.job_id]:
+            _take(views[a.node], a)
+
+
 def _facts(placed: backfill.Placement) -> tuple[object, ...]:
     return (sorted((j, repr(a)) for j, a in placed.starts),
             sorted((j, r.text()) for j, r in placed.reasons.items()),
@@ -60,10 +81,7 @@ def test_kept_nodes_decide_as_fresh_ones() -> None:
                                        gpus_per_node=min(gpus, 8), cpus_per_task=2,
                                        mem_per_node=4000, time_limit=limit))
             next_id += 1
-        for r in [r for r in running if r.end_time <= now or rng.random() < 0.05]:
-            running.remove(r)
-            for a in r.alloc:
-                _give(views[a.node], a)
+        _end(views, running, [r for r in running if r.end_time <= now or rng.random() < 0.05])
         if running and rng.random() < 0.3:  # a time limit changed: releases move
             i = rng.randrange(len(running))
             r = running[i]
@@ -81,13 +99,7 @@ def test_kept_nodes_decide_as_fresh_ones() -> None:
         survived += sum(a is b for a, b in zip(memo.scopes[""].by_rank, before, strict=False))
         fresh = schedule(snap)  # (built afresh: no memo)
         assert _facts(got) == _facts(fresh), f"step {step}"
-        started = dict(got.starts)
-        for job in [j for j in pending if j.job_id in started]:
-            pending.remove(job)
-            end = INFINITE_TIME if job.time_limit < 0 else now + job.time_limit
-            running.append(RunningView(job.job_id, end, started[job.job_id]))
-            for a in started[job.job_id]:
-                _take(views[a.node], a)
+        _start(views, pending, running, got, now)
     assert survived > 0  # (the nodes were kept, not built afresh every pass)
 
 
@@ -113,10 +125,7 @@ def test_starts_only_starts_the_same_jobs() -> None:
                                        mem_per_node=4000,
                                        time_limit=rng.choice((60, 600, 3600, 7200, -1))))
             next_id += 1
-        for r in [r for r in running if r.end_time <= now]:
-            running.remove(r)
-            for a in r.alloc:
-                _give(views[a.node], a)
+        _end(views, running, [r for r in running if r.end_time <= now])
         full = schedule(Snapshot(now=now, nodes=views, partitions={"gpu": part},
                                  running=running, pending=pending))
         lean = schedule(Snapshot(now=now, nodes=views, partitions={"gpu": part},
@@ -125,11 +134,5 @@ def test_starts_only_starts_the_same_jobs() -> None:
         assert _facts(lean)[1] == _facts(full)[1], f"step {step}"
         assert set(lean.planned) <= set(full.planned)
         left_out += len(full.planned) - len(lean.planned)
-        started = dict(full.starts)
-        for job in [j for j in pending if j.job_id in started]:
-            pending.remove(job)
-            end = INFINITE_TIME if job.time_limit < 0 else now + job.time_limit
-            running.append(RunningView(job.job_id, end, started[job.job_id]))
-            for a in started[job.job_id]:
-                _take(views[a.node], a)
+        _start(views, pending, running, full, now)
     assert left_out > 0  # (some holds were left out)
