@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from corral import paths
+
 BIN = os.path.dirname(sys.executable)
 # Tests that run commands as real unprivileged users create them (useradd), as root.
 CAN_CREATE_USERS = os.geteuid() == 0 and shutil.which("useradd") is not None
@@ -106,6 +108,11 @@ class Cluster:
                 return
             time.sleep(0.1)
         raise AssertionError(f"timed out waiting for {what}")
+
+    def reconfigure(self, config: str) -> None:
+        """Replace the cluster's slurm.conf with `config` and `scontrol reconfigure`."""
+        Path(paths.config_path(str(self.home))).write_text(config)
+        self.ok("scontrol", "reconfigure")
 
     def squeue_ids(self, *args: str) -> list[str]:
         out = self.ok("squeue", "-h", "-o", "%i", *args)

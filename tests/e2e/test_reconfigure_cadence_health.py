@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from corral import paths
 from tests.e2e.cluster import Cluster, running
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -43,11 +42,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
 
 
-def reconfigure(c: Cluster, text: str) -> None:
-    Path(paths.config_path(str(c.home))).write_text(text)
-    c.ok("scontrol", "reconfigure")
-
-
 def config_value(c: Cluster, key: str) -> str:
     m = re.search(rf"^{key}\s+= (.*)$", c.ok("scontrol", "show", "config"), re.M)
     assert m, key
@@ -73,7 +67,7 @@ def test_a_shorter_sched_interval_applies_at_once(cluster: Cluster) -> None:
     # periodic pass starts it
     job = c.sbatch("--begin=now+8", "-o", "/dev/null", "--wrap", "true")
     t0 = time.monotonic()
-    reconfigure(c, BASE.replace("sched_interval=60", "sched_interval=1"))
+    c.reconfigure(BASE.replace("sched_interval=60", "sched_interval=1"))
     assert config_value(c, "SchedulerParameters") == "sched_interval=1"
     assert c.state(job) == "PENDING"
     # within seconds of its begin time, well before the old interval's 60 s are out
@@ -85,7 +79,7 @@ def test_health_check_settings_apply_at_once(cluster: Cluster) -> None:
     c = cluster
     program, log = script(c, "health")
     fast = BASE.replace("sched_interval=60", "sched_interval=1")
-    reconfigure(c, fast + f"HealthCheckProgram={program}\nHealthCheckInterval=3600\n")
+    c.reconfigure(fast + f"HealthCheckProgram={program}\nHealthCheckInterval=3600\n")
     c.wait_for(lambda: sorted(lines(log)) == ["health node-1", "health node-2"], timeout=30,
                what=f"the first health check on both nodes: {lines(log)}")
     # node-1 busy, node-2 idle: with HealthCheckNodeState=ALLOC only node-1 is checked,
@@ -94,7 +88,7 @@ def test_health_check_settings_apply_at_once(cluster: Cluster) -> None:
     try:
         c.wait_state(job, "RUNNING")
         log.write_text("")
-        reconfigure(c, fast + f"HealthCheckProgram={program}\nHealthCheckInterval=2\n"
+        c.reconfigure(fast + f"HealthCheckProgram={program}\nHealthCheckInterval=2\n"
                     "HealthCheckNodeState=ALLOC\n")
         assert config_value(c, "HealthCheckInterval") == "2 sec"
         assert config_value(c, "HealthCheckNodeState") == "ALLOC"
@@ -104,7 +98,7 @@ def test_health_check_settings_apply_at_once(cluster: Cluster) -> None:
     finally:
         c.run("scancel", str(job))
     # dropped from the file: no more checks
-    reconfigure(c, fast)
+    c.reconfigure(fast)
     assert config_value(c, "HealthCheckProgram") == "(null)"
     time.sleep(1)  # a check already under way ends
     log.write_text("")
@@ -116,13 +110,13 @@ def test_epilog_slurmctld_added_by_reconfigure_runs(cluster: Cluster) -> None:
     c = cluster
     epilog, log = script(c, "epilog")
     fast = BASE.replace("sched_interval=60", "sched_interval=1")
-    reconfigure(c, fast + f"EpilogSlurmctld={epilog}\n")
+    c.reconfigure(fast + f"EpilogSlurmctld={epilog}\n")
     assert config_value(c, "EpilogSlurmctld") == str(epilog)
     job = c.sbatch("-o", "/dev/null", "--wrap", "true")
     c.wait_state(job, "COMPLETED", timeout=60)
     c.wait_for(lambda: f"epilog_slurmctld {job}" in lines(log), timeout=30,
                what=f"the EpilogSlurmctld of job {job}: {lines(log)}")
-    reconfigure(c, fast)
+    c.reconfigure(fast)
     after = c.sbatch("-o", "/dev/null", "--wrap", "true")
     c.wait_state(after, "COMPLETED", timeout=60)
     time.sleep(2)

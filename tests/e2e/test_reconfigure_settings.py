@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from corral import paths
 from tests.e2e.cluster import Cluster, running
 
 BASE = """\
@@ -38,11 +37,6 @@ def _runs(log: Path, job: int) -> set[str]:
     return {ln.split()[0] for ln in log.read_text().splitlines() if ln.split()[1:2] == [str(job)]}
 
 
-def _reconfigure(c: Cluster, text: str) -> None:
-    Path(paths.config_path(str(c.home))).write_text(text)
-    c.ok("scontrol", "reconfigure")
-
-
 def test_prologs_added_by_reconfigure_run_and_removed_ones_do_not(cluster: Cluster) -> None:
     c = cluster
     log = c.home / "scripts.log"
@@ -51,14 +45,14 @@ def test_prologs_added_by_reconfigure_run_and_removed_ones_do_not(cluster: Clust
     script.chmod(0o755)
     before = c.sbatch("-o", "/dev/null", "--wrap", "true")
     c.wait_state(before, "COMPLETED", timeout=60)
-    _reconfigure(c, BASE + f"Prolog={script}\nEpilog={script}\nPrologSlurmctld={script}\n"
+    c.reconfigure(BASE + f"Prolog={script}\nEpilog={script}\nPrologSlurmctld={script}\n"
                  "PrologFlags=Alloc\n")
     job = c.sbatch("-o", "/dev/null", "--wrap", "true")
     c.wait_state(job, "COMPLETED", timeout=60)
     c.wait_for(lambda: _runs(log, job) == {"prolog_slurmctld", "prolog_slurmd", "epilog_slurmd"},
                timeout=30, what=f"the three scripts of job {job}: {_runs(log, job)}")
     assert _runs(log, before) == set()  # the job before the reconfigure ran none
-    _reconfigure(c, BASE)
+    c.reconfigure(BASE)
     after = c.sbatch("-o", "/dev/null", "--wrap", "true")
     c.wait_state(after, "COMPLETED", timeout=60)
     assert _runs(log, after) == set()
