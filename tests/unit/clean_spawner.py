@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import pytest
 
 import corral
+from corral.agent import spawner
 
 _SERVE = ("import socket, sys\n"
           "from corral.agent import spawner\n"
@@ -46,12 +47,7 @@ class CleanSpawner:
         """stepd.spawn_step(job_dir), in the clean process: the supervisor's pid, or
         RuntimeError with spawn_step's message."""
         self.sock.send(os.path.abspath(job_dir).encode())
-        reply = self.sock.recv(8192).decode()
-        if not reply:
-            raise RuntimeError("the tests' spawner process is gone")
-        if reply.startswith("ERR "):
-            raise RuntimeError(reply[4:])
-        return int(reply)
+        return spawner.supervisor_pid(self.sock.recv(8192).decode())
 
     def close(self) -> None:
         self.sock.close()  # its recv ends: it exits

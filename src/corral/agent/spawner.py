@@ -60,6 +60,16 @@ def close_inherited_fds() -> None:
                 pass  # the listing's own descriptor, already closed
 
 
+def supervisor_pid(reply: str) -> int:
+    """The pid in the spawner's reply (`_serve`); RuntimeError with spawn_step's message,
+    or when the spawner is gone (an empty reply)."""
+    if not reply:
+        raise RuntimeError("the spawner process is gone")
+    if reply.startswith("ERR "):
+        raise RuntimeError(reply[4:])
+    return int(reply)
+
+
 class Spawner:
     def __init__(self, sock: socket.socket, pid: int) -> None:
         self.sock = sock
@@ -88,11 +98,7 @@ class Spawner:
         async with self._lock:
             await loop.sock_sendall(self.sock, job_dir.encode())
             reply = (await loop.sock_recv(self.sock, 8192)).decode()
-        if not reply:
-            raise RuntimeError("the spawner process is gone")
-        if reply.startswith("ERR "):
-            raise RuntimeError(reply[4:])
-        return int(reply)
+        return supervisor_pid(reply)
 
     def close(self) -> None:
         self.sock.close()
