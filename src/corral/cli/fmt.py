@@ -94,6 +94,26 @@ def cluster_error(prog: str, names: str, from_env: bool, mine: str) -> str | Non
     return None
 
 
+class ClusterRefused(Exception):
+    """-M/--clusters named another cluster: Slurm's refusal is on stderr (exit 1)."""
+
+
+def asked_cluster(prog: str, names: str | None, from_env: bool) -> str | None:
+    """This cluster's name when -M/--clusters (or SLURM_CLUSTERS: `from_env`) names it,
+    None without -M; any other name writes Slurm's refusal (`cluster_error`) to stderr
+    and raises ClusterRefused.  Asks the controller for its name."""
+    if names is None or not names.strip():
+        return None
+    from corral.cli import client
+
+    mine = str(client.get("/v1/config").get("cluster_name") or "")
+    error = cluster_error(prog, names, from_env, mine)
+    if error:
+        sys.stderr.write(error)
+        raise ClusterRefused(names)
+    return mine
+
+
 # Why a job ended, as slurmctld records it (job_reason_string of FAIL_*): shown as Reason=
 # by scontrol and squeue once the job has ended, where the controller sends no reason.
 _END_REASONS = {"FAILED": "NonZeroExitCode", "TIMEOUT": "TimeLimit", "NODE_FAIL": "NodeDown",

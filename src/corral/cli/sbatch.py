@@ -883,16 +883,13 @@ def _run(args: list[str]) -> int:
         sys.stderr.write(line + "\n")
     on_cluster = ""
     try:
-        if sub.clusters and sub.clusters.strip():
-            # As Slurm: "jobid;cluster" with --parsable, "... on cluster NAME" without.
-            from corral.cli.fmt import cluster_error
+        # As Slurm: "jobid;cluster" with --parsable, "... on cluster NAME" without.
+        from corral.cli.fmt import ClusterRefused, asked_cluster
 
-            mine = str(client.get("/v1/config").get("cluster_name") or "")
-            error = cluster_error(PROG, sub.clusters, sub.clusters_env, mine)
-            if error:
-                sys.stderr.write(error)
-                return 1
-            on_cluster = mine
+        try:
+            on_cluster = asked_cluster(PROG, sub.clusters, sub.clusters_env) or ""
+        except ClusterRefused:
+            return 1
         payload = build_payload(sub)
         # one id per sbatch run: resent after a lost answer, it returns the same job
         payload["spec"]["submit_id"] = os.urandom(16).hex()

@@ -310,13 +310,12 @@ def _main(argv: list[str]) -> int:
     if isinstance(parsed, int):
         return parsed
     o = parsed
-    if o.clusters and o.clusters.strip():
-        from corral.cli.fmt import cluster_error
+    if o.clusters:
+        from corral.cli.fmt import ClusterRefused, asked_cluster
 
-        mine = str(client.get("/v1/config").get("cluster_name") or "")
-        error = cluster_error(PROG, o.clusters, False, mine)
-        if error:
-            sys.stderr.write(error)
+        try:
+            asked_cluster(PROG, o.clusters, False)
+        except ClusterRefused:
             return 1
     body = o.request_body()
     rc = 0

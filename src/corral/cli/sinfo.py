@@ -17,10 +17,11 @@ import time
 
 from corral.cli import client
 from corral.cli.fmt import (
+    ClusterRefused,
     Field,
     Format,
     UsageError,
-    cluster_error,
+    asked_cluster,
     getopt_long,
     parse_long,
     parse_percent,
@@ -717,12 +718,11 @@ def _main(argv: list[str]) -> int:
     if isinstance(parsed, int):
         return parsed
     cluster_line = ""
-    if parsed.clusters and parsed.clusters.strip():
-        mine = str(client.get("/v1/config").get("cluster_name") or "")
-        error = cluster_error("sinfo", parsed.clusters, parsed.clusters_env, mine)
-        if error:
-            sys.stderr.write(error)
-            return 1
+    try:
+        mine = asked_cluster("sinfo", parsed.clusters, parsed.clusters_env)
+    except ClusterRefused:
+        return 1
+    if mine is not None:
         parsed.cluster_name = mine
         if parsed.header:  # Slurm names the cluster only above a header
             cluster_line = f"CLUSTER: {mine}\n"

@@ -14,11 +14,12 @@ import time
 from corral.cli import client
 from corral.cli.fmt import (
     REASON_STATES,
+    ClusterRefused,
     Field,
     Format,
     UsageError,
     Whole,
-    cluster_error,
+    asked_cluster,
     fit,
     getopt_long,
     job_reason,
@@ -1081,14 +1082,11 @@ def check_clusters(prog: str, names: str | None, from_env: bool) -> str | None:
 
     An unknown cluster name is refused with Slurm's message and exit code 1 (raised as _Exit).
     """
-    if names is None or not names.strip():
-        return None
-    mine = str(client.get("/v1/config").get("cluster_name") or "")
-    error = cluster_error(prog, names, from_env, mine)
-    if error:
-        sys.stderr.write(error)
-        raise _Exit(1)
-    return f"CLUSTER: {mine}\n"
+    try:
+        mine = asked_cluster(prog, names, from_env)
+    except ClusterRefused:
+        raise _Exit(1) from None
+    return None if mine is None else f"CLUSTER: {mine}\n"
 
 
 class Query:
