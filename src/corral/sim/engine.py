@@ -38,6 +38,7 @@ cadence's coalescing sees.
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 import math
 import time
@@ -156,6 +157,7 @@ class Simulator:
         # the pending end of each job's run: (its event's token, when, its state); and the
         # suspended runs: (seconds left to that end, its state)
         self._due: dict[int, tuple[int, float, str]] = {}
+        self._end_tokens = itertools.count()
         self._paused: dict[int, tuple[float, str]] = {}
         self._gpus_per_node = max((n.gpus for n in self.ctl.nodes.values()), default=0)
         self._cpus_per_node = max((n.cpus for n in self.ctl.nodes.values()), default=1)
@@ -383,8 +385,9 @@ class Simulator:
 
     def _end_at(self, job: Job, at: float, state: str) -> None:
         """The run's own end (COMPLETED or TIMEOUT), until a suspension moves it."""
-        self.push(at, _END, (job.job_id, job.restart_count, state, self._seq + 1))
-        self._due[job.job_id] = (self._seq, at, state)
+        token = next(self._end_tokens)
+        self.push(at, _END, (job.job_id, job.restart_count, state, token))
+        self._due[job.job_id] = (token, at, state)
 
     def _control(self, c: Control) -> None:
         """The node's side of a control: killed at once for a cancel, a requeue or a time
