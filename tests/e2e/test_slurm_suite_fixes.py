@@ -82,3 +82,32 @@ def test_sstat_fields_of_its_own(c: Cluster) -> None:
         assert header == f"{'Nodelist':>20} {'AveDiskRead':>12} "
     finally:
         c.run("scancel", str(job))
+
+
+def test_signal_sent_before_the_job_runs_is_retried(c: Cluster) -> None:
+    """scancel --signal to a job that is still pending (srun/test_signal_forwarding sends
+    it right after sbatch): the controller answers "try again later", as slurmctld does, and
+    scancel tries again after 5 s, so the signal reaches the job's step once it runs."""
+    trap = c.workdir / "trap.py"
+    trap.write_text(
+        "import signal, sys, time\n"
+        "seen = []\n"
+        "def got(n, f):\n"
+        "    print('Received:', n, flush=True)\n"
+        "    seen.append(n)\n"
+        "signal.signal(signal.SIGUSR1, got)\n"
+        "signal.signal(signal.SIGUSR2, got)\n"
+        "end = time.time() + 60\n"
+        "while len(seen) < 2 and time.time() < end:\n"
+        "    time.sleep(0.1)\n")
+    out = c.workdir / "trap.out"
+    jid = c.sbatch("--begin=now+2", "-o", "/dev/null", "--wrap",
+                   f"srun --output={out} python3 {trap}")
+    assert c.state(jid) == "PENDING"
+    r = c.run("scancel", "-v", "--signal", "USR1", str(jid), timeout=120)
+    assert r.returncode == 0, r
+    assert "scancel: Job is in transitional state, retrying\n" in r.stderr, r
+    c.wait_for(lambda: out.is_file() and "Received: 10" in out.read_text(), timeout=30)
+    c.ok("scancel", "--signal", "USR2", str(jid))  # running: no retry
+    c.wait_state(jid, "COMPLETED", timeout=60)
+    assert out.read_text().split("\n")[:2] == ["Received: 10", "Received: 12"]

@@ -274,3 +274,43 @@ def test_no_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert out == ""
     assert err.startswith("scancel: error: no Corral controller is running for ")
     assert err.count("\n") == 1
+
+
+TRY_AGAIN = client.ApiError(400, "Job can not be altered now, try again later",
+                            {"error": "Job can not be altered now, try again later",
+                             "errno": 2020})
+
+
+def test_signal_to_pending_job_is_retried(fake: FakeController, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Slurm's scancel: a job that cannot take a signal yet is tried again after 5, 6, ...
+    seconds, ten tries in all, then reported; jobs that took it are not sent it twice."""
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 2:  # job 5 starts running during the second wait
+            del fake.fail["/v1/jobs/5/signal"]
+
+    monkeypatch.setattr(scancel.time, "sleep", sleep)
+    fake.fail["/v1/jobs/5/signal"] = TRY_AGAIN
+    fake.fail["/v1/jobs/6/signal"] = TRY_AGAIN
+    assert scancel.main(["-v", "-s", "USR1", "4", "5", "6"]) == 1
+    posts = [p for p, _ in fake.posts()]
+    assert posts.count("/v1/jobs/4/signal") == 1
+    assert posts.count("/v1/jobs/5/signal") == 3
+    assert posts.count("/v1/jobs/6/signal") == 10
+    assert slept == [5, 6, 7, 8, 9, 10, 11, 12, 13]
+    err = capsys.readouterr().err
+    assert err.count("scancel: Job is in transitional state, retrying\n") == 2 + 9
+    assert err.endswith("scancel: error: Kill job error on job id 6: "
+                        "Job can not be altered now, try again later\n")
+
+
+def test_try_again_is_quiet_without_verbose(fake: FakeController,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(scancel.time, "sleep", lambda s: fake.fail.clear())
+    fake.fail["/v1/jobs/5/signal"] = TRY_AGAIN
+    assert scancel.main(["-s", "USR1", "5"]) == 0
+    assert capsys.readouterr() == ("", "")

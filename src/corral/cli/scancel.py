@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pwd
 import sys
+import time
 
 from corral.cli import client
 from corral.cli import gnugetopt as getopt
@@ -318,7 +319,7 @@ def _main(argv: list[str]) -> int:
         except ClusterRefused:
             return 1
     body = o.request_body()
-    rc = 0
+    chosen: list[str] = []
     for job_id, job in _targets(o):
         if o.interactive and not _confirm(job_id, job):
             continue
@@ -327,16 +328,45 @@ def _main(argv: list[str]) -> int:
                 sys.stderr.write(f"scancel: Terminating job {job_id}\n")
             else:
                 sys.stderr.write(f"scancel: Signal {body['signal']} to job {job_id}\n")
-        try:
-            client.post(f"/v1/jobs/{quote(job_id, safe='')}/signal", body)
-        except client.ApiError as e:
-            quiet = e.status == 404 or e.message in _QUIET_ERRORS
-            if not quiet:
-                rc = 1
-            if o.verbose or not quiet:
-                sys.stderr.write(f"scancel: error: Kill job error on job id {job_id}: "
-                                 f"{e.message}\n")
+        chosen.append(job_id)
+    return _send_all(o, body, chosen)
+
+
+def _send_all(o: Options, body: dict[str, Any], job_ids: list[str]) -> int:
+    """Send the request for each job.  A job that cannot take a signal yet (pending or
+    suspended: "try again later") is tried again after 5, 6, ... seconds, up to ten tries in
+    all, as Slurm's scancel does; the jobs wait out each delay together, as its threads do."""
+    rc = 0
+    waiting = job_ids
+    for attempt in range(_MAX_TRIES):
+        if attempt:
+            time.sleep(5 + attempt - 1)
+        again: list[str] = []
+        last = attempt == _MAX_TRIES - 1
+        for job_id in waiting:
+            try:
+                client.post(f"/v1/jobs/{quote(job_id, safe='')}/signal", body)
+            except client.ApiError as e:
+                if e.payload.get("errno") == _TRANSITION_STATE and not last:
+                    if o.verbose:
+                        sys.stderr.write("scancel: Job is in transitional state, retrying\n")
+                    again.append(job_id)
+                    continue
+                quiet = e.status == 404 or e.message in _QUIET_ERRORS
+                if not quiet:
+                    rc = 1
+                if o.verbose or not quiet:
+                    sys.stderr.write(f"scancel: error: Kill job error on job id {job_id}: "
+                                     f"{e.message}\n")
+        if not again:
+            break
+        waiting = again
     return rc
+
+
+# Slurm's MAX_CANCEL_RETRY, and the errno of "Job can not be altered now, try again later"
+_MAX_TRIES = 10
+_TRANSITION_STATE = 2020
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,7 @@ from corral.controller.errors import (
     ESLURM_PATHNAME_TOO_LONG,
     ESLURM_PRIO_RESET_FAIL,
     ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE,
+    ESLURM_TRANSITION_STATE_NO_UPDATE,
     SlurmError,
     access_denied,
     invalid_user,
@@ -516,6 +517,14 @@ class UseCases:
         now = self.shell.clock()
         for job in jobs:
             self.auth.check_job_control(who, job)
+        if not cancel:
+            # Slurm's job_signal: a signal other than SIGKILL reaches only a running job.
+            # For a pending or suspended one it answers "try again later", and scancel
+            # retries (a signal sent right after sbatch reaches the job once it runs).
+            live = [j for j in jobs if not j.state.finished]
+            if live and all(j.state in (JobState.PENDING, JobState.SUSPENDED) for j in live):
+                raise SlurmError("Job can not be altered now, try again later",
+                                 ESLURM_TRANSITION_STATE_NO_UPDATE)
         for job in jobs:
             if job.state.finished:
                 continue
