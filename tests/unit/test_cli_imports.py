@@ -102,7 +102,7 @@ def test_probe_detects_a_heavy_import() -> None:
 
 
 def test_squeue_state_codes_match_the_model() -> None:
-    assert squeue._CODES == {state.value: code for state, code in STATE_CODES.items()}
+    assert squeue.CODE_OF_STATE == {state.value: code for state, code in STATE_CODES.items()}
 
 
 @pytest.mark.parametrize("text", ["12", "7_[1-3]", "a b/c,d", "node[01-04]", "x%y&z=1?#",

@@ -46,7 +46,7 @@ def _whole(v: str | None) -> str | None:
 
 
 def _reference_sort(jobs: list[dict[str, Any]], sort: str, now: float) -> list[dict[str, Any]]:
-    positions = squeue._list_positions(jobs)
+    positions = squeue.list_positions(jobs)
     indexed = list(enumerate(jobs))
     active = [(i, j) for i, j in indexed if not squeue._pending(j)]
     pending = [(i, j) for i, j in indexed if squeue._pending(j)]

@@ -60,19 +60,19 @@ _ON_NODES = {"RUNNING", "SUSPENDED", "COMPLETING"}
 
 # ---- field values -------------------------------------------------------
 
-# corral.model.job's STATE_CODES as plain strings: importing that module (enum,
+# corral.model.job's STATE_CODES as plain strings (the controller's kept squeue text uses it too): importing that module (enum,
 # dataclasses) would cost squeue ~15 ms of its start; test_cli_imports.py checks
 # that the two tables agree.
-_CODES = {"PENDING": "PD", "RUNNING": "R", "SUSPENDED": "S", "COMPLETING": "CG",
-          "COMPLETED": "CD", "CANCELLED": "CA", "FAILED": "F", "TIMEOUT": "TO",
-          "NODE_FAIL": "NF", "PREEMPTED": "PR", "OUT_OF_MEMORY": "OOM", "BOOT_FAIL": "BF",
-          "DEADLINE": "DL", "REQUEUED": "RQ"}
-_STATE_OF_CODE = {code: state for state, code in _CODES.items()}
+CODE_OF_STATE = {"PENDING": "PD", "RUNNING": "R", "SUSPENDED": "S", "COMPLETING": "CG",
+                 "COMPLETED": "CD", "CANCELLED": "CA", "FAILED": "F", "TIMEOUT": "TO",
+                 "NODE_FAIL": "NF", "PREEMPTED": "PR", "OUT_OF_MEMORY": "OOM", "BOOT_FAIL": "BF",
+                 "DEADLINE": "DL", "REQUEUED": "RQ"}
+_STATE_OF_CODE = {code: state for state, code in CODE_OF_STATE.items()}
 
 
 def _code(j: Job) -> str:
     state = str(j.get("state", "PENDING"))
-    return _CODES.get(state, state)
+    return CODE_OF_STATE.get(state, state)
 
 
 def _pending(j: Job) -> bool:
@@ -465,7 +465,7 @@ SORT_KEYS = set("BbcCdDefgGhHiIjJlLmMnNOpPQStTuUvVz")
 
 # ---- ordering -------------------------------------------------------------
 
-def _list_positions(jobs: Sequence[Job]) -> dict[int, float]:
+def list_positions(jobs: Sequence[Job]) -> dict[int, float]:
     """Where each record would sit in slurmctld's job list (creation order).
 
     Slurm splits a pending array task off by turning the array's record into the
@@ -565,7 +565,7 @@ def sort_jobs(jobs: list[Job], sort: str, now: float) -> list[Job]:
     after them pending jobs in reverse job-list order.  The -S keys are then
     applied as stable sorts from the last to the first, as Slurm does.
     """
-    positions = _list_positions(jobs)
+    positions = list_positions(jobs)
     indexed = list(enumerate(jobs))
     active = [(i, j) for i, j in indexed if j.get("state") != "PENDING"]  # not _pending(j)
     pending = [(i, j) for i, j in indexed if j.get("state") == "PENDING"]
@@ -687,7 +687,7 @@ def _column_values(key: str, records: Sequence[Job], now: float) -> list[Value]:
     if key == "i":
         return [j["display_id"] for j in records]
     if key == "t":
-        codes = _CODES
+        codes = CODE_OF_STATE
         return [codes.get(s, s) for s in [str(j.get("state", "PENDING")) for j in records]]
     if key == "M":  # format_duration(_run_seconds(j, now)), once per distinct second
         durations: dict[int, str] = {0: format_duration(0)}
@@ -854,7 +854,7 @@ class QueuePrinter:
     the rows (sort_jobs' stable sorts for P,t,-p, as one key).  The controller keeps one
     per query and prints a queue of 10,000 jobs after each change."""
 
-    _KEYS = ("job_id", "state", "partition", "priority", "start_time", "array_job_id")
+    ROW_KEYS = ("job_id", "state", "partition", "priority", "start_time", "array_job_id")
 
     def __init__(self, fields: list[str]) -> None:
         self.fields = fields
@@ -870,10 +870,10 @@ class QueuePrinter:
               hidden: set[str] | None) -> RenderedQueue | None:
         fields = self.fields
         at = {name: i for i, name in enumerate(fields)}
-        if any(k not in at for k in self._KEYS):
+        if any(k not in at for k in self.ROW_KEYS):
             return render_default([dict(zip(fields, r, strict=True)) for r in rows], states,
                                   hidden)
-        i_id, i_state, i_part, i_prio, i_start, i_array = (at[k] for k in self._KEYS)
+        i_id, i_state, i_part, i_prio, i_start, i_array = (at[k] for k in self.ROW_KEYS)
         if states is not None:
             wanted = set(states)
             rows = [r for r in rows if r[i_state] in wanted]
@@ -893,7 +893,7 @@ class QueuePrinter:
                 not isinstance(r[i_prio], (int, float)) for r in fresh):
             # job ids not unique (no line can be told by its id), or odd priorities
             return render_default([dict(zip(fields, r, strict=True)) for r in rows], None, None)
-        codes = _CODES
+        codes = CODE_OF_STATE
 
         def key(r: list[Any], pos: float) -> tuple[Any, ...]:
             # sort_jobs: the base order (running jobs by start, latest first, then pending
@@ -919,7 +919,7 @@ class QueuePrinter:
                                   None if r[i_array] is not None else key(r, float(r[i_id])))
         self._lines = lines
         members = [i for i, r in enumerate(rows) if r[i_array] is not None]
-        placed = {members[k]: pos for k, pos in _list_positions(
+        placed = {members[k]: pos for k, pos in list_positions(
             [dict(zip(fields, rows[i], strict=True)) for i in members]).items()}
         decorated = []
         for i, r in enumerate(rows):
@@ -1036,7 +1036,7 @@ def _parse_states(text: str) -> list[str] | None:
             return None
         if t in _STATE_OF_CODE:
             names.append(_STATE_OF_CODE[t])
-        elif t in _CODES or t == "CANCELED":
+        elif t in CODE_OF_STATE or t == "CANCELED":
             names.append("CANCELLED" if t == "CANCELED" else t)
         else:
             _err(f"Invalid job state specified: {item}")

@@ -22,9 +22,9 @@ class KeptText:
     def __init__(self, fields: list[str]) -> None:
         self.fields = fields
         at = {name: i for i, name in enumerate(fields)}
-        self.usable = all(k in at for k in squeue.QueuePrinter._KEYS)
+        self.usable = all(k in at for k in squeue.QueuePrinter.ROW_KEYS)
         (self.i_id, self.i_state, self.i_part, self.i_prio, self.i_start,
-         self.i_array) = (at.get(k, 0) for k in squeue.QueuePrinter._KEYS)
+         self.i_array) = (at.get(k, 0) for k in squeue.QueuePrinter.ROW_KEYS)
         self.opts = squeue.default_options()
         self.header = squeue.format_jobs([], 0.0, self.opts)
         width = next(f.width for f in self.opts.fmt.fields if f.key == "M")
@@ -67,7 +67,7 @@ class KeptText:
     def _key(self, r: Row, pos: float) -> tuple[Any, ...]:
         # QueuePrinter.print's: (P, t, -p, base order)
         state = r[self.i_state]
-        code = squeue._CODES.get(str(state), str(state))
+        code = squeue.CODE_OF_STATE.get(str(state), str(state))
         if state == "PENDING":
             return (r[self.i_part], code, -r[self.i_prio], 1, -pos, 0)
         return (r[self.i_part], code, -r[self.i_prio], 0, -(r[self.i_start] or 0), pos)
@@ -135,7 +135,7 @@ class KeptText:
                 members.append(entry)
                 arrays.setdefault(row[i_array], set()).add(job_id)
         if members:
-            places = squeue._list_positions([dict(zip(fields, m[1], strict=True))
+            places = squeue.list_positions([dict(zip(fields, m[1], strict=True))
                                              for m in members])
             for k, (job_id, row, line, record) in enumerate(members):
                 if not self._put(job_id, self._key(row, places[k]), row, line, record):
