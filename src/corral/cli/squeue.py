@@ -60,9 +60,9 @@ _ON_NODES = {"RUNNING", "SUSPENDED", "COMPLETING"}
 
 # ---- field values -------------------------------------------------------
 
-# corral.model.job's STATE_CODES as plain strings (the controller's kept squeue text uses it too): importing that module (enum,
-# dataclasses) would cost squeue ~15 ms of its start; test_cli_imports.py checks
-# that the two tables agree.
+# corral.model.job's STATE_CODES as plain strings (the controller's kept squeue text uses
+# it too): importing that module (enum, dataclasses) would cost squeue ~15 ms of its start;
+# test_cli_imports.py checks that the two tables agree.
 CODE_OF_STATE = {"PENDING": "PD", "RUNNING": "R", "SUSPENDED": "S", "COMPLETING": "CG",
                  "COMPLETED": "CD", "CANCELLED": "CA", "FAILED": "F", "TIMEOUT": "TO",
                  "NODE_FAIL": "NF", "PREEMPTED": "PR", "OUT_OF_MEMORY": "OOM", "BOOT_FAIL": "BF",
