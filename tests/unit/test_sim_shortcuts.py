@@ -117,9 +117,14 @@ def test_the_snapshot_views_follow_every_change_of_nodes_and_jobs() -> None:
     check()
     node.weight = 5
     check()
-    job.time_limit = 1200
+    # a job's change is persisted, which marks it (JobTable.mark): its view is made again
+    with core.collecting():
+        job.time_limit = 1200
+        core.out.job(job)
     check()
-    job.kill_reason = "PREEMPTED"
+    with core.collecting():
+        job.kill_reason = "PREEMPTED"
+        core.out.job(job)
     check()
     gpus = ctl.nodes["gpu002"].alloc_gpus
     gpus[0] = 3  # the same count, another GPU

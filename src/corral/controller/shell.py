@@ -126,8 +126,7 @@ class Shell:
     def execute(self, effect: Effect) -> None:
         writer = self.writer
         if isinstance(effect, PersistJob):
-            self.changes += 1
-            self.core.table.mark(effect.job.job_id)
+            self.changes += 1  # (the job was marked as it was persisted: Outbox.job)
             writer.job(effect.job)
         elif isinstance(effect, PersistNode):
             self.changes += 1

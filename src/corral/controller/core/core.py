@@ -78,6 +78,7 @@ class Core:
         self.jobs: dict[int, Job] = self.table.jobs
         self.pending: dict[int, Job] = self.table.pending
         self.running: dict[int, Job] = self.table.running
+        self.out.marked = self.table.mark
         # final states of jobs gone from memory that pending dependencies still name
         self.gone = sched_deps.GoneJobs()
         # the typed reason behind each pending job's reason text (for explanations)

@@ -165,11 +165,14 @@ class Outbox:
     after the commit, so executing at once changes nothing of that order.  Without one,
     effects are kept in `effects` until taken (`take()`, `Core.collecting()`)."""
 
-    __slots__ = ("effects", "sink")
+    __slots__ = ("effects", "sink", "marked")
 
     def __init__(self) -> None:
         self.effects: list[Effect] = []
         self.sink: Callable[[Effect], None] | None = None
+        # told the id of every job persisted (JobTable.mark: what was built of it, squeue's
+        # rows and the passes' views, is made again), whoever executes the effects
+        self.marked: Callable[[int], None] | None = None
 
     def emit(self, effect: Effect) -> None:
         if self.sink is not None:
@@ -183,6 +186,8 @@ class Outbox:
 
     # shorthands for the core's code
     def job(self, job: Job) -> None:
+        if self.marked is not None:
+            self.marked(job.job_id)
         self.emit(PersistJob(job))
 
     def node(self, name: str) -> None:

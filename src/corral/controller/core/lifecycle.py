@@ -8,6 +8,7 @@ a pass) is emitted as effects.  Time is a parameter (`now`)."""
 
 from __future__ import annotations
 
+import heapq
 import logging
 import signal as signal_module
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from corral.controller.cluster import NodeEventKind
 from corral.controller.core.effects import Control, Launch, SignalSteps, StartUndo
+from corral.controller.core.followed import MarkCursor
 from corral.controller.jobs import JobEventKind
 from corral.model.job import FINISHED_STATES, Job, JobState, NodeAlloc, Reason, Step
 from corral.model.messages import JOB_END_STATES
@@ -101,6 +103,13 @@ KILL_TASK_FAILED = "Kill task failed"
 PREEMPT_KILLS = ("REQUEUE_PREEMPT", "PREEMPTED")
 
 
+def _limit_end(job: Job) -> float | None:
+    """When a started job's time limit is over (None: no limit)."""
+    if job.time_limit <= 0 or job.start_time is None:
+        return None
+    return job.start_time + job.time_limit + job.suspended_secs
+
+
 def _signal_number(spec: str | None) -> int | None:
     """The signal of a --signal "[B:]SIG[@secs]" (None if it names none we know)."""
     if not spec:
@@ -123,6 +132,15 @@ class Lifecycle:
         self.ending: dict[int, _Ending] = {}
         # preempted jobs in their GraceTime: job id -> when they are killed
         self.preempt_deadlines: dict[int, float] = {}
+        # what the periodic checks look at, kept from the job table's marks (every change
+        # of a job's state, limit, start or kill reason marks it): so that a tick visits
+        # the jobs that may be due, not every running job
+        self._marks = MarkCursor(core.table)
+        self._deadlines: list[tuple[float, int]] = []  # a heap: (time limit's end, job id)
+        # running jobs the time-limit check acts on other than at their limit's end (lent
+        # to a preemptor, preempted), and jobs in COMPLETING, in the table's order
+        self._odd: dict[int, None] = {}
+        self._completing: dict[int, None] = {}
 
     def start_job(self, job: Job, alloc: list[NodeAlloc], now: float,
                   partition: str | None = None) -> None:
@@ -244,12 +262,14 @@ class Lifecycle:
         """Jobs waiting for their steps: end those whose steps are gone, or whose steps did not
         report within the bound (logged; the nodes where they linger are drained).  A job left
         COMPLETING by a controller restart after its batch step ended is picked up again."""
-        for held in list(self.core.running.values()):
-            if held.state != JobState.COMPLETING or held.job_id in self.ending:
-                continue
-            recovered = self._recovered_ending(held, now)
-            if recovered is not None:
-                self.ending[held.job_id] = recovered
+        self._follow_marks()
+        if self._completing_unfollowed():
+            for held in list(self.core.running.values()):
+                if held.state != JobState.COMPLETING or held.job_id in self.ending:
+                    continue
+                recovered = self._recovered_ending(held, now)
+                if recovered is not None:
+                    self.ending[held.job_id] = recovered
         bound = self.core.settings.step_bound()
         for job_id, ending in list(self.ending.items()):
             job = self.core.jobs.get(job_id)
@@ -380,6 +400,8 @@ class Lifecycle:
         whichever comes first, the job ends TIMEOUT once (see `time_out_batch`)."""
         self.check_ending(now)
         self.check_preempted(now)
+        if not self._may_act(now):
+            return  # (the loop below would find nothing to do)
         for job in list(self.core.running.values()):
             if job.suspended_for is not None and job.state == JobState.SUSPENDED \
                     and job.job_id not in self.core.cluster.loans.get(job.suspended_for, ()):
@@ -398,6 +420,73 @@ class Lifecycle:
             else:
                 log.info("allocation %d reached its time limit", job.job_id)
                 self.end_allocation(job, "TIMEOUT", now)
+
+    # ---- what the periodic checks look at, kept between ticks ------------------------
+    def _follow_marks(self) -> None:
+        """The jobs marked since the last tick noted again (all of them when marks were
+        missed): a running job's time limit's end into the heap, odd and COMPLETING ones
+        into their sets.  A job that changed is marked, so the heap holds, for every
+        running job with a limit, an entry no later than its limit's end (stale entries are
+        checked and dropped as they come up)."""
+        running = self.core.running
+        changed = self._marks.changed()
+        if changed is None:
+            self._deadlines, self._odd, self._completing = [], {}, {}
+            changed = list(running)
+        heap = self._deadlines
+        odd, completing = self._odd, self._completing
+        for job_id in dict.fromkeys(changed):
+            job = running.get(job_id)
+            if job is None:
+                continue
+            end = _limit_end(job)
+            if end is not None:
+                heapq.heappush(heap, (end, job_id))
+            if job.suspended_for is not None or job.kill_reason in PREEMPT_KILLS:
+                odd[job_id] = None
+            if job.state == JobState.COMPLETING:
+                completing[job_id] = None
+        if len(heap) > 64 + 4 * len(running):  # (mostly entries of jobs gone): afresh
+            self._deadlines = [(end, job.job_id) for job in running.values()
+                               if (end := _limit_end(job)) is not None]
+            heapq.heapify(self._deadlines)
+
+    def _completing_unfollowed(self) -> bool:
+        """Whether a job in COMPLETING is not yet in `ending` (check_ending looks for it)."""
+        running, ending = self.core.running, self.ending
+        for job_id in list(self._completing):
+            job = running.get(job_id)
+            if job is None or job.state != JobState.COMPLETING:
+                del self._completing[job_id]
+            elif job_id not in ending:
+                return True
+        return False
+
+    def _may_act(self, now: float) -> bool:
+        """Whether check_time_limits' loop over the running jobs may act on one: a job lent
+        to a preemptor or preempted, or a job whose time limit's end has come.  (Exact in
+        one direction: False only when the loop would do nothing.)"""
+        self._follow_marks()  # (what check_ending and check_preempted changed)
+        running = self.core.running
+        odd = self._odd
+        for job_id in list(odd):
+            job = running.get(job_id)
+            if job is None or (job.suspended_for is None
+                               and job.kill_reason not in PREEMPT_KILLS):
+                del odd[job_id]
+            else:
+                return True
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            end, job_id = heap[0]
+            job = running.get(job_id)
+            now_end = None if job is None else _limit_end(job)
+            if now_end is not None and now_end <= now:
+                return True  # (left in the heap: it is checked again until it ends)
+            heapq.heappop(heap)
+            if now_end is not None:  # (its limit moved: the entry for its new end)
+                heapq.heappush(heap, (now_end, job_id))
+        return False
 
     def time_out_batch(self, job: Job, now: float) -> None:
         """A batch job reached its limit: COMPLETING as TIMEOUT (Slurm's state TIMEOUT +

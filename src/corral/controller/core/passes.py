@@ -16,6 +16,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from corral.controller.cluster import alloc_without
+from corral.controller.core.followed import MarkCursor
 from corral.controller.core.lifecycle import PREEMPT_KILLS
 from corral.controller.jobs import JobEvent, JobEventKind
 from corral.model.config import preempt_settings
@@ -58,12 +59,6 @@ _NODE_VIEW_OF = attrgetter("name", "cpus", "real_memory", "gpus", "alloc_cpus", 
                            "features")
 
 
-# what `running_view` reads of a job that has started (its allocation: the list itself,
-# which a fresh view would share too)
-_RUNNING_VIEW_OF = attrgetter("start_time", "time_limit", "exclusive", "array_job_id", "qos",
-                              "partition", "kill_reason", "alloc")
-
-
 def running_view(j: Job, now: float, recent_mean: float | None = None) -> RunningView:
     """A running job as the pass sees it; with `recent_mean` (its user's recent run times,
     sched/predict.py) it is expected to end when predicted, not at its limit."""
@@ -94,7 +89,8 @@ class Passes:
         # the last pass's view of each node and running job, with what it was made from:
         # a view is made again only when that changed (between two passes few do)
         self._node_views: dict[str, tuple[Node, tuple[object, ...], NodeView]] = {}
-        self._running_views: dict[int, tuple[Job, tuple[object, ...], RunningView]] = {}
+        self._running_views: dict[int, tuple[Job, RunningView]] = {}
+        self._running_marks = MarkCursor(core.table)
         # what backfill keeps from one pass to the next (its nodes, per scope)
         self.backfill_memo = BackfillMemo()
         # the simulator reads only the passes' starts (ClusterSnapshot.starts_only)
@@ -182,26 +178,29 @@ class Passes:
         return out
 
     def running_views(self, now: float) -> list[RunningView]:
-        """`running_view` of every running job (planned at its time limit), the last
-        pass's view of a job reused when nothing it was made from changed."""
+        """`running_view` of every running job (planned at its time limit), in the job
+        table's order; the last pass's view of a job is reused unless the job was marked
+        since (`JobTable.mark`: every change of what a view is made of marks its job)."""
         cache = self._running_views
-        kept: dict[int, tuple[Job, tuple[object, ...], RunningView]] = {}
+        changed = self._running_marks.changed()
+        if changed is None:
+            cache.clear()
+        else:
+            pop = cache.pop
+            for job_id in changed:
+                pop(job_id, None)
+        get = cache.get
         out: list[RunningView] = []
-        made_of = _RUNNING_VIEW_OF
-        for j in self.core.running.values():
-            if not j.start_time:  # (planned from `now`)
-                out.append(running_view(j, now))
+        add = out.append
+        for job_id, j in self.core.running.items():
+            hit = get(job_id)
+            if hit is not None and hit[0] is j:
+                add(hit[1])
                 continue
-            key = made_of(j)
-            hit = cache.get(j.job_id)
-            if hit is not None and hit[0] is j and hit[1] == key:
-                view = hit[2]
-                kept[j.job_id] = hit
-            else:
-                view = running_view(j, now)
-                kept[j.job_id] = (j, key, view)
-            out.append(view)
-        self._running_views = kept
+            view = running_view(j, now)
+            if j.start_time:  # (else planned from `now`: made again each pass)
+                cache[job_id] = (j, view)
+            add(view)
         return out
 
     def _lent_views(self, running: list[RunningView], now: float) -> None:
