@@ -7,7 +7,8 @@ and failures, time passing.
 - the passes' running views (Passes.running_views) equal fresh `running_view`s, in order;
 - the time-limit check's index (Lifecycle._may_act) finds something whenever the full loop
   over the running jobs would act, now and at later times;
-- check_ending's set of COMPLETING jobs names one whenever one is not yet followed."""
+- check_ending's set of COMPLETING jobs names one whenever one is not yet followed;
+- expire_finished's heap of ends finds a finished job whenever one ended before the cutoff."""
 
 from __future__ import annotations
 
@@ -134,6 +135,11 @@ class Scene:
         for later in (0, 30, 61, 600, 4000):
             if loop_would_act(lc, now + later):
                 assert lc._may_act(now + later), (done, later)
+        cutoff = now - core.settings.min_job_age
+        for later in (0, 30, 300, 4000):
+            if any(j.state.finished and (j.end_time or 0) < cutoff + later
+                   for j in core.jobs.values()):
+                assert lc._may_expire(cutoff + later), (done, later)
         lc._follow_marks()
         if any(j.state == JobState.COMPLETING and j.job_id not in lc.ending
                for j in core.running.values()):
@@ -172,3 +178,19 @@ def test_a_time_limit_shortened_while_running_is_found_due() -> None:
         assert lc._may_act(now + 120)
         h.advance(120)
         assert h.job(job_id).kill_reason == "TIMEOUT"
+
+
+def test_finished_jobs_are_forgotten_after_min_job_age_as_a_full_scan_finds_them() -> None:
+    with Harness(CONF) as h:
+        ids = [h.submit(time_limit=60) for _ in range(3)]
+        h.tick()
+        h.end(ids[0])
+        h.advance(100)
+        h.end(ids[1])
+        lc = h.ctl.core.lifecycle
+        ended = h.job(ids[0]).end_time
+        assert ended is not None
+        assert not lc._may_expire(ended)
+        assert lc._may_expire(ended + 1)
+        h.advance(h.ctl.core.settings.min_job_age - 50)
+        assert ids[0] not in h.ctl.jobs and ids[1] in h.ctl.jobs

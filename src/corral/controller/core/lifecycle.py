@@ -141,6 +141,7 @@ class Lifecycle:
         # to a preemptor, preempted), and jobs in COMPLETING, in the table's order
         self._odd: dict[int, None] = {}
         self._completing: dict[int, None] = {}
+        self._finished: list[tuple[float, int]] = []  # a heap: (end time, job id)
 
     def start_job(self, job: Job, alloc: list[NodeAlloc], now: float,
                   partition: str | None = None) -> None:
@@ -428,16 +429,19 @@ class Lifecycle:
         into their sets.  A job that changed is marked, so the heap holds, for every
         running job with a limit, an entry no later than its limit's end (stale entries are
         checked and dropped as they come up)."""
-        running = self.core.running
+        running, jobs = self.core.running, self.core.jobs
         changed = self._marks.changed()
         if changed is None:
-            self._deadlines, self._odd, self._completing = [], {}, {}
-            changed = list(running)
+            self._deadlines, self._odd, self._completing, self._finished = [], {}, {}, []
+            changed = list(jobs)
         heap = self._deadlines
         odd, completing = self._odd, self._completing
         for job_id in dict.fromkeys(changed):
             job = running.get(job_id)
             if job is None:
+                done = jobs.get(job_id)
+                if done is not None and done.state in FINISHED_STATES:
+                    heapq.heappush(self._finished, (done.end_time or 0, job_id))
                 continue
             end = _limit_end(job)
             if end is not None:
@@ -450,6 +454,22 @@ class Lifecycle:
             self._deadlines = [(end, job.job_id) for job in running.values()
                                if (end := _limit_end(job)) is not None]
             heapq.heapify(self._deadlines)
+
+    def _may_expire(self, cutoff: float) -> bool:
+        """Whether a finished job in memory ended before `cutoff` (expire_finished looks
+        for them; exact in one direction, as `_may_act`)."""
+        self._follow_marks()
+        heap, jobs = self._finished, self.core.jobs
+        while heap and heap[0][0] < cutoff:
+            end, job_id = heap[0]
+            job = jobs.get(job_id)
+            finished = job is not None and job.state in FINISHED_STATES
+            if finished and (job.end_time or 0) <= end:  # type: ignore[union-attr]
+                return True
+            heapq.heappop(heap)  # gone or requeued (entered anew when it ends again)
+            if finished:  # (its end moved later)
+                heapq.heappush(heap, (job.end_time or 0, job_id))  # type: ignore[union-attr]
+        return False
 
     def _completing_unfollowed(self) -> bool:
         """Whether a job in COMPLETING is not yet in `ending` (check_ending looks for it)."""
@@ -666,6 +686,8 @@ class Lifecycle:
         The final state of one that a pending job's dependency still names is kept in
         `gone`, so the scheduler never has to read it back from the store."""
         cutoff = now - self.core.settings.min_job_age
+        if not self._may_expire(cutoff):
+            return
         old = [j for j in self.core.jobs.values()
                if j.state in FINISHED_STATES and (j.end_time or 0) < cutoff]
         if not old:
