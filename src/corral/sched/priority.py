@@ -175,6 +175,11 @@ def pass_priorities(jobs: Iterable[PriorityJob], now: float, params: PriorityPar
     max_age_s = params.max_age_s
     if not weight_fairshare:
         fairshare = None
+    weight_assoc = w.assoc if assoc is not None else 0
+    weight_qos = w.qos if max_qos > 0 else 0
+    qos_priority = params.qos_priority
+    part_of = part_factor.get
+    fs_of = fs_cache.get
     for j in jobs:
         if j.held:
             out[j.job_id] = 0
@@ -189,18 +194,18 @@ def pass_priorities(jobs: Iterable[PriorityJob], now: float, params: PriorityPar
             waited = now - eligible_time
             if waited > 0:
                 age = min(1.0, waited / max_age_s)
-        total = weight_age * age + weight_partition * part_factor.get(j.partition, 0.0)
-        if fairshare is not None:
+        total = weight_age * age + weight_partition * part_of(j.partition, 0.0)
+        if fairshare is not None or weight_assoc:
             key = (getattr(j, "user", ""), getattr(j, "account", ""), j.partition)
-            f = fs_cache.get(key)
-            if f is None:
-                f = fs_cache[key] = fairshare(*key)
-            total += weight_fairshare * f
-        if assoc is not None and w.assoc:
-            key = (getattr(j, "user", ""), getattr(j, "account", ""), j.partition)
-            total += w.assoc * assoc(*key)
-        if w.qos and max_qos > 0:
-            total += w.qos * params.qos_priority.get(getattr(j, "qos", "") or "", 0) / max_qos
+            if fairshare is not None:
+                f = fs_of(key)
+                if f is None:
+                    f = fs_cache[key] = fairshare(*key)
+                total += weight_fairshare * f
+            if weight_assoc:
+                total += weight_assoc * assoc(*key)  # type: ignore[misc]
+        if weight_qos:
+            total += weight_qos * qos_priority.get(getattr(j, "qos", "") or "", 0) / max_qos
         if sized:
             tres = _job_tres(j)
             if w.job_size and totals.get("cpu"):

@@ -233,12 +233,13 @@ class Passes:
         pending = core.pending
         mark = core.table.mark  # what squeue shows of a job changed (controller/answers.py)
         # Priority and reasons are derived each pass: kept in memory, not written out.
+        get = pending.get
         for job_id, prio in decision.priorities.items():
-            job = pending.get(job_id)
+            job = get(job_id)
             if job is not None:
                 if job.priority != prio:
                     mark(job_id)
-                job.priority = prio
+                    job.priority = prio
                 if not job.held:
                     job.last_sched_eval = now
         for job_id in decision.became_eligible:
@@ -259,14 +260,18 @@ class Passes:
                 more = more or bool(found.array_tasks)
             # -p a,b: it runs in the partition that could start it (start.partition)
             core.lifecycle.start_job(job, start.alloc, now, start.partition)
+        texts: dict[int, str] = {}  # (by reason: most jobs share a plain one)
+        typed = core.pending_reasons
         for job_id, why in decision.reasons.items():
             waiting = pending.get(job_id)
             if waiting is not None:
-                text = why.text()
+                text = texts.get(id(why))
+                if text is None:
+                    text = texts[id(why)] = why.text()
                 if waiting.reason != text:
                     mark(job_id)
-                waiting.reason = text
-                core.pending_reasons[job_id] = why
+                    waiting.reason = text
+                typed[job_id] = why
         for job_id, text in decision.dependency_texts.items():
             waiting = pending.get(job_id)
             if waiting is not None:
