@@ -89,7 +89,8 @@ class Passes:
         # the last pass's view of each node and running job, with what it was made from:
         # a view is made again only when that changed (between two passes few do)
         self._node_views: dict[str, tuple[Node, tuple[object, ...], NodeView]] = {}
-        self._running_views: dict[int, tuple[Job, RunningView]] = {}
+        self._running_views: dict[int, RunningView] = {}
+        self._unstarted: list[int] = []  # running jobs without a start time (the last pass)
         self._running_marks = MarkCursor(core.table)
         # what backfill keeps from one pass to the next (its nodes, per scope)
         self.backfill_memo = BackfillMemo()
@@ -189,19 +190,18 @@ class Passes:
             pop = cache.pop
             for job_id in changed:
                 pop(job_id, None)
-        get = cache.get
-        out: list[RunningView] = []
-        add = out.append
-        for job_id, j in self.core.running.items():
-            hit = get(job_id)
-            if hit is not None and hit[0] is j:
-                add(hit[1])
-                continue
-            view = running_view(j, now)
-            if j.start_time:  # (else planned from `now`: made again each pass)
-                cache[job_id] = (j, view)
-            add(view)
-        return out
+            for job_id in self._unstarted:  # (planned from the `now` of their pass)
+                pop(job_id, None)
+        running = self.core.running
+        missing = [job_id for job_id in running if job_id not in cache]
+        if missing:
+            unstarted = self._unstarted = []
+            for job_id in missing:
+                j = running[job_id]
+                cache[job_id] = running_view(j, now)
+                if not j.start_time:
+                    unstarted.append(job_id)
+        return list(map(cache.__getitem__, running))
 
     def _lent_views(self, running: list[RunningView], now: float) -> None:
         """Preemption by suspension, as the pass must see it: a suspended victim holds its
