@@ -332,14 +332,6 @@ def _spans(runs: list[tuple[float, float]], duration: float) -> list[tuple[float
             if b == INFINITE_TIME or a + duration <= b]
 
 
-def _first_start(runs: list[tuple[float, float]], duration: float) -> float | None:
-    """The earliest start of `_spans(runs, duration)`, or None."""
-    for a, b in runs:
-        if b == INFINITE_TIME or a + duration <= b:
-            return a
-    return None
-
-
 def _earliest_fit(node: _Node, cpus: int, mem: int, gpus: int, whole: bool,
                   now: float) -> float:
     at = _earliest_fit_raw(node, cpus, mem, gpus, whole)
@@ -1160,28 +1152,31 @@ class _Pass:
         now = self.now
         whole = req.exclusive
         bounds = self._bounds_of(fits, whole)
-        best: tuple[float, tuple[int, int, int, int]] | None = None
+        # the best (start, static key) so far, as two names: no tuple made per node
+        best_at = INFINITE_TIME
+        best_key: tuple[int, int, int, int] | None = None
         chosen: _Node | None = None
         for at, static_key, node, c, m, g in bounds:
-            if best is not None and (at, static_key) >= best:
+            if chosen is not None and (at > best_at or (at == best_at
+                                                        and static_key >= best_key)):
                 break
             if not node.holds:  # only releases: it fits from its lower bound on
-                key = (at, static_key)
-                if best is None or key < best:
-                    best, chosen = key, node
+                if chosen is None or at < best_at or (at == best_at and static_key < best_key):
+                    best_at, best_key, chosen = at, static_key, node
                 continue
             demand = (c, m, g, whole)
             runs = node.plan_cache.get(demand)
             if runs is None:
                 runs = node.plan_cache[demand] = _fit_runs(node, c, m, g, whole, now)
-            first = _first_start(runs, duration)
-            if first is not None:
-                key = (first, static_key)
-                if best is None or key < best:
-                    best, chosen = key, node
-        if best is None or chosen is None:
+            for a, b in runs:  # (_first_start, inlined: every node visited)
+                if b == INFINITE_TIME or a + duration <= b:
+                    if chosen is None or a < best_at \
+                            or (a == best_at and static_key < best_key):
+                        best_at, best_key, chosen = a, static_key, node
+                    break
+        if chosen is None:
             return None
-        return best[0], [chosen]
+        return best_at, [chosen]
 
     def hold(self, req: Request, nodes: list[_Node], start: float, duration: float) -> None:
         k = len(nodes) or req.num_nodes
