@@ -507,13 +507,15 @@ class _Pass:
         structure = (tuple(names), tuple((p.name, tuple(p.nodes)) for p in parts.values()),
                      tuple(views[name].partitions for name in names))
         releases: dict[str, list[_Event]] = {}
+        found = releases.get
         for r in snap.running:
-            if r.end_time == INFINITE_TIME:
+            end = r.end_time
+            if end == INFINITE_TIME:
                 continue
             x = -1 if r.exclusive else 0
             for a in r.alloc:
-                event = (r.end_time, a.cpus, a.mem_mb, len(a.gpus), -1, x)
-                got = releases.get(a.node)
+                event = (end, a.cpus, a.mem_mb, len(a.gpus), -1, x)
+                got = found(a.node)
                 if got is None:
                     releases[a.node] = [event]
                 else:
@@ -557,6 +559,8 @@ class _Pass:
         # _plan_members, so its id is stable); see _bounds_of
         self._bounds: dict[int, _Bounds] = {}
         self._groups: dict[tuple[str, str], list[list[NodeView]]] = {}
+        # job shapes that no node can take now (_may_start_from)
+        self._never_now: set[tuple[Any, ...]] = set()
         self._group_sigs: dict[tuple[str, str, int], tuple[tuple[Any, ...], ...]] = {}
 
     # ---- the nodes' state, kept between passes ---------------------------------------
@@ -1251,10 +1255,13 @@ class _Pass:
         if most is None:
             c = m = g = 0
             for node in self.part_nodes.get(part, ()):
-                if node.usable and not node.exclusive:
-                    c = max(c, node.free_cpus)
-                    m = max(m, node.free_mem)
-                    g = max(g, len(node.free_gpus))
+                if node.usable and not node.exclusive:  # (max() inlined: every node)
+                    if node.free_cpus > c:
+                        c = node.free_cpus
+                    if node.free_mem > m:
+                        m = node.free_mem
+                    if len(node.free_gpus) > g:
+                        g = len(node.free_gpus)
             most = self._most_free[part] = (c, m, g)
         requested = () if demand is None else (
             ("cpus", demand[0]), ("mem", demand[1]), ("gpus", demand[2]), ("nodes", req.num_nodes))
@@ -1325,8 +1332,10 @@ class _Pass:
     def _may_start_from(self, ordered: list[PendingView], first: int) -> int:
         """The position of the first job from `first` on that might start now (a
         necessary condition: a node of its partition passes try_start's index filter),
-        or len(ordered)."""
+        or len(ordered).  Only in a pass without preemption, where nodes only fill: a
+        shape that no node passes stays so for the rest of the pass (`_never_now`)."""
         parts = self.snap.partitions
+        never = self._never_now
         for i in range(first, len(ordered)):
             job = ordered[i]
             index = self.index.get(job.partition)
@@ -1336,6 +1345,8 @@ class _Pass:
             if job.req_nodes:
                 return i
             shape = _shape_of(job)
+            if shape in never:
+                continue
             req = self.requests.get(shape)
             if req is None:
                 req = self.requests[shape] = _request(job, shape, self._def_mem(part))
@@ -1346,6 +1357,7 @@ class _Pass:
             if next(index.ordered(self.by_rank, min_gpus, min_cpus, req.exc_nodes),
                     None) is not None:
                 return i
+            never.add(shape)
         return len(ordered)
 
     def _def_mem(self, part: Partition) -> int:
