@@ -28,7 +28,7 @@ built everything afresh (tests/unit/test_sched_kept.py).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from heapq import heappop, heappush
 from operator import itemgetter
@@ -1158,7 +1158,7 @@ class _Pass:
         bounds = self._bounds_of(fits, whole)
         # the best (start, static key) so far, as two names: no tuple made per node
         best_at = INFINITE_TIME
-        best_key: tuple[int, int, int, int] | None = None
+        best_key = (0, 0, 0, 0)  # (read only once a node is chosen)
         chosen: _Node | None = None
         for at, static_key, node, c, m, g in bounds:
             if chosen is not None and (at > best_at or (at == best_at
@@ -1333,9 +1333,13 @@ class _Pass:
         """The position of the first job from `first` on that might start now (a
         necessary condition: a node of its partition passes try_start's index filter),
         or len(ordered).  Only in a pass without preemption, where nodes only fill: a
-        shape that no node passes stays so for the rest of the pass (`_never_now`)."""
+        shape that no node passes stays so for the rest of the pass (`_never_now`), and a
+        job at least as long as one of its shape that failed to start now (`failed_now`,
+        whose durations only fall) is not tried."""
         parts = self.snap.partitions
         never = self._never_now
+        failed_now = self.failed_now
+        predicted = self.snap.predicted_runtime if self.snap.levers.plan_predictions else None
         for i in range(first, len(ordered)):
             job = ordered[i]
             index = self.index.get(job.partition)
@@ -1346,6 +1350,9 @@ class _Pass:
                 return i
             shape = _shape_of(job)
             if shape in never:
+                continue
+            failed = failed_now.get(shape)
+            if failed is not None and _duration(job, predicted) >= failed:
                 continue
             req = self.requests.get(shape)
             if req is None:
@@ -1411,9 +1418,7 @@ class _Pass:
             req = self.requests.get(shape)
             if req is None:
                 req = self.requests[shape] = _request(job, shape, self._def_mem(part))
-            duration = INFINITE_TIME if job.time_limit < 0 else float(job.time_limit)
-            if predicted and job.user in predicted and duration != INFINITE_TIME:  # [quality]
-                duration = min(duration, predicted[job.user])  # EASY++: sched/predict.py
+            duration = _duration(job, predicted)
             end = now + duration
             failed = self.failed_now.get(shape)
             if failed is None or duration < failed:
@@ -1492,6 +1497,15 @@ def _shape_of(job: PendingView) -> tuple[Any, ...]:
             job.gpus_per_node, job.gpus_per_task, job.exclusive, job.req_nodes,
             job.exc_nodes, job.nodes_fixed, job.max_nodes, job.constraint,
             job.min_cpus, job.gpu_type, job.min_tmp_disk)
+
+
+def _duration(job: PendingView, predicted: Mapping[str, float] | None) -> float:
+    """How long the pass plans `job` to run: its time limit, or with `predicted` (the
+    predictions, when plans use them) the shorter of that and its user's prediction."""
+    duration = INFINITE_TIME if job.time_limit < 0 else float(job.time_limit)
+    if predicted and job.user in predicted and duration != INFINITE_TIME:  # [quality]
+        duration = min(duration, predicted[job.user])  # EASY++: sched/predict.py
+    return duration
 
 
 def _gpus(job: PendingView) -> int:
