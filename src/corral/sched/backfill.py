@@ -1330,16 +1330,18 @@ class _Pass:
         return groups
 
     def _may_start_from(self, ordered: list[PendingView], first: int) -> int:
-        """The position of the first job from `first` on that might start now (a
-        necessary condition: a node of its partition passes try_start's index filter),
-        or len(ordered).  Only in a pass without preemption, where nodes only fill: a
-        shape that no node passes stays so for the rest of the pass (`_never_now`), and a
-        job at least as long as one of its shape that failed to start now (`failed_now`,
-        whose durations only fall) is not tried."""
+        """The position of the first job from `first` on that might start now, or
+        len(ordered).  Only in a pass without preemption, where nodes only fill and holds
+        only grow, so a job that does not fit now will not fit at its turn either: it is
+        tried now (try_start, and its failure remembered in `failed_now` as its turn
+        would), and a shape that no node passes try_start's index filter stays so for the
+        rest of the pass (`_never_now`); a job at least as long as one of its shape that
+        failed (`failed_now`, whose durations only fall) is not tried at all."""
         parts = self.snap.partitions
         never = self._never_now
         failed_now = self.failed_now
         predicted = self.snap.predicted_runtime if self.snap.levers.plan_predictions else None
+        now = self.now
         for i in range(first, len(ordered)):
             job = ordered[i]
             index = self.index.get(job.partition)
@@ -1362,9 +1364,13 @@ class _Pass:
             min_cpus = req.cpus_per_task if req.exclusive else req.min_cpus_per_node()
             min_gpus = 0 if req.exclusive else req.min_gpus_per_node()
             if next(index.ordered(self.by_rank, min_gpus, min_cpus, req.exc_nodes),
-                    None) is not None:
+                    None) is None:
+                never.add(shape)
+                continue
+            duration = _duration(job, predicted)
+            if self.try_start(req, job.partition, now + duration) is not None:
                 return i
-            never.add(shape)
+            failed_now[shape] = duration
         return len(ordered)
 
     def _def_mem(self, part: Partition) -> int:
