@@ -504,8 +504,8 @@ class _Pass:
         views = snap.nodes
         parts = snap.partitions
         # what the nodes' ranks and partitions are made of
-        structure = (tuple(names), tuple((p.name, tuple(p.nodes)) for p in parts.values()),
-                     tuple(views[name].partitions for name in names))
+        structure = (tuple(names), tuple([(p.name, tuple(p.nodes)) for p in parts.values()]),
+                     tuple([views[name].partitions for name in names]))
         releases: dict[str, list[_Event]] = {}
         found = releases.get
         for r in snap.running:
@@ -1038,10 +1038,13 @@ class _Pass:
                 runs = node.plan_cache.get(demand)
                 if runs is None:
                     runs = node.plan_cache[demand] = _fit_runs(node, c, m, g, whole, now)
-                for a, b in _spans(runs, duration):
-                    heappush(events, (a, 0, node.rank))
-                    if b != INFINITE_TIME:  # (every start is finite: it comes first)
-                        heappush(events, (b, 1, node.rank))
+                rank = node.rank
+                for a, b in runs:  # (_spans, inlined)
+                    if b == INFINITE_TIME:
+                        heappush(events, (a, 0, rank))
+                    elif a + duration <= b:  # (every start is finite: it comes first)
+                        heappush(events, (a, 0, rank))
+                        heappush(events, (b - duration, 1, rank))
             if not events:
                 return None
             t, kind, rank = heappop(events)
