@@ -561,6 +561,8 @@ class _Pass:
         self._groups: dict[tuple[str, str], list[list[NodeView]]] = {}
         # job shapes that no node can take now (_may_start_from)
         self._never_now: set[tuple[Any, ...]] = set()
+        # the nodes where the job _may_start_from found fits now (None: not tried)
+        self._may_start_on: set[str] | None = None
         self._group_sigs: dict[tuple[str, str, int], tuple[tuple[Any, ...], ...]] = {}
 
     # ---- the nodes' state, kept between passes ---------------------------------------
@@ -1352,6 +1354,7 @@ class _Pass:
             if index is None or part is None:
                 continue
             if job.req_nodes:
+                self._may_start_on = None
                 return i
             shape = _shape_of(job)
             if shape in never:
@@ -1363,6 +1366,7 @@ class _Pass:
             if req is None:
                 req = self.requests[shape] = _request(job, shape, self._def_mem(part))
             if req.req_nodes or req.num_nodes < 1:
+                self._may_start_on = None
                 return i
             min_cpus = req.cpus_per_task if req.exclusive else req.min_cpus_per_node()
             min_gpus = 0 if req.exclusive else req.min_gpus_per_node()
@@ -1371,7 +1375,9 @@ class _Pass:
                 never.add(shape)
                 continue
             duration = _duration(job, predicted)
-            if self.try_start(req, job.partition, now + duration) is not None:
+            allocs = self.try_start(req, job.partition, now + duration)
+            if allocs is not None:
+                self._may_start_on = {a.node for a in allocs}
                 return i
             failed_now[shape] = duration
         return len(ordered)
@@ -1403,6 +1409,7 @@ class _Pass:
         starts_only = snap.starts_only and self.preempt is None and levers.order == "priority"
         may_start_from = 0  # the first job from which one might still start now
         starts_seen = 0  # starts made when it was found
+        recheck = False  # a hold was made where it was found to fit
         for pos, job, may_plan in _walk(ordered, blocked, self, snap):
             part = parts.get(job.partition)
             if part is None or part.state == "DOWN":
@@ -1480,10 +1487,13 @@ class _Pass:
             if failed_plan is not None and duration >= failed_plan:
                 continue
             if starts_only:
-                if may_start_from <= pos or len(self._started_on) != starts_seen:
-                    # (else the job found last time still might: nothing started since)
+                if may_start_from <= pos or len(self._started_on) != starts_seen \
+                        or recheck:
+                    # (else the job found last time still fits where it was found:
+                    # nothing started and no hold was made there since)
                     may_start_from = self._may_start_from(ordered, max(may_start_from, pos + 1))
                     starts_seen = len(self._started_on)
+                    recheck = False
                 if may_start_from >= len(ordered):
                     continue
             if not first:
@@ -1495,6 +1505,9 @@ class _Pass:
             start, nodes = plan
             self.hold(req, nodes, start, duration)
             dec.planned[job.job_id] = (start, [n.name for n in nodes])
+            if starts_only and not recheck:
+                where = self._may_start_on
+                recheck = where is None or any(n.name in where for n in nodes)
         return dec
 
 
