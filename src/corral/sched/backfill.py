@@ -22,7 +22,9 @@ taken by one pass at a time) the nodes are kept: a node is refilled from its vie
 when the view changed (compared by value) or the last pass started a job on it, and the
 lower bounds (before they are raised to `now`), the plans' node lists and the static
 reasons are kept until a node changes size or usability; each pass decides as one that
-built everything afresh (tests/unit/test_sched_kept.py).
+built everything afresh (tests/unit/test_sched_kept.py).  In the simulator's passes
+(`Snapshot.starts_only`) a job is planned only while some later job fits now, found by
+trying the later jobs ahead (`_may_start_from`; tests/unit/test_sched_starts_only.py).
 """
 
 from __future__ import annotations
