@@ -39,11 +39,12 @@ def test_csv_reads_our_columns_and_export_aliases(tmp_path: Path) -> None:
     jobs = read_csv(ours)
     assert jobs == [TraceJob(0, 50, 50, 3, 1, 0, "bob", "", ""),
                     TraceJob(5, 100, 300, 8, 2, 1000, "alice", "lab", "gpu")]
-    export = tmp_path / "export.csv"  # as gpu_trace_sample.csv: extra columns ignored
+    export = tmp_path / "export.csv"  # as gpu_trace_sample.csv: extra columns ignored, its
+    # qos kept (the simulator submits with it only a QoS the cluster defines)
     export.write_text("job_id,submit_s,start_s,end_s,duration_s,wait_s,gpus,gpu_fraction,"
                       "cpus,mem_mib,qos,user,vc\n"
                       "p-1,1595,1597,3713,2116,2,1,1.0,15.7,58368,LS,,\n")
-    assert read_csv(export) == [TraceJob(1595, 2116, 2116, 16, 1, 58368, "user", "", "")]
+    assert read_csv(export) == [TraceJob(1595, 2116, 2116, 16, 1, 58368, "user", "", "", "LS")]
 
 
 @pytest.mark.parametrize(("text", "message"), [

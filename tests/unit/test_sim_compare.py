@@ -85,6 +85,14 @@ def test_sacct_export_reads_as_a_trace(tmp_path: Path) -> None:
     assert header is None
     assert jobs == [TraceJob(0, 3600, 7200, 8, 2, 32 * 1024, "alice", "lab", "gpu"),
                     TraceJob(300, 600, 600, 1, 0, 500, "bob", "lab", "gpu")]
+    # with a QOS column (as the docstring's export asks), each job keeps its QoS
+    with_qos = tmp_path / "with-qos.txt"
+    with_qos.write_text(
+        "JobID|Submit|Start|End|Timelimit|AllocTRES|User|Account|Partition|QOS|State\n"
+        "7|2026-10-01T10:00:00|2026-10-01T10:00:30|2026-10-01T11:00:30|02:00:00|"
+        "cpu=8,gres/gpu=2,mem=32G|alice|lab|gpu|high|COMPLETED\n")
+    assert read_trace(with_qos)[0] == [
+        TraceJob(0, 3600, 7200, 8, 2, 32 * 1024, "alice", "lab", "gpu", "high")]
     bad = tmp_path / "bad.txt"
     bad.write_text("JobID|User\n1|x\n")
     assert corral_main(["sim", str(bad), "--policy", "easy"]) == 1

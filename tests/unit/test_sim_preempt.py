@@ -6,8 +6,11 @@ preemptor ends, their end and time limit moved by the time they were suspended."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from corral.admin.main import main as corral_main
 from corral.model.assoc import Qos
 from corral.model.config import parse_config
 from corral.sim.engine import Simulator
@@ -125,3 +128,66 @@ def test_a_suspended_victims_time_limit_is_moved_too() -> None:
     victim, preemptor = simulate("SUSPEND,GANG", jobs).records
     assert victim.state == "TIMEOUT"
     assert victim.end == pytest.approx(800 + (preemptor.end - preemptor.start))
+
+
+# `corral sim --accounts`: the QoS of a `sacctmgr dump` flat file, dumped from another
+# cluster, and a CSV trace whose qos column names them
+DUMP = """\
+# dumped from the lab's real cluster
+Cluster - 'labcluster':Fairshare=1:QOS='normal'
+QOS - 'normal':Priority=1:GraceTime=60
+QOS - 'high':Priority=2:Preempt='normal'
+Parent - 'root'
+Account - 'lab':Description='lab':Organization='lab':Fairshare=1
+"""
+TRACE = """\
+submit,run_time,time_limit,gpus,cpus,mem_mb,user,qos
+0,1000,2000,8,8,1000,student,normal
+100,300,600,8,8,1000,deadline,high
+120,10,20,1,1,1000,other,BE
+"""
+
+
+def _jobs_out(path: Path) -> list[list[str]]:
+    return [line.split(",") for line in path.read_text().splitlines()[1:]]
+
+
+def test_corral_sim_replays_preemption_with_a_dumped_accounts_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("PreemptType=preempt/qos\nPreemptMode=REQUEUE\n" + gpu_cluster_conf(1, 8))
+    (tmp_path / "acct.cfg").write_text(DUMP)
+    (tmp_path / "trace.csv").write_text(TRACE)
+    out = tmp_path / "jobs.csv"
+    assert corral_main(["sim", str(tmp_path / "trace.csv"), "--config", str(conf),
+                        "--accounts", str(tmp_path / "acct.cfg"), "--jobs-out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    victim, preemptor, other = _jobs_out(out)
+    # the deadline job starts once the student's job is killed at the end of its GraceTime
+    # (100 + 60 s); the student's reruns its 1,000 s after it
+    assert float(preemptor[3]) == pytest.approx(160, abs=1)
+    assert float(victim[3]) == pytest.approx(460, abs=1)
+    assert victim[5] == preemptor[5] == "COMPLETED"
+    # the trace's own class BE is not one of the cluster's: the default QoS, and said so
+    assert other[5] == "COMPLETED"
+    assert "1 jobs named a QoS the simulated cluster does not define" in printed
+    # without the file only the built-in normal is known: nothing is preempted
+    assert corral_main(["sim", str(tmp_path / "trace.csv"), "--config", str(conf),
+                        "--jobs-out", str(out)]) == 0
+    victim, preemptor, _ = _jobs_out(out)
+    assert float(preemptor[3]) == pytest.approx(1000, abs=1)
+    assert "2 jobs named a QoS" in capsys.readouterr().out  # high and BE (normal is built in)
+
+
+def test_corral_sim_bad_accounts_file_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "trace.csv").write_text(TRACE)
+    (tmp_path / "bad.cfg").write_text("Cluster - 'x'\nBogus line\n")
+    assert corral_main(["sim", str(tmp_path / "trace.csv"),
+                        "--accounts", str(tmp_path / "bad.cfg")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"corral sim: error: {tmp_path / 'bad.cfg'}: Bad line 2") \
+        and err.count("\n") == 1, err
+    assert corral_main(["sim", str(tmp_path / "trace.csv"),
+                        "--accounts", str(tmp_path / "missing.cfg")]) == 1
+    assert "missing.cfg: No such file or directory" in capsys.readouterr().err

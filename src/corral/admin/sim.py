@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from corral.controller.errors import SlurmError
 from corral.model.config import ConfigError, parse_config
 
 if TYPE_CHECKING:
@@ -42,6 +43,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="without --config: N nodes (default 64, 4 for lab:N)")
     p.add_argument("--gpus-per-node", type=int, default=8, metavar="G",
                    help="without --config: G GPUs per node (default 8)")
+    p.add_argument("--accounts", metavar="FILE",
+                   help="a `sacctmgr dump` flat file: the simulated cluster's QoS (Preempt, "
+                        "PreemptMode, GraceTime, priorities), accounts, users and limits; a "
+                        "trace's qos column then replays preemption")
     p.add_argument("--load", type=float, metavar="L",
                    help="rescale submit times so the offered load on the cluster is L "
                         "(lab:N is generated at load L, default 1.0)")
@@ -81,13 +86,20 @@ def cmd_sim(args: argparse.Namespace) -> int:
     except (TraceError, ConfigError) as e:
         print(f"corral sim: error: {e}", file=sys.stderr)
         return 1
+    accounts = None
+    if args.accounts:
+        try:
+            accounts = Path(args.accounts).read_text()
+        except OSError as e:
+            print(f"corral sim: error: {args.accounts}: {e.strerror or e}", file=sys.stderr)
+            return 1
     if args.jobs is not None:
         if args.jobs < 1:
             print("corral sim: error: --jobs must be at least 1", file=sys.stderr)
             return 1
         jobs = first_jobs(jobs, args.jobs)
     if args.policy:
-        return compare(args, text, jobs)
+        return compare(args, text, jobs, accounts)
     if args.plot:
         print("corral sim: error: --plot needs --policy", file=sys.stderr)
         return 1
@@ -95,9 +107,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
         print("corral sim: error: --pass-cost must be >= 0", file=sys.stderr)
         return 1
     try:
-        sim = Simulator(config, jobs, pass_cost=args.pass_cost, exact=args.exact)
-    except ConfigError as e:
-        print(f"corral sim: error: {e}", file=sys.stderr)
+        sim = Simulator(config, jobs, pass_cost=args.pass_cost, exact=args.exact,
+                        accounts=accounts)
+    except (ConfigError, SlurmError) as e:
+        print(f"corral sim: error: {_accounts_error(args, e)}", file=sys.stderr)
         return 1
     result = sim.run()
     if args.jobs_out:
@@ -107,7 +120,20 @@ def cmd_sim(args: argparse.Namespace) -> int:
             print(f"corral sim: error: {args.jobs_out}: {e.strerror or e}", file=sys.stderr)
             return 1
     sys.stdout.write(render(summarise(result)))
+    _unknown_qos_note(sim.unknown_qos)
     return 0
+
+
+def _accounts_error(args: argparse.Namespace, e: Exception) -> str:
+    if isinstance(e, SlurmError):  # (sacctmgr's wording starts with a space)
+        return f"{args.accounts}: {e.message.strip()}"
+    return str(e)
+
+
+def _unknown_qos_note(count: int) -> None:
+    if count:
+        print(f"{count} jobs named a QoS the simulated cluster does not define: submitted "
+              f"with the default QoS (define them with --accounts)")
 
 
 def write_jobs(result: SimResult, path: Path) -> None:
@@ -139,7 +165,8 @@ def load_trace(spec: str, nodes: int, gpus_per_node: int,
     return read_trace(Path(spec))
 
 
-def compare(args: argparse.Namespace, base: str, jobs: list[TraceJob]) -> int:
+def compare(args: argparse.Namespace, base: str, jobs: list[TraceJob],
+            accounts: str | None = None) -> int:
     from corral.sim.compare import (
         BUILTIN,
         busy_series,
@@ -171,18 +198,22 @@ def compare(args: argparse.Namespace, base: str, jobs: list[TraceJob]) -> int:
         print("corral sim: error: --policy needs at least one policy", file=sys.stderr)
         return 1
     results = []
+    unknown_qos = 0
     try:
         for text in confs:
-            results.append(Simulator(parse_config(text), jobs, pass_cost=args.pass_cost,
-                                     exact=args.exact).run())
-    except ConfigError as e:
-        print(f"corral sim: error: {e}", file=sys.stderr)
+            sim = Simulator(parse_config(text), jobs, pass_cost=args.pass_cost,
+                            exact=args.exact, accounts=accounts)
+            results.append(sim.run())
+            unknown_qos = sim.unknown_qos
+    except (ConfigError, SlurmError) as e:
+        print(f"corral sim: error: {_accounts_error(args, e)}", file=sys.stderr)
         return 1
     sys.stdout.write(render_summaries(names, [summarise(r) for r in results],
                                       [window_utilisation(r) for r in results]))
     sys.stdout.write(render_excess(names, results))  # [quality] the bound against EASY
     sys.stdout.write("\nmean wait by size and by user (s)\n")
     sys.stdout.write(render_groups(names, results, jobs))
+    _unknown_qos_note(unknown_qos)
     if args.plot:
         from corral.sim.plot import plot_busy
 

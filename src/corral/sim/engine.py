@@ -47,6 +47,7 @@ from copy import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.controller.assoc_authz import Caller
 from corral.controller.core.effects import Control, Effect, Launch, ReadGoneJobs, ScheduleSoon
 from corral.controller.duties import periodic_duties
 from corral.controller.errors import SlurmError
@@ -131,7 +132,7 @@ def sim_config(config: ClusterConfig, exact: bool) -> ClusterConfig:
 class Simulator:
     def __init__(self, config: ClusterConfig, jobs: Sequence[TraceJob], *,
                  pass_cost: float = 0.0, exact: bool = False,
-                 store: Store | None = None) -> None:
+                 store: Store | None = None, accounts: str | None = None) -> None:
         self.now = EPOCH
         self.pass_cost = pass_cost
         self.exact = exact
@@ -167,6 +168,25 @@ class Simulator:
         self.ctl.core.passes.starts_only = not exact
         names = list(self.ctl.nodes)
         self.ctl.agent_registered(names, lambda msg: None, {"start_time": self.now}, [])
+        # trace jobs whose QoS the cluster does not define: submitted with the default one
+        self.unknown_qos = 0
+        if accounts is not None:
+            self.load_accounts(accounts)
+
+    def load_accounts(self, text: str) -> None:
+        """A `sacctmgr dump` flat file (Slurm's or Corral's) as the simulated cluster's
+        accounting: its QoS (priorities, Preempt, PreemptMode, GraceTime), accounts, users,
+        fairshare and limits.  Its `Cluster -` line may name another cluster (the one it
+        was dumped from): it is read as this one's.  A bad file raises SlurmError."""
+        cluster = self.ctl.accounts.cluster
+        lines = []
+        for line in text.splitlines():
+            head, sep, rest = line.partition(" - ")
+            if sep and head.strip().lower() == "cluster":
+                _, colon, opts = rest.partition(":")
+                line = f"Cluster - '{cluster}'" + (colon + opts if colon else "")
+            lines.append(line)
+        self.ctl.accounts.load(Caller("root", operator=True), "\n".join(lines) + "\n")
 
     # ---- the event queue ----------------------------------------------------------------
     def push(self, at: float, kind: int, what: Any) -> None:
@@ -336,7 +356,10 @@ class Simulator:
         if j.partition and j.partition in self.ctl.partitions:
             spec["partition"] = j.partition
         if j.qos:  # [quality] preemption in virtual time
-            spec["qos"] = j.qos
+            if j.qos in self.ctl.accounts.db.qos:
+                spec["qos"] = j.qos
+            else:  # (a trace's own classes, e.g. gpu_trace_sample.csv's LS/BE)
+                self.unknown_qos += 1
         return spec
 
     def _submit(self, index: int) -> None:

@@ -2,7 +2,7 @@
 replayed under another setting.  The export it reads:
 
     sacct --allusers --allocations --parsable2 --starttime 2026-10-01 --endtime 2026-11-01 \\
-        --format JobID,Submit,Start,End,Timelimit,AllocTRES,User,Account,Partition,State
+        --format JobID,Submit,Start,End,Timelimit,AllocTRES,User,Account,Partition,QOS,State
 
 (`--parsable2`: `|`-separated with a header row; extra columns are ignored, and the order
 is free).  A job that never started (no Start, or Start `Unknown`/`None`) is skipped: it has
@@ -104,13 +104,13 @@ def read_sacct(path: Path) -> list[TraceJob]:
                     submit=submit, run_time=run, time_limit=max(1.0, limit), cpus=max(1, cpus),
                     gpus=gpus, mem_mb=_mem_mb(tres.get("mem", "")),
                     user=cell("user") or "user", account=cell("account"),
-                    partition=cell("partition"))))
+                    partition=cell("partition"), qos=cell("qos"))))
         except (OSError, EOFError, UnicodeError) as e:
             raise TraceError(f"{path}: cannot read: {e}") from None
     if not raw:
         return []
     first = min(s for s, _ in raw)
     jobs = [TraceJob(s - first, j.run_time, j.time_limit, j.cpus, j.gpus, j.mem_mb, j.user,
-                     j.account, j.partition) for s, j in raw]
+                     j.account, j.partition, j.qos) for s, j in raw]
     jobs.sort(key=lambda j: j.submit)
     return jobs

@@ -15,7 +15,7 @@ CSV: a header row, then one job per row.  Columns (aliases in parentheses): `sub
 (submit_s, submit_time), `run_time` (duration, duration_s, runtime), `time_limit`
 (limit, timelimit; default the run time), `gpus`, `cpus` (default 1; fractions round up),
 `mem_mb` (mem, mem_mib, memory; default 0: the partition's default), `user`, `account`,
-`partition`.  Extra columns are ignored, so exports such as `gpu_trace_sample.csv` read as is.
+`partition`, `qos` (submitted with `--qos`: preemption is replayed).  Extra columns are ignored, so exports such as `gpu_trace_sample.csv` read as is.
 """
 
 from __future__ import annotations
@@ -117,6 +117,7 @@ _ALIASES = {
     "user": ("user",),
     "account": ("account",),
     "partition": ("partition",),
+    "qos": ("qos",),
 }
 
 
@@ -177,7 +178,7 @@ def _csv_job(row: list[str], col: dict[str, int], path: Path, lineno: int) -> Tr
                     gpus=math.ceil(number("gpus", 0)),
                     mem_mb=math.ceil(number("mem_mb", 0)),
                     user=cell("user") or "user", account=cell("account"),
-                    partition=cell("partition"))
+                    partition=cell("partition"), qos=cell("qos"))
 
 
 def read_trace(path: Path) -> tuple[list[TraceJob], SwfHeader | None]:
