@@ -105,11 +105,20 @@ def test_show_tree_and_withassoc(acc: Accounts) -> None:
 def test_dump_load_round_trip(acc: Accounts) -> None:
     run(acc, ROOT, "modify", "user", where={"names": "ann"},
         sets={"GrpTRES": "gres/gpu=2", "MaxWall": "1-00:00:00", "Fairshare": "5"})
+    run(acc, ROOT, "add", "qos", ["low"], {"GraceTime": "90", "PreemptExemptTime": "5"})
+    run(acc, ROOT, "add", "qos", ["high"], {"Priority": "10", "Preempt": "low",
+                                            "PreemptMode": "requeue"})
     text = acc.dump("corral")
     assert "User - 'ann':DefaultAccount='students':Fairshare=5:GrpTRES=gres/gpu=2" in text
+    # a QoS's preemption settings travel with it
+    assert "QOS - 'high':Description='high':Priority=10:Preempt='low':PreemptMode=requeue" \
+        in text
+    assert "QOS - 'low':Description='low':GraceTime=90:PreemptExemptTime=5" in text
     fresh = Accounts(MemoryStore(), "corral")
     fresh.load(ROOT, text)
     assert fresh.dump("corral") == text
+    for name in ("low", "high"):
+        assert fresh.db.qos[name].to_dict() | {"id": 0} == acc.db.qos[name].to_dict() | {"id": 0}
     with pytest.raises(AccountsError, match="Access/permission denied"):
         fresh.load(Caller("ann"), text)
 

@@ -222,6 +222,16 @@ def _qos_opts(q: Qos) -> str:
         parts.append(f"UsageFactor={q.usage_factor:g}")
     if q.flags:
         parts.append(f"Flags={','.join(q.flags)}")
+    # preemption, so that a dump loaded elsewhere (another cluster, `corral sim --accounts`)
+    # preempts as this one does
+    if q.preempt:
+        parts.append(f"Preempt='{','.join(q.preempt)}'")
+    if q.preempt_mode != "cluster":
+        parts.append(f"PreemptMode={q.preempt_mode}")
+    if q.grace_time:
+        parts.append(f"GraceTime={q.grace_time}")
+    if q.preempt_exempt_time is not None:
+        parts.append(f"PreemptExemptTime={q.preempt_exempt_time // 60}")
     lim = q.limits
     for label, tres in (("GrpTRES", lim.grp_tres), ("MaxTRESPerJob", lim.max_tres_per_job),
                         ("MaxTRESPerNode", lim.max_tres_per_node),
