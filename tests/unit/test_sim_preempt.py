@@ -13,8 +13,10 @@ import pytest
 from corral.admin.main import main as corral_main
 from corral.model.assoc import Qos
 from corral.model.config import parse_config
-from corral.sim.engine import Simulator
+from corral.sim.compare import busy_series
+from corral.sim.engine import SimResult, Simulator
 from corral.sim.generate import gpu_cluster_conf
+from corral.sim.metrics import summarise
 from corral.sim.trace import TraceJob
 
 ONE_NODE = gpu_cluster_conf(1, 8)
@@ -22,14 +24,18 @@ ONE_NODE = gpu_cluster_conf(1, 8)
 
 def simulate(mode: str | None, jobs: list[TraceJob], grace: int = 0,
              exact: bool = False) -> Simulator:
+    return simulate_result(mode, jobs, grace, exact)[0]
+
+
+def simulate_result(mode: str | None, jobs: list[TraceJob], grace: int = 0,
+                    exact: bool = False) -> tuple[Simulator, SimResult]:
     conf = ONE_NODE if mode is None \
         else f"PreemptType=preempt/qos\nPreemptMode={mode}\n" + ONE_NODE
     sim = Simulator(parse_config(conf), jobs, exact=exact)
     db = sim.ctl.accounts.db
     db.qos["normal"] = Qos("normal", 1, grace_time=grace)
     db.qos["high"] = Qos("high", 2, preempt=("normal",))
-    sim.run()
-    return sim
+    return sim, sim.run()
 
 
 # a student's 8-GPU job runs 1,000 s from 0; a deadline job of 8 GPUs comes at 100 s
@@ -117,6 +123,24 @@ def test_a_suspended_victim_ends_its_suspended_time_later() -> None:
     assert job.restart_count == 0
     assert job.suspended_secs == pytest.approx(preemptor.end - preemptor.start)
     assert sim.starts == [0, 1]
+
+
+@pytest.mark.parametrize("mode", ["REQUEUE", "SUSPEND,GANG"])
+def test_the_summary_counts_each_gpu_second_once(mode: str) -> None:
+    """A requeued victim's first run held its GPUs (busy, not idle); a suspended one lent
+    them to its preemptor (not counted twice).  Here the node's 8 GPUs are busy from the
+    first start to the last end, whoever holds them."""
+    sim, result = simulate_result(mode, JOBS, grace=60 if mode == "REQUEUE" else 0)
+    victim, _ = sim.records
+    if mode == "REQUEUE":
+        assert victim.stopped == [(0.0, pytest.approx(160, abs=1))]
+    else:
+        assert victim.paused == [(pytest.approx(100, abs=1), pytest.approx(400, abs=1))]
+    s = summarise(result)
+    assert s.utilisation == pytest.approx(1.0)
+    assert s.idle_gpu_seconds_while_pending == pytest.approx(0.0)
+    assert busy_series(result)[-1][1] == 0
+    assert max(busy for _, busy in busy_series(result)) == 8
 
 
 def test_a_suspended_victims_time_limit_is_moved_too() -> None:

@@ -133,22 +133,19 @@ def window_utilisation(result: SimResult) -> float:
         return 0.0
     busy = 0.0
     for r in result.records:
-        if r.start is None:
-            continue
-        end = r.end if r.end is not None else hi
-        busy += r.gpus * max(0.0, min(end, hi) - max(r.start, lo))
+        for a, b in r.holding(hi):
+            busy += r.gpus * max(0.0, min(b, hi) - max(a, lo))
     return busy / (result.total_gpus * (hi - lo))
 
 
 def busy_series(result: SimResult) -> list[tuple[float, int]]:
     """(time, GPUs busy from then on), a step function over the run."""
     changes: dict[float, int] = defaultdict(int)
+    last = max((r.end for r in result.records if r.end is not None), default=0.0)
     for r in result.records:
-        if r.start is None:
-            continue
-        changes[r.start] += r.gpus
-        if r.end is not None:
-            changes[r.end] -= r.gpus
+        for a, b in r.holding(last):
+            changes[a] += r.gpus
+            changes[b] -= r.gpus
     out: list[tuple[float, int]] = []
     busy = 0
     for t in sorted(changes):

@@ -89,10 +89,38 @@ class JobRecord:
     cpus: int
     run_time: float
     job_id: int | None = None  # None: the submission was refused
-    start: float | None = None
+    start: float | None = None  # of its last run
     end: float | None = None
     state: str = "PENDING"
     refused: str | None = None
+    # earlier runs, each ended by a requeue (preemption): (start, end); and the spans it
+    # was suspended (its resources lent to a preemptor): (from, to)
+    stopped: list[tuple[float, float]] = field(default_factory=list)
+    paused: list[tuple[float, float]] = field(default_factory=list)
+    suspended_at: float | None = None
+
+    def holding(self, until: float) -> list[tuple[float, float]]:
+        """The spans in which the job held its resources: every run (the last one to its
+        end, or `until` if it has none), less the spans it was suspended."""
+        runs = list(self.stopped)
+        if self.start is not None:
+            runs.append((self.start, self.end if self.end is not None else until))
+        gaps = list(self.paused)
+        if self.suspended_at is not None:
+            gaps.append((self.suspended_at, until))
+        if not gaps:
+            return runs
+        out = []
+        for a, b in runs:
+            for g0, g1 in sorted(gaps):
+                if g1 <= a or g0 >= b:
+                    continue
+                if g0 > a:
+                    out.append((a, g0))
+                a = max(a, g1)
+            if b > a:
+                out.append((a, b))
+        return out
 
 
 @dataclass(slots=True)
@@ -446,6 +474,12 @@ class Simulator:
             del self._due[job_id]
         self.ctl.job_ended(job_id, state, 0, 15 if state != "COMPLETED" else 0, self.now)
 
+    @staticmethod
+    def _resumed(rec: JobRecord, t: float) -> None:
+        if rec.suspended_at is not None:
+            rec.paused.append((rec.suspended_at, t))
+            rec.suspended_at = None
+
     def _event(self, ev: JobEvent) -> None:
         self.changed = self.ticked = True
         if ev.kind in (JobEventKind.ENDED, JobEventKind.REQUEUED):
@@ -455,10 +489,21 @@ class Simulator:
         rec = self.by_job.get(ev.job.job_id)
         if rec is None:
             return
+        t = ev.time - EPOCH
         if ev.kind is JobEventKind.STARTED:
-            rec.start = ev.time - EPOCH
+            rec.start = t
             rec.state = JobState.RUNNING.value
             self.starts.append(rec.index)
         elif ev.kind is JobEventKind.ENDED:
-            rec.end = ev.time - EPOCH
+            rec.end = t
             rec.state = ev.new.value
+            self._resumed(rec, t)
+        elif ev.kind is JobEventKind.SUSPENDED:
+            rec.suspended_at = t
+        elif ev.kind is JobEventKind.RESUMED:
+            self._resumed(rec, t)
+        elif ev.kind is JobEventKind.REQUEUED and rec.start is not None:
+            self._resumed(rec, t)
+            rec.stopped.append((rec.start, t))  # (its resources are free again)
+            rec.start = None
+            rec.state = JobState.PENDING.value

@@ -62,14 +62,20 @@ def summarise(result: SimResult) -> Summary:
             continue
         size = r.gpus if gpus else r.cpus
         changes.append((r.submit, 0, 1))
+        # the resources it held: every run (a preempted one's too), less its suspensions
+        for a, b in r.holding(last):
+            busy += size * (b - a)
+            changes.append((a, size, 0))
+            changes.append((b, -size, 0))
+        for a, b in r.stopped:  # not waiting while it ran before a requeue
+            changes.append((a, 0, -1))
+            changes.append((b, 0, 1))
         if r.start is None:
             continue
         end = r.end if r.end is not None else last
-        busy += size * (end - r.start)
         run = end - r.start
         slowdowns.append(max(1.0, (r.start - r.submit + run) / max(run, TAU)))
-        changes.append((r.start, size, -1))
-        changes.append((end, -size, 0))
+        changes.append((r.start, 0, -1))
     changes.sort()
     idle_while_pending = 0.0
     used = waiting = 0
