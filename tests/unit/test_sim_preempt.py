@@ -16,7 +16,7 @@ from corral.model.config import parse_config
 from corral.sim.compare import busy_series
 from corral.sim.engine import SimResult, Simulator
 from corral.sim.generate import gpu_cluster_conf
-from corral.sim.metrics import summarise
+from corral.sim.metrics import render, summarise
 from corral.sim.trace import TraceJob
 
 ONE_NODE = gpu_cluster_conf(1, 8)
@@ -83,8 +83,9 @@ def test_a_requeued_victim_holds_its_gpus_for_its_grace_time() -> None:
 
 
 def test_a_cancelled_victim_ends_after_its_grace_time() -> None:
-    sim = simulate("CANCEL", JOBS, grace=60)
+    sim, result = simulate_result("CANCEL", JOBS, grace=60)
     victim, preemptor = sim.records
+    assert summarise(result).lost_to_preemption == pytest.approx(8 * 160, abs=10)
     assert victim.end == pytest.approx(160, abs=1) and victim.state == "PREEMPTED"
     assert preemptor.start == pytest.approx(160, abs=1)
     assert sim.starts == [0, 1]
@@ -137,6 +138,9 @@ def test_the_summary_counts_each_gpu_second_once(mode: str) -> None:
     else:
         assert victim.paused == [(pytest.approx(100, abs=1), pytest.approx(400, abs=1))]
     s = summarise(result)
+    # the victim's 160 s on 8 GPUs before its requeue are lost; a suspended one loses none
+    assert s.lost_to_preemption == pytest.approx(1280 if mode == "REQUEUE" else 0, abs=10)
+    assert ("GPU-s lost to preemption  1280" in render(s)) == (mode == "REQUEUE")
     assert s.utilisation == pytest.approx(1.0)
     assert s.idle_gpu_seconds_while_pending == pytest.approx(0.0)
     assert busy_series(result)[-1][1] == 0

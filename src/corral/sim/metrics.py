@@ -28,6 +28,9 @@ class Summary:
     idle_gpu_seconds_while_pending: float
     passes: int
     wall_seconds: float
+    # GPU-seconds (CPU-seconds without GPUs) of runs that preemption threw away: a requeued
+    # victim's earlier runs, a cancelled victim's run
+    lost_to_preemption: float = 0.0
 
     @property
     def jobs_per_second(self) -> float:
@@ -53,7 +56,7 @@ def summarise(result: SimResult) -> Summary:
     first = min((r.submit for r in recs), default=0.0)
     last = max((r.end for r in recs if r.end is not None), default=first)
     makespan = max(0.0, last - first)
-    busy = 0.0
+    busy = lost = 0.0
     slowdowns: list[float] = []
     # (time, change of busy GPUs, change of waiting jobs): idle GPUs count while jobs wait
     changes: list[tuple[float, int, int]] = []
@@ -70,6 +73,9 @@ def summarise(result: SimResult) -> Summary:
         for a, b in r.stopped:  # not waiting while it ran before a requeue
             changes.append((a, 0, -1))
             changes.append((b, 0, 1))
+            lost += size * (b - a)
+        if r.state == "PREEMPTED" and r.start is not None and r.end is not None:
+            lost += size * (r.end - r.start)
         if r.start is None:
             continue
         end = r.end if r.end is not None else last
@@ -98,7 +104,7 @@ def summarise(result: SimResult) -> Summary:
         p95_wait=percentile(waits, 95),
         mean_bounded_slowdown=statistics.fmean(slowdowns) if slowdowns else 0.0,
         makespan=makespan, idle_gpu_seconds_while_pending=idle_while_pending,
-        passes=result.passes, wall_seconds=result.wall_seconds)
+        passes=result.passes, wall_seconds=result.wall_seconds, lost_to_preemption=lost)
 
 
 def render(s: Summary) -> str:
@@ -110,6 +116,8 @@ def render(s: Summary) -> str:
         f"mean bounded slowdown     {s.mean_bounded_slowdown:.2f} (tau {TAU:.0f} s)",
         f"makespan                  {s.makespan:.0f} s",
         f"idle GPU-s while pending  {s.idle_gpu_seconds_while_pending:.0f}",
+        *([f"{s.resource + '-s lost to preemption':26}{s.lost_to_preemption:.0f}"]
+          if s.lost_to_preemption else []),
         f"scheduling passes         {s.passes}",
         f"wall time                 {s.wall_seconds:.2f} s ({s.jobs_per_second:.0f} jobs/s)",
     ]
