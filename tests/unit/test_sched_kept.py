@@ -7,51 +7,16 @@ from __future__ import annotations
 
 import random
 
-from corral.model.job import NodeAlloc
 from corral.model.node import Partition
 from corral.sched import backfill
 from corral.sched.backfill import schedule
 from corral.sched.snapshot import INFINITE_TIME, NodeView, PendingView, RunningView, Snapshot
+from tests.unit.sched_cluster import end_jobs, start_jobs
 
 
 def _views(n: int) -> dict[str, NodeView]:
     return {f"n{i}": NodeView(f"n{i}", 16, 64_000, 8, 16, 64_000, list(range(8)), True,
                               partitions=("gpu",)) for i in range(1, n + 1)}
-
-
-def _take(v: NodeView, a: NodeAlloc) -> None:
-    v.free_cpus -= a.cpus
-    v.free_mem -= a.mem_mb
-    v.free_gpus = [g for g in v.free_gpus if g not in a.gpus]
-    v.job_count += 1
-
-
-def _give(v: NodeView, a: NodeAlloc) -> None:
-    v.free_cpus += a.cpus
-    v.free_mem += a.mem_mb
-    v.free_gpus = sorted(v.free_gpus + list(a.gpus))
-    v.job_count -= 1
-
-
-def _end(views: dict[str, NodeView], running: list[RunningView],
-         ended: list[RunningView]) -> None:
-    """The `ended` jobs leave `running` and give their nodes back."""
-    for r in ended:
-        running.remove(r)
-        for a in r.alloc:
-            _give(views[a.node], a)
-
-
-def _start(views: dict[str, NodeView], pending: list[PendingView], running: list[RunningView],
-           placed: backfill.Placement, now: float) -> None:
-    """The jobs `placed` started leave `pending`, run, and take their nodes."""
-    started = dict(placed.starts)
-    for job in [j for j in pending if j.job_id in started]:
-        pending.remove(job)
-        end = INFINITE_TIME if job.time_limit < 0 else now + job.time_limit
-        running.append(RunningView(job.job_id, end, started[job.job_id]))
-        for a in started[job.job_id]:
-            _take(views[a.node], a)
 
 
 def _facts(placed: backfill.Placement) -> tuple[object, ...]:
@@ -81,7 +46,7 @@ def test_kept_nodes_decide_as_fresh_ones() -> None:
                                        gpus_per_node=min(gpus, 8), cpus_per_task=2,
                                        mem_per_node=4000, time_limit=limit))
             next_id += 1
-        _end(views, running, [r for r in running if r.end_time <= now or rng.random() < 0.05])
+        end_jobs(views, running, [r for r in running if r.end_time <= now or rng.random() < 0.05])
         if running and rng.random() < 0.3:  # a time limit changed: releases move
             i = rng.randrange(len(running))
             r = running[i]
@@ -99,7 +64,7 @@ def test_kept_nodes_decide_as_fresh_ones() -> None:
         survived += sum(a is b for a, b in zip(memo.scopes[""].by_rank, before, strict=False))
         fresh = schedule(snap)  # (built afresh: no memo)
         assert _facts(got) == _facts(fresh), f"step {step}"
-        _start(views, pending, running, got, now)
+        start_jobs(views, pending, running, got, now)
     assert survived > 0  # (the nodes were kept, not built afresh every pass)
 
 
@@ -125,7 +90,7 @@ def test_starts_only_starts_the_same_jobs() -> None:
                                        mem_per_node=4000,
                                        time_limit=rng.choice((60, 600, 3600, 7200, -1))))
             next_id += 1
-        _end(views, running, [r for r in running if r.end_time <= now])
+        end_jobs(views, running, [r for r in running if r.end_time <= now])
         full = schedule(Snapshot(now=now, nodes=views, partitions={"gpu": part},
                                  running=running, pending=pending))
         lean = schedule(Snapshot(now=now, nodes=views, partitions={"gpu": part},
@@ -134,5 +99,5 @@ def test_starts_only_starts_the_same_jobs() -> None:
         assert _facts(lean)[1] == _facts(full)[1], f"step {step}"
         assert set(lean.planned) <= set(full.planned)
         left_out += len(full.planned) - len(lean.planned)
-        _start(views, pending, running, full, now)
+        start_jobs(views, pending, running, full, now)
     assert left_out > 0  # (some holds were left out)

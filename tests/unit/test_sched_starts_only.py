@@ -15,7 +15,8 @@ import pytest
 from corral.model.node import Partition
 from corral.sched import backfill
 from corral.sched.backfill import schedule
-from corral.sched.snapshot import INFINITE_TIME, NodeView, PendingView, RunningView, Snapshot
+from corral.sched.snapshot import NodeView, PendingView, RunningView, Snapshot
+from tests.unit.sched_cluster import end_jobs, start_jobs
 
 
 def _facts(placed: backfill.Placement) -> tuple[object, ...]:
@@ -47,15 +48,7 @@ def test_lean_pass_starts_what_a_full_pass_starts(seed: int, predict: bool) -> N
                 time_limit=rng.choice((60, 300, 600, 1200, 3600, 7200, -1)),
                 user=f"u{rng.randrange(4)}"))
             next_id += 1
-        ended = [r for r in running if r.end_time <= now or rng.random() < 0.1]
-        for r in ended:
-            running.remove(r)
-            for a in r.alloc:
-                v = views[a.node]
-                v.free_cpus += a.cpus
-                v.free_mem += a.mem_mb
-                v.free_gpus = sorted(v.free_gpus + list(a.gpus))
-                v.job_count -= 1
+        end_jobs(views, running, [r for r in running if r.end_time <= now or rng.random() < 0.1])
         predicted = {f"u{i}": float(rng.choice((120, 900, 5000))) for i in range(4)} \
             if predict else {}
         full, lean = (schedule(Snapshot(now=now, nodes=views, partitions=parts,
@@ -65,15 +58,5 @@ def test_lean_pass_starts_what_a_full_pass_starts(seed: int, predict: bool) -> N
         assert _facts(lean) == _facts(full), f"step {step}"
         planned_full += len(full.planned)
         planned_lean += len(lean.planned)
-        started = dict(full.starts)
-        for job in [j for j in pending if j.job_id in started]:
-            pending.remove(job)
-            end = INFINITE_TIME if job.time_limit < 0 else now + job.time_limit
-            running.append(RunningView(job.job_id, end, started[job.job_id]))
-            for a in started[job.job_id]:
-                v = views[a.node]
-                v.free_cpus -= a.cpus
-                v.free_mem -= a.mem_mb
-                v.free_gpus = [g for g in v.free_gpus if g not in a.gpus]
-                v.job_count += 1
+        start_jobs(views, pending, running, full, now)
     assert planned_lean < planned_full  # (the lean pass did leave holds out)
