@@ -6,7 +6,6 @@ passing."""
 
 from __future__ import annotations
 
-import random
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,8 +15,8 @@ from aiohttp.test_utils import make_mocked_request
 
 from corral.cli.hot import SQUEUE_PATH
 from corral.controller import answers, server
-from corral.controller.harness import Harness
 from corral.controller.state import SlurmError
+from tests.unit.random_changes import SHARED, RandomChanges
 
 pytestmark = pytest.mark.usefixtures("utc_tz")  # (tests/unit/conftest.py)
 
@@ -44,10 +43,9 @@ QUERIES = [
 ]
 
 
-class Scene:
+class Scene(RandomChanges):
     def __init__(self, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.rng = random.Random(seed)
-        self.h = Harness(CONF)
+        super().__init__(seed, CONF)
         self.api = server.Api(self.h.ctl, lambda: None)
         self.who = self.h.who(1000)
         monkeypatch.setattr(server, "peer_identity", lambda request, ctl: self.who)
@@ -73,15 +71,9 @@ class Scene:
         cache = self.api.rows_cache
         cache.requests += 1
         try:
-            self.h.call(change)
-        except SlurmError:
-            pass  # refused (a finished job, not its owner…): changed nothing
+            super().request(change)
         finally:
             cache.requests += 1
-
-    def some_jobs(self, *states: str) -> list[Any]:
-        jobs = [j for j in self.h.ctl.jobs.values() if not states or j.state.value in states]
-        return self.rng.sample(jobs, min(len(jobs), self.rng.randint(1, 3)))
 
     def step(self) -> str:
         rng, h, ctl = self.rng, self.h, self.h.ctl
@@ -89,7 +81,9 @@ class Scene:
                          "release", "update", "cancel", "requeue", "suspend", "advance",
                          "node_fails", "top", "hide"])
         root = h.who(0, True)
-        if op in ("submit", "array"):
+        if op in SHARED:
+            self.shared_step(op, root)
+        elif op in ("submit", "array"):
             uid = rng.choice([1000, 1001, 1002])
             spec: dict[str, Any] = {"name": rng.choice(["a", "b", "c\tx", "long-job-name"]),
                                     "num_nodes": rng.choice([1, 1, 2]),
@@ -104,31 +98,18 @@ class Scene:
                          if op == "array" else None, **spec)
             except SlurmError:
                 pass
-        elif op == "tick":
-            h.tick()
         elif op == "end":
             for job in self.some_jobs("RUNNING"):
                 h.end(job.job_id, rng.choice(["COMPLETED", "FAILED"]))
         elif op == "hold":
             self.request(lambda: ctl.hold(root, self.some_jobs("PENDING"),
                                           rng.choice(["hold", "uhold"])))
-        elif op == "release":
-            self.request(lambda: ctl.release(root, self.some_jobs("PENDING")))
         elif op == "update":
             for job in self.some_jobs("PENDING", "RUNNING"):
                 change = rng.choice([{"priority": rng.randint(1, 10**6)}, {"qos": "normal"},
                                      {"partition": rng.choice(["debug", "gpu"])},
                                      {"name": rng.choice(["renamed", "b"])}, {"nice": 50}])
                 self.request(lambda j=job, c=change: ctl.update_job(root, j, c))
-        elif op == "cancel":
-            self.request(lambda: ctl.signal_jobs(root, self.some_jobs(), 9, batch_only=False,
-                                                 cancel=True))
-        elif op == "requeue":
-            self.request(lambda: ctl.requeue(root, self.some_jobs("RUNNING"),
-                                             rng.random() < 0.3))
-        elif op == "suspend":
-            self.request(lambda: ctl.suspend(root, self.some_jobs("RUNNING", "SUSPENDED"),
-                                             rng.random() < 0.5))
         elif op == "top":
             self.request(lambda: ctl.top(root, self.some_jobs("PENDING")))
         elif op == "hide":  # scontrol update PartitionName=… Hidden=…
@@ -139,11 +120,6 @@ class Scene:
                                                   [["Hidden", rng.choice(["YES", "NO"])]]))
         elif op == "advance":
             h.advance(rng.choice([1, 5, 40, 700]))
-        elif op == "node_fails":
-            h.silent.add(rng.choice(["n1", "n2", "n3", "n4"]))
-            h.advance(40)
-            h.silent.clear()
-            h.register(list(ctl.nodes))
         return op
 
 

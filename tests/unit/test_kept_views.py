@@ -12,7 +12,6 @@ and failures, time passing.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +22,7 @@ from corral.controller.core.passes import running_view
 from corral.controller.harness import Harness
 from corral.controller.state import SlurmError
 from corral.model.job import JobState
+from tests.unit.random_changes import SHARED, RandomChanges
 
 CONF = """\
 ClusterName=t
@@ -50,28 +50,19 @@ def loop_would_act(lc: Lifecycle, now: float) -> bool:
     return False
 
 
-class Scene:
+class Scene(RandomChanges):
     def __init__(self, seed: int) -> None:
-        self.rng = random.Random(seed)
-        self.h = Harness(CONF)
+        super().__init__(seed, CONF)
         self.root = self.h.who(0, True)
-
-    def some_jobs(self, *states: str) -> list[Any]:
-        jobs = [j for j in self.h.ctl.jobs.values() if not states or j.state.value in states]
-        return self.rng.sample(jobs, min(len(jobs), self.rng.randint(1, 3)))
-
-    def request(self, change: Any) -> None:
-        try:
-            self.h.call(change)
-        except SlurmError:
-            pass  # refused (a finished job, a state not suitable): changed nothing
 
     def step(self) -> str:
         rng, h, ctl, root = self.rng, self.h, self.h.ctl, self.root
         op = rng.choice(["submit", "submit", "submit", "array", "tick", "tick", "end", "end",
                          "hold", "release", "update", "limit", "cancel", "requeue", "suspend",
                          "advance", "advance", "drain", "down", "resume", "node_fails"])
-        if op in ("submit", "array"):
+        if op in SHARED:
+            self.shared_step(op, root)
+        elif op in ("submit", "array"):
             spec: dict[str, Any] = {"num_nodes": rng.choice([1, 1, 2]),
                                     "cpus_per_task": rng.choice([1, 2, 4]),
                                     "time_limit": rng.choice([30, 120, 600, 3600])}
@@ -88,15 +79,11 @@ class Scene:
                          array=rng.choice(["1-4", "1-6%2"]) if op == "array" else None, **spec)
             except SlurmError:
                 pass
-        elif op == "tick":
-            h.tick()
         elif op == "end":
             for job in self.some_jobs("RUNNING", "COMPLETING"):
                 h.end(job.job_id, rng.choice(["COMPLETED", "FAILED"]))
         elif op == "hold":
             self.request(lambda: ctl.hold(root, self.some_jobs("PENDING"), "hold"))
-        elif op == "release":
-            self.request(lambda: ctl.release(root, self.some_jobs("PENDING")))
         elif op in ("update", "limit"):
             for job in self.some_jobs("PENDING", "RUNNING", "SUSPENDED"):
                 change = {"timelimit": str(rng.choice([1, 2, 10, 60]))} if op == "limit" \
@@ -104,26 +91,12 @@ class Scene:
                                      {"partition": rng.choice(["debug", "gpu"])},
                                      {"nice": 50}])
                 self.request(lambda j=job, c=change: ctl.update_job(root, j, c))
-        elif op == "cancel":
-            self.request(lambda: ctl.signal_jobs(root, self.some_jobs(), 9, batch_only=False,
-                                                 cancel=True))
-        elif op == "requeue":
-            self.request(lambda: ctl.requeue(root, self.some_jobs("RUNNING"),
-                                             rng.random() < 0.3))
-        elif op == "suspend":
-            self.request(lambda: ctl.suspend(root, self.some_jobs("RUNNING", "SUSPENDED"),
-                                             rng.random() < 0.5))
         elif op in ("drain", "down", "resume"):
             names = rng.sample(sorted(ctl.nodes), rng.randint(1, 2))
             self.request(lambda: ctl.update_nodes(root, names, op.upper(),
                                                   None if op == "resume" else "test"))
         elif op == "advance":
             h.advance(rng.choice([1, 5, 40, 70, 700]))
-        elif op == "node_fails":
-            h.silent.add(rng.choice(sorted(ctl.nodes)))
-            h.advance(40)
-            h.silent.clear()
-            h.register(list(ctl.nodes))
         return op
 
     def check(self, done: list[str]) -> None:
