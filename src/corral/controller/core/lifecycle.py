@@ -412,9 +412,8 @@ class Lifecycle:
                     and job.job_id not in self.preempt_deadlines:
                 self._kill_preempted(job, now)  # its grace time was lost with a restart
                 continue
-            if job.time_limit <= 0 or job.start_time is None or job.state != JobState.RUNNING:
-                continue
-            if now < job.start_time + job.time_limit + job.suspended_secs:
+            end = _limit_end(job)
+            if end is None or job.state != JobState.RUNNING or now < end:
                 continue
             if job.batch:
                 self.time_out_batch(job, now)
